@@ -1,0 +1,250 @@
+/* cmd_info.c - `mhabench info`: this machine's CPU identity, ISA flags, hwloc
+ * topology and caches (raw and clamped), the measured single-thread FP32 FMA
+ * peak of each ISA against its nominal figure, and memory read bandwidth.
+ * Text for people, --json for scripts; the facts come from machine.c. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "machine.h"
+#include "util.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: mhabench info [--quick] [--json]\n"
+               "\n"
+               "Prints the CPU model, vendor/family/model/stepping, ISA flags, the detected\n"
+               "and active ISA (MHA_ISA caps it), cores and caches from hwloc (raw and\n"
+               "clamped), the measured single-thread FP32 FMA peak of each ISA against\n"
+               "nominal (2 FMA pipes x lanes x 2 FLOP x measured GHz), and memory read\n"
+               "bandwidth with 1 thread and with all cores.\n"
+               "\n"
+               "  --quick   short measurements (about 0.05 s per figure instead of 0.4 s)\n"
+               "  --json    print the same facts as one JSON object\n"
+               "  --help    print this text\n");
+}
+
+/* One ISA's line of the peak table. */
+typedef struct {
+    mha_status status; /* MHA_OK, or why it was not measured */
+    const char *why;   /* "not on this CPU", "above the MHA_ISA cap" */
+    machine_peak peak;
+} isa_peak;
+
+typedef struct {
+    int threads;
+    double gbs;
+} bw_point;
+
+/* "48 KiB", "1 MiB", "32 MiB", "unknown". */
+static const char *fmt_bytes(uint64_t b, char *buf, size_t len) {
+    if (b == 0)
+        snprintf(buf, len, "unknown");
+    else if (b % (1024 * 1024) == 0)
+        snprintf(buf, len, "%llu MiB", (unsigned long long)(b >> 20));
+    else if (b % 1024 == 0)
+        snprintf(buf, len, "%llu KiB", (unsigned long long)(b >> 10));
+    else
+        snprintf(buf, len, "%llu B", (unsigned long long)b);
+    return buf;
+}
+
+static void print_text(const machine_info *m, const char *key, const isa_peak *peaks,
+                       const bw_point *bw, int nbw) {
+    const char *env = getenv("MHA_ISA");
+    printf("cpu        %s\n", m->model[0] ? m->model : "unknown");
+    printf("vendor     %s  family %d  model %d  stepping %d\n",
+           m->vendor[0] ? m->vendor : "unknown", m->family, m->model_id, m->stepping);
+    printf("cpu key    %s\n", key);
+    printf("isa flags  %s\n", m->flags[0] ? m->flags : "(none)");
+    printf("isa        detected %s, active %s (MHA_ISA %s%s)\n", mha_isa_name(mha_isa_detected()),
+           mha_isa_name(mha_isa_active()), env && *env ? "=" : "unset", env && *env ? env : "");
+    printf("topology   %d package(s), %d NUMA node(s), %d cores, %d PUs\n", m->packages,
+           m->numa_nodes, m->cores, m->pus);
+
+    const struct {
+        const char *name;
+        uint64_t raw, used;
+        int clamped;
+    } caches[3] = {{"L1d", m->l1d_raw, m->l1d, m->l1d_clamped},
+                   {"L2", m->l2_raw, m->l2, m->l2_clamped},
+                   {"L3", m->l3_raw, m->l3, m->l3_clamped}};
+    printf("\ncache  hwloc (raw)  used\n");
+    for (int i = 0; i < 3; i++) {
+        char a[32], b[32];
+        printf("%-6s %-12s %s%s\n", caches[i].name, fmt_bytes(caches[i].raw, a, sizeof a),
+               fmt_bytes(caches[i].used, b, sizeof b),
+               caches[i].clamped ? "  (clamped: implausible or unknown)" : "");
+    }
+
+    printf("\nFP32 FMA peak, single thread\n");
+    printf("%-8s %10s %8s %12s %9s\n", "isa", "GFLOP/s", "GHz", "nominal", "measured");
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        const isa_peak *p = &peaks[i];
+        if (p->status != MHA_OK) {
+            printf("%-8s %s\n", mha_isa_name((mha_isa)i), p->why);
+            continue;
+        }
+        printf("%-8s %10.1f %8.3f %12.1f %8.1f%%\n", mha_isa_name((mha_isa)i), p->peak.gflops,
+               p->peak.ghz, p->peak.nominal_gflops,
+               p->peak.nominal_gflops > 0 ? 100.0 * p->peak.gflops / p->peak.nominal_gflops : 0.0);
+    }
+
+    printf("\nmemory read bandwidth\n");
+    for (int i = 0; i < nbw; i++)
+        printf("%3d thread%s %8.1f GB/s\n", bw[i].threads, bw[i].threads == 1 ? " " : "s",
+               bw[i].gbs);
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped. */
+static void json_str(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static void print_json(const machine_info *m, const char *key, const isa_peak *peaks,
+                       const bw_point *bw, int nbw) {
+    const char *env = getenv("MHA_ISA");
+    printf("{\n  \"model\": ");
+    json_str(m->model);
+    printf(",\n  \"vendor\": ");
+    json_str(m->vendor);
+    printf(",\n  \"family\": %d,\n  \"model_id\": %d,\n  \"stepping\": %d,\n  \"cpu_key\": ",
+           m->family, m->model_id, m->stepping);
+    json_str(key);
+    printf(",\n  \"flags\": [");
+    char flags[sizeof m->flags];
+    snprintf(flags, sizeof flags, "%s", m->flags);
+    int first = 1;
+    char *save = NULL;
+    for (char *f = strtok_r(flags, " ", &save); f; f = strtok_r(NULL, " ", &save)) {
+        if (!first) fputs(", ", stdout);
+        json_str(f);
+        first = 0;
+    }
+    printf("],\n  \"isa_detected\": \"%s\",\n  \"isa_active\": \"%s\",\n  \"mha_isa_env\": ",
+           mha_isa_name(mha_isa_detected()), mha_isa_name(mha_isa_active()));
+    if (env && *env)
+        json_str(env);
+    else
+        printf("null");
+    printf(",\n  \"packages\": %d,\n  \"numa_nodes\": %d,\n  \"cores\": %d,\n  \"pus\": %d,\n",
+           m->packages, m->numa_nodes, m->cores, m->pus);
+    printf("  \"caches\": {\n");
+    const struct {
+        const char *name;
+        uint64_t raw, used;
+        int clamped;
+    } caches[3] = {{"l1d", m->l1d_raw, m->l1d, m->l1d_clamped},
+                   {"l2", m->l2_raw, m->l2, m->l2_clamped},
+                   {"l3", m->l3_raw, m->l3, m->l3_clamped}};
+    for (int i = 0; i < 3; i++)
+        printf("    \"%s\": {\"raw_bytes\": %llu, \"bytes\": %llu, \"clamped\": %s}%s\n",
+               caches[i].name, (unsigned long long)caches[i].raw,
+               (unsigned long long)caches[i].used, caches[i].clamped ? "true" : "false",
+               i < 2 ? "," : "");
+    printf("  },\n  \"fma_peak\": [\n");
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        const isa_peak *p = &peaks[i];
+        printf("    {\"isa\": \"%s\", ", mha_isa_name((mha_isa)i));
+        if (p->status != MHA_OK) {
+            printf("\"measured\": false, \"reason\": ");
+            json_str(p->why);
+            putchar('}');
+        } else
+            printf("\"measured\": true, \"gflops\": %.2f, \"ghz\": %.3f, \"nominal_gflops\": %.2f, "
+                   "\"pct_nominal\": %.1f}",
+                   p->peak.gflops, p->peak.ghz, p->peak.nominal_gflops,
+                   p->peak.nominal_gflops > 0 ? 100.0 * p->peak.gflops / p->peak.nominal_gflops
+                                              : 0.0);
+        printf("%s\n", i + 1 < MHA_ISA_COUNT ? "," : "");
+    }
+    printf("  ],\n  \"read_bandwidth\": [");
+    for (int i = 0; i < nbw; i++)
+        printf("%s{\"threads\": %d, \"gbs\": %.2f}", i ? ", " : "", bw[i].threads, bw[i].gbs);
+    printf("]\n}\n");
+}
+
+int cmd_info(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"quick", no_argument, NULL, 'q'},
+        {"json", no_argument, NULL, 'j'},
+        {NULL, 0, NULL, 0},
+    };
+    int quick = 0, json = 0;
+    optind = 1;
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1;) {
+        switch (c) {
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'q':
+            quick = 1;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        default:
+            errorf("info: unknown option '%s'", argv[optind - 1]);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        errorf("info: unexpected argument '%s' (info takes only options)", argv[optind]);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (!check_isa_env()) return EXIT_USAGE;
+
+    const double budget = quick ? 0.05 : 0.4;
+    machine_info m;
+    machine_describe(&m);
+    char key[128];
+    machine_cpu_key(&m, key, sizeof key);
+
+    isa_peak peaks[MHA_ISA_COUNT];
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        isa_peak *p = &peaks[i];
+        memset(p, 0, sizeof *p);
+        if ((mha_isa)i > mha_isa_detected()) {
+            p->status = MHA_EUNSUPPORTED;
+            p->why = "not on this CPU";
+        } else if ((mha_isa)i > mha_isa_active()) {
+            p->status = MHA_EUNSUPPORTED;
+            p->why = "above the MHA_ISA cap";
+        } else {
+            p->status = machine_fma_peak((mha_isa)i, budget, &p->peak);
+            if (p->status != MHA_OK) p->why = mha_status_str(p->status);
+        }
+    }
+
+    bw_point bw[2];
+    int nbw = 0;
+    bw[nbw].threads = 1;
+    bw[nbw].gbs = machine_read_bandwidth(1, budget);
+    nbw++;
+    if (m.cores > 1) {
+        bw[nbw].threads = m.cores;
+        bw[nbw].gbs = machine_read_bandwidth(m.cores, budget);
+        nbw++;
+    }
+
+    if (json)
+        print_json(&m, key, peaks, bw, nbw);
+    else
+        print_text(&m, key, peaks, bw, nbw);
+    return 0;
+}

@@ -1,0 +1,567 @@
+/* cmd_io.c - `mhabench attend` and `mhabench forward`: run one kernel on tensors
+ * read from .npy files and write the result as .npy. Every input problem is
+ * reported as one "mhabench: ..." line with exit status 2, before any output. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "commands.h"
+#include "mha.h"
+#include "npy.h"
+#include "util.h"
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "[2, 4, 5, 8]" */
+static const char *shape_str(const npy_array *a, char *buf, size_t len) {
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < a->ndim && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "", (long long)a->shape[i]);
+    if (n < len) snprintf(buf + n, len - n, "]");
+    return buf;
+}
+
+static int report_mha(mha_status st, const char *what) {
+    const char *m = mha_last_error();
+    if (!m || !*m) m = mha_status_str(st);
+    errorf("%s: %s", what, m);
+    return EXIT_USAGE;
+}
+
+static int load(const char *path, npy_array *a) {
+    char err[512];
+    if (npy_read(path, a, err, sizeof err) != MHA_OK) {
+        errorf("%s", err);
+        return 0;
+    }
+    return 1;
+}
+
+/* Shared getopt error handling: optstring starts with ':' so a missing argument
+ * is ':' and an unknown option '?'. */
+static void bad_option(const char *cmd, int c, char **argv) {
+    const char *arg = argv[optind - 1];
+    if (c == ':')
+        errorf("%s: option '%s' needs a value", cmd, arg);
+    else if (optopt)
+        errorf("%s: unknown option '-%c'", cmd, optopt);
+    else
+        errorf("%s: unknown option '%s'", cmd, arg);
+}
+
+static int alloc_workspace(const char *kname, size_t bytes, void **ws) {
+    *ws = NULL;
+    if (bytes == 0) return 1;
+    *ws = mha_alloc(bytes);
+    if (!*ws) {
+        errorf("cannot allocate %zu bytes of workspace for kernel %s", bytes, kname);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- attend -------------------------------------------------------------------------- */
+
+static void attend_usage(FILE *f) {
+    fprintf(f,
+            "usage: mhabench attend --kernel K --q Q.npy --k K.npy --v V.npy --out O.npy\n"
+            "                       [--causal] [--scale S] [--threads T]\n"
+            "  Runs the attention core softmax(scale * q k^T + mask) v with kernel K.\n"
+            "  q: [B,H,Nq,d]; k, v: [B,G,Nkv,d] with G dividing H (grouped-query);\n"
+            "  out: [B,H,Nq,d]. All float32 ('<f4') C-order .npy files.\n"
+            "  --causal      bottom-right aligned mask: query i sees key j iff j <= i + Nkv - Nq\n"
+            "  --scale S     softmax scale (default 1/sqrt(d))\n"
+            "  --threads T   threads (0 = all cores, default 1)\n"
+            "  --kernel K    a kernel from `mhabench list`\n");
+}
+
+int cmd_attend(int argc, char **argv) {
+    enum { O_KERNEL = 256, O_Q, O_K, O_V, O_OUT, O_CAUSAL, O_SCALE, O_THREADS };
+    static const struct option longopts[] = {
+        {"kernel", required_argument, NULL, O_KERNEL},
+        {"q", required_argument, NULL, O_Q},
+        {"k", required_argument, NULL, O_K},
+        {"v", required_argument, NULL, O_V},
+        {"out", required_argument, NULL, O_OUT},
+        {"causal", no_argument, NULL, O_CAUSAL},
+        {"scale", required_argument, NULL, O_SCALE},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *kname = NULL, *qpath = NULL, *kpath = NULL, *vpath = NULL, *opath = NULL;
+    int causal = 0;
+    float scale = 0.0f;
+    int64_t threads = 1;
+
+    optind = 0; /* glibc: full re-initialisation (main.c may have parsed already) */
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_KERNEL:
+            kname = optarg;
+            break;
+        case O_Q:
+            qpath = optarg;
+            break;
+        case O_K:
+            kpath = optarg;
+            break;
+        case O_V:
+            vpath = optarg;
+            break;
+        case O_OUT:
+            opath = optarg;
+            break;
+        case O_CAUSAL:
+            causal = 1;
+            break;
+        case O_SCALE:
+            if (!parse_float("--scale", optarg, &scale)) return EXIT_USAGE;
+            break;
+        case O_THREADS:
+            if (!parse_i64("--threads", optarg, 0, 65536, &threads)) return EXIT_USAGE;
+            break;
+        case 'h':
+            attend_usage(stdout);
+            return 0;
+        default:
+            bad_option("attend", c, argv);
+            attend_usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        errorf("attend: unexpected argument '%s'", argv[optind]);
+        attend_usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *missing = !kname   ? "--kernel"
+                          : !qpath ? "--q"
+                          : !kpath ? "--k"
+                          : !vpath ? "--v"
+                          : !opath ? "--out"
+                                   : NULL;
+    if (missing) {
+        errorf("attend: missing required option %s", missing);
+        attend_usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (!check_isa_env()) return EXIT_USAGE;
+    const mha_kernel *kern = lookup_kernel(kname);
+    if (!kern) return EXIT_USAGE;
+
+    int rc = EXIT_USAGE;
+    npy_array q = {0}, k = {0}, v = {0};
+    float *out = NULL;
+    void *ws = NULL;
+    char s1[160], s2[160];
+    if (!load(qpath, &q) || !load(kpath, &k) || !load(vpath, &v)) goto done;
+
+    const struct {
+        const char *name, *path;
+        const npy_array *a;
+    } ins[3] = {{"q", qpath, &q}, {"k", kpath, &k}, {"v", vpath, &v}};
+    for (int i = 0; i < 3; i++)
+        if (ins[i].a->ndim != 4) {
+            errorf("%s: %s has rank %d, shape %s: expected a rank-4 [B,H,N,d] tensor", ins[i].path,
+                   ins[i].name, ins[i].a->ndim, shape_str(ins[i].a, s1, sizeof s1));
+            goto done;
+        }
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++)
+            if (ins[i].a->shape[j] == 0) {
+                errorf("%s: %s has an empty dimension, shape %s", ins[i].path, ins[i].name,
+                       shape_str(ins[i].a, s1, sizeof s1));
+                goto done;
+            }
+    if (memcmp(k.shape, v.shape, 4 * sizeof k.shape[0]) != 0) {
+        errorf("k and v shapes differ: k %s, v %s", shape_str(&k, s1, sizeof s1),
+               shape_str(&v, s2, sizeof s2));
+        goto done;
+    }
+    if (q.shape[0] != k.shape[0]) {
+        errorf("batch mismatch: q %s has B=%lld, k %s has B=%lld", shape_str(&q, s1, sizeof s1),
+               (long long)q.shape[0], shape_str(&k, s2, sizeof s2), (long long)k.shape[0]);
+        goto done;
+    }
+    if (q.shape[3] != k.shape[3]) {
+        errorf("head_dim mismatch: q %s has d=%lld, k %s has d=%lld", shape_str(&q, s1, sizeof s1),
+               (long long)q.shape[3], shape_str(&k, s2, sizeof s2), (long long)k.shape[3]);
+        goto done;
+    }
+    if (q.shape[1] % k.shape[1] != 0) {
+        errorf("kv heads %lld (k %s) do not divide query heads %lld (q %s)", (long long)k.shape[1],
+               shape_str(&k, s2, sizeof s2), (long long)q.shape[1], shape_str(&q, s1, sizeof s1));
+        goto done;
+    }
+
+    mha_problem p = {
+        .batch = q.shape[0],
+        .heads = q.shape[1],
+        .kv_heads = k.shape[1],
+        .seq_q = q.shape[2],
+        .seq_kv = k.shape[2],
+        .head_dim = q.shape[3],
+        .causal = causal,
+        .scale = scale,
+    };
+    mha_options opt = {.threads = (int)threads};
+    mha_tensor tq = mha_view_bhnd(q.data, p.heads, p.seq_q, p.head_dim);
+    mha_tensor tk = mha_view_bhnd(k.data, p.kv_heads, p.seq_kv, p.head_dim);
+    mha_tensor tv = mha_view_bhnd(v.data, p.kv_heads, p.seq_kv, p.head_dim);
+    size_t wbytes = 0;
+    mha_status st = mha_workspace_size(kern, &p, &opt, &wbytes);
+    if (st != MHA_OK) {
+        report_mha(st, mha_kernel_name(kern));
+        goto done;
+    }
+    if (!alloc_workspace(mha_kernel_name(kern), wbytes, &ws)) goto done;
+    out = mha_alloc(q.count * sizeof(float)); /* same shape as q */
+    if (!out) {
+        errorf("cannot allocate %zu bytes for the output of kernel %s", q.count * sizeof(float),
+               mha_kernel_name(kern));
+        goto done;
+    }
+    mha_tensor_mut to = mha_view_bhnd_mut(out, p.heads, p.seq_q, p.head_dim);
+
+    double t0 = now_seconds();
+    st = mha_attend(kern, &p, &opt, &tq, &tk, &tv, &to, ws, wbytes);
+    double dt = now_seconds() - t0;
+    if (st != MHA_OK) {
+        report_mha(st, mha_kernel_name(kern));
+        goto done;
+    }
+
+    char err[512];
+    if (npy_write(opath, out, q.shape, 4, err, sizeof err) != MHA_OK) {
+        errorf("%s", err);
+        goto done;
+    }
+    printf("kernel %s: attend B=%lld H=%lld kv_heads=%lld Nq=%lld Nkv=%lld d=%lld causal=%d "
+           "threads=%d: %.3f ms, %.2f GFLOP/s -> %s\n",
+           mha_kernel_name(kern), (long long)p.batch, (long long)p.heads, (long long)p.kv_heads,
+           (long long)p.seq_q, (long long)p.seq_kv, (long long)p.head_dim, causal,
+           mha_resolve_threads(&opt), dt * 1e3, dt > 0 ? mha_problem_flops(&p) / dt * 1e-9 : 0.0,
+           opath);
+    rc = 0;
+
+done:
+    mha_free(ws);
+    mha_free(out);
+    npy_free(&q);
+    npy_free(&k);
+    npy_free(&v);
+    return rc;
+}
+
+/* ---- forward ------------------------------------------------------------------------- */
+
+static void forward_usage(FILE *f) {
+    fprintf(f, "usage: mhabench forward --kernel K --query X.npy [--key X2.npy --value X3.npy]\n"
+               "                        --heads H [--kv-heads G] --weights DIR --out Y.npy\n"
+               "                        [--causal] [--scale S] [--threads T]\n"
+               "  The full multi-head attention layer (as torch.nn.MultiheadAttention).\n"
+               "  query: [B,Nq,d_model]; key, value: [B,Nkv,d_model] (both or neither;\n"
+               "  default self-attention: query is also key and value); out: [B,Nq,d_model].\n"
+               "  DIR holds w_q.npy w_k.npy w_v.npy w_o.npy and optional b_q.npy b_k.npy\n"
+               "  b_v.npy b_o.npy in nn.Linear layout: w_q, w_o [d_model,d_model];\n"
+               "  w_k, w_v [G*d_model/H, d_model]; biases 1-D.\n"
+               "  --kv-heads G  key/value heads, dividing H (default H)\n"
+               "  --causal      bottom-right aligned causal mask\n"
+               "  --scale S     softmax scale (default 1/sqrt(d_model/H))\n"
+               "  --threads T   threads (0 = all cores, default 1)\n"
+               "  --kernel K    the attention kernel, from `mhabench list`\n");
+}
+
+typedef struct {
+    const char *name;   /* "w_q" */
+    int64_t rows, cols; /* cols 0: a 1-D bias of `rows` */
+    int optional;
+    npy_array a;
+    int present;
+} param;
+
+static int load_param(const char *dir, param *pr) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.npy", dir, pr->name);
+    if (pr->optional) {
+        struct stat sb;
+        if (stat(path, &sb) != 0 && errno == ENOENT) return 1;
+    }
+    if (!load(path, &pr->a)) return 0;
+    pr->present = 1;
+    char s[160];
+    int rank = pr->cols ? 2 : 1;
+    if (pr->a.ndim != rank || pr->a.shape[0] != pr->rows ||
+        (rank == 2 && pr->a.shape[1] != pr->cols)) {
+        if (rank == 2)
+            errorf("%s: %s has shape %s, expected [%lld, %lld]", path, pr->name,
+                   shape_str(&pr->a, s, sizeof s), (long long)pr->rows, (long long)pr->cols);
+        else
+            errorf("%s: %s has shape %s, expected [%lld]", path, pr->name,
+                   shape_str(&pr->a, s, sizeof s), (long long)pr->rows);
+        return 0;
+    }
+    return 1;
+}
+
+int cmd_forward(int argc, char **argv) {
+    enum {
+        O_KERNEL = 256,
+        O_QUERY,
+        O_KEY,
+        O_VALUE,
+        O_HEADS,
+        O_KVHEADS,
+        O_WEIGHTS,
+        O_OUT,
+        O_CAUSAL,
+        O_SCALE,
+        O_THREADS
+    };
+    static const struct option longopts[] = {
+        {"kernel", required_argument, NULL, O_KERNEL},
+        {"query", required_argument, NULL, O_QUERY},
+        {"key", required_argument, NULL, O_KEY},
+        {"value", required_argument, NULL, O_VALUE},
+        {"heads", required_argument, NULL, O_HEADS},
+        {"kv-heads", required_argument, NULL, O_KVHEADS},
+        {"weights", required_argument, NULL, O_WEIGHTS},
+        {"out", required_argument, NULL, O_OUT},
+        {"causal", no_argument, NULL, O_CAUSAL},
+        {"scale", required_argument, NULL, O_SCALE},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *kname = NULL, *xpath = NULL, *kpath = NULL, *vpath = NULL, *wdir = NULL,
+               *opath = NULL;
+    const char *heads_s = NULL, *kvheads_s = NULL;
+    int causal = 0;
+    float scale = 0.0f;
+    int64_t threads = 1;
+
+    optind = 0;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_KERNEL:
+            kname = optarg;
+            break;
+        case O_QUERY:
+            xpath = optarg;
+            break;
+        case O_KEY:
+            kpath = optarg;
+            break;
+        case O_VALUE:
+            vpath = optarg;
+            break;
+        case O_HEADS:
+            heads_s = optarg;
+            break;
+        case O_KVHEADS:
+            kvheads_s = optarg;
+            break;
+        case O_WEIGHTS:
+            wdir = optarg;
+            break;
+        case O_OUT:
+            opath = optarg;
+            break;
+        case O_CAUSAL:
+            causal = 1;
+            break;
+        case O_SCALE:
+            if (!parse_float("--scale", optarg, &scale)) return EXIT_USAGE;
+            break;
+        case O_THREADS:
+            if (!parse_i64("--threads", optarg, 0, 65536, &threads)) return EXIT_USAGE;
+            break;
+        case 'h':
+            forward_usage(stdout);
+            return 0;
+        default:
+            bad_option("forward", c, argv);
+            forward_usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        errorf("forward: unexpected argument '%s'", argv[optind]);
+        forward_usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *missing = !kname     ? "--kernel"
+                          : !xpath   ? "--query"
+                          : !heads_s ? "--heads"
+                          : !wdir    ? "--weights"
+                          : !opath   ? "--out"
+                                     : NULL;
+    if (missing) {
+        errorf("forward: missing required option %s", missing);
+        forward_usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (!kpath != !vpath) {
+        errorf("forward: --key and --value go together (give both or neither)");
+        forward_usage(stderr);
+        return EXIT_USAGE;
+    }
+    int64_t heads = 0, kv_heads = 0;
+    if (!parse_i64("--heads", heads_s, 1, INT32_MAX, &heads)) return EXIT_USAGE;
+    kv_heads = heads;
+    if (kvheads_s && !parse_i64("--kv-heads", kvheads_s, 1, INT32_MAX, &kv_heads))
+        return EXIT_USAGE;
+    if (heads % kv_heads != 0) {
+        errorf("--kv-heads %lld does not divide --heads %lld", (long long)kv_heads,
+               (long long)heads);
+        return EXIT_USAGE;
+    }
+    struct stat sb;
+    if (stat(wdir, &sb) != 0) {
+        errorf("--weights %s: %s", wdir, strerror(errno));
+        return EXIT_USAGE;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        errorf("--weights %s: not a directory", wdir);
+        return EXIT_USAGE;
+    }
+    if (!check_isa_env()) return EXIT_USAGE;
+    const mha_kernel *kern = lookup_kernel(kname);
+    if (!kern) return EXIT_USAGE;
+
+    int rc = EXIT_USAGE;
+    npy_array x = {0}, xk = {0}, xv = {0};
+    param prm[8] = {
+        {.name = "w_q"}, {.name = "w_k"}, {.name = "w_v"}, {.name = "w_o"},
+        {.name = "b_q"}, {.name = "b_k"}, {.name = "b_v"}, {.name = "b_o"},
+    };
+    float *out = NULL;
+    void *ws = NULL;
+    char s1[160], s2[160];
+
+    if (!load(xpath, &x)) goto done;
+    if (x.ndim != 3) {
+        errorf("%s: query has rank %d, shape %s: expected a rank-3 [B,N,d_model] tensor", xpath,
+               x.ndim, shape_str(&x, s1, sizeof s1));
+        goto done;
+    }
+    if (x.count == 0) {
+        errorf("%s: query has an empty dimension, shape %s", xpath, shape_str(&x, s1, sizeof s1));
+        goto done;
+    }
+    const int64_t B = x.shape[0], Nq = x.shape[1], d_model = x.shape[2];
+    if (d_model % heads != 0) {
+        errorf("d_model %lld (query %s) is not divisible by --heads %lld", (long long)d_model,
+               shape_str(&x, s1, sizeof s1), (long long)heads);
+        goto done;
+    }
+    const int64_t head_dim = d_model / heads, kv_dim = kv_heads * head_dim;
+    int64_t Nkv = Nq;
+    if (kpath) {
+        if (!load(kpath, &xk) || !load(vpath, &xv)) goto done;
+        const struct {
+            const char *name, *path;
+            const npy_array *a;
+        } kv[2] = {{"key", kpath, &xk}, {"value", vpath, &xv}};
+        for (int i = 0; i < 2; i++) {
+            const npy_array *a = kv[i].a;
+            if (a->ndim != 3) {
+                errorf("%s: %s has rank %d, shape %s: expected a rank-3 [B,N,d_model] tensor",
+                       kv[i].path, kv[i].name, a->ndim, shape_str(a, s1, sizeof s1));
+                goto done;
+            }
+            if (a->shape[0] != B || a->shape[2] != d_model || a->shape[1] == 0) {
+                errorf("%s %s does not match query %s: expected [%lld, Nkv, %lld]", kv[i].name,
+                       shape_str(a, s1, sizeof s1), shape_str(&x, s2, sizeof s2), (long long)B,
+                       (long long)d_model);
+                goto done;
+            }
+        }
+        if (memcmp(xk.shape, xv.shape, 3 * sizeof xk.shape[0]) != 0) {
+            errorf("key and value shapes differ: key %s, value %s", shape_str(&xk, s1, sizeof s1),
+                   shape_str(&xv, s2, sizeof s2));
+            goto done;
+        }
+        Nkv = xk.shape[1];
+    }
+
+    const int64_t rows[8] = {d_model, kv_dim, kv_dim, d_model, d_model, kv_dim, kv_dim, d_model};
+    for (int i = 0; i < 8; i++) {
+        prm[i].rows = rows[i];
+        prm[i].cols = i < 4 ? d_model : 0;
+        prm[i].optional = i >= 4;
+        if (!load_param(wdir, &prm[i])) goto done;
+    }
+
+    mha_layer L = {
+        .d_model = d_model,
+        .heads = heads,
+        .kv_heads = kv_heads,
+        .w_q = prm[0].a.data,
+        .w_k = prm[1].a.data,
+        .w_v = prm[2].a.data,
+        .w_o = prm[3].a.data,
+        .b_q = prm[4].present ? prm[4].a.data : NULL,
+        .b_k = prm[5].present ? prm[5].a.data : NULL,
+        .b_v = prm[6].present ? prm[6].a.data : NULL,
+        .b_o = prm[7].present ? prm[7].a.data : NULL,
+    };
+    mha_layer_shape shp = {
+        .batch = B, .seq_q = Nq, .seq_kv = Nkv, .causal = causal, .scale = scale};
+    mha_options opt = {.threads = (int)threads};
+    size_t wbytes = 0;
+    mha_status st = mha_forward_workspace_size(kern, &L, &shp, &opt, &wbytes);
+    if (st != MHA_OK) {
+        report_mha(st, mha_kernel_name(kern));
+        goto done;
+    }
+    if (!alloc_workspace(mha_kernel_name(kern), wbytes, &ws)) goto done;
+    out = mha_alloc(x.count * sizeof(float)); /* same shape as query */
+    if (!out) {
+        errorf("cannot allocate %zu bytes for the output of kernel %s", x.count * sizeof(float),
+               mha_kernel_name(kern));
+        goto done;
+    }
+    const float *key = kpath ? xk.data : x.data, *value = kpath ? xv.data : x.data;
+
+    double t0 = now_seconds();
+    st = mha_forward(kern, &L, &shp, &opt, x.data, key, value, out, ws, wbytes);
+    double dt = now_seconds() - t0;
+    if (st != MHA_OK) {
+        report_mha(st, mha_kernel_name(kern));
+        goto done;
+    }
+    char err[512];
+    if (npy_write(opath, out, x.shape, 3, err, sizeof err) != MHA_OK) {
+        errorf("%s", err);
+        goto done;
+    }
+    printf("kernel %s: forward B=%lld Nq=%lld Nkv=%lld d_model=%lld heads=%lld kv_heads=%lld "
+           "causal=%d threads=%d: %.3f ms, %.2f GFLOP/s -> %s\n",
+           mha_kernel_name(kern), (long long)B, (long long)Nq, (long long)Nkv, (long long)d_model,
+           (long long)heads, (long long)kv_heads, causal, mha_resolve_threads(&opt), dt * 1e3,
+           dt > 0 ? mha_forward_flops(&L, &shp) / dt * 1e-9 : 0.0, opath);
+    rc = 0;
+
+done:
+    mha_free(ws);
+    mha_free(out);
+    for (int i = 0; i < 8; i++) npy_free(&prm[i].a);
+    npy_free(&x);
+    npy_free(&xk);
+    npy_free(&xv);
+    return rc;
+}

@@ -1,0 +1,45 @@
+/* machine.h - what this machine is: CPU identity and ISA flags (cpuid), cores
+ * and caches (hwloc, raw and clamped), measured FP32 FMA peak per ISA and
+ * memory read bandwidth. Used by `mhabench info`, the sweep's JSON context and
+ * the cache-model defaults. */
+#ifndef MHA_HARNESS_MACHINE_H
+#define MHA_HARNESS_MACHINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "mha.h"
+
+typedef struct {
+    char model[64];  /* cpuid brand string, trimmed */
+    char vendor[16]; /* "AuthenticAMD" */
+    int family, model_id, stepping;
+    char flags[256]; /* space separated ISA flags relevant here: "sse2 avx avx2 fma avx512f ..." */
+    int cores, pus, packages, numa_nodes;
+    /* Per-core L1d/L2, shared L3 in bytes: as hwloc reports them and clamped
+     * to plausible ranges (VMs report odd sizes; 0 = unknown). */
+    uint64_t l1d_raw, l2_raw, l3_raw;
+    uint64_t l1d, l2, l3;
+    int l1d_clamped, l2_clamped, l3_clamped; /* 1 where clamping changed the value */
+} machine_info;
+
+/* Fills *m from cpuid and hwloc. Never fails: unknown fields are 0 / "". */
+void machine_describe(machine_info *m);
+
+typedef struct {
+    double gflops;         /* measured single-thread FP32 FMA rate */
+    double ghz;            /* measured core clock during the run */
+    double nominal_gflops; /* 2 FMA pipes x lanes x 2 FLOP x ghz */
+} machine_peak;
+
+/* Measures the single-thread FP32 FMA peak for an ISA the CPU runs (register
+ * resident loop, ~seconds_budget long). Returns MHA_EUNSUPPORTED otherwise. */
+mha_status machine_fma_peak(mha_isa isa, double seconds_budget, machine_peak *out);
+
+/* Measured memory read bandwidth in GB/s using `threads` threads over a
+ * buffer much larger than the L3. */
+double machine_read_bandwidth(int threads, double seconds_budget);
+
+/* Stable key for per-CPU files: e.g. "amd-epyc-f26m2-avx512". */
+void machine_cpu_key(const machine_info *m, char *out, size_t len);
+
+#endif

@@ -1,0 +1,66 @@
+/* main.c - the mhabench program: subcommand dispatch. Exit status 0 success,
+ * 1 a check failed, 2 usage or input error (with a message naming it). */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "util.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"list", cmd_list, "every kernel: name, algorithm, ISA, runs here"},
+    {"info", cmd_info, "CPU model, ISA flags, caches and cores, measured FMA peak"},
+    {"verify", cmd_verify, "check kernels against the float64 oracle"},
+    {"attend", cmd_attend, "attention core on .npy tensors"},
+    {"forward", cmd_forward, "the full MHA layer on .npy inputs and weights"},
+};
+
+static void usage(FILE *f) {
+    fputs("usage: mhabench <command> [options]   (mhabench <command> --help)\n\ncommands:\n", f);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+    fputs("\nenvironment: MHA_ISA=scalar|avx2|avx512 caps the dispatch; OMP_* as usual.\n", f);
+}
+
+int cmd_list(int argc, char **argv) {
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        puts("usage: mhabench list\nPrints every kernel: name, algorithm, ISA, whether it runs "
+             "here\n"
+             "(under the MHA_ISA cap), and a one-line summary.");
+        return 0;
+    }
+    if (argc > 1) {
+        errorf("list: unexpected argument '%s'", argv[1]);
+        return EXIT_USAGE;
+    }
+    if (!check_isa_env()) return EXIT_USAGE;
+    printf("%-14s %-10s %-7s %-9s %s\n", "kernel", "algorithm", "isa", "runs-here", "summary");
+    for (int i = 0; i < mha_kernel_count(); i++) {
+        const mha_kernel *k = mha_kernel_at(i);
+        printf("%-14s %-10s %-7s %-9s %s\n", mha_kernel_name(k), mha_kernel_algorithm(k),
+               mha_isa_name(mha_kernel_isa(k)), mha_kernel_supported(k) == MHA_OK ? "yes" : "no",
+               mha_kernel_summary(k));
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
+    errorf("unknown command '%s'", argv[1]);
+    usage(stderr);
+    return EXIT_USAGE;
+}

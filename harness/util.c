@@ -1,0 +1,93 @@
+/* util.c - helpers shared by the mhabench subcommands: messages, strict
+ * number parsing (the whole string, in range, else a message naming the
+ * option), kernel lookup with a clear reason, and the MHA_ISA check. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+void errorf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("mhabench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno == ERANGE) {
+        errorf("%s: '%s' is not an integer", opt, s ? s : "");
+        return 0;
+    }
+    if (v < lo || v > hi) {
+        errorf("%s: %lld is out of range [%lld, %lld]", opt, v, (long long)lo, (long long)hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int parse_float(const char *opt, const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = s ? strtof(s, &end) : 0;
+    if (!s || !*s || *end || errno == ERANGE || !isfinite(v)) {
+        errorf("%s: '%s' is not a finite number", opt, s ? s : "");
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int parse_i64_list(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out, int max) {
+    if (!s || !*s) {
+        errorf("%s: empty list", opt);
+        return -1;
+    }
+    char *copy = strdup(s), *save = NULL;
+    int n = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == max) {
+            errorf("%s: more than %d values in '%s'", opt, max, s);
+            free(copy);
+            return -1;
+        }
+        if (!parse_i64(opt, tok, lo, hi, &out[n])) {
+            free(copy);
+            return -1;
+        }
+        n++;
+    }
+    free(copy);
+    if (n == 0) errorf("%s: empty list '%s'", opt, s);
+    return n ? n : -1;
+}
+
+const mha_kernel *lookup_kernel(const char *name) {
+    const mha_kernel *k = mha_kernel_find(name);
+    if (!k) {
+        errorf("%s", mha_last_error());
+        return NULL;
+    }
+    if (mha_kernel_supported(k) != MHA_OK) {
+        errorf("%s", mha_last_error());
+        return NULL;
+    }
+    return k;
+}
+
+int check_isa_env(void) {
+    if (mha_isa_env_status() != MHA_OK) {
+        errorf("MHA_ISA='%s' is not one of scalar, avx2, avx512", getenv("MHA_ISA"));
+        return 0;
+    }
+    return 1;
+}

@@ -1,0 +1,29 @@
+/* util.h - small helpers shared by the mhabench subcommands: error printing,
+ * number and list parsing, kernel lookup with a clear message. */
+#ifndef MHA_HARNESS_UTIL_H
+#define MHA_HARNESS_UTIL_H
+
+#include <stdint.h>
+#include "mha.h"
+
+#define EXIT_CHECK_FAILED 1
+#define EXIT_USAGE 2
+
+/* Prints "mhabench: <msg>\n" to stderr. */
+void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Parses a whole decimal integer in [lo, hi]; on failure prints a message
+ * naming the option and value and returns 0. */
+int parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
+int parse_float(const char *opt, const char *s, float *out);
+/* Comma list of integers in [lo, hi], at most max entries. Returns the count, or -1. */
+int parse_i64_list(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out, int max);
+
+/* Finds a kernel by name ("auto" is not handled here), checks it runs on this
+ * CPU; prints a message and returns NULL otherwise. */
+const mha_kernel *lookup_kernel(const char *name);
+
+/* Checks MHA_ISA; prints a message and returns 0 if it is malformed. */
+int check_isa_env(void);
+
+#endif

@@ -1,0 +1,160 @@
+/* mha.h - the public API of mhabench's multi-head attention kernels.
+ * One problem description, strided tensor views, one kernel signature behind a
+ * registry, caller-provided workspace, and the full MHA layer built on top. */
+#ifndef MHA_H
+#define MHA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status ------------------------------------------------------------ */
+typedef enum {
+    MHA_OK = 0,
+    MHA_EINVAL = 1,       /* invalid argument (bad dims, mismatched shapes, NULL, ...) */
+    MHA_EUNSUPPORTED = 2, /* the kernel's ISA is not available on this CPU / under MHA_ISA */
+    MHA_ENOMEM = 3,       /* out of memory, or a size whose byte count overflows */
+    MHA_EIO = 4,          /* I/O error reading or writing a file */
+    MHA_EFORMAT = 5,      /* malformed file (bad .npy header, bad JSON, ...) */
+} mha_status;
+
+/* Short generic text for a status ("invalid argument"). */
+const char *mha_status_str(mha_status s);
+/* The detailed message of the last failing call on this thread, naming the
+ * bad value ("problem.seq_q = 0: must be >= 1"). Empty when none. */
+const char *mha_last_error(void);
+
+/* ---- instruction sets ---------------------------------------------------- */
+typedef enum { MHA_ISA_SCALAR = 0, MHA_ISA_AVX2 = 1, MHA_ISA_AVX512 = 2 } mha_isa;
+#define MHA_ISA_COUNT 3
+
+const char *mha_isa_name(mha_isa isa); /* "scalar", "avx2", "avx512" */
+mha_status mha_isa_parse(const char *s, mha_isa *out);
+mha_isa mha_isa_detected(void); /* best ISA the CPU + OS support */
+/* The active level: min(detected, MHA_ISA cap). A malformed MHA_ISA value caps
+ * to scalar (the safe choice) and mha_isa_env_status() reports it. */
+mha_isa mha_isa_active(void);
+mha_status mha_isa_env_status(void);
+
+/* ---- problem and tensors --------------------------------------------------- */
+typedef struct {
+    int64_t batch;
+    int64_t heads;    /* query heads */
+    int64_t kv_heads; /* divides heads; query head h uses KV head h / (heads / kv_heads) */
+    int64_t seq_q;
+    int64_t seq_kv;
+    int64_t head_dim;
+    int causal;  /* bottom-right aligned: query i sees key j iff j <= i + (seq_kv - seq_q) */
+    float scale; /* 0 means 1/sqrt(head_dim) */
+} mha_problem;
+
+/* A strided 4-D view [batch][head][seq][head_dim]; head_dim is contiguous and
+ * the strides are in elements. [B,H,N,d] and [B,N,H*d] are both views. */
+typedef struct {
+    const float *data;
+    int64_t stride_b, stride_h, stride_n;
+} mha_tensor;
+
+typedef struct {
+    float *data;
+    int64_t stride_b, stride_h, stride_n;
+} mha_tensor_mut;
+
+/* Contiguous [B,H,N,d] and interleaved [B,N,H,d] (= [B,N,H*d]) views. */
+mha_tensor mha_view_bhnd(const float *data, int64_t heads, int64_t seq, int64_t head_dim);
+mha_tensor mha_view_bnhd(const float *data, int64_t heads, int64_t seq, int64_t head_dim);
+mha_tensor_mut mha_view_bhnd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim);
+mha_tensor_mut mha_view_bnhd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim);
+
+/* Effective scale (resolves scale == 0). */
+float mha_problem_scale(const mha_problem *p);
+/* Rejects dims <= 0, kv_heads not dividing heads, non-finite scale and element
+ * or byte counts that overflow. */
+mha_status mha_problem_validate(const mha_problem *p);
+/* FLOPs by the DESIGN convention: 4*d per (query, key) pair the mask allows. */
+double mha_problem_flops(const mha_problem *p);
+
+/* ---- options ----------------------------------------------------------------- */
+typedef enum { MHA_SPLIT_AUTO = 0, MHA_SPLIT_HEADS = 1, MHA_SPLIT_QBLOCKS = 2 } mha_split;
+
+typedef struct {
+    int threads;  /* 0 = all cores */
+    int block_q;  /* 0 = tuned or default */
+    int block_kv; /* 0 = tuned or default */
+    int split;    /* mha_split; 0 = kernel's choice */
+} mha_options;
+
+/* Threads a call will use: options->threads, or every processor when 0. */
+int mha_resolve_threads(const mha_options *o);
+
+/* ---- kernels ------------------------------------------------------------------ */
+typedef struct mha_kernel mha_kernel;
+
+int mha_kernel_count(void);
+const mha_kernel *mha_kernel_at(int index);
+const mha_kernel *mha_kernel_find(const char *name);   /* NULL (and last_error) if unknown */
+const char *mha_kernel_name(const mha_kernel *k);      /* "flash.avx512" */
+const char *mha_kernel_algorithm(const mha_kernel *k); /* "flash" */
+mha_isa mha_kernel_isa(const mha_kernel *k);
+const char *mha_kernel_summary(const mha_kernel *k);
+/* MHA_OK if the kernel runs here (its ISA <= mha_isa_active()), else
+ * MHA_EUNSUPPORTED with a message naming the missing ISA. */
+mha_status mha_kernel_supported(const mha_kernel *k);
+
+#define MHA_WORKSPACE_ALIGN 64
+/* Bytes of workspace a call needs (0 is possible). */
+mha_status mha_workspace_size(const mha_kernel *k, const mha_problem *p, const mha_options *o,
+                              size_t *bytes);
+/* 64-byte aligned allocation for workspace; NULL on failure. Free with mha_free. */
+void *mha_alloc(size_t bytes);
+void mha_free(void *ptr);
+
+/* The attention core: out = softmax(scale * q k^T + mask) v per (batch, head).
+ * q: [B,H,Nq,d], k/v: [B,kv_heads,Nkv,d], out: [B,H,Nq,d], all as views.
+ * workspace: MHA_WORKSPACE_ALIGN aligned, at least mha_workspace_size bytes.
+ * Never allocates, prints or locks. */
+mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
+                      const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
+                      const mha_tensor_mut *out, void *workspace, size_t workspace_size);
+
+/* The float64 oracle: the same math in double, never optimised. out is a
+ * contiguous [B,H,Nq,d] double array. Allocates its own scratch. */
+mha_status mha_reference(const mha_problem *p, const mha_tensor *q, const mha_tensor *k,
+                         const mha_tensor *v, double *out);
+
+/* ---- the full layer ------------------------------------------------------------- */
+/* nn.Linear layout: weight [out_features, in_features], y = x W^T + b.
+ * w_q, w_o: [d_model, d_model]; w_k, w_v: [kv_heads * head_dim, d_model] with
+ * head_dim = d_model / heads. Biases may be NULL. */
+typedef struct {
+    int64_t d_model;
+    int64_t heads;
+    int64_t kv_heads; /* 0 means heads */
+    const float *w_q, *w_k, *w_v, *w_o;
+    const float *b_q, *b_k, *b_v, *b_o;
+} mha_layer;
+
+typedef struct {
+    int64_t batch, seq_q, seq_kv;
+    int causal;
+    float scale; /* 0 = 1/sqrt(head_dim) */
+} mha_layer_shape;
+
+mha_status mha_forward_workspace_size(const mha_kernel *k, const mha_layer *L,
+                                      const mha_layer_shape *s, const mha_options *o,
+                                      size_t *bytes);
+/* query [B,Nq,d_model]; key, value [B,Nkv,d_model] (may be the same pointer as
+ * query for self-attention); out [B,Nq,d_model]. */
+mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_shape *s,
+                       const mha_options *o, const float *query, const float *key,
+                       const float *value, float *out, void *workspace, size_t workspace_size);
+/* FLOPs of the layer: attention core plus 2*B*(Nq + 2*Nkv + Nq)*d_model^2. */
+double mha_forward_flops(const mha_layer *L, const mha_layer_shape *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

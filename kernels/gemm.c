@@ -1,0 +1,142 @@
+/* gemm.c - the register-blocked GEMM micro-kernel (MHA_MR rows x MHA_NV
+ * vectors held in registers, accumulating over k), its driver, the packing
+ * helper, and the layer's linear projection built on them. Compiled per ISA. */
+#include <omp.h>
+#include <string.h>
+
+#include "ukernels.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* One R x NV tile; R and NV are compile-time constants at every call site, so
+ * the accumulator array lives in registers. */
+ALWAYS_INLINE void tile(const int R, const int NV, int64_t ncols, int64_t kc, const float *a,
+                        int64_t a_rs, int64_t a_ks, const float *b, int64_t ldb, float *c,
+                        int64_t ldc, int init, const float *colvec) {
+    vf acc[6][4];
+    const int tail = (int)(ncols - (int64_t)(NV - 1) * VW); /* lanes in the last vector */
+    if (init == MHA_INIT_ZERO) {
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < NV; v++) acc[r][v] = vzero();
+    } else if (init == MHA_INIT_BIAS) {
+        for (int v = 0; v < NV; v++) {
+            const vf bv = v < NV - 1 ? vloadu(colvec + v * VW) : vloadu_n(colvec + v * VW, tail);
+            for (int r = 0; r < R; r++) acc[r][v] = bv;
+        }
+    } else {
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < NV; v++)
+                acc[r][v] = v < NV - 1 ? vloadu(c + r * ldc + v * VW)
+                                       : vloadu_n(c + r * ldc + v * VW, tail);
+        if (init == MHA_INIT_SCALE) {
+            for (int v = 0; v < NV; v++) {
+                const vf s = v < NV - 1 ? vloadu(colvec + v * VW) : vloadu_n(colvec + v * VW, tail);
+                for (int r = 0; r < R; r++) acc[r][v] = vmul(acc[r][v], s);
+            }
+        }
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        vf bv[4];
+        for (int v = 0; v < NV; v++) bv[v] = vloadu(b + k * ldb + v * VW);
+        for (int r = 0; r < R; r++) {
+            const vf ar = vset1(a[r * a_rs + k * a_ks]);
+            for (int v = 0; v < NV; v++) acc[r][v] = vfma(ar, bv[v], acc[r][v]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        for (int v = 0; v < NV - 1; v++) vstoreu(c + r * ldc + v * VW, acc[r][v]);
+        if (tail == VW)
+            vstoreu(c + r * ldc + (NV - 1) * VW, acc[r][NV - 1]);
+        else
+            vstoreu_n(c + r * ldc + (NV - 1) * VW, acc[r][NV - 1], tail);
+    }
+}
+
+#define TILE_ARGS ncols, kc, a, a_rs, a_ks, b, ldb, c, ldc, init, colvec
+#define T(R, N)                                                                                    \
+    case (R)*8 + (N):                                                                              \
+        tile(R, N, TILE_ARGS);                                                                     \
+        return;
+#define ROW_CASES(R) T(R, 1) T(R, 2) T(R, 3) T(R, 4)
+
+static void tile_dispatch(int rows, int nv, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
+                          int64_t a_ks, const float *b, int64_t ldb, float *c, int64_t ldc,
+                          int init, const float *colvec) {
+    switch (rows * 8 + nv) {
+        ROW_CASES(1)
+        ROW_CASES(2)
+        ROW_CASES(3)
+        ROW_CASES(4)
+#if MHA_MR >= 5
+        ROW_CASES(5)
+#endif
+#if MHA_MR >= 6
+        ROW_CASES(6)
+#endif
+    default:
+        break;
+    }
+}
+
+void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
+                   int64_t a_ks, const float *b, int64_t ldb, float *c, int64_t ldc, int init,
+                   const float *colvec) {
+    for (int64_t j0 = 0; j0 < ncols; j0 += MHA_NR) {
+        const int64_t nc = ncols - j0 < MHA_NR ? ncols - j0 : MHA_NR;
+        const int nv = (int)((nc + VW - 1) / VW);
+        const float *cv = colvec ? colvec + j0 : NULL;
+        for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
+            const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
+            tile_dispatch(r, nv, nc, kc, a + r0 * a_rs, a_rs, a_ks, b + j0, ldb, c + r0 * ldc + j0,
+                          ldc, init, cv);
+        }
+    }
+}
+
+void MHA_SYM(pack_transpose)(int64_t n, int64_t d, const float *src, int64_t ld, float scale,
+                             float *dst, int64_t ldd) {
+    for (int64_t c = 0; c < d; c++) {
+        float *row = dst + c * ldd;
+        for (int64_t i = 0; i < n; i++) row[i] = src[i * ld + c] * scale;
+        for (int64_t i = n; i < ldd; i++) row[i] = 0.0f;
+    }
+}
+
+/* The linear layer packs W^T in panels of MHA_NR output features: panel p is
+ * [K][MHA_NR] contiguous, zero padded past N. */
+size_t MHA_SYM(linear_pack_floats)(int64_t N, int64_t K) {
+    const int64_t panels = (N + MHA_NR - 1) / MHA_NR;
+    return (size_t)panels * (size_t)K * MHA_NR;
+}
+
+enum { LINEAR_ROWS = 8 * MHA_MR }; /* rows of X per task: B panel reused from L1/L2 */
+
+void MHA_SYM(linear)(int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx, const float *w,
+                     int64_t ldw, const float *bias, float *y, int64_t ldy, float *pack,
+                     int threads) {
+    const int64_t panels = (N + MHA_NR - 1) / MHA_NR;
+    const int64_t row_tasks = (M + LINEAR_ROWS - 1) / LINEAR_ROWS;
+#pragma omp parallel num_threads(threads)
+    {
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < panels; p++) {
+            float *dst = pack + p * K * MHA_NR;
+            const int64_t n0 = p * MHA_NR, nn = N - n0 < MHA_NR ? N - n0 : MHA_NR;
+            for (int64_t k = 0; k < K; k++) {
+                for (int64_t j = 0; j < nn; j++) dst[k * MHA_NR + j] = w[(n0 + j) * ldw + k];
+                for (int64_t j = nn; j < MHA_NR; j++) dst[k * MHA_NR + j] = 0.0f;
+            }
+        }
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t rt = 0; rt < row_tasks; rt++) {
+            for (int64_t p = 0; p < panels; p++) {
+                const int64_t m0 = rt * LINEAR_ROWS;
+                const int64_t mm = M - m0 < LINEAR_ROWS ? M - m0 : LINEAR_ROWS;
+                const int64_t n0 = p * MHA_NR, nn = N - n0 < MHA_NR ? N - n0 : MHA_NR;
+                MHA_SYM(gemm)
+                (mm, nn, K, x + m0 * ldx, ldx, 1, pack + p * K * MHA_NR, MHA_NR, y + m0 * ldy + n0,
+                 ldy, bias ? MHA_INIT_BIAS : MHA_INIT_ZERO, bias ? bias + n0 : NULL);
+            }
+        }
+    }
+}

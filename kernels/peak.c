@@ -1,0 +1,144 @@
+/* peak.c - the FP32 multiply-add peak loop, compiled once per ISA (see
+ * isa_sources in meson.build). harness/machine.c times it to report each ISA's
+ * measured single-thread peak next to the nominal 2 pipes x lanes x 2 FLOP.
+ *
+ * The loop is inline asm so the compiler can neither fold nor drop it, and the
+ * instruction mix is exactly what we count. Each accumulator is one dependency
+ * chain acc = acc * 1 + 2^-24 starting at 1: 1 + 2^-24 is a tie that rounds
+ * back to 1, so the values stay exactly 1 (normal, no denormal slow path, no
+ * overflow) however long the loop runs, while the hardware does the full work. */
+#include <stdint.h>
+
+#include "isa.h"
+#include "peak.h"
+
+/* Where the reduced accumulators go, so the chains' results are consumed. */
+static volatile float peak_sink;
+
+/* The accumulators are pinned to named registers (declared clobbered) rather
+ * than passed as operands: GCC allows at most 30 asm operands and each "+"
+ * operand counts twice. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+#if defined(MHA_BUILD_AVX512)
+
+/* 16 chains of 512-bit FMAs in zmm0-15, m and c in zmm16/17: 2 pipes x
+ * 4-cycle latency needs >= 8 in flight; 16 covers a 5-6 cycle latency
+ * (Intel server parts) and keeps the loop branch a small share. */
+#define PEAK_ACCS 16
+#define PEAK_LANES 16
+#define FMA1(i) "vfmadd213ps %%zmm17, %%zmm16, %%zmm" STR(i) "\n\t"
+#define MOV1(i) "vmovaps %%zmm0, %%zmm" STR(i) "\n\t"
+#define ADD1(d, s) "vaddps %%zmm" STR(s) ", %%zmm" STR(d) ", %%zmm" STR(d) "\n\t"
+
+double MHA_SYM(fma_peak_loop)(int64_t iters) {
+    if (iters <= 0) return 0.0;
+    const float one = 1.0f, c = 0x1p-24f;
+    float out[16];
+    int64_t n = iters;
+    __asm__ __volatile__(
+        "vbroadcastss %[one], %%zmm0\n\t"
+        "vbroadcastss %[one], %%zmm16\n\t"
+        "vbroadcastss %[c], %%zmm17\n\t" MOV1(1) MOV1(2) MOV1(3) MOV1(4) MOV1(5) MOV1(6) MOV1(7)
+            MOV1(8) MOV1(9) MOV1(10) MOV1(11) MOV1(12) MOV1(13) MOV1(14)
+                MOV1(15) ".p2align 5\n"
+                         "1:\n\t" FMA1(0) FMA1(1) FMA1(2) FMA1(3) FMA1(4) FMA1(5) FMA1(6) FMA1(7)
+                             FMA1(8) FMA1(9) FMA1(10) FMA1(11) FMA1(12) FMA1(13) FMA1(14)
+                                 FMA1(15) "dec %[n]\n\t"
+                                          "jnz 1b\n\t" ADD1(0, 8) ADD1(1, 9) ADD1(2, 10) ADD1(3, 11)
+                                              ADD1(4, 12) ADD1(5, 13) ADD1(6, 14) ADD1(7, 15)
+                                                  ADD1(0, 4) ADD1(1, 5) ADD1(2, 6) ADD1(3, 7)
+                                                      ADD1(0, 2) ADD1(1, 3)
+                                                          ADD1(0, 1) "vmovups %%zmm0, %[out]\n\t"
+                                                                     "vzeroupper\n\t"
+        : [n] "+r"(n), [out] "=m"(out)
+        : [one] "m"(one), [c] "m"(c)
+        : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+          "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17");
+    float s = 0.0f;
+    for (int i = 0; i < 16; i++) s += out[i];
+    peak_sink = s;
+    return (double)iters * PEAK_ACCS * PEAK_LANES * 2.0;
+}
+
+#elif defined(MHA_BUILD_AVX2)
+
+/* 12 chains of 256-bit FMAs in ymm0-11 (>= 2 pipes x 4-5 cycles), m and c in
+ * ymm12/13. */
+#define PEAK_ACCS 12
+#define PEAK_LANES 8
+#define FMA1(i) "vfmadd213ps %%ymm13, %%ymm12, %%ymm" STR(i) "\n\t"
+#define MOV1(i) "vmovaps %%ymm0, %%ymm" STR(i) "\n\t"
+#define ADD1(d, s) "vaddps %%ymm" STR(s) ", %%ymm" STR(d) ", %%ymm" STR(d) "\n\t"
+
+double MHA_SYM(fma_peak_loop)(int64_t iters) {
+    if (iters <= 0) return 0.0;
+    const float one = 1.0f, c = 0x1p-24f;
+    float out[8];
+    int64_t n = iters;
+    __asm__ __volatile__(
+        "vbroadcastss %[one], %%ymm0\n\t"
+        "vbroadcastss %[one], %%ymm12\n\t"
+        "vbroadcastss %[c], %%ymm13\n\t" MOV1(1) MOV1(2) MOV1(3) MOV1(4) MOV1(5) MOV1(6) MOV1(7)
+            MOV1(8) MOV1(9) MOV1(10)
+                MOV1(11) ".p2align 5\n"
+                         "1:\n\t" FMA1(0) FMA1(1) FMA1(2) FMA1(3) FMA1(4) FMA1(5) FMA1(6) FMA1(7)
+                             FMA1(8) FMA1(9) FMA1(10)
+                                 FMA1(11) "dec %[n]\n\t"
+                                          "jnz 1b\n\t" ADD1(0, 6) ADD1(1, 7) ADD1(2, 8) ADD1(3, 9)
+                                              ADD1(4, 10) ADD1(5, 11) ADD1(0, 3) ADD1(1, 4)
+                                                  ADD1(2, 5) ADD1(0, 1)
+                                                      ADD1(0, 2) "vmovups %%ymm0, %[out]\n\t"
+                                                                 "vzeroupper\n\t"
+        : [n] "+r"(n), [out] "=m"(out)
+        : [one] "m"(one), [c] "m"(c)
+        : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+          "xmm10", "xmm11", "xmm12", "xmm13");
+    float s = 0.0f;
+    for (int i = 0; i < 8; i++) s += out[i];
+    peak_sink = s;
+    return (double)iters * PEAK_ACCS * PEAK_LANES * 2.0;
+}
+
+#elif defined(MHA_BUILD_SCALAR)
+
+/* Baseline x86-64 has no FMA instruction: each chain is mulss then addss in
+ * xmm0-13, m and c in xmm14/15. A chain's latency is mul + add (about 3 + 3
+ * cycles) and the core issues two of each per cycle, so >= 12 chains keep
+ * both pairs of pipes busy. */
+#define PEAK_ACCS 14
+#define MULADD1(i)                                                                                 \
+    "mulss %%xmm14, %%xmm" STR(i) "\n\t"                                                           \
+                                  "addss %%xmm15, %%xmm" STR(i) "\n\t"
+#define MOV1(i) "movaps %%xmm0, %%xmm" STR(i) "\n\t"
+#define ADD1(d, s) "addss %%xmm" STR(s) ", %%xmm" STR(d) "\n\t"
+
+double MHA_SYM(fma_peak_loop)(int64_t iters) {
+    if (iters <= 0) return 0.0;
+    const float one = 1.0f, c = 0x1p-24f;
+    float out;
+    int64_t n = iters;
+    __asm__ __volatile__(
+        "movss %[one], %%xmm0\n\t"
+        "movss %[one], %%xmm14\n\t"
+        "movss %[c], %%xmm15\n\t" MOV1(1) MOV1(2) MOV1(3) MOV1(4) MOV1(5) MOV1(6) MOV1(7) MOV1(8)
+            MOV1(9) MOV1(10) MOV1(11) MOV1(12)
+                MOV1(13) ".p2align 5\n"
+                         "1:\n\t" MULADD1(0) MULADD1(1) MULADD1(2) MULADD1(3) MULADD1(4) MULADD1(5)
+                             MULADD1(6) MULADD1(7) MULADD1(8) MULADD1(9) MULADD1(10) MULADD1(11)
+                                 MULADD1(12) MULADD1(
+                                     13) "dec %[n]\n\t"
+                                         "jnz 1b\n\t" ADD1(0, 7) ADD1(1, 8) ADD1(2, 9) ADD1(3, 10)
+                                             ADD1(4, 11) ADD1(5, 12) ADD1(6, 13) ADD1(0, 4)
+                                                 ADD1(1, 5) ADD1(2, 6) ADD1(0, 3) ADD1(1, 2)
+                                                     ADD1(0, 1) "movss %%xmm0, %[out]\n\t"
+        : [n] "+r"(n), [out] "=m"(out)
+        : [one] "m"(one), [c] "m"(c)
+        : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+          "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+    peak_sink = out;
+    return (double)iters * PEAK_ACCS * 2.0;
+}
+
+#endif

@@ -1,0 +1,71 @@
+/* softmax.c - the softmax micro-kernels on transposed score blocks S^T[key][query]:
+ * every query is a lane, so row max / exp-and-sum / rescale are lane-wise.
+ * Scores arrive in log2 units (scale * log2(e) folded into Q), hence exp2. */
+#include <math.h>
+
+#include "ukernels.h"
+
+int MHA_SYM(softmax_online)(int64_t bk, int64_t ncols, float *s, int64_t ld, float *m, float *l,
+                            float *alpha) {
+    const vf ninf = vset1(-INFINITY), one = vset1(1.0f), zero = vzero();
+    int changed = 0;
+    for (int64_t i = 0; i < ncols; i += VW) {
+        vf mx = ninf;
+        for (int64_t j = 0; j < bk; j++) mx = vmax(mx, vload(s + j * ld + i));
+        const vf m_old = vload(m + i);
+        const vf m_new = vmax(m_old, mx);
+        /* A column with nothing visible yet keeps m = -inf; subtract 0 there so
+         * 2^(-inf - 0) = 0 instead of 2^(-inf + inf) = NaN. */
+        const vf m_use = vselect_eq(m_new, ninf, zero, m_new);
+        const vf a = vexp2(vsub(m_old, m_use));
+        vf sum = zero;
+        for (int64_t j = 0; j < bk; j++) {
+            const vf p = vexp2(vsub(vload(s + j * ld + i), m_use));
+            vstore(s + j * ld + i, p);
+            sum = vadd(sum, p);
+        }
+        vstore(l + i, vfma(vload(l + i), a, sum));
+        vstore(m + i, m_new);
+        vstore(alpha + i, a);
+        changed |= vany_ne(a, one);
+    }
+    return changed;
+}
+
+void MHA_SYM(softmax_columns)(int64_t n, int64_t ncols, float *s, int64_t ld, float *m, float *l) {
+    const vf ninf = vset1(-INFINITY), zero = vzero();
+    for (int64_t i = 0; i < ncols; i += VW) {
+        vf mx = ninf;
+        for (int64_t j = 0; j < n; j++) mx = vmax(mx, vload(s + j * ld + i));
+        const vf m_use = vselect_eq(mx, ninf, zero, mx);
+        vf sum = zero;
+        for (int64_t j = 0; j < n; j++) {
+            const vf p = vexp2(vsub(vload(s + j * ld + i), m_use));
+            vstore(s + j * ld + i, p);
+            sum = vadd(sum, p);
+        }
+        vstore(m + i, mx);
+        vstore(l + i, sum);
+    }
+}
+
+void MHA_SYM(store_normalized)(int64_t n, int64_t d, const float *ot, int64_t ldo, const float *l,
+                               float *out, int64_t out_rs) {
+    for (int64_t i = 0; i < n; i++) {
+        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f; /* no visible key: zeros */
+        float *o = out + i * out_rs;
+        for (int64_t c = 0; c < d; c++) o[c] = ot[c * ldo + i] * inv;
+    }
+}
+
+void MHA_SYM(vexp_array)(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) vstoreu(y + i, vexp(vloadu(x + i)));
+    if (i < n) vstoreu_n(y + i, vexp(vloadu_n(x + i, (int)(n - i))), (int)(n - i));
+}
+
+void MHA_SYM(vexp2_array)(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) vstoreu(y + i, vexp2(vloadu(x + i)));
+    if (i < n) vstoreu_n(y + i, vexp2(vloadu_n(x + i, (int)(n - i))), (int)(n - i));
+}

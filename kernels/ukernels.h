@@ -1,0 +1,60 @@
+/* ukernels.h - the micro-kernels every algorithm is built from, declared for
+ * the ISA of the including translation unit (MHA_SYM adds the suffix).
+ * Layout idea: the "B" operand is packed with its columns along the vector
+ * lanes ([k][cols], row stride ldb, a multiple of VW, padding readable); the
+ * "A" operand is read element by element (broadcast), so any strides work.
+ * For attention the columns are query rows: S^T = K Q^T and O^T = V^T P^T,
+ * which makes the softmax a lane-wise operation with no horizontal reduction. */
+#ifndef MHA_KERNELS_UKERNELS_H
+#define MHA_KERNELS_UKERNELS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vec.h"
+
+enum {
+    MHA_INIT_ZERO = 0,  /* C  = A B */
+    MHA_INIT_ACC = 1,   /* C += A B */
+    MHA_INIT_SCALE = 2, /* C  = C * colvec + A B   (flash rescale fused into P V) */
+    MHA_INIT_BIAS = 3,  /* C  = colvec + A B       (linear layer bias) */
+};
+
+/* C[r][0:ncols] for r < rows (row stride ldc), computed over k < kc with
+ * A(r,k) = a[r*a_rs + k*a_ks] and B(k, col) = b[k*ldb + col].
+ * B must be readable for ceil(ncols/VW)*VW columns; C is written for exactly
+ * ncols columns (masked tail). Any rows / ncols >= 1 are accepted. */
+void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
+                   int64_t a_ks, const float *b, int64_t ldb, float *c, int64_t ldc, int init,
+                   const float *colvec);
+
+/* Y[M,N] = X[M,K] W^T + bias with W in nn.Linear layout [N][K] (row stride
+ * ldw); pack holds linear_pack_floats(N,K) floats. OpenMP over tiles. */
+void MHA_SYM(linear)(int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx, const float *w,
+                     int64_t ldw, const float *bias, float *y, int64_t ldy, float *pack,
+                     int threads);
+size_t MHA_SYM(linear_pack_floats)(int64_t N, int64_t K);
+
+/* Packs rows [0,n) of a strided row-major matrix (n x d, row stride ld)
+ * transposed and scaled into dst[c][i] (row stride ldd >= n, multiple of VW);
+ * columns n..ldd-1 are zeroed. */
+void MHA_SYM(pack_transpose)(int64_t n, int64_t d, const float *src, int64_t ld, float scale,
+                             float *dst, int64_t ldd);
+
+/* Online-softmax step on a score block S^T[bk][ld] (already in log2 units) for
+ * columns [0, ncols) (ncols multiple of VW, <= ld): updates the running max m
+ * and sum l, overwrites S^T with P^T = 2^(S - m_new) and writes the rescale
+ * factor alpha = 2^(m_old - m_new). Returns nonzero if any alpha != 1. */
+int MHA_SYM(softmax_online)(int64_t bk, int64_t ncols, float *s, int64_t ld, float *m, float *l,
+                            float *alpha);
+/* Two-pass softmax numerator on S^T[n][ld] columns [0,ncols): m = column max,
+ * S^T = 2^(S^T - m), l = column sums. (Normalisation happens on output.) */
+void MHA_SYM(softmax_columns)(int64_t n, int64_t ncols, float *s, int64_t ld, float *m, float *l);
+
+/* out[i][c] = O^T[c][i] / l[i] for i < n, c < d (0 where l[i] == 0). */
+void MHA_SYM(store_normalized)(int64_t n, int64_t d, const float *ot, int64_t ldo, const float *l,
+                               float *out, int64_t out_rs);
+
+/* Vector exp / exp2 over arrays (tests measure their accuracy). */
+void MHA_SYM(vexp_array)(const float *x, float *y, int64_t n);
+void MHA_SYM(vexp2_array)(const float *x, float *y, int64_t n);
+#endif

@@ -1,0 +1,115 @@
+/* vec_avx2.h - the vector layer on AVX2 + FMA (8 float lanes, ymm).
+ * Same names as vec_avx512.h / vec_scalar.h. Masked tails use vmaskmov with a
+ * lane-count mask; no access ever touches memory past lane n. */
+#ifndef MHA_VEC_AVX2_H
+#define MHA_VEC_AVX2_H
+#include <immintrin.h>
+
+#define VW 8
+#define MHA_MR 4 /* 4x3 = 12 accumulators + 3 loads + 1 broadcast = 16 ymm */
+#define MHA_NV 3
+typedef __m256 vf;
+
+static inline vf vzero(void) {
+    return _mm256_setzero_ps();
+}
+static inline vf vset1(float x) {
+    return _mm256_set1_ps(x);
+}
+static inline vf vload(const float *p) {
+    return _mm256_load_ps(p);
+}
+static inline vf vloadu(const float *p) {
+    return _mm256_loadu_ps(p);
+}
+static inline void vstore(float *p, vf v) {
+    _mm256_store_ps(p, v);
+}
+static inline void vstoreu(float *p, vf v) {
+    _mm256_storeu_ps(p, v);
+}
+static inline __m256i vmask_n(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline vf vloadu_n(const float *p, int n) {
+    return _mm256_maskload_ps(p, vmask_n(n));
+}
+static inline void vstoreu_n(float *p, vf v, int n) {
+    _mm256_maskstore_ps(p, vmask_n(n), v);
+}
+static inline vf vfma(vf a, vf b, vf c) {
+    return _mm256_fmadd_ps(a, b, c);
+}
+static inline vf vmul(vf a, vf b) {
+    return _mm256_mul_ps(a, b);
+}
+static inline vf vadd(vf a, vf b) {
+    return _mm256_add_ps(a, b);
+}
+static inline vf vsub(vf a, vf b) {
+    return _mm256_sub_ps(a, b);
+}
+static inline vf vmax(vf a, vf b) {
+    return _mm256_max_ps(a, b);
+}
+static inline float vhsum(vf a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+static inline float vhmax(vf a) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+static inline vf vselect_eq(vf a, vf b, vf x, vf y) {
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_EQ_OQ));
+}
+static inline int vany_ne(vf a, vf b) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_NEQ_UQ)) != 0;
+}
+
+/* 2^n for integer-valued n in [-127, 127] (float); n = -127 gives +0. */
+static inline vf vpow2i(vf n) {
+    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+}
+
+/* 2^x: same polynomial as vec_avx512.h; x clamped to [-127, 127]; results
+ * below 2^-126.5 flush to 0 (so -inf gives exactly 0). */
+static inline vf vexp2(vf x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f));
+    x = _mm256_min_ps(x, _mm256_set1_ps(127.0f));
+    const vf n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const vf f = _mm256_sub_ps(x, n);
+    vf p = _mm256_set1_ps(1.535336188319500e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    return _mm256_mul_ps(p, vpow2i(n));
+}
+
+/* e^x, Cody-Waite + degree-7 polynomial as in vec_avx512.h; x < -88.5 -> 0. */
+static inline vf vexp(vf x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-88.5f));
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
+    vf n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vf r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    n = _mm256_max_ps(n, _mm256_set1_ps(-127.0f));
+    vf p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    return _mm256_mul_ps(p, vpow2i(n));
+}
+#endif

@@ -1,0 +1,104 @@
+/* vec_avx512.h - the vector layer on AVX-512F (16 float lanes, zmm).
+ * Same names in vec_avx2.h and vec_scalar.h; the algorithms in variants/ are
+ * written once against them. exp2 polynomial accuracy: see tests/test_vec.c. */
+#ifndef MHA_VEC_AVX512_H
+#define MHA_VEC_AVX512_H
+#include <immintrin.h>
+
+#define VW 16    /* lanes */
+#define MHA_MR 6 /* micro-tile rows (broadcast operand) */
+#define MHA_NV 4 /* micro-tile vectors (loaded operand): 6x4 = 24 of 32 zmm accumulate */
+typedef __m512 vf;
+
+static inline vf vzero(void) {
+    return _mm512_setzero_ps();
+}
+static inline vf vset1(float x) {
+    return _mm512_set1_ps(x);
+}
+static inline vf vload(const float *p) {
+    return _mm512_load_ps(p);
+}
+static inline vf vloadu(const float *p) {
+    return _mm512_loadu_ps(p);
+}
+static inline void vstore(float *p, vf v) {
+    _mm512_store_ps(p, v);
+}
+static inline void vstoreu(float *p, vf v) {
+    _mm512_storeu_ps(p, v);
+}
+/* First n lanes (0 <= n <= VW); the others read as 0 and are never touched. */
+static inline vf vloadu_n(const float *p, int n) {
+    return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
+}
+static inline void vstoreu_n(float *p, vf v, int n) {
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v);
+}
+static inline vf vfma(vf a, vf b, vf c) {
+    return _mm512_fmadd_ps(a, b, c);
+}
+static inline vf vmul(vf a, vf b) {
+    return _mm512_mul_ps(a, b);
+}
+static inline vf vadd(vf a, vf b) {
+    return _mm512_add_ps(a, b);
+}
+static inline vf vsub(vf a, vf b) {
+    return _mm512_sub_ps(a, b);
+}
+static inline vf vmax(vf a, vf b) {
+    return _mm512_max_ps(a, b);
+}
+static inline float vhsum(vf a) {
+    return _mm512_reduce_add_ps(a);
+}
+static inline float vhmax(vf a) {
+    return _mm512_reduce_max_ps(a);
+}
+/* Lanes where a == b take x, others y. */
+static inline vf vselect_eq(vf a, vf b, vf x, vf y) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ), y, x);
+}
+/* Nonzero if any lane of a differs from b. */
+static inline int vany_ne(vf a, vf b) {
+    return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ) != 0;
+}
+
+/* 2^x for x <= 128: x = n + f with n = round(x), |f| <= 1/2, 2^f by a degree-6
+ * polynomial (Cephes exp2f coefficients, rel. error ~1.7e-7), then scalef by
+ * 2^n. x is clamped at -200 so that -inf gives exactly 0. */
+static inline vf vexp2(vf x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));
+    x = _mm512_min_ps(x, _mm512_set1_ps(128.0f));
+    const vf n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const vf f = _mm512_sub_ps(x, n);
+    vf p = _mm512_set1_ps(1.535336188319500e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* e^x with Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, and a degree-7
+ * polynomial for e^r (Cephes expf coefficients); -inf (x < -120 clamped) gives 0. */
+static inline vf vexp(vf x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-120.0f));
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
+    const vf n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vf r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    vf p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+#endif

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# bootstrap.sh - installs the Debian 12 packages mhabench builds with (only
+# those missing; apt-get update only when something is), then configures and
+# builds the release build in ./build. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Build: meson, ninja, gcc/g++ (the Google Benchmark shim is C++), pkg-config.
+# Libraries: hwloc (topology, pinning), cmocka (unit tests), Google Benchmark
+# (sweeps), libgomp comes with gcc. python3-numpy/torch are only needed to
+# regenerate tests/data and are not installed here.
+packages=(meson ninja-build pkg-config gcc g++ libhwloc-dev libcmocka-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "bootstrap: installing ${missing[*]}"
+    $sudo apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [ -f build/build.ninja ]; then
+    meson setup --reconfigure build >/dev/null
+else
+    meson setup build --buildtype=release
+fi
+meson compile -C build

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# test.sh - sets up and runs every test: the unit tests natively and under
+# each MHA_ISA cap (tests for an ISA this CPU lacks skip), then the same
+# suite in an AddressSanitizer + UBSan build. Ends with "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+./scripts/bootstrap.sh || { echo "0 passed, 1 failed"; exit 1; }
+
+pass=0 fail=0 skip=0
+tally() { # adds meson test's summary counts from log $1
+    local ok f s t
+    ok=$(awk '/^Ok:/ {print $2}' "$1"); f=$(awk '/^Fail:/ {print $2}' "$1")
+    s=$(awk '/^Skipped:/ {print $2}' "$1"); t=$(awk '/^Timeout:/ {print $2}' "$1")
+    pass=$((pass + ${ok:-0})); fail=$((fail + ${f:-0} + ${t:-0})); skip=$((skip + ${s:-0}))
+    if [ -z "$ok" ]; then fail=$((fail + 1)); fi # meson itself failed
+}
+log=$(mktemp)
+for setup in native scalar avx2 avx512; do
+    echo "== meson test --setup $setup"
+    meson test -C build --setup "$setup" --print-errorlogs 2>&1 | tee "$log"
+    tally "$log"
+done
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
+if [ ! -f build-asan/build.ninja ]; then
+    meson setup build-asan --buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+fi
+if meson compile -C build-asan >"$log" 2>&1; then
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        meson test -C build-asan --print-errorlogs 2>&1 | tee "$log"
+    tally "$log"
+else
+    cat "$log"
+    fail=$((fail + 1))
+fi
+rm -f "$log"
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]

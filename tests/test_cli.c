@@ -1,0 +1,575 @@
+/* test_cli.c - the `mhabench attend` and `mhabench forward` command lines, run as a
+ * child process: PyTorch ground truth from tests/data (gen_torch.py) for every kernel
+ * `mhabench list` marks runnable, and malformed inputs that must exit 2 with one line. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "npy.h"
+
+extern char **environ;
+
+/* Outputs must match torch within this fraction of the largest |expected| (max abs
+ * error): float32 end to end on tiny shapes, so a few ulps of the output scale. */
+#define CLI_REL_TOL 1e-5
+
+#define MAX_KERNELS 64
+#define MAX_ARGS 40
+
+static const char *g_bench; /* $MHABENCH */
+static const char *g_data;  /* $MHA_TEST_DATA */
+static char g_tmp[256];     /* mkdtemp scratch */
+static char g_out[1024];    /* captured stdout of the last run */
+static char g_err[4096];    /* captured stderr of the last run */
+static char g_kernels[MAX_KERNELS][64];
+static int g_nkernels = -1; /* -1: `mhabench list` not run yet */
+
+static const char *const LAYER_CASES[] = {"self", "causal", "cross", "decode", "nobias"};
+static const char *const ATTN_CASES[] = {"attn_self", "attn_causal", "attn_cross", "attn_gqa",
+                                         "attn_decode"};
+
+/* ---- plumbing ------------------------------------------------------------------------ */
+
+static void rm_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
+            rm_tree(p);
+        else
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int setup(void **state) {
+    (void)state;
+    g_bench = getenv("MHABENCH");
+    g_data = getenv("MHA_TEST_DATA");
+    if (g_bench && !*g_bench) g_bench = NULL;
+    if (g_data && !*g_data) g_data = NULL;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_tmp, sizeof g_tmp, "%s/test_cli.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    return mkdtemp(g_tmp) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    rm_tree(g_tmp);
+    return 0;
+}
+
+/* Every test needs the binary; the data-driven ones also the data directory. */
+#define NEED_BENCH()                                                                               \
+    do {                                                                                           \
+        if (!g_bench) {                                                                            \
+            print_message("MHABENCH is not set: skipping (run through meson test)\n");             \
+            skip();                                                                                \
+        }                                                                                          \
+    } while (0)
+#define NEED_DATA()                                                                                \
+    do {                                                                                           \
+        NEED_BENCH();                                                                              \
+        if (!g_data) {                                                                             \
+            print_message("MHA_TEST_DATA is not set: skipping (run through meson test)\n");        \
+            skip();                                                                                \
+        }                                                                                          \
+    } while (0)
+
+static void slurp(const char *path, char *buf, size_t len) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+/* Runs mhabench with the NULL-terminated argument list (after argv[0]); captures
+ * stdout/stderr into g_out/g_err. Returns the exit status; a signal fails the test. */
+static int run_bench(const char *first, ...) {
+    const char *argv[MAX_ARGS + 2];
+    int n = 0;
+    argv[n++] = g_bench;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a; a = va_arg(ap, const char *)) {
+        assert_true(n < MAX_ARGS);
+        argv[n++] = a;
+    }
+    va_end(ap);
+    argv[n] = NULL;
+
+    char outp[512], errp[512];
+    snprintf(outp, sizeof outp, "%s/.stdout", g_tmp);
+    snprintf(errp, sizeof errp, "%s/.stderr", g_tmp);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int rc = posix_spawn(&pid, g_bench, &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) fail_msg("cannot run %s: %s", g_bench, strerror(rc));
+    int status;
+    while (waitpid(pid, &status, 0) < 0) assert_int_equal(errno, EINTR);
+    slurp(outp, g_out, sizeof g_out);
+    slurp(errp, g_err, sizeof g_err);
+    unlink(outp);
+    unlink(errp);
+    if (WIFSIGNALED(status)) {
+        print_message("stderr: %s\n", g_err);
+        fail_msg("%s %s died from signal %d", g_bench, first, WTERMSIG(status));
+    }
+    return WEXITSTATUS(status);
+}
+
+/* The kernels `mhabench list` marks runnable here: lines "<name> <algorithm> <isa>
+ * <yes|no> ..." after a header line starting with "kernel". */
+static void load_kernels(void) {
+    if (g_nkernels >= 0) return;
+    int rc = run_bench("list", NULL);
+    if (rc != 0) print_message("mhabench list: exit %d: %s\n", rc, g_err);
+    assert_int_equal(rc, 0);
+    g_nkernels = 0;
+    int header = 0;
+    for (char *line = strtok(g_out, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[64], alg[64], isa[64], yes[16];
+        if (!header) {
+            while (*line == ' ') line++;
+            header = strncmp(line, "kernel", 6) == 0;
+            continue;
+        }
+        if (sscanf(line, "%63s %63s %63s %15s", name, alg, isa, yes) != 4) continue;
+        if (strcmp(yes, "yes") == 0 && g_nkernels < MAX_KERNELS)
+            snprintf(g_kernels[g_nkernels++], sizeof g_kernels[0], "%s", name);
+    }
+    int naive = 0;
+    for (int i = 0; i < g_nkernels; i++) naive |= !strcmp(g_kernels[i], "naive");
+    if (!naive)
+        fail_msg("`mhabench list` does not mark 'naive' runnable (header seen: %d)", header);
+    print_message("runnable kernels:");
+    for (int i = 0; i < g_nkernels; i++) print_message(" %s", g_kernels[i]);
+    print_message("\n");
+}
+
+static void data_path(char *out, size_t len, const char *c, const char *name) {
+    snprintf(out, len, "%s/%s/%s.npy", g_data, c, name);
+}
+
+static void read_meta(const char *c, int *heads, int *causal, int *self_attn) {
+    char path[1024], buf[1024];
+    snprintf(path, sizeof path, "%s/%s/meta.json", g_data, c);
+    slurp(path, buf, sizeof buf);
+    const char *h = strstr(buf, "\"heads\":");
+    if (!h) fail_msg("%s: no \"heads\"", path);
+    *heads = atoi(h + 8);
+    *causal = strstr(buf, "\"causal\": true") != NULL;
+    *self_attn = strstr(buf, "\"self_attention\": true") != NULL;
+}
+
+static void load_npy(const char *path, npy_array *a) {
+    char err[512];
+    mha_status st = npy_read(path, a, err, sizeof err);
+    if (st != MHA_OK) fail_msg("%s", err);
+}
+
+/* Compares the output file with the expected one; returns the max abs error. */
+static double compare(const char *got_path, const char *want_path, const char *what) {
+    npy_array got, want;
+    load_npy(got_path, &got);
+    load_npy(want_path, &want);
+    assert_int_equal(got.ndim, want.ndim);
+    for (int i = 0; i < got.ndim; i++) assert_int_equal(got.shape[i], want.shape[i]);
+    double maxerr = 0, maxref = 0;
+    for (size_t i = 0; i < want.count; i++) {
+        double e = fabs((double)got.data[i] - (double)want.data[i]);
+        if (!(e <= maxerr)) maxerr = e; /* NaN propagates */
+        if (fabs(want.data[i]) > maxref) maxref = fabs(want.data[i]);
+    }
+    npy_free(&got);
+    npy_free(&want);
+    if (!(maxerr <= CLI_REL_TOL * maxref))
+        fail_msg("%s: max abs error %.3g > %.1g * max|expected| (%.3g)", what, maxerr, CLI_REL_TOL,
+                 maxref);
+    return maxerr;
+}
+
+/* ---- ground truth ---------------------------------------------------------------------- */
+
+static void test_attend_torch(void **state) {
+    (void)state;
+    NEED_DATA();
+    load_kernels();
+    char q[1024], k[1024], v[1024], want[1024], out[512];
+    snprintf(out, sizeof out, "%s/attend_out.npy", g_tmp);
+    for (size_t c = 0; c < sizeof ATTN_CASES / sizeof *ATTN_CASES; c++) {
+        const char *cs = ATTN_CASES[c];
+        int heads, causal, self_attn;
+        read_meta(cs, &heads, &causal, &self_attn);
+        data_path(q, sizeof q, cs, "q");
+        data_path(k, sizeof k, cs, "k");
+        data_path(v, sizeof v, cs, "v");
+        data_path(want, sizeof want, cs, "out");
+        for (int ki = 0; ki < g_nkernels; ki++)
+            for (int t = 1; t <= 2; t++) {
+                const char *kn = g_kernels[ki];
+                unlink(out);
+                int rc =
+                    run_bench("attend", "--kernel", kn, "--q", q, "--k", k, "--v", v, "--out", out,
+                              "--threads", t == 1 ? "1" : "2", causal ? "--causal" : NULL, NULL);
+                if (rc != 0) fail_msg("attend %s %s threads=%d: exit %d: %s", cs, kn, t, rc, g_err);
+                if (!strstr(g_out, kn)) fail_msg("attend stdout does not name %s: %s", kn, g_out);
+                char what[256];
+                snprintf(what, sizeof what, "attend %.63s %.63s threads=%d", cs, kn, t);
+                double e = compare(out, want, what);
+                if (t == 1) print_message("%-34s max abs error %.2e\n", what, e);
+            }
+    }
+    /* An explicit --scale equal to the default 1/sqrt(8) gives the same result. */
+    data_path(q, sizeof q, "attn_self", "q");
+    data_path(k, sizeof k, "attn_self", "k");
+    data_path(v, sizeof v, "attn_self", "v");
+    data_path(want, sizeof want, "attn_self", "out");
+    unlink(out);
+    int rc = run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, "--out", out,
+                       "--scale", "0.35355339", NULL);
+    if (rc != 0) fail_msg("attend --scale: exit %d: %s", rc, g_err);
+    compare(out, want, "attend attn_self --scale 0.35355339");
+}
+
+static void test_forward_torch(void **state) {
+    (void)state;
+    NEED_DATA();
+    load_kernels();
+    char x[1024], xk[1024], xv[1024], want[1024], wdir[1024], out[512], heads_s[16];
+    snprintf(out, sizeof out, "%s/forward_out.npy", g_tmp);
+    for (size_t c = 0; c < sizeof LAYER_CASES / sizeof *LAYER_CASES; c++) {
+        const char *cs = LAYER_CASES[c];
+        int heads, causal, self_attn;
+        read_meta(cs, &heads, &causal, &self_attn);
+        snprintf(heads_s, sizeof heads_s, "%d", heads);
+        data_path(x, sizeof x, cs, "query");
+        data_path(xk, sizeof xk, cs, "key");
+        data_path(xv, sizeof xv, cs, "value");
+        data_path(want, sizeof want, cs, "out");
+        snprintf(wdir, sizeof wdir, "%s/%s", g_data, cs);
+        for (int ki = 0; ki < g_nkernels; ki++)
+            for (int t = 1; t <= 2; t++) {
+                const char *kn = g_kernels[ki];
+                const char *ts = t == 1 ? "1" : "2";
+                const char *cz = causal ? "--causal" : NULL;
+                unlink(out);
+                /* Self-attention cases use the default (query is key and value);
+                 * the first kernel also runs them with explicit --key/--value. */
+                int rc;
+                if (self_attn)
+                    rc = run_bench("forward", "--kernel", kn, "--query", x, "--heads", heads_s,
+                                   "--weights", wdir, "--out", out, "--threads", ts, cz, NULL);
+                else
+                    rc = run_bench("forward", "--kernel", kn, "--query", x, "--key", xk, "--value",
+                                   xv, "--heads", heads_s, "--weights", wdir, "--out", out,
+                                   "--threads", ts, cz, NULL);
+                if (rc != 0)
+                    fail_msg("forward %s %s threads=%d: exit %d: %s", cs, kn, t, rc, g_err);
+                if (!strstr(g_out, kn)) fail_msg("forward stdout does not name %s: %s", kn, g_out);
+                char what[256];
+                snprintf(what, sizeof what, "forward %.63s %.63s threads=%d", cs, kn, t);
+                double e = compare(out, want, what);
+                if (t == 1) print_message("%-34s max abs error %.2e\n", what, e);
+                if (self_attn && ki == 0 && t == 1) {
+                    unlink(out);
+                    rc = run_bench("forward", "--kernel", kn, "--query", x, "--key", xk, "--value",
+                                   xv, "--heads", heads_s, "--weights", wdir, "--out", out, cz,
+                                   NULL);
+                    if (rc != 0)
+                        fail_msg("forward %s explicit key/value: exit %d: %s", cs, rc, g_err);
+                    compare(out, want, "forward with explicit --key/--value");
+                }
+            }
+    }
+}
+
+static void test_help(void **state) {
+    (void)state;
+    NEED_BENCH();
+    assert_int_equal(run_bench("attend", "--help", NULL), 0);
+    assert_non_null(strstr(g_out, "usage"));
+    assert_string_equal(g_err, "");
+    assert_int_equal(run_bench("forward", "-h", NULL), 0);
+    assert_non_null(strstr(g_out, "usage"));
+    assert_non_null(strstr(g_out, "--weights"));
+}
+
+/* ---- malformed inputs --------------------------------------------------------------------- */
+
+/* The run failed with exit 2, the first stderr line is "mhabench: ..." and names the
+ * problem (kw1, kw2), only one line unless usage follows, and the --out file
+ * (g_tmp/never.npy) was not created. */
+static void expect_error(int rc, const char *kw1, const char *kw2, int one_line) {
+    char out[512];
+    snprintf(out, sizeof out, "%s/never.npy", g_tmp);
+    char *nl = strchr(g_err, '\n');
+    char first[4096];
+    snprintf(first, sizeof first, "%.*s", nl ? (int)(nl - g_err) : (int)strlen(g_err), g_err);
+    print_message("  exit %d: %s\n", rc, first);
+    assert_int_equal(rc, 2);
+    assert_int_equal(strncmp(first, "mhabench: ", 10), 0);
+    if (kw1 && !strstr(first, kw1)) fail_msg("message does not contain \"%s\"", kw1);
+    if (kw2 && !strstr(first, kw2)) fail_msg("message does not contain \"%s\"", kw2);
+    if (one_line) {
+        assert_non_null(nl);
+        assert_int_equal(nl[1], '\0');
+    }
+    assert_int_equal(access(out, F_OK), -1);
+}
+
+static void tmp_path(char *out, size_t len, const char *name) {
+    snprintf(out, len, "%s/%s", g_tmp, name);
+}
+
+static void write_f4(const char *name, const int64_t *shape, int ndim) {
+    char path[512], err[512];
+    tmp_path(path, sizeof path, name);
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    float *d = calloc(n ? n : 1, sizeof(float));
+    assert_non_null(d);
+    for (size_t i = 0; i < n; i++) d[i] = (float)(i % 7) * 0.25f - 0.5f;
+    mha_status st = npy_write(path, d, shape, ndim, err, sizeof err);
+    free(d);
+    if (st != MHA_OK) fail_msg("%s", err);
+}
+
+static void write_raw(const char *name, const void *buf, size_t n) {
+    char path[512];
+    tmp_path(path, sizeof path, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Runs attend with q/k/v files from the scratch dir (names) and out = never.npy. */
+static int attend_tmp(const char *kernel, const char *qn, const char *kn, const char *vn) {
+    char q[512], k[512], v[512], out[512];
+    tmp_path(q, sizeof q, qn);
+    tmp_path(k, sizeof k, kn);
+    tmp_path(v, sizeof v, vn);
+    tmp_path(out, sizeof out, "never.npy");
+    return run_bench("attend", "--kernel", kernel, "--q", q, "--k", k, "--v", v, "--out", out,
+                     NULL);
+}
+
+static void test_attend_bad_inputs(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const int64_t s_ok[4] = {1, 2, 5, 8};
+    write_f4("q.npy", s_ok, 4);
+    write_f4("k.npy", s_ok, 4);
+    write_f4("v.npy", s_ok, 4);
+    /* Sanity: the valid inputs run. */
+    char out[512];
+    tmp_path(out, sizeof out, "ok.npy");
+    char q[512], k[512], v[512];
+    tmp_path(q, sizeof q, "q.npy");
+    tmp_path(k, sizeof k, "k.npy");
+    tmp_path(v, sizeof v, "v.npy");
+    int rc =
+        run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, "--out", out, NULL);
+    if (rc != 0) fail_msg("valid attend failed: exit %d: %s", rc, g_err);
+    assert_int_equal(access(out, F_OK), 0);
+
+    print_message("missing file\n");
+    expect_error(attend_tmp("naive", "missing_q.npy", "k.npy", "v.npy"), "missing_q.npy",
+                 "No such file", 1);
+
+    print_message("bad magic\n");
+    static const char zip[] = "PK\x03\x04 this is a zip, not a .npy file..........";
+    write_raw("badmagic.npy", zip, sizeof zip - 1);
+    expect_error(attend_tmp("naive", "q.npy", "badmagic.npy", "v.npy"), "badmagic.npy", "magic", 1);
+
+    print_message("'<f8' input\n");
+    {
+        unsigned char buf[128 + 8 * 80]; /* 128-byte header, 80 doubles */
+        memset(buf, 0, sizeof buf);
+        const char *h = "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2, 5, 8), }";
+        memcpy(buf, "\x93NUMPY\x01\x00\x76\x00", 10);
+        memset(buf + 10, ' ', 118);
+        memcpy(buf + 10, h, strlen(h));
+        buf[127] = '\n';
+        write_raw("f8.npy", buf, sizeof buf);
+    }
+    expect_error(attend_tmp("naive", "f8.npy", "k.npy", "v.npy"), "f8.npy", "'<f8'", 1);
+
+    print_message("rank-3 q\n");
+    const int64_t s3[3] = {2, 5, 8};
+    write_f4("q3.npy", s3, 3);
+    expect_error(attend_tmp("naive", "q3.npy", "k.npy", "v.npy"), "rank", "q3.npy", 1);
+
+    print_message("K/V shape mismatch\n");
+    const int64_t s_v6[4] = {1, 2, 6, 8};
+    write_f4("v6.npy", s_v6, 4);
+    expect_error(attend_tmp("naive", "q.npy", "k.npy", "v6.npy"), "[1, 2, 5, 8]", "[1, 2, 6, 8]",
+                 1);
+
+    print_message("head_dim mismatch\n");
+    const int64_t s_d4[4] = {1, 2, 5, 4};
+    write_f4("k4.npy", s_d4, 4);
+    write_f4("v4.npy", s_d4, 4);
+    expect_error(attend_tmp("naive", "q.npy", "k4.npy", "v4.npy"), "[1, 2, 5, 8]", "[1, 2, 5, 4]",
+                 1);
+
+    print_message("batch mismatch\n");
+    const int64_t s_b2[4] = {2, 2, 5, 8};
+    write_f4("kb2.npy", s_b2, 4);
+    write_f4("vb2.npy", s_b2, 4);
+    expect_error(attend_tmp("naive", "q.npy", "kb2.npy", "vb2.npy"), "batch", "[2, 2, 5, 8]", 1);
+
+    print_message("kv heads not dividing heads\n");
+    const int64_t s_q4[4] = {1, 4, 5, 8}, s_kv3[4] = {1, 3, 5, 8};
+    write_f4("q4h.npy", s_q4, 4);
+    write_f4("k3h.npy", s_kv3, 4);
+    write_f4("v3h.npy", s_kv3, 4);
+    expect_error(attend_tmp("naive", "q4h.npy", "k3h.npy", "v3h.npy"), "divide", "[1, 3, 5, 8]", 1);
+
+    print_message("unknown kernel\n");
+    expect_error(attend_tmp("no_such_kernel", "q.npy", "k.npy", "v.npy"), "no_such_kernel", NULL,
+                 0);
+
+    print_message("unknown option\n");
+    tmp_path(out, sizeof out, "never.npy");
+    rc = run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, "--out", out,
+                   "--bogus", NULL);
+    expect_error(rc, "--bogus", NULL, 0);
+
+    print_message("missing --out\n");
+    rc = run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, NULL);
+    expect_error(rc, "--out", NULL, 0);
+
+    print_message("bad --threads\n");
+    rc = run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, "--out", out,
+                   "--threads", "two", NULL);
+    expect_error(rc, "--threads", NULL, 0);
+}
+
+/* Copies the 'self' case's weights into g_tmp/<dir>, replacing w_k by a wrong shape. */
+static void make_bad_weights(const char *dir) {
+    char d[512], src[1024], dst[1024], err[512];
+    tmp_path(d, sizeof d, dir);
+    assert_int_equal(mkdir(d, 0755), 0);
+    const char *names[] = {"w_q", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        npy_array a;
+        data_path(src, sizeof src, "self", names[i]);
+        load_npy(src, &a);
+        snprintf(dst, sizeof dst, "%s/%s.npy", d, names[i]);
+        mha_status st = npy_write(dst, a.data, a.shape, a.ndim, err, sizeof err);
+        npy_free(&a);
+        if (st != MHA_OK) fail_msg("%s", err);
+    }
+    const int64_t bad[2] = {16, 12};
+    char name[64];
+    snprintf(name, sizeof name, "%s/w_k.npy", dir);
+    write_f4(name, bad, 2);
+}
+
+static void test_forward_bad_inputs(void **state) {
+    (void)state;
+    NEED_DATA();
+    char x[1024], xk[1024], wdir[1024], out[512], bad[512];
+    data_path(x, sizeof x, "self", "query");  /* [2, 5, 16], 4 heads */
+    data_path(xk, sizeof xk, "cross", "key"); /* [1, 7, 12] */
+    snprintf(wdir, sizeof wdir, "%s/self", g_data);
+    tmp_path(out, sizeof out, "never.npy");
+
+    print_message("wrong weight shape\n");
+    make_bad_weights("badw");
+    tmp_path(bad, sizeof bad, "badw");
+    int rc = run_bench("forward", "--kernel", "naive", "--query", x, "--heads", "4", "--weights",
+                       bad, "--out", out, NULL);
+    expect_error(rc, "w_k", "[16, 12]", 1);
+
+    print_message("d_model not divisible by heads\n");
+    rc = run_bench("forward", "--kernel", "naive", "--query", x, "--heads", "5", "--weights", wdir,
+                   "--out", out, NULL);
+    expect_error(rc, "divisible", "5", 1);
+
+    print_message("weights for other heads/kv-heads\n");
+    rc = run_bench("forward", "--kernel", "naive", "--query", x, "--heads", "4", "--kv-heads", "2",
+                   "--weights", wdir, "--out", out, NULL);
+    expect_error(rc, "w_k", "[8, 16]", 1);
+
+    print_message("kv-heads not dividing heads\n");
+    rc = run_bench("forward", "--kernel", "naive", "--query", x, "--heads", "4", "--kv-heads", "3",
+                   "--weights", wdir, "--out", out, NULL);
+    expect_error(rc, "divide", NULL, 1);
+
+    print_message("key/value with the wrong batch and d_model\n");
+    rc = run_bench("forward", "--kernel", "naive", "--query", x, "--key", xk, "--value", xk,
+                   "--heads", "4", "--weights", wdir, "--out", out, NULL);
+    expect_error(rc, "key", "[1, 7, 12]", 1);
+
+    print_message("--key without --value\n");
+    rc = run_bench("forward", "--kernel", "naive", "--query", x, "--key", x, "--heads", "4",
+                   "--weights", wdir, "--out", out, NULL);
+    expect_error(rc, "--value", NULL, 0);
+
+    print_message("rank-4 query\n");
+    data_path(bad, sizeof bad, "attn_self", "q");
+    rc = run_bench("forward", "--kernel", "naive", "--query", bad, "--heads", "2", "--weights",
+                   wdir, "--out", out, NULL);
+    expect_error(rc, "rank", NULL, 1);
+
+    print_message("missing weights directory\n");
+    tmp_path(bad, sizeof bad, "no_such_weights");
+    rc = run_bench("forward", "--kernel", "naive", "--query", x, "--heads", "4", "--weights", bad,
+                   "--out", out, NULL);
+    expect_error(rc, "no_such_weights", NULL, 1);
+
+    print_message("unknown kernel\n");
+    rc = run_bench("forward", "--kernel", "no_such_kernel", "--query", x, "--heads", "4",
+                   "--weights", wdir, "--out", out, NULL);
+    expect_error(rc, "no_such_kernel", NULL, 0);
+
+    print_message("unknown option\n");
+    rc = run_bench("forward", "--kernel", "naive", "--query", x, "--heads", "4", "--weights", wdir,
+                   "--out", out, "--frobnicate", NULL);
+    expect_error(rc, "--frobnicate", NULL, 0);
+
+    print_message("missing --heads\n");
+    rc = run_bench("forward", "--kernel", "naive", "--query", x, "--weights", wdir, "--out", out,
+                   NULL);
+    expect_error(rc, "--heads", NULL, 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_attend_torch),
+        cmocka_unit_test(test_forward_torch),
+        cmocka_unit_test(test_attend_bad_inputs),
+        cmocka_unit_test(test_forward_bad_inputs),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,222 @@
+/* api.c - the library's argument checking and plumbing: status texts, the
+ * per-thread error message, tensor views, problem validation, workspace
+ * queries and mha_attend, which validates everything before a kernel runs. */
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+static _Thread_local char errbuf[512];
+
+mha_status mha_set_error(mha_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void mha_clear_error(void) {
+    errbuf[0] = 0;
+}
+
+const char *mha_last_error(void) {
+    return errbuf;
+}
+
+const char *mha_status_str(mha_status s) {
+    switch (s) {
+    case MHA_OK:
+        return "ok";
+    case MHA_EINVAL:
+        return "invalid argument";
+    case MHA_EUNSUPPORTED:
+        return "not supported on this CPU";
+    case MHA_ENOMEM:
+        return "out of memory";
+    case MHA_EIO:
+        return "I/O error";
+    case MHA_EFORMAT:
+        return "malformed file";
+    }
+    return "unknown status";
+}
+
+mha_tensor mha_view_bhnd(const float *data, int64_t heads, int64_t seq, int64_t head_dim) {
+    return (mha_tensor){data, heads * seq * head_dim, seq * head_dim, head_dim};
+}
+mha_tensor mha_view_bnhd(const float *data, int64_t heads, int64_t seq, int64_t head_dim) {
+    return (mha_tensor){data, seq * heads * head_dim, head_dim, heads * head_dim};
+}
+mha_tensor_mut mha_view_bhnd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim) {
+    return (mha_tensor_mut){data, heads * seq * head_dim, seq * head_dim, head_dim};
+}
+mha_tensor_mut mha_view_bnhd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim) {
+    return (mha_tensor_mut){data, seq * heads * head_dim, head_dim, heads * head_dim};
+}
+
+float mha_problem_scale(const mha_problem *p) {
+    return p->scale != 0.0f ? p->scale : (float)(1.0 / sqrt((double)p->head_dim));
+}
+
+/* Elements of an [a,b,c,d] tensor, or -1 if the byte count overflows. */
+static int64_t elems4(int64_t a, int64_t b, int64_t c, int64_t d) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r) || __builtin_mul_overflow(r, c, &r) ||
+        __builtin_mul_overflow(r, d, &r) || r > (int64_t)(SIZE_MAX / 8) || r > INT64_MAX / 8)
+        return -1;
+    return r;
+}
+
+mha_status mha_problem_validate(const mha_problem *p) {
+    if (!p) return mha_set_error(MHA_EINVAL, "problem is NULL");
+    const struct {
+        const char *name;
+        int64_t v;
+    } dims[] = {{"batch", p->batch}, {"heads", p->heads},   {"kv_heads", p->kv_heads},
+                {"seq_q", p->seq_q}, {"seq_kv", p->seq_kv}, {"head_dim", p->head_dim}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].v <= 0)
+            return mha_set_error(MHA_EINVAL, "problem.%s = %lld: must be >= 1", dims[i].name,
+                                 (long long)dims[i].v);
+    if (p->kv_heads > p->heads || p->heads % p->kv_heads != 0)
+        return mha_set_error(MHA_EINVAL, "problem.kv_heads = %lld does not divide heads = %lld",
+                             (long long)p->kv_heads, (long long)p->heads);
+    /* int32 indices are never used, but keep every per-head extent sane. */
+    if (p->seq_q > (int64_t)1 << 31 || p->seq_kv > (int64_t)1 << 31 || p->head_dim > 1 << 20)
+        return mha_set_error(MHA_EINVAL,
+                             "problem dims too large (seq_q %lld, seq_kv %lld, head_dim %lld)",
+                             (long long)p->seq_q, (long long)p->seq_kv, (long long)p->head_dim);
+    if (elems4(p->batch, p->heads, p->seq_q, p->head_dim) < 0 ||
+        elems4(p->batch, p->kv_heads, p->seq_kv, p->head_dim) < 0 ||
+        elems4(p->batch, p->heads, p->seq_q, p->seq_kv) < 0)
+        return mha_set_error(
+            MHA_ENOMEM,
+            "problem sizes overflow: batch %lld x heads %lld x seq_q %lld x seq_kv "
+            "%lld x head_dim %lld bytes do not fit in size_t",
+            (long long)p->batch, (long long)p->heads, (long long)p->seq_q, (long long)p->seq_kv,
+            (long long)p->head_dim);
+    if (!isfinite(p->scale) || p->scale < 0)
+        return mha_set_error(MHA_EINVAL,
+                             "problem.scale = %g: must be finite and >= 0 (0 = 1/sqrt(d))",
+                             (double)p->scale);
+    return MHA_OK;
+}
+
+double mha_problem_flops(const mha_problem *p) {
+    double pairs = 0;
+    if (!p->causal) {
+        pairs = (double)p->seq_q * (double)p->seq_kv;
+    } else {
+        for (int64_t i = 0; i < p->seq_q; i++) pairs += (double)mha_kv_end(p, i);
+    }
+    return 4.0 * (double)p->batch * (double)p->heads * pairs * (double)p->head_dim;
+}
+
+int mha_resolve_threads(const mha_options *o) {
+    if (o && o->threads > 0) return o->threads;
+    int n = omp_get_num_procs();
+    return n > 0 ? n : 1;
+}
+
+void *mha_alloc(size_t bytes) {
+    if (bytes == 0) bytes = MHA_WORKSPACE_ALIGN;
+    bytes = mha_align64(bytes);
+    if (bytes == SIZE_MAX) return NULL;
+    return aligned_alloc(MHA_WORKSPACE_ALIGN, bytes);
+}
+
+void mha_free(void *ptr) {
+    free(ptr);
+}
+
+static mha_status check_options(const mha_options *o) {
+    if (!o) return MHA_OK;
+    if (o->threads < 0 || o->threads > 4096)
+        return mha_set_error(MHA_EINVAL, "options.threads = %d: must be 0 (all cores) or 1..4096",
+                             o->threads);
+    if (o->block_q < 0 || o->block_q > 4096)
+        return mha_set_error(MHA_EINVAL, "options.block_q = %d: must be 0 (default) or 1..4096",
+                             o->block_q);
+    if (o->block_kv < 0 || o->block_kv > 4096)
+        return mha_set_error(MHA_EINVAL, "options.block_kv = %d: must be 0 (default) or 1..4096",
+                             o->block_kv);
+    if (o->split < MHA_SPLIT_AUTO || o->split > MHA_SPLIT_QBLOCKS)
+        return mha_set_error(MHA_EINVAL,
+                             "options.split = %d: must be 0 (auto), 1 (heads) or 2 (query blocks)",
+                             o->split);
+    return MHA_OK;
+}
+
+mha_status mha_workspace_size(const mha_kernel *k, const mha_problem *p, const mha_options *o,
+                              size_t *bytes) {
+    mha_status st;
+    if (!k || !bytes) return mha_set_error(MHA_EINVAL, "kernel or bytes is NULL");
+    if ((st = mha_problem_validate(p)) != MHA_OK) return st;
+    if ((st = check_options(o)) != MHA_OK) return st;
+    const mha_options def = {0};
+    if (!o) o = &def;
+    size_t n = k->workspace(p, o, mha_resolve_threads(o));
+    if (n == SIZE_MAX)
+        return mha_set_error(MHA_ENOMEM, "workspace of kernel %s for this problem overflows size_t",
+                             k->name);
+    *bytes = n;
+    return MHA_OK;
+}
+
+/* Checks one view: data present, strides >= 0, rows of an output do not
+ * overlap, and the largest offset fits. */
+static mha_status check_view(const char *what, const float *data, int64_t sb, int64_t sh,
+                             int64_t sn, int64_t B, int64_t H, int64_t N, int64_t d, int is_out) {
+    if (!data) return mha_set_error(MHA_EINVAL, "%s.data is NULL", what);
+    if (sb < 0 || sh < 0 || sn < 0)
+        return mha_set_error(MHA_EINVAL, "%s strides (%lld, %lld, %lld) must be >= 0", what,
+                             (long long)sb, (long long)sh, (long long)sn);
+    if (is_out && ((N > 1 && sn < d) || (H > 1 && sh < d) || (B > 1 && sb < d)))
+        return mha_set_error(MHA_EINVAL, "%s strides (%lld, %lld, %lld) make rows of %lld overlap",
+                             what, (long long)sb, (long long)sh, (long long)sn, (long long)d);
+    int64_t off = d - 1, t;
+    if (__builtin_mul_overflow(B - 1, sb, &t) || __builtin_add_overflow(off, t, &off) ||
+        __builtin_mul_overflow(H - 1, sh, &t) || __builtin_add_overflow(off, t, &off) ||
+        __builtin_mul_overflow(N - 1, sn, &t) || __builtin_add_overflow(off, t, &off) ||
+        off > (int64_t)(SIZE_MAX / sizeof(float)))
+        return mha_set_error(MHA_EINVAL, "%s strides overflow the address space", what);
+    return MHA_OK;
+}
+
+mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
+                      const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
+                      const mha_tensor_mut *out, void *workspace, size_t workspace_size) {
+    mha_status st;
+    if (!k) return mha_set_error(MHA_EINVAL, "kernel is NULL");
+    if ((st = mha_kernel_supported(k)) != MHA_OK) return st;
+    if ((st = mha_problem_validate(p)) != MHA_OK) return st;
+    if ((st = check_options(o)) != MHA_OK) return st;
+    if (!q || !kt || !v || !out) return mha_set_error(MHA_EINVAL, "a tensor view is NULL");
+    const int64_t B = p->batch, H = p->heads, G = p->kv_heads, d = p->head_dim;
+    if ((st = check_view("q", q->data, q->stride_b, q->stride_h, q->stride_n, B, H, p->seq_q, d,
+                         0)) ||
+        (st = check_view("k", kt->data, kt->stride_b, kt->stride_h, kt->stride_n, B, G, p->seq_kv,
+                         d, 0)) ||
+        (st = check_view("v", v->data, v->stride_b, v->stride_h, v->stride_n, B, G, p->seq_kv, d,
+                         0)) ||
+        (st = check_view("out", out->data, out->stride_b, out->stride_h, out->stride_n, B, H,
+                         p->seq_q, d, 1)))
+        return st;
+    const mha_options def = {0};
+    if (!o) o = &def;
+    const int threads = mha_resolve_threads(o);
+    const size_t need = k->workspace(p, o, threads);
+    if (need == SIZE_MAX)
+        return mha_set_error(MHA_ENOMEM, "workspace of kernel %s overflows size_t", k->name);
+    if (need > 0 && (!workspace || workspace_size < need))
+        return mha_set_error(MHA_EINVAL, "workspace of %zu bytes given, kernel %s needs %zu",
+                             workspace ? workspace_size : 0, k->name, need);
+    if (((uintptr_t)workspace & (MHA_WORKSPACE_ALIGN - 1)) != 0)
+        return mha_set_error(MHA_EINVAL, "workspace %p is not %d-byte aligned", workspace,
+                             MHA_WORKSPACE_ALIGN);
+    return k->run(p, o, threads, q, kt, v, out, workspace);
+}

@@ -1,0 +1,76 @@
+/* internal.h - what the library's own files share and users do not see: the
+ * kernel signature, the registry entry, the per-ISA entry points (declared
+ * from kernels.inc) and the error-message plumbing. */
+#ifndef MHA_VARIANTS_INTERNAL_H
+#define MHA_VARIANTS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mha.h"
+
+/* The one kernel signature. Arguments are validated by mha_attend before the
+ * call; workspace is aligned and large enough; threads is resolved (>= 1). */
+typedef mha_status (*mha_attend_fn)(const mha_problem *p, const mha_options *o, int threads,
+                                    const mha_tensor *q, const mha_tensor *k, const mha_tensor *v,
+                                    const mha_tensor_mut *out, void *workspace);
+/* Workspace bytes for (p, o, threads); SIZE_MAX when the count overflows. */
+typedef size_t (*mha_workspace_fn)(const mha_problem *p, const mha_options *o, int threads);
+
+struct mha_kernel {
+    const char *name;
+    const char *algorithm;
+    mha_isa isa;
+    const char *summary;
+    mha_attend_fn run;
+    mha_workspace_fn workspace;
+};
+
+#define MHA_KERNEL(name, alg, isa, sym, summary)                                                   \
+    mha_status sym##_run(const mha_problem *, const mha_options *, int, const mha_tensor *,        \
+                         const mha_tensor *, const mha_tensor *, const mha_tensor_mut *, void *);  \
+    size_t sym##_workspace(const mha_problem *, const mha_options *, int);
+#include "kernels.inc"
+#undef MHA_KERNEL
+
+/* Per-ISA linear layer: Y[M,N] = X[M,K] W^T + bias, W in nn.Linear layout
+ * [N,K] with row stride ldw; pack is scratch of linear_pack_floats(N,K). */
+typedef void (*mha_linear_fn)(int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
+                              const float *w, int64_t ldw, const float *bias, float *y, int64_t ldy,
+                              float *pack, int threads);
+typedef size_t (*mha_linear_pack_fn)(int64_t N, int64_t K);
+#define MHA_DECLARE_LINEAR(suffix)                                                                 \
+    void mha_linear__##suffix(int64_t, int64_t, int64_t, const float *, int64_t, const float *,    \
+                              int64_t, const float *, float *, int64_t, float *, int);             \
+    size_t mha_linear_pack_floats__##suffix(int64_t, int64_t);
+MHA_DECLARE_LINEAR(scalar)
+MHA_DECLARE_LINEAR(avx2)
+MHA_DECLARE_LINEAR(avx512)
+
+/* Sets this thread's detailed error message and returns st. */
+mha_status mha_set_error(mha_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void mha_clear_error(void);
+
+/* size helpers: a*b and a+b in size_t, saturating to SIZE_MAX on overflow. */
+static inline size_t mha_mul_sz(size_t a, size_t b) {
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+static inline size_t mha_add_sz(size_t a, size_t b) {
+    size_t r;
+    return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+/* Rounds up to a multiple of 64 bytes (saturating). */
+static inline size_t mha_align64(size_t n) {
+    return n > SIZE_MAX - 63 ? SIZE_MAX : (n + 63) & ~(size_t)63;
+}
+
+/* Visible key range for query row i (global index): keys [0, end) where
+ * end = min(seq_kv, i + seq_kv - seq_q + 1) when causal, clamped at 0. */
+static inline int64_t mha_kv_end(const mha_problem *p, int64_t i) {
+    if (!p->causal) return p->seq_kv;
+    int64_t e = i + p->seq_kv - p->seq_q + 1;
+    return e < 0 ? 0 : (e > p->seq_kv ? p->seq_kv : e);
+}
+
+#endif

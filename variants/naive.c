@@ -1,0 +1,71 @@
+/* naive.c - kernel `naive`: the seed's math taken literally in float32. Per
+ * (batch, head) the whole Nq x Nkv score matrix is materialised, masked,
+ * softmaxed row by row with expf, and multiplied by V. The slow yardstick. */
+#include <math.h>
+#include <omp.h>
+
+#include "internal.h"
+
+size_t mha_naive_workspace(const mha_problem *p, const mha_options *o, int threads) {
+    (void)o;
+    const size_t per_thread =
+        mha_align64(mha_mul_sz(mha_mul_sz((size_t)p->seq_q, (size_t)p->seq_kv), sizeof(float)));
+    return mha_mul_sz(per_thread, (size_t)threads);
+}
+
+mha_status mha_naive_run(const mha_problem *p, const mha_options *o, int threads,
+                         const mha_tensor *q, const mha_tensor *k, const mha_tensor *v,
+                         const mha_tensor_mut *out, void *workspace) {
+    (void)o;
+    const int64_t H = p->heads, group = p->heads / p->kv_heads;
+    const int64_t Nq = p->seq_q, Nkv = p->seq_kv, d = p->head_dim;
+    const float scale = mha_problem_scale(p);
+    const size_t per_thread = mha_align64((size_t)Nq * (size_t)Nkv * sizeof(float));
+    const int64_t pairs = p->batch * H;
+
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < pairs; bh++) {
+        const int64_t b = bh / H, h = bh % H, g = h / group;
+        float *S = (float *)((char *)workspace + (size_t)omp_get_thread_num() * per_thread);
+        const float *qh = q->data + b * q->stride_b + h * q->stride_h;
+        const float *kh = k->data + b * k->stride_b + g * k->stride_h;
+        const float *vh = v->data + b * v->stride_b + g * v->stride_h;
+        float *oh = out->data + b * out->stride_b + h * out->stride_h;
+
+        /* S = scale * Q K^T, masked entries -inf. */
+        for (int64_t i = 0; i < Nq; i++) {
+            const int64_t end = mha_kv_end(p, i);
+            for (int64_t j = 0; j < Nkv; j++) {
+                float dot = 0.0f;
+                for (int64_t c = 0; c < d; c++)
+                    dot += qh[i * q->stride_n + c] * kh[j * k->stride_n + c];
+                S[i * Nkv + j] = j < end ? dot * scale : -INFINITY;
+            }
+        }
+        /* Row softmax; a row with no visible key becomes all zeros. */
+        for (int64_t i = 0; i < Nq; i++) {
+            float *row = S + i * Nkv, mx = -INFINITY, sum = 0.0f;
+            for (int64_t j = 0; j < Nkv; j++) mx = row[j] > mx ? row[j] : mx;
+            if (mx == -INFINITY) {
+                for (int64_t j = 0; j < Nkv; j++) row[j] = 0.0f;
+                continue;
+            }
+            for (int64_t j = 0; j < Nkv; j++) {
+                row[j] = expf(row[j] - mx);
+                sum += row[j];
+            }
+            for (int64_t j = 0; j < Nkv; j++) row[j] /= sum;
+        }
+        /* O = P V. */
+        for (int64_t i = 0; i < Nq; i++) {
+            float *orow = oh + i * out->stride_n;
+            for (int64_t c = 0; c < d; c++) orow[c] = 0.0f;
+            for (int64_t j = 0; j < Nkv; j++) {
+                const float w = S[i * Nkv + j];
+                const float *vrow = vh + j * v->stride_n;
+                for (int64_t c = 0; c < d; c++) orow[c] += w * vrow[c];
+            }
+        }
+    }
+    return MHA_OK;
+}

@@ -1,0 +1,55 @@
+/* reference.c - the float64 oracle: softmax(scale * q k^T + mask) v computed
+ * row by row in double, exactly as the definition reads. Every kernel is
+ * checked against this. Keep it obvious; never optimise it. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+mha_status mha_reference(const mha_problem *p, const mha_tensor *q, const mha_tensor *k,
+                         const mha_tensor *v, double *out) {
+    mha_status st = mha_problem_validate(p);
+    if (st != MHA_OK) return st;
+    if (!q || !k || !v || !out || !q->data || !k->data || !v->data)
+        return mha_set_error(MHA_EINVAL, "reference: NULL tensor");
+    const int64_t B = p->batch, H = p->heads, group = p->heads / p->kv_heads;
+    const int64_t Nq = p->seq_q, Nkv = p->seq_kv, d = p->head_dim;
+    const double scale = (double)mha_problem_scale(p);
+    double *s = malloc((size_t)Nkv * sizeof *s);
+    if (!s)
+        return mha_set_error(MHA_ENOMEM, "reference: cannot allocate %lld scores", (long long)Nkv);
+
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t g = h / group; /* the KV head this query head reads */
+            const float *qh = q->data + b * q->stride_b + h * q->stride_h;
+            const float *kh = k->data + b * k->stride_b + g * k->stride_h;
+            const float *vh = v->data + b * v->stride_b + g * v->stride_h;
+            for (int64_t i = 0; i < Nq; i++) {
+                double *o = out + ((b * H + h) * Nq + i) * d;
+                const int64_t end = mha_kv_end(p, i); /* keys [0, end) are visible */
+                for (int64_t c = 0; c < d; c++) o[c] = 0.0;
+                if (end == 0) continue; /* nothing visible: zeros by convention */
+                double mx = -INFINITY;
+                for (int64_t j = 0; j < end; j++) {
+                    double dot = 0.0;
+                    for (int64_t c = 0; c < d; c++)
+                        dot += (double)qh[i * q->stride_n + c] * (double)kh[j * k->stride_n + c];
+                    s[j] = dot * scale;
+                    if (s[j] > mx) mx = s[j];
+                }
+                double sum = 0.0;
+                for (int64_t j = 0; j < end; j++) {
+                    s[j] = exp(s[j] - mx);
+                    sum += s[j];
+                }
+                for (int64_t j = 0; j < end; j++) {
+                    const double w = s[j] / sum;
+                    for (int64_t c = 0; c < d; c++) o[c] += w * (double)vh[j * v->stride_n + c];
+                }
+            }
+        }
+    }
+    free(s);
+    return MHA_OK;
+}

@@ -80,7 +80,7 @@ static void attend_usage(FILE *f) {
             "  --causal      bottom-right aligned mask: query i sees key j iff j <= i + Nkv - Nq\n"
             "  --scale S     softmax scale (default 1/sqrt(d))\n"
             "  --threads T   threads (0 = all cores, default 1)\n"
-            "  --kernel K    a kernel from `mhabench list`\n");
+            "  --kernel K    a kernel from `mhabench list`, or auto (mha_select's choice)\n");
 }
 
 int cmd_attend(int argc, char **argv) {
@@ -157,8 +157,9 @@ int cmd_attend(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (!check_isa_env()) return EXIT_USAGE;
-    const mha_kernel *kern = lookup_kernel(kname);
-    if (!kern) return EXIT_USAGE;
+    /* "auto" is resolved by resolve_kernel once the problem is known. */
+    const mha_kernel *kern = NULL;
+    if (strcmp(kname, "auto") != 0 && !(kern = lookup_kernel(kname))) return EXIT_USAGE;
 
     int rc = EXIT_USAGE;
     npy_array q = {0}, k = {0}, v = {0};
@@ -216,6 +217,7 @@ int cmd_attend(int argc, char **argv) {
         .scale = scale,
     };
     mha_options opt = {.threads = (int)threads};
+    if (!(kern = resolve_kernel(kname, &p, &opt))) goto done;
     mha_tensor tq = mha_view_bhnd(q.data, p.heads, p.seq_q, p.head_dim);
     mha_tensor tk = mha_view_bhnd(k.data, p.kv_heads, p.seq_kv, p.head_dim);
     mha_tensor tv = mha_view_bhnd(v.data, p.kv_heads, p.seq_kv, p.head_dim);
@@ -247,12 +249,12 @@ int cmd_attend(int argc, char **argv) {
         errorf("%s", err);
         goto done;
     }
-    printf("kernel %s: attend B=%lld H=%lld kv_heads=%lld Nq=%lld Nkv=%lld d=%lld causal=%d "
-           "threads=%d: %.3f ms, %.2f GFLOP/s -> %s\n",
-           mha_kernel_name(kern), (long long)p.batch, (long long)p.heads, (long long)p.kv_heads,
-           (long long)p.seq_q, (long long)p.seq_kv, (long long)p.head_dim, causal,
-           mha_resolve_threads(&opt), dt * 1e3, dt > 0 ? mha_problem_flops(&p) / dt * 1e-9 : 0.0,
-           opath);
+    printf("kernel %s block_q=%d block_kv=%d split=%d: attend B=%lld H=%lld kv_heads=%lld "
+           "Nq=%lld Nkv=%lld d=%lld causal=%d threads=%d: %.3f ms, %.2f GFLOP/s -> %s\n",
+           mha_kernel_name(kern), opt.block_q, opt.block_kv, opt.split, (long long)p.batch,
+           (long long)p.heads, (long long)p.kv_heads, (long long)p.seq_q, (long long)p.seq_kv,
+           (long long)p.head_dim, causal, mha_resolve_threads(&opt), dt * 1e3,
+           dt > 0 ? mha_problem_flops(&p) / dt * 1e-9 : 0.0, opath);
     rc = 0;
 
 done:
@@ -280,7 +282,7 @@ static void forward_usage(FILE *f) {
                "  --causal      bottom-right aligned causal mask\n"
                "  --scale S     softmax scale (default 1/sqrt(d_model/H))\n"
                "  --threads T   threads (0 = all cores, default 1)\n"
-               "  --kernel K    the attention kernel, from `mhabench list`\n");
+               "  --kernel K    the attention kernel, from `mhabench list`, or auto\n");
 }
 
 typedef struct {
@@ -439,8 +441,9 @@ int cmd_forward(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (!check_isa_env()) return EXIT_USAGE;
-    const mha_kernel *kern = lookup_kernel(kname);
-    if (!kern) return EXIT_USAGE;
+    /* "auto" is resolved by resolve_kernel once the problem is known. */
+    const mha_kernel *kern = NULL;
+    if (strcmp(kname, "auto") != 0 && !(kern = lookup_kernel(kname))) return EXIT_USAGE;
 
     int rc = EXIT_USAGE;
     npy_array x = {0}, xk = {0}, xv = {0};
@@ -522,6 +525,8 @@ int cmd_forward(int argc, char **argv) {
     mha_layer_shape shp = {
         .batch = B, .seq_q = Nq, .seq_kv = Nkv, .causal = causal, .scale = scale};
     mha_options opt = {.threads = (int)threads};
+    const mha_problem ap = {B, heads, kv_heads, Nq, Nkv, head_dim, causal, scale};
+    if (!(kern = resolve_kernel(kname, &ap, &opt))) goto done;
     size_t wbytes = 0;
     mha_status st = mha_forward_workspace_size(kern, &L, &shp, &opt, &wbytes);
     if (st != MHA_OK) {
@@ -549,10 +554,12 @@ int cmd_forward(int argc, char **argv) {
         errorf("%s", err);
         goto done;
     }
-    printf("kernel %s: forward B=%lld Nq=%lld Nkv=%lld d_model=%lld heads=%lld kv_heads=%lld "
-           "causal=%d threads=%d: %.3f ms, %.2f GFLOP/s -> %s\n",
-           mha_kernel_name(kern), (long long)B, (long long)Nq, (long long)Nkv, (long long)d_model,
-           (long long)heads, (long long)kv_heads, causal, mha_resolve_threads(&opt), dt * 1e3,
+    printf("kernel %s block_q=%d block_kv=%d split=%d: forward B=%lld Nq=%lld Nkv=%lld "
+           "d_model=%lld heads=%lld kv_heads=%lld causal=%d threads=%d: %.3f ms, %.2f GFLOP/s -> "
+           "%s\n",
+           mha_kernel_name(kern), opt.block_q, opt.block_kv, opt.split, (long long)B, (long long)Nq,
+           (long long)Nkv, (long long)d_model, (long long)heads, (long long)kv_heads, causal,
+           mha_resolve_threads(&opt), dt * 1e3,
            dt > 0 ? mha_forward_flops(&L, &shp) / dt * 1e-9 : 0.0, opath);
     rc = 0;
 

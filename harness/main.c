@@ -17,6 +17,11 @@ static const struct {
     {"verify", cmd_verify, "check kernels against the float64 oracle"},
     {"attend", cmd_attend, "attention core on .npy tensors"},
     {"forward", cmd_forward, "the full MHA layer on .npy inputs and weights"},
+    {"sweep", cmd_sweep, "benchmark sweep through Google Benchmark (default preset: quick)"},
+    {"compare", cmd_compare, "statistical comparison of two result files"},
+    {"tune", cmd_tune, "search block sizes and splits per shape class, write the tuning table"},
+    {"recommend", cmd_recommend, "the kernel and knobs mha_select picks for a shape"},
+    {"profile", cmd_profile, "time one shape; per-phase split with -Dphase_timing=true"},
 };
 
 static void usage(FILE *f) {

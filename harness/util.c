@@ -84,6 +84,26 @@ const mha_kernel *lookup_kernel(const char *name) {
     return k;
 }
 
+const mha_kernel *resolve_kernel(const char *name, const mha_problem *p, mha_options *o) {
+    if (name && strcmp(name, "auto") == 0) {
+        mha_selection sel;
+        if (mha_select(p, o, &sel) != MHA_OK) {
+            errorf("--kernel auto: %s", mha_last_error());
+            return NULL;
+        }
+        *o = sel.options;
+        return sel.kernel;
+    }
+    const mha_kernel *k = lookup_kernel(name);
+    if (k && (o->block_q == 0 || o->block_kv == 0)) {
+        int bq, bk;
+        mha_default_blocks(p, mha_kernel_algorithm(k), mha_kernel_isa(k), &bq, &bk);
+        if (o->block_q == 0) o->block_q = bq;
+        if (o->block_kv == 0) o->block_kv = bk;
+    }
+    return k;
+}
+
 int check_isa_env(void) {
     if (mha_isa_env_status() != MHA_OK) {
         errorf("MHA_ISA='%s' is not one of scalar, avx2, avx512", getenv("MHA_ISA"));

@@ -23,6 +23,12 @@ int parse_i64_list(const char *opt, const char *s, int64_t lo, int64_t hi, int64
  * CPU; prints a message and returns NULL otherwise. */
 const mha_kernel *lookup_kernel(const char *name);
 
+/* The kernel for --kernel NAME on problem p: "auto" is mha_select's choice
+ * (its knobs copied into *o), anything else lookup_kernel(NAME). Either way
+ * block_q / block_kv left at 0 in *o are resolved to the values that will
+ * run, so reports can name them. Prints a message and returns NULL on error. */
+const mha_kernel *resolve_kernel(const char *name, const mha_problem *p, mha_options *o);
+
 /* Checks MHA_ISA; prints a message and returns 0 if it is malformed. */
 int check_isa_env(void);
 

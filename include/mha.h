@@ -125,6 +125,39 @@ mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_optio
 mha_status mha_reference(const mha_problem *p, const mha_tensor *q, const mha_tensor *k,
                          const mha_tensor *v, double *out);
 
+/* ---- selection ------------------------------------------------------------------ */
+typedef enum {
+    MHA_CHOICE_FORCED = 0,  /* MHA_KERNEL or an explicit kernel */
+    MHA_CHOICE_TABLE = 1,   /* the tuning table for this CPU */
+    MHA_CHOICE_DEFAULT = 2, /* cache-model defaults for the best kernel the CPU runs */
+} mha_choice_source;
+
+typedef struct {
+    const mha_kernel *kernel;
+    mha_options options; /* the knobs to run with (threads as requested) */
+    mha_choice_source source;
+    double expected_gflops; /* from the table; 0 when unknown */
+    char reason[256];       /* where the choice came from, for MHA_VERBOSE and reports */
+} mha_selection;
+
+/* Picks the kernel and knobs for p: MHA_KERNEL if set, else the tuning table
+ * matching this CPU (MHA_TUNING path, else the committed table for this CPU
+ * key), else cache-model defaults. MHA_VERBOSE=1 prints the choice and why. */
+mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection *out);
+
+/* Cache-model default block sizes (from hwloc's L1/L2, clamped) for an
+ * algorithm ("flash", "tiled") at an ISA. mha_attend and mha_workspace_size
+ * resolve options left at 0 through this. */
+void mha_default_blocks(const mha_problem *p, const char *algorithm, mha_isa isa, int *block_q,
+                        int *block_kv);
+
+/* ---- instrumentation ------------------------------------------------------------ */
+/* With the meson option phase_timing, the SIMD kernels count cycles per phase:
+ * out[0] packing and output, out[1] Q.K^T, out[2] softmax (mask, max, exp,
+ * sum), out[3] P.V, summed over threads since the last reset. Returns 0 (and
+ * zeros) in normal builds. */
+int mha_phase_cycles(uint64_t out[4], int reset);
+
 /* ---- the full layer ------------------------------------------------------------- */
 /* nn.Linear layout: weight [out_features, in_features], y = x W^T + b.
  * w_q, w_o: [d_model, d_model]; w_k, w_v: [kv_heads * head_dim, d_model] with

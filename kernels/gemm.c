@@ -8,19 +8,25 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* One R x NV tile; R and NV are compile-time constants at every call site, so
- * the accumulator array lives in registers. */
-ALWAYS_INLINE void tile(const int R, const int NV, int64_t ncols, int64_t kc, const float *a,
-                        int64_t a_rs, int64_t a_ks, const float *b, int64_t ldb, float *c,
-                        int64_t ldc, int init, const float *colvec) {
+/* GCC 12 cannot see that every init mode writes acc[0..R)[0..NV) before use
+ * in the row-scale branch of some constant-propagated clones. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+/* One R x NV tile; R, NV and BT (mask the last B vector) are compile-time
+ * constants at every call site, so the accumulators live in registers. */
+ALWAYS_INLINE void tile(const int R, const int NV, const int BT, int64_t ncols, int64_t kc,
+                        const float *a, int64_t a_rs, int64_t a_ks, const float *b, int64_t ldb,
+                        float *c, int64_t ldc, int init, const float *vec, float *colmax) {
     vf acc[6][4];
     const int tail = (int)(ncols - (int64_t)(NV - 1) * VW); /* lanes in the last vector */
+    for (int r = 0; r < R;
+         r++) /* dead for the modes that load C; keeps -Wmaybe-uninitialized quiet */
+        for (int v = 0; v < NV; v++) acc[r][v] = vzero();
     if (init == MHA_INIT_ZERO) {
-        for (int r = 0; r < R; r++)
-            for (int v = 0; v < NV; v++) acc[r][v] = vzero();
+        /* already zero */
     } else if (init == MHA_INIT_BIAS) {
         for (int v = 0; v < NV; v++) {
-            const vf bv = v < NV - 1 ? vloadu(colvec + v * VW) : vloadu_n(colvec + v * VW, tail);
+            const vf bv = v < NV - 1 ? vloadu(vec + v * VW) : vloadu_n(vec + v * VW, tail);
             for (int r = 0; r < R; r++) acc[r][v] = bv;
         }
     } else {
@@ -30,17 +36,34 @@ ALWAYS_INLINE void tile(const int R, const int NV, int64_t ncols, int64_t kc, co
                                        : vloadu_n(c + r * ldc + v * VW, tail);
         if (init == MHA_INIT_SCALE) {
             for (int v = 0; v < NV; v++) {
-                const vf s = v < NV - 1 ? vloadu(colvec + v * VW) : vloadu_n(colvec + v * VW, tail);
+                const vf s = v < NV - 1 ? vloadu(vec + v * VW) : vloadu_n(vec + v * VW, tail);
                 for (int r = 0; r < R; r++) acc[r][v] = vmul(acc[r][v], s);
+            }
+        } else if (init == MHA_INIT_ROWSCALE) {
+            for (int r = 0; r < R; r++) {
+                const vf s = vset1(vec[r]);
+                for (int v = 0; v < NV; v++) acc[r][v] = vmul(acc[r][v], s);
             }
         }
     }
     for (int64_t k = 0; k < kc; k++) {
         vf bv[4];
-        for (int v = 0; v < NV; v++) bv[v] = vloadu(b + k * ldb + v * VW);
+        for (int v = 0; v < NV; v++)
+            bv[v] = (BT && v == NV - 1) ? vloadu_n(b + k * ldb + v * VW, tail)
+                                        : vloadu(b + k * ldb + v * VW);
         for (int r = 0; r < R; r++) {
             const vf ar = vset1(a[r * a_rs + k * a_ks]);
             for (int v = 0; v < NV; v++) acc[r][v] = vfma(ar, bv[v], acc[r][v]);
+        }
+    }
+    if (colmax) {
+        for (int v = 0; v < NV; v++) {
+            vf mx = acc[0][v];
+            for (int r = 1; r < R; r++) mx = vmax(mx, acc[r][v]);
+            if (v < NV - 1 || tail == VW)
+                vstoreu(colmax + v * VW, vmax(mx, vloadu(colmax + v * VW)));
+            else
+                vstoreu_n(colmax + v * VW, vmax(mx, vloadu_n(colmax + v * VW, tail)), tail);
         }
     }
     for (int r = 0; r < R; r++) {
@@ -52,16 +75,21 @@ ALWAYS_INLINE void tile(const int R, const int NV, int64_t ncols, int64_t kc, co
     }
 }
 
-#define TILE_ARGS ncols, kc, a, a_rs, a_ks, b, ldb, c, ldc, init, colvec
+#pragma GCC diagnostic pop
+
+#define TILE_ARGS ncols, kc, a, a_rs, a_ks, b, ldb, c, ldc, init, vec, colmax
 #define T(R, N)                                                                                    \
     case (R)*8 + (N):                                                                              \
-        tile(R, N, TILE_ARGS);                                                                     \
+        if (bt)                                                                                    \
+            tile(R, N, 1, TILE_ARGS);                                                              \
+        else                                                                                       \
+            tile(R, N, 0, TILE_ARGS);                                                              \
         return;
 #define ROW_CASES(R) T(R, 1) T(R, 2) T(R, 3) T(R, 4)
 
-static void tile_dispatch(int rows, int nv, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
-                          int64_t a_ks, const float *b, int64_t ldb, float *c, int64_t ldc,
-                          int init, const float *colvec) {
+static void tile_dispatch(int rows, int nv, int bt, int64_t ncols, int64_t kc, const float *a,
+                          int64_t a_rs, int64_t a_ks, const float *b, int64_t ldb, float *c,
+                          int64_t ldc, int init, const float *vec, float *colmax) {
     switch (rows * 8 + nv) {
         ROW_CASES(1)
         ROW_CASES(2)
@@ -79,16 +107,21 @@ static void tile_dispatch(int rows, int nv, int64_t ncols, int64_t kc, const flo
 }
 
 void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
-                   int64_t a_ks, const float *b, int64_t ldb, float *c, int64_t ldc, int init,
-                   const float *colvec) {
+                   int64_t a_ks, const float *b, int64_t ldb, float *c, int64_t ldc, int flags,
+                   const float *vec) {
+    const int init = flags & MHA_INIT_MASK;
+    float *colmax = (flags & MHA_COLMAX) ? (float *)vec : NULL;
+    if (colmax) vec = NULL;
     for (int64_t j0 = 0; j0 < ncols; j0 += MHA_NR) {
         const int64_t nc = ncols - j0 < MHA_NR ? ncols - j0 : MHA_NR;
         const int nv = (int)((nc + VW - 1) / VW);
-        const float *cv = colvec ? colvec + j0 : NULL;
+        const int bt = (flags & MHA_B_EXACT) && nc % VW != 0;
+        const float *cv = vec && init != MHA_INIT_ROWSCALE ? vec + j0 : vec;
         for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
             const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
-            tile_dispatch(r, nv, nc, kc, a + r0 * a_rs, a_rs, a_ks, b + j0, ldb, c + r0 * ldc + j0,
-                          ldc, init, cv);
+            tile_dispatch(r, nv, bt, nc, kc, a + r0 * a_rs, a_rs, a_ks, b + j0, ldb,
+                          c + r0 * ldc + j0, ldc, init, init == MHA_INIT_ROWSCALE ? cv + r0 : cv,
+                          colmax ? colmax + j0 : NULL);
         }
     }
 }

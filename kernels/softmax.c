@@ -6,21 +6,24 @@
 #include "ukernels.h"
 
 int MHA_SYM(softmax_online)(int64_t bk, int64_t ncols, float *s, int64_t ld, float *m, float *l,
-                            float *alpha) {
+                            float *alpha, const float *blockmax) {
     const vf ninf = vset1(-INFINITY), one = vset1(1.0f), zero = vzero();
     int changed = 0;
     for (int64_t i = 0; i < ncols; i += VW) {
         vf mx = ninf;
-        for (int64_t j = 0; j < bk; j++) mx = vmax(mx, vload(s + j * ld + i));
+        if (blockmax)
+            mx = vload(blockmax + i);
+        else
+            for (int64_t j = 0; j < bk; j++) mx = vmax(mx, vload(s + j * ld + i));
         const vf m_old = vload(m + i);
         const vf m_new = vmax(m_old, mx);
         /* A column with nothing visible yet keeps m = -inf; subtract 0 there so
          * 2^(-inf - 0) = 0 instead of 2^(-inf + inf) = NaN. */
         const vf m_use = vselect_eq(m_new, ninf, zero, m_new);
-        const vf a = vexp2(vsub(m_old, m_use));
+        const vf a = vexp2_nonpos(vsub(m_old, m_use));
         vf sum = zero;
         for (int64_t j = 0; j < bk; j++) {
-            const vf p = vexp2(vsub(vload(s + j * ld + i), m_use));
+            const vf p = vexp2_nonpos(vsub(vload(s + j * ld + i), m_use));
             vstore(s + j * ld + i, p);
             sum = vadd(sum, p);
         }
@@ -40,7 +43,7 @@ void MHA_SYM(softmax_columns)(int64_t n, int64_t ncols, float *s, int64_t ld, fl
         const vf m_use = vselect_eq(mx, ninf, zero, mx);
         vf sum = zero;
         for (int64_t j = 0; j < n; j++) {
-            const vf p = vexp2(vsub(vload(s + j * ld + i), m_use));
+            const vf p = vexp2_nonpos(vsub(vload(s + j * ld + i), m_use));
             vstore(s + j * ld + i, p);
             sum = vadd(sum, p);
         }
@@ -49,12 +52,15 @@ void MHA_SYM(softmax_columns)(int64_t n, int64_t ncols, float *s, int64_t ld, fl
     }
 }
 
-void MHA_SYM(store_normalized)(int64_t n, int64_t d, const float *ot, int64_t ldo, const float *l,
+void MHA_SYM(store_normalized)(int64_t n, int64_t d, const float *o, int64_t ldo, const float *l,
                                float *out, int64_t out_rs) {
     for (int64_t i = 0; i < n; i++) {
-        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f; /* no visible key: zeros */
-        float *o = out + i * out_rs;
-        for (int64_t c = 0; c < d; c++) o[c] = ot[c * ldo + i] * inv;
+        const vf inv = vset1(l[i] > 0.0f ? 1.0f / l[i] : 0.0f); /* no visible key: zeros */
+        const float *src = o + i * ldo;
+        float *dst = out + i * out_rs;
+        int64_t c = 0;
+        for (; c + VW <= d; c += VW) vstoreu(dst + c, vmul(vloadu(src + c), inv));
+        if (c < d) vstoreu_n(dst + c, vmul(vloadu_n(src + c, (int)(d - c)), inv), (int)(d - c));
     }
 }
 

@@ -13,19 +13,28 @@
 #include "vec.h"
 
 enum {
-    MHA_INIT_ZERO = 0,  /* C  = A B */
-    MHA_INIT_ACC = 1,   /* C += A B */
-    MHA_INIT_SCALE = 2, /* C  = C * colvec + A B   (flash rescale fused into P V) */
-    MHA_INIT_BIAS = 3,  /* C  = colvec + A B       (linear layer bias) */
+    MHA_INIT_ZERO = 0,     /* C  = A B */
+    MHA_INIT_ACC = 1,      /* C += A B */
+    MHA_INIT_SCALE = 2,    /* C  = C * vec[col] + A B  (rescale per column) */
+    MHA_INIT_BIAS = 3,     /* C  = vec[col] + A B      (linear layer bias) */
+    MHA_INIT_ROWSCALE = 4, /* C  = C * vec[row] + A B  (flash rescale fused into P V) */
+    MHA_INIT_MASK = 7,
+    /* Flag: B has only ncols readable columns (read the tail with a mask), as
+     * when B is V read in place; otherwise ceil(ncols/VW)*VW must be readable. */
+    MHA_B_EXACT = 8,
+    /* Flag: also fold the tile's column maxima into vec[col] (vec = max(vec,
+     * max over rows of C)): the softmax row max fused into the Q.K^T store.
+     * Only with MHA_INIT_ZERO, whose mode needs no vector. */
+    MHA_COLMAX = 16,
 };
 
 /* C[r][0:ncols] for r < rows (row stride ldc), computed over k < kc with
- * A(r,k) = a[r*a_rs + k*a_ks] and B(k, col) = b[k*ldb + col].
- * B must be readable for ceil(ncols/VW)*VW columns; C is written for exactly
- * ncols columns (masked tail). Any rows / ncols >= 1 are accepted. */
+ * A(r,k) = a[r*a_rs + k*a_ks] and B(k, col) = b[k*ldb + col]. flags is an
+ * MHA_INIT_* mode, optionally | MHA_B_EXACT; vec is the mode's vector.
+ * C is written for exactly ncols columns (masked tail). Any rows/ncols >= 1. */
 void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
-                   int64_t a_ks, const float *b, int64_t ldb, float *c, int64_t ldc, int init,
-                   const float *colvec);
+                   int64_t a_ks, const float *b, int64_t ldb, float *c, int64_t ldc, int flags,
+                   const float *vec);
 
 /* Y[M,N] = X[M,K] W^T + bias with W in nn.Linear layout [N][K] (row stride
  * ldw); pack holds linear_pack_floats(N,K) floats. OpenMP over tiles. */
@@ -43,18 +52,27 @@ void MHA_SYM(pack_transpose)(int64_t n, int64_t d, const float *src, int64_t ld,
 /* Online-softmax step on a score block S^T[bk][ld] (already in log2 units) for
  * columns [0, ncols) (ncols multiple of VW, <= ld): updates the running max m
  * and sum l, overwrites S^T with P^T = 2^(S - m_new) and writes the rescale
- * factor alpha = 2^(m_old - m_new). Returns nonzero if any alpha != 1. */
+ * factor alpha = 2^(m_old - m_new). blockmax, if not NULL, holds the block's
+ * column maxima already (from MHA_COLMAX); else they are computed here.
+ * Returns nonzero if any alpha != 1. */
 int MHA_SYM(softmax_online)(int64_t bk, int64_t ncols, float *s, int64_t ld, float *m, float *l,
-                            float *alpha);
+                            float *alpha, const float *blockmax);
 /* Two-pass softmax numerator on S^T[n][ld] columns [0,ncols): m = column max,
  * S^T = 2^(S^T - m), l = column sums. (Normalisation happens on output.) */
 void MHA_SYM(softmax_columns)(int64_t n, int64_t ncols, float *s, int64_t ld, float *m, float *l);
 
-/* out[i][c] = O^T[c][i] / l[i] for i < n, c < d (0 where l[i] == 0). */
-void MHA_SYM(store_normalized)(int64_t n, int64_t d, const float *ot, int64_t ldo, const float *l,
+/* out[i][c] = O[i][c] / l[i] for i < n, c < d (0 where l[i] == 0); O has
+ * row stride ldo, out row stride out_rs. */
+void MHA_SYM(store_normalized)(int64_t n, int64_t d, const float *o, int64_t ldo, const float *l,
                                float *out, int64_t out_rs);
 
 /* Vector exp / exp2 over arrays (tests measure their accuracy). */
 void MHA_SYM(vexp_array)(const float *x, float *y, int64_t n);
 void MHA_SYM(vexp2_array)(const float *x, float *y, int64_t n);
+/* Plain names for the calls in variants/ (and readable under clang-format). */
+#define k_gemm MHA_SYM(gemm)
+#define k_pack_transpose MHA_SYM(pack_transpose)
+#define k_softmax_online MHA_SYM(softmax_online)
+#define k_softmax_columns MHA_SYM(softmax_columns)
+#define k_store_normalized MHA_SYM(store_normalized)
 #endif

@@ -79,9 +79,9 @@ static inline vf vpow2i(vf n) {
 
 /* 2^x: same polynomial as vec_avx512.h; x clamped to [-127, 127]; results
  * below 2^-126.5 flush to 0 (so -inf gives exactly 0). */
-static inline vf vexp2(vf x) {
+/* For x <= 127.0 only (the softmax always passes x <= 0): no upper clamp. */
+static inline vf vexp2_nonpos(vf x) {
     x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f));
-    x = _mm256_min_ps(x, _mm256_set1_ps(127.0f));
     const vf n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const vf f = _mm256_sub_ps(x, n);
     vf p = _mm256_set1_ps(1.535336188319500e-4f);
@@ -92,6 +92,9 @@ static inline vf vexp2(vf x) {
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
     return _mm256_mul_ps(p, vpow2i(n));
+}
+static inline vf vexp2(vf x) {
+    return vexp2_nonpos(_mm256_min_ps(x, _mm256_set1_ps(127.0f)));
 }
 
 /* e^x, Cody-Waite + degree-7 polynomial as in vec_avx512.h; x < -88.5 -> 0. */

@@ -68,9 +68,9 @@ static inline int vany_ne(vf a, vf b) {
 /* 2^x for x <= 128: x = n + f with n = round(x), |f| <= 1/2, 2^f by a degree-6
  * polynomial (Cephes exp2f coefficients, rel. error ~1.7e-7), then scalef by
  * 2^n. x is clamped at -200 so that -inf gives exactly 0. */
-static inline vf vexp2(vf x) {
+/* For x <= 128.0 only (the softmax always passes x <= 0): no upper clamp. */
+static inline vf vexp2_nonpos(vf x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));
-    x = _mm512_min_ps(x, _mm512_set1_ps(128.0f));
     const vf n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const vf f = _mm512_sub_ps(x, n);
     vf p = _mm512_set1_ps(1.535336188319500e-4f);
@@ -81,6 +81,9 @@ static inline vf vexp2(vf x) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
+}
+static inline vf vexp2(vf x) {
+    return vexp2_nonpos(_mm512_min_ps(x, _mm512_set1_ps(128.0f)));
 }
 
 /* e^x with Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, and a degree-7

@@ -74,8 +74,8 @@ static inline float vpow2i_(float n) { /* n integer in [-127, 127]; -127 -> +0 *
     memcpy(&r, &bits, sizeof r);
     return r;
 }
-static inline vf vexp2(vf x) {
-    x = x < -127.0f ? -127.0f : (x > 127.0f ? 127.0f : x);
+static inline vf vexp2_nonpos(vf x) { /* x <= 127: no upper clamp */
+    x = x < -127.0f ? -127.0f : x;
     const float n = vround_(x), f = x - n;
     float p = 1.535336188319500e-4f;
     p = p * f + 1.339887440266574e-3f;
@@ -85,6 +85,9 @@ static inline vf vexp2(vf x) {
     p = p * f + 6.931472028550421e-1f;
     p = p * f + 1.0f;
     return p * vpow2i_(n);
+}
+static inline vf vexp2(vf x) {
+    return vexp2_nonpos(x > 127.0f ? 127.0f : x);
 }
 static inline vf vexp(vf x) {
     x = x < -88.5f ? -88.5f : (x > 88.0f ? 88.0f : x);

@@ -7,9 +7,11 @@ cd "$(dirname "$0")/.."
 
 # Build: meson, ninja, gcc/g++ (the Google Benchmark shim is C++), pkg-config.
 # Libraries: hwloc (topology, pinning), cmocka (unit tests), Google Benchmark
-# (sweeps), libgomp comes with gcc. python3-numpy/torch are only needed to
-# regenerate tests/data and are not installed here.
-packages=(meson ninja-build pkg-config gcc g++ libhwloc-dev libcmocka-dev libbenchmark-dev)
+# (sweeps), json-c (result files, tuning tables), OpenBLAS (the blas.cblas
+# baseline); libgomp comes with gcc. python3-numpy/torch are only needed to
+# regenerate tests/data, python3-matplotlib to plot; neither is installed here.
+packages=(meson ninja-build pkg-config gcc g++ libhwloc-dev libcmocka-dev libbenchmark-dev
+    libjson-c-dev libopenblas-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -125,8 +125,13 @@ static void test_layer_arguments(void **state) {
     assert_int_equal(mha_forward_workspace_size(k, &L, &s, NULL, &need), MHA_EINVAL);
     assert_non_null(strstr(mha_last_error(), "kv_heads = 2"));
     L.kv_heads = 0;
-    L.w_o = NULL;
-    assert_int_equal(mha_forward_workspace_size(k, &L, &s, NULL, &need), MHA_EINVAL);
+    L.w_o = NULL; /* a workspace query needs no weights; a forward call does */
+    assert_int_equal(mha_forward_workspace_size(k, &L, &s, NULL, &need), MHA_OK);
+    float x[12] = {0}, y[12];
+    void *ws = mha_alloc(need);
+    assert_int_equal(mha_forward(k, &L, &s, NULL, x, x, x, y, ws, need), MHA_EINVAL);
+    assert_non_null(strstr(mha_last_error(), "w_o"));
+    mha_free(ws);
     L.w_o = w;
     assert_int_equal(mha_forward_workspace_size(k, &L, &s, NULL, &need), MHA_OK);
     const mha_layer_shape bad = {0, 2, 2, 0, 0.0f};

@@ -8,6 +8,26 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "phase.h"
+
+#ifdef MHA_PHASE_TIMING
+struct mha_phase_slot mha_phase_slots[PHASE_MAX_THREADS];
+#endif
+
+int mha_phase_cycles(uint64_t out[4], int reset) {
+    for (int i = 0; i < PHASE_COUNT; i++) out[i] = 0;
+#ifdef MHA_PHASE_TIMING
+    for (int t = 0; t < PHASE_MAX_THREADS; t++)
+        for (int i = 0; i < PHASE_COUNT; i++) {
+            out[i] += mha_phase_slots[t].cycles[i];
+            if (reset) mha_phase_slots[t].cycles[i] = 0;
+        }
+    return 1;
+#else
+    (void)reset;
+    return 0;
+#endif
+}
 
 static _Thread_local char errbuf[512];
 
@@ -151,15 +171,28 @@ static mha_status check_options(const mha_options *o) {
     return MHA_OK;
 }
 
+/* The options a kernel runs with: block_q / block_kv left at 0 resolved
+ * through the cache model, identically for mha_workspace_size and mha_attend. */
+static mha_options resolve_options(const mha_kernel *k, const mha_problem *p,
+                                   const mha_options *o) {
+    mha_options r = o ? *o : (mha_options){0};
+    if (r.block_q == 0 || r.block_kv == 0) {
+        int bq, bk;
+        mha_default_blocks(p, k->algorithm, k->isa, &bq, &bk);
+        if (r.block_q == 0) r.block_q = bq;
+        if (r.block_kv == 0) r.block_kv = bk;
+    }
+    return r;
+}
+
 mha_status mha_workspace_size(const mha_kernel *k, const mha_problem *p, const mha_options *o,
                               size_t *bytes) {
     mha_status st;
     if (!k || !bytes) return mha_set_error(MHA_EINVAL, "kernel or bytes is NULL");
     if ((st = mha_problem_validate(p)) != MHA_OK) return st;
     if ((st = check_options(o)) != MHA_OK) return st;
-    const mha_options def = {0};
-    if (!o) o = &def;
-    size_t n = k->workspace(p, o, mha_resolve_threads(o));
+    const mha_options r = resolve_options(k, p, o);
+    size_t n = k->workspace(p, &r, mha_resolve_threads(&r));
     if (n == SIZE_MAX)
         return mha_set_error(MHA_ENOMEM, "workspace of kernel %s for this problem overflows size_t",
                              k->name);
@@ -206,10 +239,9 @@ mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_optio
         (st = check_view("out", out->data, out->stride_b, out->stride_h, out->stride_n, B, H,
                          p->seq_q, d, 1)))
         return st;
-    const mha_options def = {0};
-    if (!o) o = &def;
-    const int threads = mha_resolve_threads(o);
-    const size_t need = k->workspace(p, o, threads);
+    const mha_options r = resolve_options(k, p, o);
+    const int threads = mha_resolve_threads(&r);
+    const size_t need = k->workspace(p, &r, threads);
     if (need == SIZE_MAX)
         return mha_set_error(MHA_ENOMEM, "workspace of kernel %s overflows size_t", k->name);
     if (need > 0 && (!workspace || workspace_size < need))
@@ -218,5 +250,5 @@ mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_optio
     if (((uintptr_t)workspace & (MHA_WORKSPACE_ALIGN - 1)) != 0)
         return mha_set_error(MHA_EINVAL, "workspace %p is not %d-byte aligned", workspace,
                              MHA_WORKSPACE_ALIGN);
-    return k->run(p, o, threads, q, kt, v, out, workspace);
+    return k->run(p, &r, threads, q, kt, v, out, workspace);
 }

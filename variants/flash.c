@@ -1,19 +1,25 @@
 /* flash.c - kernels flash.<isa>: FlashAttention-2 style streaming softmax.
  * For each (batch, head, query block) the KV sequence is streamed in blocks;
- * the running max m and sum l live per query, the unnormalised output O^T is
+ * the running max m and sum l live per query, the unnormalised output O is
  * rescaled (fused into the P.V accumulator load) only when some max changed,
  * and normalised once at the end. No Nq x Nkv matrix ever exists: workspace is
- * threads x (Q^T + S^T + O^T blocks). Written once, compiled per ISA. */
+ * threads x (Q^T + S^T + O blocks). Written once, compiled per ISA.
+ *
+ * Scores are computed transposed, S^T = K Q^T (queries along the vector
+ * lanes), so the softmax is lane-wise; O = P V is computed with queries as
+ * rows and head_dim along the lanes, reading V in place. Causal diagonal
+ * blocks skip the key/query tiles the mask removes entirely. */
 #include <math.h>
 #include <omp.h>
 
 #include "internal.h"
+#include "phase.h"
 #include "ukernels.h"
 
 #define LOG2E 1.44269504088896341f
 
 /* Default blocks: one micro-tile width of queries per block keeps Q^T, S^T and
- * O^T L1/L2 resident; 64 keys per KV block amortises the softmax pass. */
+ * O L1/L2 resident; 64 keys per KV block amortises the softmax pass. */
 #if VW >= 16
 #define FLASH_BQ 64
 #elif VW >= 8
@@ -24,8 +30,8 @@
 #define FLASH_BK 64
 
 typedef struct {
-    int64_t bq, bqp, bk;
-    size_t qt, st, ot, vec, per_thread; /* byte sizes, each 64-aligned */
+    int64_t bq, bqp, bk, dp;
+    size_t qt, st, ob, vec, per_thread; /* byte sizes, each 64-aligned */
 } flash_layout;
 
 static flash_layout flash_plan(const mha_problem *p, const mha_options *o) {
@@ -35,12 +41,13 @@ static flash_layout flash_plan(const mha_problem *p, const mha_options *o) {
     L.bqp = (L.bq + VW - 1) / VW * VW;
     L.bk = o->block_kv > 0 ? o->block_kv : FLASH_BK;
     if (L.bk > p->seq_kv) L.bk = p->seq_kv;
+    L.dp = (p->head_dim + VW - 1) / VW * VW;
     const size_t d = (size_t)p->head_dim, bqp = (size_t)L.bqp, f = sizeof(float);
     L.qt = mha_align64(mha_mul_sz(mha_mul_sz(d, bqp), f));
     L.st = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.bk, bqp), f));
-    L.ot = L.qt;
+    L.ob = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.dp, bqp), f));
     L.vec = mha_align64(bqp * f);
-    L.per_thread = mha_add_sz(mha_add_sz(L.qt, L.st), mha_add_sz(L.ot, 3 * L.vec));
+    L.per_thread = mha_add_sz(mha_add_sz(L.qt, L.st), mha_add_sz(L.ob, 4 * L.vec));
     return L;
 }
 
@@ -49,70 +56,122 @@ size_t MHA_CAT(MHA_SYM(flash), _workspace)(const mha_problem *p, const mha_optio
     return mha_mul_sz(flash_plan(p, o).per_thread, (size_t)threads);
 }
 
-/* Keys j with j0 + j > i + off are invisible to query column i: fill those
- * leading columns of each row with -inf (only diagonal blocks get here). */
-static void mask_block(int64_t bkk, int64_t ncols, float *s, int64_t ld, int64_t j0, int64_t i0,
-                       int64_t off) {
-    for (int64_t j = 0; j < bkk; j++) {
-        int64_t t = j0 + j - off - i0; /* columns i < t cannot see key j0 + j */
-        if (t <= 0) continue;
-        if (t > ncols) t = ncols;
-        for (int64_t i = 0; i < t; i++) s[j * ld + i] = -INFINITY;
+typedef struct {
+    const mha_problem *p;
+    flash_layout L;
+    int64_t group, off;
+    float qscale;
+    const mha_tensor *q, *k, *v;
+    const mha_tensor_mut *out;
+} flash_ctx;
+
+/* One (batch, head, query block) work item on this thread's workspace. */
+static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws) {
+    const mha_problem *p = x->p;
+    const flash_layout *L = &x->L;
+    const int64_t d = p->head_dim, g = h / x->group, off = x->off, ld = L->bqp;
+    PHASE_START();
+    float *Qt = (float *)ws, *St = (float *)(ws + L->qt), *Ob = (float *)(ws + L->qt + L->st);
+    float *m = (float *)(ws + L->qt + L->st + L->ob), *l = m + L->vec / sizeof(float),
+          *alpha = l + L->vec / sizeof(float), *bmax = alpha + L->vec / sizeof(float);
+    const float *qh = x->q->data + b * x->q->stride_b + h * x->q->stride_h;
+    const float *kh = x->k->data + b * x->k->stride_b + g * x->k->stride_h;
+    const float *vh = x->v->data + b * x->v->stride_b + g * x->v->stride_h;
+    const int64_t skn = x->k->stride_n, svn = x->v->stride_n;
+    float *oh = x->out->data + b * x->out->stride_b + h * x->out->stride_h;
+
+    const int64_t i0 = qb * L->bq, n = p->seq_q - i0 < L->bq ? p->seq_q - i0 : L->bq;
+    const int64_t ncols = (n + VW - 1) / VW * VW;
+    const int64_t kv_end = mha_kv_end(p, i0 + n - 1); /* keys any row here sees */
+    if (kv_end == 0) {                                /* every row masked: zeros by convention */
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t c = 0; c < d; c++) oh[(i0 + i) * x->out->stride_n + c] = 0.0f;
+        return;
     }
+    for (int64_t i = 0; i < ncols; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    k_pack_transpose(n, d, qh + i0 * x->q->stride_n, x->q->stride_n, x->qscale, Qt, ld);
+    PHASE(PHASE_PACK);
+    for (int64_t j0 = 0; j0 < kv_end; j0 += L->bk) {
+        const int64_t bkk = kv_end - j0 < L->bk ? kv_end - j0 : L->bk;
+        const int diag = p->causal && j0 + bkk - 1 > i0 + off; /* some pair here is masked */
+        /* S^T[j][i] = K[j0+j] . Q^T[:, i]; on the diagonal each row tile starts
+         * at the first query vector that can see any of its keys. */
+        if (!diag) { /* the block's column maxima come out of the tile stores */
+            for (int64_t i = 0; i < ncols; i++) bmax[i] = -INFINITY;
+            k_gemm(bkk, ncols, d, kh + j0 * skn, skn, 1, Qt, ld, St, ld, MHA_INIT_ZERO | MHA_COLMAX,
+                   bmax);
+        } else {
+            for (int64_t r0 = 0; r0 < bkk; r0 += MHA_MR) {
+                const int64_t rows = bkk - r0 < MHA_MR ? bkk - r0 : MHA_MR;
+                int64_t c0 = (j0 + r0 - off - i0) / VW * VW; /* columns before c0 are masked */
+                c0 = c0 < 0 ? 0 : (c0 > ncols ? ncols : c0);
+                if (c0 < ncols)
+                    k_gemm(rows, ncols - c0, d, kh + (j0 + r0) * skn, skn, 1, Qt + c0, ld,
+                           St + r0 * ld + c0, ld, MHA_INIT_ZERO, NULL);
+            }
+        }
+        PHASE(PHASE_QK);
+        if (diag) {
+            for (int64_t j = 0; j < bkk; j++) {
+                int64_t t = j0 + j - off - i0; /* columns i < t cannot see key j0 + j */
+                if (t > ncols) t = ncols;
+                for (int64_t i = 0; i < t; i++) St[j * ld + i] = -INFINITY;
+            }
+        }
+        /* On the diagonal the maxima must exclude masked scores: computed here. */
+        const int changed = k_softmax_online(bkk, ncols, St, ld, m, l, alpha, diag ? NULL : bmax);
+        PHASE(PHASE_SOFTMAX);
+        /* O[i][:] = alpha[i] O[i][:] + sum_j P^T[j][i] V[j0+j][:] */
+        const int init = j0 == 0 ? MHA_INIT_ZERO : (changed ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
+        if (!diag) {
+            k_gemm(n, d, bkk, St, 1, ld, vh + j0 * svn, svn, Ob, L->dp, init | MHA_B_EXACT, alpha);
+        } else {
+            for (int64_t r0 = 0; r0 < n; r0 += MHA_MR) {
+                const int64_t rows = n - r0 < MHA_MR ? n - r0 : MHA_MR;
+                int64_t kc = i0 + r0 + rows - 1 + off + 1 - j0; /* keys the last row sees */
+                kc = kc < 0 ? 0 : (kc > bkk ? bkk : kc);
+                k_gemm(rows, d, kc, St + r0, 1, ld, vh + j0 * svn, svn, Ob + r0 * L->dp, L->dp,
+                       init | MHA_B_EXACT, alpha + r0);
+            }
+        }
+        PHASE(PHASE_PV);
+    }
+    k_store_normalized(n, d, Ob, L->dp, l, oh + i0 * x->out->stride_n, x->out->stride_n);
+    PHASE(PHASE_PACK);
 }
 
 mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options *o, int threads,
                                          const mha_tensor *q, const mha_tensor *k,
                                          const mha_tensor *v, const mha_tensor_mut *out,
                                          void *workspace) {
-    const flash_layout L = flash_plan(p, o);
-    const int64_t H = p->heads, group = p->heads / p->kv_heads;
-    const int64_t Nq = p->seq_q, Nkv = p->seq_kv, d = p->head_dim, off = Nkv - Nq;
-    const float qscale = mha_problem_scale(p) * LOG2E; /* scores in log2 units -> exp2 */
-    const int64_t nqb = (Nq + L.bq - 1) / L.bq, items = p->batch * H * nqb;
-
+    const flash_ctx x = {p,
+                         flash_plan(p, o),
+                         p->heads / p->kv_heads,
+                         p->seq_kv - p->seq_q,
+                         mha_problem_scale(p) * LOG2E, /* scores in log2 units -> exp2 */
+                         q,
+                         k,
+                         v,
+                         out};
+    const int64_t H = p->heads, nqb = (p->seq_q + x.L.bq - 1) / x.L.bq, pairs = p->batch * H;
+    if (o->split == MHA_SPLIT_HEADS) {
+        /* Per-head parallel: one (batch, head) per task, its query blocks in order. */
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-    for (int64_t it = 0; it < items; it++) {
-        /* Last query blocks first: under a causal mask they cost the most. */
-        const int64_t bh = it / nqb, qb = nqb - 1 - it % nqb;
-        const int64_t b = bh / H, h = bh % H, g = h / group;
-        char *ws = (char *)workspace + (size_t)omp_get_thread_num() * L.per_thread;
-        float *Qt = (float *)ws, *St = (float *)(ws + L.qt), *Ot = (float *)(ws + L.qt + L.st);
-        float *m = (float *)(ws + L.qt + L.st + L.ot), *l = m + L.vec / sizeof(float),
-              *alpha = l + L.vec / sizeof(float);
-        const float *qh = q->data + b * q->stride_b + h * q->stride_h;
-        const float *kh = k->data + b * k->stride_b + g * k->stride_h;
-        const float *vh = v->data + b * v->stride_b + g * v->stride_h;
-        float *oh = out->data + b * out->stride_b + h * out->stride_h;
-
-        const int64_t i0 = qb * L.bq, n = Nq - i0 < L.bq ? Nq - i0 : L.bq;
-        const int64_t ncols = (n + VW - 1) / VW * VW;
-        const int64_t kv_end = mha_kv_end(p, i0 + n - 1); /* keys any row here sees */
-        for (int64_t i = 0; i < ncols; i++) {
-            m[i] = -INFINITY;
-            l[i] = 0.0f;
+        for (int64_t bh = 0; bh < pairs; bh++) {
+            char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x.L.per_thread;
+            for (int64_t qb = 0; qb < nqb; qb++) flash_block(&x, bh / H, bh % H, qb, ws);
         }
-        if (kv_end > 0)
-            MHA_SYM(pack_transpose)(n, d, qh + i0 * q->stride_n, q->stride_n, qscale, Qt, L.bqp);
-        for (int64_t j0 = 0; j0 < kv_end; j0 += L.bk) {
-            const int64_t bkk = kv_end - j0 < L.bk ? kv_end - j0 : L.bk;
-            /* S^T[j][i] = K[j0+j] . Q^T[:, i] */
-            MHA_SYM(gemm)
-            (bkk, ncols, d, kh + j0 * k->stride_n, k->stride_n, 1, Qt, L.bqp, St, L.bqp,
-             MHA_INIT_ZERO, NULL);
-            if (p->causal && j0 + bkk - 1 > i0 + off)
-                mask_block(bkk, ncols, St, L.bqp, j0, i0, off);
-            const int changed = MHA_SYM(softmax_online)(bkk, ncols, St, L.bqp, m, l, alpha);
-            /* O^T[c][i] = alpha[i] O^T[c][i] + sum_j V[j0+j][c] P^T[j][i] */
-            MHA_SYM(gemm)
-            (d, ncols, bkk, vh + j0 * v->stride_n, 1, v->stride_n, St, L.bqp, Ot, L.bqp,
-             j0 == 0 ? MHA_INIT_ZERO : (changed ? MHA_INIT_SCALE : MHA_INIT_ACC), alpha);
-        }
-        if (kv_end == 0) {
-            for (int64_t i = 0; i < n; i++)
-                for (int64_t c = 0; c < d; c++) oh[(i0 + i) * out->stride_n + c] = 0.0f;
-        } else {
-            MHA_SYM(store_normalized)(n, d, Ot, L.bqp, l, oh + i0 * out->stride_n, out->stride_n);
+    } else {
+        /* (batch, head, query block) tasks, last query blocks first: under a
+         * causal mask they cost the most, so the dynamic schedule balances. */
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+        for (int64_t it = 0; it < pairs * nqb; it++) {
+            char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x.L.per_thread;
+            const int64_t bh = it / nqb;
+            flash_block(&x, bh / H, bh % H, nqb - 1 - it % nqb, ws);
         }
     }
     return MHA_OK;

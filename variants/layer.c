@@ -11,8 +11,12 @@ typedef struct {
     mha_linear_pack_fn pack_floats;
 } linear_impl;
 
-static linear_impl linear_for_active_isa(void) {
-    switch (mha_isa_active()) {
+/* The projections run on the attention kernel's ISA, so a layer timed with
+ * flash.avx2 is all AVX2 (its % of peak means something); blas.cblas, whose
+ * BLAS and softmax follow the active ISA, gets the active ISA's GEMM. */
+static linear_impl linear_for(const mha_kernel *k) {
+    const mha_isa isa = strcmp(k->algorithm, "blas") == 0 ? mha_isa_active() : k->isa;
+    switch (isa) {
     case MHA_ISA_AVX512:
         return (linear_impl){mha_linear__avx512, mha_linear_pack_floats__avx512};
     case MHA_ISA_AVX2:
@@ -22,7 +26,10 @@ static linear_impl linear_for_active_isa(void) {
     }
 }
 
-static mha_status layer_problem(const mha_layer *L, const mha_layer_shape *s, mha_problem *p) {
+/* Checks the layer's dims (and, for a forward call, its weights) and builds
+ * the attention problem. A workspace query needs no weights. */
+static mha_status layer_problem(const mha_layer *L, const mha_layer_shape *s, mha_problem *p,
+                                int need_weights) {
     if (!L || !s) return mha_set_error(MHA_EINVAL, "layer or shape is NULL");
     if (L->d_model <= 0)
         return mha_set_error(MHA_EINVAL, "layer.d_model = %lld: must be >= 1",
@@ -35,7 +42,7 @@ static mha_status layer_problem(const mha_layer *L, const mha_layer_shape *s, mh
     if (L->kv_heads < 0)
         return mha_set_error(MHA_EINVAL, "layer.kv_heads = %lld: must be >= 0 (0 = heads)",
                              (long long)L->kv_heads);
-    if (!L->w_q || !L->w_k || !L->w_v || !L->w_o)
+    if (need_weights && (!L->w_q || !L->w_k || !L->w_v || !L->w_o))
         return mha_set_error(MHA_EINVAL, "layer weights w_q, w_k, w_v and w_o are required");
     *p = (mha_problem){.batch = s->batch,
                        .heads = L->heads,
@@ -86,7 +93,7 @@ mha_status mha_forward_workspace_size(const mha_kernel *k, const mha_layer *L,
     layer_plan lp;
     mha_status st;
     if (!bytes) return mha_set_error(MHA_EINVAL, "bytes is NULL");
-    if ((st = layer_problem(L, s, &p)) != MHA_OK) return st;
+    if ((st = layer_problem(L, s, &p, 0)) != MHA_OK) return st;
     if ((st = plan(k, &p, o, L->d_model, &lp)) != MHA_OK) return st;
     *bytes = lp.total;
     return MHA_OK;
@@ -94,7 +101,7 @@ mha_status mha_forward_workspace_size(const mha_kernel *k, const mha_layer *L,
 
 double mha_forward_flops(const mha_layer *L, const mha_layer_shape *s) {
     mha_problem p;
-    if (layer_problem(L, s, &p) != MHA_OK) return 0.0;
+    if (layer_problem(L, s, &p, 0) != MHA_OK) return 0.0;
     const double dm = (double)L->d_model, dkv = (double)(p.kv_heads * p.head_dim);
     const double proj = 2.0 * (double)s->batch *
                         ((double)s->seq_q * dm * dm * 2.0 + 2.0 * (double)s->seq_kv * dkv * dm);
@@ -107,7 +114,7 @@ mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_
     mha_problem p;
     layer_plan lp;
     mha_status st;
-    if ((st = layer_problem(L, s, &p)) != MHA_OK) return st;
+    if ((st = layer_problem(L, s, &p, 1)) != MHA_OK) return st;
     if ((st = mha_kernel_supported(k)) != MHA_OK) return st;
     if (!query || !key || !value || !out)
         return mha_set_error(MHA_EINVAL, "layer input or output pointer is NULL");
@@ -120,7 +127,7 @@ mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_
                              MHA_WORKSPACE_ALIGN);
 
     const int threads = mha_resolve_threads(o);
-    const linear_impl lin = linear_for_active_isa();
+    const linear_impl lin = linear_for(k);
     const int64_t dm = L->d_model, dk = p.head_dim, dkv = p.kv_heads * dk;
     const int64_t Mq = p.batch * p.seq_q, Mkv = p.batch * p.seq_kv;
     char *ws = workspace;

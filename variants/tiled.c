@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include "internal.h"
+#include "phase.h"
 #include "ukernels.h"
 
 #define LOG2E 1.44269504088896341f
@@ -14,8 +15,8 @@
 #define TILED_BK 64
 
 typedef struct {
-    int64_t bq, bqp, bk, nqp;
-    size_t s, qt, ot, vec, per_thread;
+    int64_t bq, bqp, bk, nqp, dp;
+    size_t s, qt, ob, vec, per_thread;
 } tiled_layout;
 
 static tiled_layout tiled_plan(const mha_problem *p, const mha_options *o) {
@@ -26,12 +27,13 @@ static tiled_layout tiled_plan(const mha_problem *p, const mha_options *o) {
     L.bk = o->block_kv > 0 ? o->block_kv : TILED_BK;
     if (L.bk > p->seq_kv) L.bk = p->seq_kv;
     L.nqp = (p->seq_q + VW - 1) / VW * VW;
+    L.dp = (p->head_dim + VW - 1) / VW * VW;
     const size_t f = sizeof(float), d = (size_t)p->head_dim;
     L.s = mha_align64(mha_mul_sz(mha_mul_sz((size_t)p->seq_kv, (size_t)L.nqp), f));
     L.qt = mha_align64(mha_mul_sz(mha_mul_sz(d, (size_t)L.bqp), f));
-    L.ot = L.qt;
+    L.ob = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.dp, (size_t)L.bqp), f));
     L.vec = mha_align64(mha_mul_sz((size_t)L.nqp, f));
-    L.per_thread = mha_add_sz(mha_add_sz(L.s, L.qt), mha_add_sz(L.ot, 2 * L.vec));
+    L.per_thread = mha_add_sz(mha_add_sz(L.s, L.qt), mha_add_sz(L.ob, 2 * L.vec));
     return L;
 }
 
@@ -54,8 +56,9 @@ mha_status MHA_CAT(MHA_SYM(tiled), _run)(const mha_problem *p, const mha_options
     for (int64_t bh = 0; bh < pairs; bh++) {
         const int64_t b = bh / H, h = bh % H, g = h / group;
         char *ws = (char *)workspace + (size_t)omp_get_thread_num() * L.per_thread;
-        float *S = (float *)ws, *Qt = (float *)(ws + L.s), *Ot = (float *)(ws + L.s + L.qt);
-        float *m = (float *)(ws + L.s + L.qt + L.ot), *l = m + L.vec / sizeof(float);
+        float *S = (float *)ws, *Qt = (float *)(ws + L.s), *Ob = (float *)(ws + L.s + L.qt);
+        float *m = (float *)(ws + L.s + L.qt + L.ob), *l = m + L.vec / sizeof(float);
+        PHASE_START();
         const float *qh = q->data + b * q->stride_b + h * q->stride_h;
         const float *kh = k->data + b * k->stride_b + g * k->stride_h;
         const float *vh = v->data + b * v->stride_b + g * v->stride_h;
@@ -67,13 +70,13 @@ mha_status MHA_CAT(MHA_SYM(tiled), _run)(const mha_problem *p, const mha_options
             const int64_t i0 = qb * L.bq, n = Nq - i0 < L.bq ? Nq - i0 : L.bq;
             const int64_t ncols = (n + VW - 1) / VW * VW, kv_end = mha_kv_end(p, i0 + n - 1);
             if (kv_end == 0) continue;
-            MHA_SYM(pack_transpose)(n, d, qh + i0 * q->stride_n, q->stride_n, qscale, Qt, L.bqp);
+            k_pack_transpose(n, d, qh + i0 * q->stride_n, q->stride_n, qscale, Qt, L.bqp);
+            PHASE(PHASE_PACK);
             for (int64_t j0 = 0; j0 < kv_end; j0 += L.bk) {
                 const int64_t bkk = kv_end - j0 < L.bk ? kv_end - j0 : L.bk;
                 float *sblk = S + j0 * L.nqp + i0;
-                MHA_SYM(gemm)
-                (bkk, ncols, d, kh + j0 * k->stride_n, k->stride_n, 1, Qt, L.bqp, sblk, L.nqp,
-                 MHA_INIT_ZERO, NULL);
+                k_gemm(bkk, ncols, d, kh + j0 * k->stride_n, k->stride_n, 1, Qt, L.bqp, sblk, L.nqp,
+                       MHA_INIT_ZERO, NULL);
                 if (p->causal && j0 + bkk - 1 > i0 + off) {
                     for (int64_t j = 0; j < bkk; j++) {
                         int64_t t = j0 + j - off - i0;
@@ -82,17 +85,20 @@ mha_status MHA_CAT(MHA_SYM(tiled), _run)(const mha_problem *p, const mha_options
                     }
                 }
             }
+            PHASE(PHASE_QK);
         }
         /* Phase 2: exact softmax numerators per query column (max, then exp2 + sum). */
         for (int64_t qb = 0; qb < nqb; qb++) {
             const int64_t i0 = qb * L.bq, n = Nq - i0 < L.bq ? Nq - i0 : L.bq;
             const int64_t ncols = (n + VW - 1) / VW * VW, kv_end = mha_kv_end(p, i0 + n - 1);
-            if (kv_end > 0) MHA_SYM(softmax_columns)(kv_end, ncols, S + i0, L.nqp, m + i0, l + i0);
+            if (kv_end > 0) k_softmax_columns(kv_end, ncols, S + i0, L.nqp, m + i0, l + i0);
         }
-        /* Phase 3: O^T = V^T P^T, blocked over KV so the P^T block stays in L1. */
+        PHASE(PHASE_SOFTMAX);
+        /* Phase 3: O = P V with queries as rows and V read in place, blocked
+         * over KV so the P^T block stays in L1. */
         for (int64_t qb = 0; qb < nqb; qb++) {
             const int64_t i0 = qb * L.bq, n = Nq - i0 < L.bq ? Nq - i0 : L.bq;
-            const int64_t ncols = (n + VW - 1) / VW * VW, kv_end = mha_kv_end(p, i0 + n - 1);
+            const int64_t kv_end = mha_kv_end(p, i0 + n - 1);
             if (kv_end == 0) {
                 for (int64_t i = 0; i < n; i++)
                     for (int64_t c = 0; c < d; c++) oh[(i0 + i) * out->stride_n + c] = 0.0f;
@@ -100,12 +106,12 @@ mha_status MHA_CAT(MHA_SYM(tiled), _run)(const mha_problem *p, const mha_options
             }
             for (int64_t j0 = 0; j0 < kv_end; j0 += L.bk) {
                 const int64_t bkk = kv_end - j0 < L.bk ? kv_end - j0 : L.bk;
-                MHA_SYM(gemm)
-                (d, ncols, bkk, vh + j0 * v->stride_n, 1, v->stride_n, S + j0 * L.nqp + i0, L.nqp,
-                 Ot, L.bqp, j0 == 0 ? MHA_INIT_ZERO : MHA_INIT_ACC, NULL);
+                k_gemm(n, d, bkk, S + j0 * L.nqp + i0, 1, L.nqp, vh + j0 * v->stride_n, v->stride_n,
+                       Ob, L.dp, (j0 == 0 ? MHA_INIT_ZERO : MHA_INIT_ACC) | MHA_B_EXACT, NULL);
             }
-            MHA_SYM(store_normalized)
-            (n, d, Ot, L.bqp, l + i0, oh + i0 * out->stride_n, out->stride_n);
+            PHASE(PHASE_PV);
+            k_store_normalized(n, d, Ob, L.dp, l + i0, oh + i0 * out->stride_n, out->stride_n);
+            PHASE(PHASE_PACK);
         }
     }
     return MHA_OK;

@@ -1,0 +1,1077 @@
+/* compare.c - `mhabench compare`: statistical comparison of two Google Benchmark
+ * result files (per benchmark: median change, Mann-Whitney U p-value, verdict),
+ * the per-CPU baselines under results/baselines/, and A/B runs of two builds. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "commands.h"
+#include "util.h"
+
+extern char **environ;
+
+/* Below this many repetitions on either side the U test cannot mean much (at
+ * alpha 0.01 it cannot reject at all with 4 + 4 or fewer), and the report says so. */
+enum { MIN_REPS = 9 };
+/* The exact distribution is counted when both samples have at most this many
+ * repetitions; beyond, the normal approximation is accurate to well under alpha. */
+enum { EXACT_MAX = 20 };
+enum { MAX_ROUNDS = 100, MAX_SWEEP_ARGS = 64 };
+
+#define DEFAULT_BASELINE_DIR "results/baselines"
+
+/* The machine fingerprint: the context keys that must agree for two result
+ * files to be comparable. The last one is optional (checked when both have it). */
+static const char *const FP_KEYS[] = {"mha_cpu_key", "mha_isa_active", "mha_cores",
+                                      "mha_threads_max"};
+enum { FP_COUNT = 4, FP_REQUIRED = 3 };
+
+static void usage(FILE *f) {
+    fputs("usage: mhabench compare BASE.json NEW.json [--threshold PCT] [--alpha A] [--json]\n"
+          "                        [--force]\n"
+          "       mhabench compare --baseline NEW.json [--baseline-dir DIR] [options]\n"
+          "       mhabench compare --save-baseline NEW.json [--baseline-dir DIR]\n"
+          "       mhabench compare --ab OLD_BINARY NEW_BINARY [--rounds R] [options]\n"
+          "                        [-- sweep args]\n"
+          "Compares Google Benchmark result files (as written by `mhabench sweep`) benchmark\n"
+          "by benchmark: median real time change, Mann-Whitney U two-sided p-value over the\n"
+          "repetitions, and a verdict: slower (p < alpha and median slower by more than the\n"
+          "threshold), faster (likewise), noisy (median moved more than the threshold but\n"
+          "not significantly: rerun with more repetitions), or same.\n"
+          "Exit 0 no regression, 1 a benchmark is slower, 2 usage or input error.\n"
+          "  --threshold PCT    median change that matters, percent (default 5)\n"
+          "  --alpha A          significance level of the U test (default 0.01)\n"
+          "  --json             machine-readable report on stdout instead of the table\n"
+          "  --force            compare even when the machine fingerprints differ\n"
+          "  --baseline         compare NEW.json against the newest committed baseline of\n"
+          "                     its machine: DIR/<cpu-key>.json or DIR/<cpu-key>-<time>.json\n"
+          "  --save-baseline    add NEW.json as a baseline (never overwrites an existing one)\n"
+          "  --baseline-dir DIR where baselines live (default " DEFAULT_BASELINE_DIR ")\n"
+          "  --ab               run OLD and NEW `sweep --preset ci` alternately (A B A B ...),\n"
+          "                     pool each side's repetitions, compare NEW against OLD\n"
+          "  --rounds R         A/B rounds (default 3)\n",
+          f);
+}
+
+/* ---- result files ---------------------------------------------------------------- */
+
+typedef struct {
+    char *name;
+    double *t; /* real time per iteration of each repetition, ns */
+    int n, cap;
+} bench;
+
+typedef struct {
+    const char *path;
+    char *fp[FP_COUNT]; /* NULL when the context lacks the key */
+    bench *b;
+    int nb, cap;
+    int rows;    /* iteration rows taken */
+    int skipped; /* rows with error_occurred */
+} result_set;
+
+static void result_free(result_set *rs) {
+    for (int i = 0; i < FP_COUNT; i++) free(rs->fp[i]);
+    for (int i = 0; i < rs->nb; i++) {
+        free(rs->b[i].name);
+        free(rs->b[i].t);
+    }
+    free(rs->b);
+    memset(rs, 0, sizeof *rs);
+}
+
+static void *xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n);
+    if (!q) {
+        errorf("compare: out of memory");
+        exit(EXIT_USAGE);
+    }
+    return q;
+}
+
+static char *xstrdup(const char *s) {
+    char *d = strdup(s);
+    if (!d) {
+        errorf("compare: out of memory");
+        exit(EXIT_USAGE);
+    }
+    return d;
+}
+
+/* The repetition count is not part of a benchmark's identity: Google Benchmark
+ * appends "/repeats:N" to the name when it is set per benchmark. */
+static void strip_repeats(char *name) {
+    char *p = strstr(name, "/repeats:");
+    if (!p) return;
+    char *q = p + 9;
+    while (*q >= '0' && *q <= '9') q++;
+    memmove(p, q, strlen(q) + 1);
+}
+
+static bench *find_bench(const result_set *rs, const char *name) {
+    for (int i = 0; i < rs->nb; i++)
+        if (strcmp(rs->b[i].name, name) == 0) return &rs->b[i];
+    return NULL;
+}
+
+static void add_time(result_set *rs, const char *name, double ns) {
+    bench *b = find_bench(rs, name);
+    if (!b) {
+        if (rs->nb == rs->cap) {
+            rs->cap = rs->cap ? 2 * rs->cap : 32;
+            rs->b = xrealloc(rs->b, (size_t)rs->cap * sizeof *rs->b);
+        }
+        b = &rs->b[rs->nb++];
+        *b = (bench){xstrdup(name), NULL, 0, 0};
+    }
+    if (b->n == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 16;
+        b->t = xrealloc(b->t, (size_t)b->cap * sizeof *b->t);
+    }
+    b->t[b->n++] = ns;
+}
+
+static double unit_ns(const char *unit) {
+    if (strcmp(unit, "ns") == 0) return 1;
+    if (strcmp(unit, "us") == 0) return 1e3;
+    if (strcmp(unit, "ms") == 0) return 1e6;
+    if (strcmp(unit, "s") == 0) return 1e9;
+    return 0;
+}
+
+/* Reads a whole file; NULL (errno set) on failure. */
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (cap - n < 65536) {
+            cap = cap ? 2 * cap : 65536;
+            buf = xrealloc(buf, cap + 1);
+        }
+        const size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    const int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        errno = EIO;
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* Parses text as one JSON value; on failure prints "<path>: not valid JSON: <json-c's
+ * reason> at line L, column C" and returns NULL. */
+static json_object *parse_json(const char *path, const char *text, size_t len) {
+    json_tokener *tok = json_tokener_new();
+    if (!tok) {
+        errorf("compare: out of memory");
+        exit(EXIT_USAGE);
+    }
+    json_object *root = json_tokener_parse_ex(tok, text, (int)len);
+    enum json_tokener_error jerr = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    const char *why = NULL;
+    if (!root && jerr == json_tokener_continue) {
+        why = "unexpected end of file";
+        end = len;
+    } else if (!root) {
+        why = json_tokener_error_desc(jerr);
+    } else {
+        while (end < len && strchr(" \t\r\n", text[end])) end++;
+        if (end < len) why = "unexpected data after the JSON value";
+    }
+    json_tokener_free(tok);
+    if (!why) return root;
+    json_object_put(root);
+    int line = 1, col = 1;
+    for (size_t i = 0; i < end && i < len; i++) {
+        if (text[i] == '\n') {
+            line++;
+            col = 1;
+        } else {
+            col++;
+        }
+    }
+    errorf("compare: %s: not valid JSON: %s at line %d, column %d (json-c)", path, why, line, col);
+    return NULL;
+}
+
+static const char *row_string(json_object *row, const char *key) {
+    json_object *v;
+    if (!json_object_object_get_ex(row, key, &v) || !json_object_is_type(v, json_type_string))
+        return NULL;
+    return json_object_get_string(v);
+}
+
+/* Loads a Google Benchmark JSON file and appends its iteration rows to rs (which
+ * may already hold rows from other files: A/B rounds are pooled). The first file
+ * loaded sets the fingerprint. Returns 0, or EXIT_USAGE after printing why. */
+static int load_results(const char *path, result_set *rs) {
+    size_t len = 0;
+    char *text = read_file(path, &len);
+    if (!text) {
+        errorf("compare: cannot read %s: %s", path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    json_object *root = parse_json(path, text, len);
+    free(text);
+    if (!root) return EXIT_USAGE;
+    int rc = EXIT_USAGE;
+    json_object *ctx = NULL, *rows = NULL;
+    if (!json_object_is_type(root, json_type_object)) {
+        errorf("compare: %s: the top level is not a JSON object (not a Google Benchmark "
+               "result file)",
+               path);
+        goto out;
+    }
+    if (!json_object_object_get_ex(root, "benchmarks", &rows) ||
+        !json_object_is_type(rows, json_type_array)) {
+        errorf("compare: %s: no \"benchmarks\" array (not a Google Benchmark result file)", path);
+        goto out;
+    }
+    if (!rs->path) {
+        rs->path = path;
+        if (json_object_object_get_ex(root, "context", &ctx) &&
+            json_object_is_type(ctx, json_type_object)) {
+            for (int k = 0; k < FP_COUNT; k++) {
+                json_object *v;
+                if (json_object_object_get_ex(ctx, FP_KEYS[k], &v) && v &&
+                    !json_object_is_type(v, json_type_object) &&
+                    !json_object_is_type(v, json_type_array))
+                    rs->fp[k] = xstrdup(json_object_get_string(v));
+            }
+        }
+    }
+    const size_t n = json_object_array_length(rows);
+    for (size_t i = 0; i < n; i++) {
+        json_object *row = json_object_array_get_idx(rows, i), *v;
+        if (!json_object_is_type(row, json_type_object)) {
+            errorf("compare: %s: benchmarks[%zu] is not an object", path, i);
+            goto out;
+        }
+        /* Aggregates (_mean, _median, _stddev, _cv) are derived; only the
+         * repetitions themselves are samples. Files without run_type (old
+         * Google Benchmark) mark aggregates with aggregate_name. */
+        const char *type = row_string(row, "run_type");
+        if (type ? strcmp(type, "iteration") != 0
+                 : json_object_object_get_ex(row, "aggregate_name", NULL))
+            continue;
+        if (json_object_object_get_ex(row, "error_occurred", &v) && json_object_get_boolean(v)) {
+            rs->skipped++;
+            continue;
+        }
+        const char *name = row_string(row, "name");
+        if (!name || !*name) {
+            errorf("compare: %s: benchmarks[%zu] has no \"name\"", path, i);
+            goto out;
+        }
+        if (!json_object_object_get_ex(row, "real_time", &v) ||
+            !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int))) {
+            errorf("compare: %s: benchmark '%s' has no numeric \"real_time\"", path, name);
+            goto out;
+        }
+        const double t = json_object_get_double(v);
+        const char *unit = row_string(row, "time_unit");
+        const double scale = unit ? unit_ns(unit) : 1;
+        if (scale == 0) {
+            errorf("compare: %s: benchmark '%s': time_unit '%s' is not one of ns, us, ms, s", path,
+                   name, unit);
+            goto out;
+        }
+        if (!isfinite(t) || t <= 0) {
+            errorf("compare: %s: benchmark '%s': real_time %g must be a positive number", path,
+                   name, t);
+            goto out;
+        }
+        char *key = xstrdup(name);
+        strip_repeats(key);
+        add_time(rs, key, t * scale);
+        free(key);
+        rs->rows++;
+    }
+    if (rs->nb == 0) {
+        errorf("compare: %s: no benchmark results (no \"iteration\" rows in \"benchmarks\")", path);
+        goto out;
+    }
+    rc = 0;
+out:
+    json_object_put(root);
+    return rc;
+}
+
+/* Checks the two fingerprints agree: returns 1 if they do, else prints each
+ * difference (as a refusal, or as a warning when force is set) and returns 0. */
+static int fingerprints_match(const result_set *a, const result_set *b, int force) {
+    int ok = 1;
+    for (int k = 0; k < FP_COUNT; k++) {
+        const char *va = a->fp[k], *vb = b->fp[k];
+        if (k >= FP_REQUIRED && (!va || !vb)) continue;
+        if (!va || !vb) {
+            errorf("compare: %s: the context has no \"%s\", so its machine is unknown (not "
+                   "written by `mhabench sweep`?)%s",
+                   va ? b->path : a->path, FP_KEYS[k],
+                   force ? "; comparing anyway (--force)" : "; pass --force to compare anyway");
+            ok = 0;
+        } else if (strcmp(va, vb) != 0) {
+            errorf("compare: the machine fingerprints differ: %s is '%s' in %s but '%s' in %s%s",
+                   FP_KEYS[k], va, a->path, vb, b->path,
+                   force ? "; comparing anyway (--force)" : "; pass --force to compare anyway");
+            ok = 0;
+        }
+    }
+    return ok;
+}
+
+/* ---- statistics -------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of a sorted sample. */
+static double median_sorted(const double *x, int n) {
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+typedef struct {
+    double u;  /* Mann-Whitney U of the NEW sample: pairs new > base, ties count 1/2 */
+    double p;  /* two-sided p-value */
+    int exact; /* 1: exact permutation distribution, 0: normal approximation */
+} utest;
+
+typedef struct {
+    double v;
+    int side; /* 0 base, 1 new */
+} tagged;
+
+static int cmp_tagged(const void *a, const void *b) {
+    return cmp_double(&((const tagged *)a)->v, &((const tagged *)b)->v);
+}
+
+/* Exact two-sided p of the rank sum w2 (doubled midranks, so integers) of n items
+ * drawn from the N doubled midranks r2: counts the subsets of size n with each
+ * sum (all C(N, n) assignments equally likely under H0), so ties are exact too.
+ * p = min(1, 2 * min(P(W <= w), P(W >= w))). */
+static double exact_p(const int *r2, int N, int n, int w2) {
+    const int S = N * (N + 1); /* sum of all doubled ranks: the largest possible sum */
+    double *cnt = calloc((size_t)(n + 1) * (size_t)(S + 1), sizeof *cnt);
+    if (!cnt) {
+        errorf("compare: out of memory");
+        exit(EXIT_USAGE);
+    }
+#define CNT(k, s) cnt[(size_t)(k) * (size_t)(S + 1) + (size_t)(s)]
+    CNT(0, 0) = 1;
+    for (int i = 0; i < N; i++)
+        for (int k = (i + 1 < n ? i + 1 : n); k >= 1; k--)
+            for (int s = S; s >= r2[i]; s--) CNT(k, s) += CNT(k - 1, s - r2[i]);
+    double total = 0, lo = 0, hi = 0;
+    for (int s = 0; s <= S; s++) {
+        const double c = CNT(n, s);
+        total += c;
+        if (s <= w2) lo += c;
+        if (s >= w2) hi += c;
+    }
+#undef CNT
+    free(cnt);
+    const double p = 2 * (lo < hi ? lo : hi) / total;
+    return p < 1 ? p : 1;
+}
+
+/* Mann-Whitney U test of base (m values) against new (n values), two-sided. */
+static utest mann_whitney(const double *base, int m, const double *new, int n) {
+    const int N = m + n;
+    tagged *all = xrealloc(NULL, (size_t)N * sizeof *all);
+    int *r2 = xrealloc(NULL, (size_t)N * sizeof *r2);
+    for (int i = 0; i < m; i++) all[i] = (tagged){base[i], 0};
+    for (int i = 0; i < n; i++) all[m + i] = (tagged){new[i], 1};
+    qsort(all, (size_t)N, sizeof *all, cmp_tagged);
+    /* Midranks, doubled: a tie group at 1-based positions first..last gets
+     * (first + last) / 2, so 2 * rank = first + last is an integer. */
+    double ties = 0; /* sum over tie groups of t^3 - t */
+    int w2 = 0;
+    for (int i = 0; i < N;) {
+        int j = i;
+        while (j + 1 < N && all[j + 1].v == all[i].v) j++;
+        const double t = j - i + 1;
+        ties += t * t * t - t;
+        for (int k = i; k <= j; k++) {
+            r2[k] = (i + 1) + (j + 1);
+            if (all[k].side) w2 += r2[k];
+        }
+        i = j + 1;
+    }
+    utest r;
+    r.u = w2 / 2.0 - n * (n + 1) / 2.0;
+    if (n <= EXACT_MAX && m <= EXACT_MAX) {
+        r.exact = 1;
+        r.p = exact_p(r2, N, n, w2);
+    } else {
+        /* Normal approximation: mean nm/2, variance with the tie correction
+         * nm/12 * ((N+1) - sum(t^3-t) / (N(N-1))), continuity correction 1/2. */
+        r.exact = 0;
+        const double mu = n * (double)m / 2;
+        const double var = n * (double)m / 12 * ((N + 1) - ties / ((double)N * (N - 1)));
+        if (var <= 0) {
+            r.p = 1;
+        } else {
+            double d = fabs(r.u - mu) - 0.5;
+            if (d < 0) d = 0;
+            r.p = erfc(d / sqrt(var) / sqrt(2.0));
+            if (r.p > 1) r.p = 1;
+        }
+    }
+    free(all);
+    free(r2);
+    return r;
+}
+
+/* ---- the comparison ------------------------------------------------------------------ */
+
+typedef enum { V_SAME, V_FASTER, V_SLOWER, V_NOISY } verdict;
+static const char *const VERDICT_NAME[] = {"same", "faster", "slower", "noisy"};
+
+typedef struct {
+    const char *name;
+    int nb, nn;
+    double med_b, med_n, change; /* medians in ns, change in percent */
+    utest ut;
+    int too_few;
+    verdict v;
+} row;
+
+typedef struct {
+    double threshold, alpha;
+    int json;
+} settings;
+
+/* The verdict rule. With at least MIN_REPS on both sides: slower iff p < alpha
+ * and the median slowed by more than the threshold (faster symmetrically); a
+ * median move beyond the threshold without significance is noisy. With fewer,
+ * the U test often cannot reach alpha at all, so complete separation of the two
+ * samples (every new repetition slower than every base one) also counts as
+ * evidence: the threshold then decides, and an overlapping move is noisy. */
+/* The contract: a regression needs a significant U test AND a median past the
+ * threshold. With fewer than MIN_REPS repetitions on a side the test cannot
+ * mean anything, so such a row is at most 'noisy' (never fails a build). */
+static verdict decide(const row *r, const settings *s) {
+    const int sig = !r->too_few && r->ut.p < s->alpha;
+    if (r->change > s->threshold && sig) return V_SLOWER;
+    if (r->change < -s->threshold && sig) return V_FASTER;
+    if (fabs(r->change) > s->threshold) return V_NOISY;
+    return V_SAME;
+}
+
+static void fmt_time(char *out, size_t len, double ns) {
+    static const char *const units[] = {"ns", "us", "ms", "s"};
+    int u = 0;
+    while (u < 3 && ns >= 1000) {
+        ns /= 1000;
+        u++;
+    }
+    snprintf(out, len, "%#.4g %s", ns, units[u]);
+}
+
+static json_object *fp_json(const result_set *rs) {
+    json_object *o = json_object_new_object();
+    for (int k = 0; k < FP_COUNT; k++)
+        json_object_object_add(o, FP_KEYS[k], rs->fp[k] ? json_object_new_string(rs->fp[k]) : NULL);
+    return o;
+}
+
+static json_object *name_list(const result_set *in, const result_set *other) {
+    json_object *a = json_object_new_array();
+    for (int i = 0; i < in->nb; i++)
+        if (!find_bench(other, in->b[i].name))
+            json_object_array_add(a, json_object_new_string(in->b[i].name));
+    return a;
+}
+
+/* Compares new against base and prints the report. Returns the exit status. */
+static int compare_sets(const result_set *base, const result_set *new, const char *base_label,
+                        const char *new_label, int fp_checked, int forced, const settings *s) {
+    row *rows = xrealloc(NULL, (size_t)(base->nb ? base->nb : 1) * sizeof *rows);
+    int nr = 0, count[4] = {0, 0, 0, 0}, too_few = 0, only_b = 0, only_n = 0;
+    for (int i = 0; i < base->nb; i++) {
+        const bench *b = &base->b[i], *n = find_bench(new, b->name);
+        if (!n) {
+            only_b++;
+            continue;
+        }
+        qsort(b->t, (size_t)b->n, sizeof *b->t, cmp_double);
+        qsort(n->t, (size_t)n->n, sizeof *n->t, cmp_double);
+        row *r = &rows[nr++];
+        r->name = b->name;
+        r->nb = b->n;
+        r->nn = n->n;
+        r->med_b = median_sorted(b->t, b->n);
+        r->med_n = median_sorted(n->t, n->n);
+        r->change = (r->med_n / r->med_b - 1) * 100;
+        r->ut = mann_whitney(b->t, b->n, n->t, n->n);
+        r->too_few = b->n < MIN_REPS || n->n < MIN_REPS;
+        r->v = decide(r, s);
+        count[r->v]++;
+        too_few += r->too_few;
+    }
+    for (int i = 0; i < new->nb; i++) only_n += !find_bench(base, new->b[i].name);
+    const int regression = count[V_SLOWER] > 0;
+
+    if (s->json) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "base", json_object_new_string(base_label));
+        json_object_object_add(o, "new", json_object_new_string(new_label));
+        json_object_object_add(o, "threshold_pct", json_object_new_double(s->threshold));
+        json_object_object_add(o, "alpha", json_object_new_double(s->alpha));
+        json_object_object_add(o, "min_repetitions", json_object_new_int(MIN_REPS));
+        json_object *fp = json_object_new_object();
+        json_object_object_add(fp, "base", fp_json(base));
+        json_object_object_add(fp, "new", fp_json(new));
+        json_object_object_add(fp, "checked", json_object_new_boolean(fp_checked));
+        json_object_object_add(fp, "forced", json_object_new_boolean(forced));
+        json_object_object_add(o, "fingerprint", fp);
+        json_object *arr = json_object_new_array();
+        for (int i = 0; i < nr; i++) {
+            const row *r = &rows[i];
+            json_object *e = json_object_new_object();
+            json_object_object_add(e, "name", json_object_new_string(r->name));
+            json_object_object_add(e, "base_repetitions", json_object_new_int(r->nb));
+            json_object_object_add(e, "new_repetitions", json_object_new_int(r->nn));
+            json_object_object_add(e, "base_median_ns", json_object_new_double(r->med_b));
+            json_object_object_add(e, "new_median_ns", json_object_new_double(r->med_n));
+            json_object_object_add(e, "change_pct", json_object_new_double(r->change));
+            json_object_object_add(e, "u", json_object_new_double(r->ut.u));
+            json_object_object_add(e, "p_value", json_object_new_double(r->ut.p));
+            json_object_object_add(e, "p_method",
+                                   json_object_new_string(r->ut.exact ? "exact" : "normal"));
+            json_object_object_add(e, "too_few_repetitions", json_object_new_boolean(r->too_few));
+            json_object_object_add(e, "verdict", json_object_new_string(VERDICT_NAME[r->v]));
+            json_object_array_add(arr, e);
+        }
+        json_object_object_add(o, "benchmarks", arr);
+        json_object_object_add(o, "only_in_base", name_list(base, new));
+        json_object_object_add(o, "only_in_new", name_list(new, base));
+        json_object *sum = json_object_new_object();
+        for (int v = 0; v < 4; v++)
+            json_object_object_add(sum, VERDICT_NAME[v], json_object_new_int(count[v]));
+        json_object_object_add(sum, "too_few_repetitions", json_object_new_int(too_few));
+        json_object_object_add(sum, "only_in_base", json_object_new_int(only_b));
+        json_object_object_add(sum, "only_in_new", json_object_new_int(only_n));
+        json_object_object_add(sum, "regression", json_object_new_boolean(regression));
+        json_object_object_add(o, "summary", sum);
+        puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
+                                                   JSON_C_TO_STRING_NOSLASHESCAPE));
+        json_object_put(o);
+    } else {
+        printf("mhabench compare: base %s, new %s\n", base_label, new_label);
+        if (fp_checked && base->fp[0])
+            printf("machine: cpu %s, isa %s, cores %s%s%s%s\n", base->fp[0],
+                   base->fp[1] ? base->fp[1] : "?", base->fp[2] ? base->fp[2] : "?",
+                   base->fp[3] ? ", threads " : "", base->fp[3] ? base->fp[3] : "",
+                   forced ? " (fingerprints differ: --force)" : "");
+        printf("rule: slower/faster = U test p < %g and median moved more than %g%%; noisy = "
+               "moved more\nthan %g%% without significance; p exact for n <= %d, else normal "
+               "approximation\n\n",
+               s->alpha, s->threshold, s->threshold, EXACT_MAX);
+        int w = 9;
+        for (int i = 0; i < nr; i++)
+            if ((int)strlen(rows[i].name) > w) w = (int)strlen(rows[i].name);
+        printf("%-*s %11s %11s %8s %5s %5s %8s  %-8s%s\n", w, "benchmark", "base median",
+               "new median", "change", "n_b", "n_n", "p-value", "verdict", "note");
+        for (int i = 0; i < nr; i++) {
+            const row *r = &rows[i];
+            char tb[32], tn[32], note[64] = "";
+            fmt_time(tb, sizeof tb, r->med_b);
+            fmt_time(tn, sizeof tn, r->med_n);
+            if (r->too_few) snprintf(note, sizeof note, "too few repetitions (n<%d)", MIN_REPS);
+            printf("%-*s %11s %11s %+7.1f%% %5d %5d %8.2g  %-*s%s\n", w, r->name, tb, tn, r->change,
+                   r->nb, r->nn, r->ut.p, note[0] ? 8 : 0, VERDICT_NAME[r->v], note);
+        }
+        for (int i = 0; i < base->nb; i++)
+            if (!find_bench(new, base->b[i].name)) printf("only in base: %s\n", base->b[i].name);
+        for (int i = 0; i < new->nb; i++)
+            if (!find_bench(base, new->b[i].name)) printf("only in new: %s\n", new->b[i].name);
+        printf("\n%d compared: %d slower, %d faster, %d same, %d noisy", nr, count[V_SLOWER],
+               count[V_FASTER], count[V_SAME], count[V_NOISY]);
+        if (too_few) printf(" (%d with too few repetitions)", too_few);
+        if (only_b || only_n) printf("; %d only in base, %d only in new", only_b, only_n);
+        printf("\nverdict: %s\n", regression ? "REGRESSION" : "no regression");
+        if (count[V_NOISY])
+            printf("noisy: the median moved but the test cannot tell it from noise; rerun with "
+                   "more repetitions or use --ab\n");
+    }
+    if (base->skipped || new->skipped)
+        fprintf(stderr, "mhabench: compare: ignored %d + %d repetitions that reported an error\n",
+                base->skipped, new->skipped);
+    if (nr == 0) fprintf(stderr, "mhabench: compare: no benchmark name is in both files\n");
+    free(rows);
+    return regression ? EXIT_CHECK_FAILED : 0;
+}
+
+/* ---- baselines ------------------------------------------------------------------------ */
+
+/* A CPU key becomes a file name: only [A-Za-z0-9._+-], not starting with '.'. */
+static int key_ok(const char *key) {
+    if (!*key || *key == '.') return 0;
+    for (const char *p = key; *p; p++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-", *p))
+            return 0;
+    return 1;
+}
+
+static int mkdir_p(const char *dir) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(tmp, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int cmd_save_baseline(const char *path, const char *dir) {
+    result_set rs = {0};
+    if (load_results(path, &rs)) return EXIT_USAGE;
+    const char *key = rs.fp[0];
+    int rc = EXIT_USAGE;
+    if (!key) {
+        errorf("compare: %s: the context has no \"mha_cpu_key\"; a baseline must come from "
+               "`mhabench sweep`",
+               path);
+        goto out;
+    }
+    if (!key_ok(key)) {
+        errorf("compare: %s: mha_cpu_key '%s' is not usable as a file name", path, key);
+        goto out;
+    }
+    int few = 0;
+    for (int i = 0; i < rs.nb; i++) few += rs.b[i].n < MIN_REPS;
+    if (few)
+        fprintf(stderr,
+                "mhabench: compare: note: %d benchmarks in %s have fewer than %d repetitions "
+                "(use `sweep --preset ci`)\n",
+                few, path, MIN_REPS);
+    size_t len = 0;
+    char *text = read_file(path, &len);
+    if (!text) {
+        errorf("compare: cannot read %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (mkdir_p(dir) != 0) {
+        errorf("compare: cannot create %s: %s", dir, strerror(errno));
+        free(text);
+        goto out;
+    }
+    /* Never overwrite: <key>.json if absent, else <key>-<UTC time>.json, else
+     * with a -2, -3 ... suffix; O_EXCL makes each attempt atomic. */
+    char stamp[32], target[4096];
+    const time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+    int fd = -1;
+    for (int attempt = 0; attempt < 1000 && fd < 0; attempt++) {
+        if (attempt == 0)
+            snprintf(target, sizeof target, "%s/%s.json", dir, key);
+        else if (attempt == 1)
+            snprintf(target, sizeof target, "%s/%s-%s.json", dir, key, stamp);
+        else
+            snprintf(target, sizeof target, "%s/%s-%s-%d.json", dir, key, stamp, attempt);
+        fd = open(target, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd < 0 && errno != EEXIST) {
+            errorf("compare: cannot create %s: %s", target, strerror(errno));
+            free(text);
+            goto out;
+        }
+    }
+    if (fd < 0) {
+        errorf("compare: no free baseline name for %s in %s", key, dir);
+        free(text);
+        goto out;
+    }
+    size_t done = 0;
+    while (done < len) {
+        const ssize_t w = write(fd, text + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += (size_t)w;
+    }
+    free(text);
+    if (close(fd) != 0 || done < len) {
+        errorf("compare: cannot write %s: %s", target, strerror(errno));
+        unlink(target);
+        goto out;
+    }
+    printf("saved baseline %s (%d benchmarks, cpu %s)\n", target, rs.nb, key);
+    rc = 0;
+out:
+    result_free(&rs);
+    return rc;
+}
+
+static int cmp_str_desc(const void *a, const void *b) {
+    return strcmp(*(char *const *)b, *(char *const *)a);
+}
+
+/* Finds the newest baseline in dir whose fingerprint matches nw: candidates are
+ * <key>.json (the first) and <key>-<suffix>.json (later ones; the suffix is a UTC
+ * time stamp, so newer sorts later). On success fills base (path owned by the
+ * caller through *path_out) and returns 0; else prints why and returns EXIT_USAGE. */
+static int find_baseline(const char *dir, const result_set *nw, int force, result_set *base,
+                         char **path_out) {
+    const char *key = nw->fp[0];
+    if (!key) {
+        errorf("compare: %s: the context has no \"mha_cpu_key\", so no baseline can match it",
+               nw->path);
+        return EXIT_USAGE;
+    }
+    if (!key_ok(key)) {
+        errorf("compare: %s: mha_cpu_key '%s' is not usable as a file name", nw->path, key);
+        return EXIT_USAGE;
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        errorf("compare: no baseline for cpu '%s': cannot open %s: %s (run `mhabench compare "
+               "--save-baseline NEW.json` to add one)",
+               key, dir, strerror(errno));
+        return EXIT_USAGE;
+    }
+    char **names = NULL;
+    int nn = 0;
+    const size_t kl = strlen(key);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const char *f = e->d_name;
+        const size_t fl = strlen(f);
+        if (fl < kl + 5 || strncmp(f, key, kl) != 0 || strcmp(f + fl - 5, ".json") != 0) continue;
+        if (fl != kl + 5 && f[kl] != '-') continue;
+        names = xrealloc(names, (size_t)(nn + 1) * sizeof *names);
+        /* Sort key: the plain <key>.json is the oldest. */
+        char *s = xrealloc(NULL, fl + 2);
+        snprintf(s, fl + 2, "%c%s", fl == kl + 5 ? '0' : '1', f);
+        names[nn++] = s;
+    }
+    closedir(d);
+    qsort(names, (size_t)nn, sizeof *names, cmp_str_desc);
+    int rc = EXIT_USAGE, found = -1;
+    char why[1024] = "";
+    for (int i = 0; i < nn && found < 0; i++) {
+        char *path = xrealloc(NULL, strlen(dir) + strlen(names[i]) + 2);
+        sprintf(path, "%s/%s", dir, names[i] + 1);
+        result_set rs = {0};
+        if (load_results(path, &rs) == 0 && rs.fp[0] && strcmp(rs.fp[0], key) == 0) {
+            int match = 1;
+            for (int k = 1; k < FP_COUNT && match; k++) {
+                if (k >= FP_REQUIRED && (!rs.fp[k] || !nw->fp[k])) continue;
+                if (!rs.fp[k] || !nw->fp[k] || strcmp(rs.fp[k], nw->fp[k]) != 0) {
+                    match = 0;
+                    if (!why[0])
+                        snprintf(why, sizeof why, " (newest: %s has %s '%s', %s has '%s')", path,
+                                 FP_KEYS[k], rs.fp[k] ? rs.fp[k] : "(none)", nw->path,
+                                 nw->fp[k] ? nw->fp[k] : "(none)");
+                }
+            }
+            if (match || (force && found < 0)) {
+                found = i;
+                *base = rs; /* base->path is path, now owned through *path_out */
+                *path_out = path;
+                continue;
+            }
+        }
+        result_free(&rs);
+        free(path);
+    }
+    if (found >= 0) {
+        rc = 0;
+        fprintf(stderr, "mhabench: compare: baseline %s\n", *path_out);
+    } else if (nn == 0) {
+        errorf("compare: no baseline for cpu '%s' in %s (expected %s/%s.json; run `mhabench "
+               "compare --save-baseline NEW.json` to add one)",
+               key, dir, dir, key);
+    } else {
+        errorf("compare: %d baseline files for cpu '%s' in %s, none with a matching "
+               "fingerprint%s; pass --force to use the newest",
+               nn, key, dir, why);
+    }
+    for (int i = 0; i < nn; i++) free(names[i]);
+    free(names);
+    return rc;
+}
+
+/* ---- A/B runs ------------------------------------------------------------------------- */
+
+/* Runs argv with stdout and stderr appended to log; returns the exit status, or -1
+ * (after printing why) when it could not start or died from a signal. */
+static int spawn_wait(char *const *argv, const char *log) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    const int err = strchr(argv[0], '/') ? posix_spawn(&pid, argv[0], &fa, NULL, argv, environ)
+                                         : posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (err != 0) {
+        errorf("compare: cannot run %s: %s", argv[0], strerror(err));
+        return -1;
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) {
+            errorf("compare: waiting for %s: %s", argv[0], strerror(errno));
+            return -1;
+        }
+    if (WIFSIGNALED(status)) {
+        errorf("compare: %s died from signal %d", argv[0], WTERMSIG(status));
+        return -1;
+    }
+    return WEXITSTATUS(status);
+}
+
+/* Prints the last part of a child's log to stderr. */
+static void show_log(const char *log) {
+    size_t len = 0;
+    char *text = read_file(log, &len);
+    if (!text) return;
+    const size_t keep = 4000;
+    fprintf(stderr, "---- its output%s ----\n%s", len > keep ? " (last part)" : "",
+            len > keep ? text + len - keep : text);
+    if (len && text[len - 1] != '\n') fputc('\n', stderr);
+    fputs("----\n", stderr);
+    free(text);
+}
+
+static int cmd_ab(const char *old_bin, const char *new_bin, int rounds, char **sweep_args,
+                  int nsweep, const settings *s) {
+    const char *bins[2] = {old_bin, new_bin};
+    for (int i = 0; i < nsweep; i++)
+        if (strcmp(sweep_args[i], "--out") == 0 || strncmp(sweep_args[i], "--out=", 6) == 0) {
+            errorf("compare: --ab: the sweep arguments may not set --out (compare chooses the "
+                   "files)");
+            return EXIT_USAGE;
+        }
+    for (int i = 0; i < 2; i++)
+        if (strchr(bins[i], '/') && access(bins[i], X_OK) != 0) {
+            errorf("compare: --ab: %s binary '%s' is not executable: %s", i ? "NEW" : "OLD",
+                   bins[i], strerror(errno));
+            return EXIT_USAGE;
+        }
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/mhabench-ab.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        errorf("compare: --ab: cannot create a temporary directory %s: %s", dir, strerror(errno));
+        return EXIT_USAGE;
+    }
+    char log[4200];
+    snprintf(log, sizeof log, "%s/sweep.log", dir);
+    result_set sets[2] = {{0}, {0}};
+    int rc = 0;
+    char out[4200];
+    char *argv[MAX_SWEEP_ARGS + 8];
+    for (int r = 0; r < rounds && rc == 0; r++) {
+        for (int side = 0; side < 2 && rc == 0; side++) {
+            snprintf(out, sizeof out, "%s/%c%d.json", dir, side ? 'B' : 'A', r);
+            int a = 0;
+            argv[a++] = (char *)bins[side];
+            argv[a++] = "sweep";
+            argv[a++] = "--preset";
+            argv[a++] = "ci";
+            argv[a++] = "--out";
+            argv[a++] = out;
+            for (int i = 0; i < nsweep; i++) argv[a++] = sweep_args[i];
+            argv[a] = NULL;
+            fprintf(stderr, "mhabench: compare: round %d/%d: %s (%s) sweep --preset ci\n", r + 1,
+                    rounds, side ? "B" : "A", bins[side]);
+            unlink(log);
+            const int st = spawn_wait(argv, log);
+            if (st != 0) {
+                if (st > 0)
+                    errorf("compare: --ab: `%s sweep --preset ci` exited with status %d",
+                           bins[side], st);
+                show_log(log);
+                rc = EXIT_USAGE;
+            } else if (access(out, R_OK) != 0) {
+                errorf("compare: --ab: `%s sweep` wrote no %s", bins[side], out);
+                show_log(log);
+                rc = EXIT_USAGE;
+            } else if (load_results(out, &sets[side]) != 0) {
+                show_log(log);
+                rc = EXIT_USAGE;
+            }
+            unlink(out);
+        }
+    }
+    unlink(log);
+    if (rmdir(dir) != 0)
+        fprintf(stderr, "mhabench: compare: could not remove %s: %s\n", dir, strerror(errno));
+    if (rc == 0) {
+        char la[4200], lb[4200];
+        snprintf(la, sizeof la, "A=%s (%d rounds pooled)", old_bin, rounds);
+        snprintf(lb, sizeof lb, "B=%s (%d rounds pooled)", new_bin, rounds);
+        rc = compare_sets(&sets[0], &sets[1], la, lb, 0, 0, s);
+    }
+    result_free(&sets[0]);
+    result_free(&sets[1]);
+    return rc;
+}
+
+/* ---- the command ---------------------------------------------------------------------- */
+
+static int parse_double(const char *opt, const char *str, double lo, double hi, int open_lo,
+                        double *out) {
+    char *end;
+    errno = 0;
+    const double v = strtod(str, &end);
+    if (!*str || *end || errno == ERANGE || !isfinite(v)) {
+        errorf("compare: %s: '%s' is not a finite number", opt, str);
+        return 0;
+    }
+    if (v > hi || v < lo || (open_lo && v == lo)) {
+        errorf("compare: %s: %g is out of range %c%g, %g]", opt, v, open_lo ? '(' : '[', lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cmd_compare(int argc, char **argv) {
+    enum {
+        O_THRESHOLD = 1000,
+        O_ALPHA,
+        O_JSON,
+        O_FORCE,
+        O_BASELINE,
+        O_SAVE,
+        O_DIR,
+        O_AB,
+        O_ROUNDS
+    };
+    static const struct option opts[] = {{"threshold", required_argument, 0, O_THRESHOLD},
+                                         {"alpha", required_argument, 0, O_ALPHA},
+                                         {"json", no_argument, 0, O_JSON},
+                                         {"force", no_argument, 0, O_FORCE},
+                                         {"baseline", no_argument, 0, O_BASELINE},
+                                         {"save-baseline", no_argument, 0, O_SAVE},
+                                         {"baseline-dir", required_argument, 0, O_DIR},
+                                         {"ab", no_argument, 0, O_AB},
+                                         {"rounds", required_argument, 0, O_ROUNDS},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    settings s = {5.0, 0.01, 0};
+    int force = 0, mode_baseline = 0, mode_save = 0, mode_ab = 0;
+    int64_t rounds = 3;
+    const char *dir = DEFAULT_BASELINE_DIR;
+
+    /* Everything after a bare "--" goes to the sweeps of --ab untouched. */
+    int nargs = argc, nsweep = 0;
+    char **sweep_args = NULL;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--") == 0) {
+            nargs = i;
+            sweep_args = argv + i + 1;
+            nsweep = argc - i - 1;
+            break;
+        }
+    optind = 1;
+    for (int c; (c = getopt_long(nargs, argv, "h", opts, NULL)) != -1;) {
+        switch (c) {
+        case O_THRESHOLD:
+            if (!parse_double("--threshold", optarg, 0, 1000, 0, &s.threshold)) return EXIT_USAGE;
+            break;
+        case O_ALPHA:
+            if (!parse_double("--alpha", optarg, 0, 1, 1, &s.alpha)) return EXIT_USAGE;
+            break;
+        case O_JSON:
+            s.json = 1;
+            break;
+        case O_FORCE:
+            force = 1;
+            break;
+        case O_BASELINE:
+            mode_baseline = 1;
+            break;
+        case O_SAVE:
+            mode_save = 1;
+            break;
+        case O_DIR:
+            dir = optarg;
+            break;
+        case O_AB:
+            mode_ab = 1;
+            break;
+        case O_ROUNDS:
+            if (!parse_i64("--rounds", optarg, 1, MAX_ROUNDS, &rounds)) return EXIT_USAGE;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    char **pos = argv + optind;
+    const int npos = nargs - optind;
+    if (mode_baseline + mode_save + mode_ab > 1) {
+        errorf("compare: --baseline, --save-baseline and --ab exclude each other");
+        return EXIT_USAGE;
+    }
+    if (sweep_args && !mode_ab) {
+        errorf("compare: arguments after '--' are sweep arguments, only for --ab");
+        return EXIT_USAGE;
+    }
+    if (nsweep > MAX_SWEEP_ARGS) {
+        errorf("compare: --ab: more than %d sweep arguments", MAX_SWEEP_ARGS);
+        return EXIT_USAGE;
+    }
+    const int want = mode_ab ? 2 : (mode_baseline || mode_save) ? 1 : 2;
+    if (npos != want) {
+        errorf("compare: expected %s, got %d argument%s",
+               mode_ab                      ? "OLD_BINARY NEW_BINARY"
+               : mode_baseline || mode_save ? "one result file NEW.json"
+                                            : "two result files BASE.json NEW.json",
+               npos, npos == 1 ? "" : "s");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (mode_save) return cmd_save_baseline(pos[0], dir);
+    if (mode_ab) return cmd_ab(pos[0], pos[1], (int)rounds, sweep_args, nsweep, &s);
+
+    result_set base = {0}, nw = {0};
+    char *base_path = NULL;
+    int rc = EXIT_USAGE;
+    if (mode_baseline) {
+        if (load_results(pos[0], &nw)) goto out;
+        if (find_baseline(dir, &nw, force, &base, &base_path)) goto out;
+    } else {
+        if (load_results(pos[0], &base) || load_results(pos[1], &nw)) goto out;
+    }
+    const int fp_ok = fingerprints_match(&base, &nw, force);
+    if (!fp_ok && !force) goto out;
+    rc = compare_sets(&base, &nw, base.path, nw.path, 1, !fp_ok, &s);
+out:
+    result_free(&base);
+    result_free(&nw);
+    free(base_path);
+    return rc;
+}

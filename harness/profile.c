@@ -1,0 +1,150 @@
+/* profile.c - `mhabench profile`: where a kernel's time goes. In a build with
+ * -Dphase_timing=true the SIMD kernels count cycles per phase (packing and
+ * output, Q.K^T, softmax, P.V); this runs one shape repeatedly and prints the
+ * split with the achieved rate. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "commands.h"
+#include "util.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void usage(FILE *f) {
+    fputs(
+        "usage: mhabench profile --kernel K [--batch B] [--heads H] [--kv-heads G] --seq N\n"
+        "                        [--seq-kv M] --head-dim D [--causal] [--threads T] [--seconds S]\n"
+        "Runs one shape for about S seconds (default 2) and prints GFLOP/s and, in a build\n"
+        "configured with -Dphase_timing=true, the share of cycles per phase.\n",
+        f);
+}
+
+int cmd_profile(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"kernel", required_argument, 0, 'k'},   {"batch", required_argument, 0, 'b'},
+        {"heads", required_argument, 0, 'H'},    {"kv-heads", required_argument, 0, 'G'},
+        {"seq", required_argument, 0, 'n'},      {"seq-kv", required_argument, 0, 'm'},
+        {"head-dim", required_argument, 0, 'd'}, {"causal", no_argument, 0, 'c'},
+        {"threads", required_argument, 0, 't'},  {"seconds", required_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    const char *kname = NULL;
+    int64_t B = 1, H = 8, G = 0, N = 0, M = 0, d = 0, T = 1;
+    float seconds = 2.0f;
+    int causal = 0;
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+        int ok = 1;
+        switch (c) {
+        case 'k':
+            kname = optarg;
+            break;
+        case 'b':
+            ok = parse_i64("--batch", optarg, 1, 1 << 20, &B);
+            break;
+        case 'H':
+            ok = parse_i64("--heads", optarg, 1, 1 << 20, &H);
+            break;
+        case 'G':
+            ok = parse_i64("--kv-heads", optarg, 1, 1 << 20, &G);
+            break;
+        case 'n':
+            ok = parse_i64("--seq", optarg, 1, 1 << 30, &N);
+            break;
+        case 'm':
+            ok = parse_i64("--seq-kv", optarg, 1, 1 << 30, &M);
+            break;
+        case 'd':
+            ok = parse_i64("--head-dim", optarg, 1, 1 << 16, &d);
+            break;
+        case 'c':
+            causal = 1;
+            break;
+        case 't':
+            ok = parse_i64("--threads", optarg, 0, 4096, &T);
+            break;
+        case 's':
+            ok = parse_float("--seconds", optarg, &seconds) && seconds > 0;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+        if (!ok) return EXIT_USAGE;
+    }
+    if (!kname || N == 0 || d == 0) {
+        errorf("profile: --kernel, --seq and --head-dim are required");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (!check_isa_env()) return EXIT_USAGE;
+    const mha_kernel *k = lookup_kernel(kname);
+    if (!k) return EXIT_USAGE;
+    const mha_problem p = {B, H, G ? G : H, N, M ? M : N, d, causal, 0.0f};
+    const mha_options o = {.threads = (int)T};
+    size_t ws_bytes;
+    if (mha_workspace_size(k, &p, &o, &ws_bytes) != MHA_OK) {
+        errorf("profile: %s", mha_last_error());
+        return EXIT_USAGE;
+    }
+    const size_t nq = (size_t)(B * H * N * d), nkv = (size_t)(B * p.kv_heads * p.seq_kv * d);
+    float *q = mha_alloc(nq * 4), *kk = mha_alloc(nkv * 4), *v = mha_alloc(nkv * 4),
+          *out = mha_alloc(nq * 4);
+    void *ws = mha_alloc(ws_bytes);
+    if (!q || !kk || !v || !out || !ws) {
+        errorf("profile: cannot allocate inputs and %zu bytes of workspace", ws_bytes);
+        return EXIT_USAGE;
+    }
+    uint32_t s = 12345;
+    for (size_t i = 0; i < nq; i++)
+        q[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    for (size_t i = 0; i < nkv; i++) {
+        kk[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+        v[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    }
+    memset(ws, 0, ws_bytes);
+    const mha_tensor qt = mha_view_bhnd(q, H, N, d),
+                     kt = mha_view_bhnd(kk, p.kv_heads, p.seq_kv, d),
+                     vt = mha_view_bhnd(v, p.kv_heads, p.seq_kv, d);
+    const mha_tensor_mut ot = mha_view_bhnd_mut(out, H, N, d);
+    if (mha_attend(k, &p, &o, &qt, &kt, &vt, &ot, ws, ws_bytes) != MHA_OK) { /* warm-up */
+        errorf("profile: %s", mha_last_error());
+        return EXIT_USAGE;
+    }
+    uint64_t cyc[4];
+    mha_phase_cycles(cyc, 1);
+    int calls = 0;
+    const double t0 = now();
+    double t;
+    do {
+        mha_attend(k, &p, &o, &qt, &kt, &vt, &ot, ws, ws_bytes);
+        calls++;
+    } while ((t = now() - t0) < seconds);
+    const int have = mha_phase_cycles(cyc, 1);
+    const double gf = mha_problem_flops(&p) * calls / t * 1e-9;
+    printf(
+        "kernel %s B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld causal=%d threads=%d: %d calls, "
+        "%.3f ms/call, %.1f GFLOP/s\n",
+        mha_kernel_name(k), (long long)B, (long long)H, (long long)p.kv_heads, (long long)N,
+        (long long)p.seq_kv, (long long)d, causal, mha_resolve_threads(&o), calls, t / calls * 1e3,
+        gf);
+    if (have) {
+        const double tot = (double)(cyc[0] + cyc[1] + cyc[2] + cyc[3]);
+        printf(
+            "phases (share of counted cycles): pack+output %.1f%%  Q.K^T %.1f%%  softmax %.1f%%  "
+            "P.V %.1f%%\n",
+            100 * cyc[0] / tot, 100 * cyc[1] / tot, 100 * cyc[2] / tot, 100 * cyc[3] / tot);
+    } else {
+        printf("phases: not counted in this build (meson configure -Dphase_timing=true)\n");
+    }
+    mha_free(q), mha_free(kk), mha_free(v), mha_free(out), mha_free(ws);
+    return 0;
+}

@@ -1,0 +1,309 @@
+/* results.c - the fingerprint every result file carries (machine.c's facts,
+ * measured FMA peaks and read bandwidth, compiler, flags, git revision, ISA
+ * cap, binding, OMP environment) as mha_* key/values, hwloc thread pinning,
+ * and atomic result-file writing under results/runs/. */
+#include "results.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hwloc.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
+
+extern char **environ;
+
+void results_measure_machine(results_machine *rm, double budget_s) {
+    memset(rm, 0, sizeof *rm);
+    machine_describe(&rm->m);
+    machine_cpu_key(&rm->m, rm->cpu_key, sizeof rm->cpu_key);
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        machine_peak p;
+        if (machine_fma_peak((mha_isa)i, budget_s, &p) == MHA_OK) rm->peak_gflops[i] = p.gflops;
+    }
+    rm->read_bw_1t = machine_read_bandwidth(1, budget_s);
+    rm->bw_threads_all = rm->m.cores > 0 ? rm->m.cores : 1;
+    rm->read_bw_all = rm->bw_threads_all > 1 ? machine_read_bandwidth(rm->bw_threads_all, budget_s)
+                                             : rm->read_bw_1t;
+}
+
+mha_isa results_kernel_peak_isa(const mha_kernel *k) {
+    if (strcmp(mha_kernel_algorithm(k), "blas") == 0) return mha_isa_active();
+    return mha_kernel_isa(k);
+}
+
+double results_kernel_peak(const results_machine *rm, const mha_kernel *k) {
+    return rm->peak_gflops[results_kernel_peak_isa(k)];
+}
+
+double results_read_bw(const results_machine *rm, int threads) {
+    if (threads <= 1 || rm->bw_threads_all <= 1) return rm->read_bw_1t;
+    if (threads >= rm->bw_threads_all) return rm->read_bw_all;
+    const double f = (double)(threads - 1) / (double)(rm->bw_threads_all - 1);
+    return rm->read_bw_1t + f * (rm->read_bw_all - rm->read_bw_1t);
+}
+
+int results_bind_threads(int threads) {
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0) {
+        errorf("cannot bind threads: hwloc_topology_init failed");
+        return 0;
+    }
+    if (hwloc_topology_load(topo) != 0) {
+        hwloc_topology_destroy(topo);
+        errorf("cannot bind threads: hwloc_topology_load failed");
+        return 0;
+    }
+    const int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    int failed = 0;
+    if (ncores <= 0) {
+        failed = 1;
+    } else {
+        if (threads < 1) threads = 1;
+            /* A parallel region as wide as the widest later one: libgomp keeps
+             * these threads in its pool and hands team slot i to the same thread,
+             * so the binding made here holds for every later region. */
+#pragma omp parallel num_threads(threads) reduction(+ : failed)
+        {
+            const int t = omp_get_thread_num();
+            hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)(t % ncores));
+            if (!core || hwloc_set_cpubind(topo, core->cpuset, HWLOC_CPUBIND_THREAD) != 0) failed++;
+        }
+    }
+    hwloc_topology_destroy(topo);
+    if (failed) errorf("cannot bind threads to cores through hwloc (%d failed)", failed);
+    return failed == 0;
+}
+
+const char *const results_context_keys[] = {
+    "mha_cpu_model",
+    "mha_cpu_vendor",
+    "mha_cpu_family",
+    "mha_cpu_model_id",
+    "mha_cpu_stepping",
+    "mha_isa_flags",
+    "mha_isa_detected",
+    "mha_isa_cap",
+    "mha_isa_active",
+    "mha_cores",
+    "mha_pus",
+    "mha_l1d",
+    "mha_l2",
+    "mha_l3",
+    "mha_l1d_raw",
+    "mha_l2_raw",
+    "mha_l3_raw",
+    "mha_read_bw_gbs_1t",
+    "mha_read_bw_gbs_all",
+    "mha_compiler",
+    "mha_cflags",
+    "mha_git_revision",
+    "mha_threads_max",
+    "mha_binding",
+    "mha_omp_env",
+    "mha_cpu_key",
+    "mha_preset",
+    "mha_version",
+    "mha_repetition_order",
+    NULL,
+};
+
+/* Joins every environment variable starting with one of the prefixes as
+ * NAME=value, space separated; "none" when there is none. */
+static void env_joined(const char *const *prefixes, char *out, size_t len) {
+    size_t o = 0;
+    out[0] = '\0';
+    for (char **e = environ; e && *e; e++) {
+        int match = 0;
+        for (const char *const *p = prefixes; *p; p++)
+            if (strncmp(*e, *p, strlen(*p)) == 0) match = 1;
+        if (!match) continue;
+        const int n = snprintf(out + o, len - o, "%s%s", o ? " " : "", *e);
+        if (n < 0 || (size_t)n >= len - o) break;
+        o += (size_t)n;
+    }
+    if (o == 0) snprintf(out, len, "none");
+}
+
+#ifndef MHA_BUILD_FLAGS
+#define MHA_BUILD_FLAGS "unknown (MHA_BUILD_FLAGS not set by the build)"
+#endif
+
+void results_context(const results_machine *rm, const results_run_info *ri, results_kv_fn emit,
+                     void *user) {
+    char buf[1024];
+#define EMITF(key, ...)                                                                            \
+    do {                                                                                           \
+        snprintf(buf, sizeof buf, __VA_ARGS__);                                                    \
+        emit(key, buf, user);                                                                      \
+    } while (0)
+    const machine_info *m = &rm->m;
+    emit("mha_cpu_model", m->model[0] ? m->model : "unknown", user);
+    emit("mha_cpu_vendor", m->vendor[0] ? m->vendor : "unknown", user);
+    EMITF("mha_cpu_family", "%d", m->family);
+    EMITF("mha_cpu_model_id", "%d", m->model_id);
+    EMITF("mha_cpu_stepping", "%d", m->stepping);
+    emit("mha_isa_flags", m->flags, user);
+    emit("mha_isa_detected", mha_isa_name(mha_isa_detected()), user);
+    const char *cap = getenv("MHA_ISA");
+    emit("mha_isa_cap", cap && *cap ? cap : "none", user);
+    emit("mha_isa_active", mha_isa_name(mha_isa_active()), user);
+    EMITF("mha_cores", "%d", m->cores);
+    EMITF("mha_pus", "%d", m->pus);
+    EMITF("mha_l1d", "%llu", (unsigned long long)m->l1d);
+    EMITF("mha_l2", "%llu", (unsigned long long)m->l2);
+    EMITF("mha_l3", "%llu", (unsigned long long)m->l3);
+    EMITF("mha_l1d_raw", "%llu", (unsigned long long)m->l1d_raw);
+    EMITF("mha_l2_raw", "%llu", (unsigned long long)m->l2_raw);
+    EMITF("mha_l3_raw", "%llu", (unsigned long long)m->l3_raw);
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        if (rm->peak_gflops[i] <= 0) continue;
+        char key[64];
+        snprintf(key, sizeof key, "mha_peak_gflops_%s", mha_isa_name((mha_isa)i));
+        EMITF(key, "%.2f", rm->peak_gflops[i]);
+    }
+    EMITF("mha_read_bw_gbs_1t", "%.2f", rm->read_bw_1t);
+    EMITF("mha_read_bw_gbs_all", "%.2f", rm->read_bw_all);
+#if defined(__clang__)
+    EMITF("mha_compiler", "clang %s", __clang_version__);
+#elif defined(__GNUC__)
+    EMITF("mha_compiler", "gcc %s", __VERSION__);
+#else
+    emit("mha_compiler", "unknown", user);
+#endif
+    emit("mha_cflags", MHA_BUILD_FLAGS, user);
+    results_git_revision(buf, sizeof buf);
+    emit("mha_git_revision", buf, user);
+    EMITF("mha_threads_max", "%d", ri->threads_max);
+    emit("mha_binding", ri->binding ? ri->binding : "none", user);
+    static const char *const omp_prefixes[] = {"OMP_", "GOMP_", NULL};
+    env_joined(omp_prefixes, buf, sizeof buf);
+    emit("mha_omp_env", buf, user);
+    static const char *const blas_prefixes[] = {"OPENBLAS_", NULL};
+    env_joined(blas_prefixes, buf, sizeof buf);
+    emit("mha_blas_env", buf, user);
+    emit("mha_cpu_key", rm->cpu_key, user);
+    emit("mha_preset", ri->preset ? ri->preset : "none", user);
+#ifdef MHA_VERSION
+    emit("mha_version", MHA_VERSION, user);
+#else
+    emit("mha_version", "unknown", user);
+#endif
+    emit("mha_repetition_order", ri->repetition_order ? ri->repetition_order : "grouped", user);
+    EMITF("mha_seed", "%llu", (unsigned long long)ri->seed);
+#undef EMITF
+}
+
+/* Runs a shell command and returns its first output line (trimmed) in out;
+ * 1 if the command exited 0. */
+static int run_line(const char *cmd, char *out, size_t len) {
+    out[0] = '\0';
+    FILE *p = popen(cmd, "r");
+    if (!p) return 0;
+    if (fgets(out, (int)len, p)) out[strcspn(out, "\r\n")] = '\0';
+    /* Drain so the child is not killed by SIGPIPE. */
+    char junk[256];
+    while (fgets(junk, sizeof junk, p)) {
+    }
+    return pclose(p) == 0;
+}
+
+void results_git_revision(char *out, size_t len) {
+    snprintf(out, len, "unknown");
+#ifdef MHA_SOURCE_DIR
+    const char *src = MHA_SOURCE_DIR;
+    if (strchr(src, '\'')) return; /* not worth quoting */
+    char cmd[1024], rev[64], dirty[256];
+    snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse --short HEAD 2>/dev/null", src);
+    if (!run_line(cmd, rev, sizeof rev) || !rev[0]) return;
+    snprintf(cmd, sizeof cmd,
+             "git -C '%s' status --porcelain --untracked-files=no 2>/dev/null | head -n 1", src);
+    run_line(cmd, dirty, sizeof dirty);
+    snprintf(out, len, "%s%s", rev, dirty[0] ? "-dirty" : "");
+#endif
+}
+
+int results_default_path(const char *dir, char *out, size_t len) {
+    char host[256] = "host";
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "host");
+    host[sizeof host - 1] = '\0';
+    for (char *c = host; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '-' || *c == '_' || *c == '.'))
+            *c = '_';
+    if (!host[0]) snprintf(host, sizeof host, "host");
+    const time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+    const int n = snprintf(out, len, "%s/%s-%s.json", dir ? dir : "results/runs", host, stamp);
+    return n > 0 && (size_t)n < len;
+}
+
+int results_make_parent_dirs(const char *path) {
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) {
+        errorf("path too long: '%s'", path);
+        return 0;
+    }
+    char *slash = strrchr(dir, '/');
+    if (!slash) return 1;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+            errorf("cannot create directory '%s': %s", dir, strerror(errno));
+            return 0;
+        }
+        *p = '/';
+    }
+    if (dir[0] && mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        errorf("cannot create directory '%s': %s", dir, strerror(errno));
+        return 0;
+    }
+    return 1;
+}
+
+int results_temp_path(const char *path, char *out, size_t len) {
+    const int n = snprintf(out, len, "%s.tmp.%ld", path, (long)getpid());
+    return n > 0 && (size_t)n < len;
+}
+
+int results_commit(const char *tmp, const char *path) {
+    const int fd = open(tmp, O_RDONLY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    if (rename(tmp, path) != 0) {
+        errorf("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+        unlink(tmp);
+        return 0;
+    }
+    return 1;
+}
+
+int results_write_atomic(const char *path, const char *data, size_t len) {
+    char tmp[4200];
+    if (!results_make_parent_dirs(path) || !results_temp_path(path, tmp, sizeof tmp)) return 0;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        errorf("cannot write '%s': %s", tmp, strerror(errno));
+        return 0;
+    }
+    const int ok = fwrite(data, 1, len, f) == len;
+    if (fclose(f) != 0 || !ok) {
+        errorf("cannot write '%s': %s", tmp, strerror(errno));
+        unlink(tmp);
+        return 0;
+    }
+    return results_commit(tmp, path);
+}

@@ -1,0 +1,78 @@
+/* results.h - what every result file carries and how it is written: the
+ * machine fingerprint (machine.c's facts plus measured peaks and bandwidth)
+ * as the mha_* context keys, thread pinning, the git revision, result-file
+ * paths and atomic writes. Shared by sweep, tune and compare. */
+#ifndef MHA_HARNESS_RESULTS_H
+#define MHA_HARNESS_RESULTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "machine.h"
+#include "mha.h"
+
+/* This machine, measured once per run. */
+typedef struct {
+    machine_info m;
+    char cpu_key[128];
+    /* Measured single-thread FP32 FMA peak per ISA in GFLOP/s; 0 for ISAs
+     * that do not run here (not on the CPU, or above the MHA_ISA cap). */
+    double peak_gflops[MHA_ISA_COUNT];
+    double read_bw_1t, read_bw_all; /* GB/s, 1 thread and all cores */
+    int bw_threads_all;             /* the thread count of read_bw_all */
+} results_machine;
+
+/* Describes the machine and measures peaks (about budget_s per ISA) and read
+ * bandwidth (about budget_s each). Bind threads first so the all-core
+ * bandwidth runs pinned like the benchmarks. */
+void results_measure_machine(results_machine *rm, double budget_s);
+
+/* The ISA whose peak a kernel is held to: its own, except the BLAS baseline
+ * (listed scalar, but OpenBLAS and its softmax run at the active ISA). */
+mha_isa results_kernel_peak_isa(const mha_kernel *k);
+/* Single-thread peak for that ISA (GFLOP/s). */
+double results_kernel_peak(const results_machine *rm, const mha_kernel *k);
+/* Read bandwidth (GB/s) for a thread count: the 1-thread figure for 1, the
+ * all-core one otherwise, scaled down linearly below the all-core count. */
+double results_read_bw(const results_machine *rm, int threads);
+
+/* Pins OpenMP threads one per hwloc core (round robin when threads > cores):
+ * each thread of a `threads`-wide parallel region binds itself, so the
+ * runtime's pool keeps the binding for later regions. Returns 1 on success;
+ * 0 (with a message) when hwloc cannot bind. */
+int results_bind_threads(int threads);
+
+/* Run facts that are not the machine's. */
+typedef struct {
+    const char *preset;           /* "quick", "full", "ci", or a command name */
+    const char *binding;          /* "cores" or "none" */
+    const char *repetition_order; /* "interleaved" or "grouped" */
+    int threads_max;
+    uint64_t seed;
+} results_run_info;
+
+/* NULL-terminated list of the mha_* context keys every result file carries. */
+extern const char *const results_context_keys[];
+
+typedef void (*results_kv_fn)(const char *key, const char *value, void *user);
+/* Emits every key of results_context_keys (plus mha_seed, mha_isa_env and
+ * mha_blas_env) with its value as a string. */
+void results_context(const results_machine *rm, const results_run_info *ri, results_kv_fn emit,
+                     void *user);
+
+/* `git rev-parse --short HEAD` of the source tree, "-dirty" appended when
+ * tracked files differ; "unknown" outside a git checkout. */
+void results_git_revision(char *out, size_t len);
+
+/* dir/<host>-<UTC YYYYmmddTHHMMSSZ>.json; dir defaults to "results/runs". */
+int results_default_path(const char *dir, char *out, size_t len);
+/* mkdir -p of the directory part of path. Returns 1, or 0 with a message. */
+int results_make_parent_dirs(const char *path);
+/* A temporary name next to path (same directory, so rename is atomic). */
+int results_temp_path(const char *path, char *out, size_t len);
+/* fsyncs tmp and renames it to path; removes tmp on failure. Returns 1/0. */
+int results_commit(const char *tmp, const char *path);
+/* Writes data to path through a temporary file and rename. Returns 1/0. */
+int results_write_atomic(const char *path, const char *data, size_t len);
+
+#endif

@@ -1,0 +1,1237 @@
+/* sweep.c - `mhabench sweep`: every selected kernel over a grid of shapes and
+ * thread counts through Google Benchmark (gbench.h), with the machine's
+ * fingerprint in the JSON context, GFLOP/s and % of the measured peak per
+ * benchmark, % of measured bandwidth for decode, a progress line per run, an
+ * estimate-based skip of hopeless combinations (always listed), and a summary
+ * of the fastest kernel per shape. Results go atomically to results/runs/. */
+#include <getopt.h>
+#include <math.h>
+#include <omp.h>
+#include <regex.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "gbench.h"
+#include "results.h"
+#include "util.h"
+
+enum { MAX_LIST = 64, MAX_KERNELS = 64, MAX_REPS = 1000 };
+
+static void usage(FILE *f) {
+    fputs(
+        "usage: mhabench sweep [--preset quick|full|ci] [--kernels a,b] [--seq N,..]\n"
+        "                      [--seq-q N,..] [--seq-kv N,..] [--heads H,..] [--kv-heads G,..]\n"
+        "                      [--head-dim D,..] [--batch B,..] [--causal 0,1] [--threads "
+        "T,..|all]\n"
+        "                      [--max-seconds S] [--min-time S] [--repetitions N] [--bind "
+        "cores|none]\n"
+        "                      [--out F.json] [--seed N] [-- GOOGLE_BENCHMARK_FLAGS...]\n"
+        "Benchmarks kernels over shapes through Google Benchmark; writes Google Benchmark\n"
+        "JSON (context extended with the machine fingerprint) to --out, by default\n"
+        "results/runs/<host>-<UTC time>.json, and prints a summary of the fastest kernel\n"
+        "per shape with its speedup over naive and over blas.cblas.\n"
+        "\n"
+        "presets (the axis options below replace the preset's values):\n"
+        "  quick  (default) seq 128,512,2048; heads 8,12; head-dim 64,128; causal 0,1;\n"
+        "         threads 1,all; plus decode Nq=1 Nkv=4096 H=32 d=128 and the layer\n"
+        "         (mha_forward) of BERT-base (N=512) and GPT-2 (N=1024 causal), d_model 768\n"
+        "  full   seq 64..8192 (powers of two) and 197; heads 1,4,8,12,16,32; head-dim\n"
+        "         32,64,80,128; batch 1,4; causal 0,1; threads 1..all; plus decode shapes\n"
+        "  ci     flash.*, tiled.* and decode.* on B1 H8 N512 d64, B1 H12 N1024 d64 causal and "
+        "decode\n"
+        "         Nq=1 Nkv=4096 H=32 d=128; threads 1,all; 9 repetitions in a seeded random\n"
+        "         interleaved order (for regression runs: mhabench compare)\n"
+        "  The preset's decode and layer shapes are dropped when a shape axis (--seq, --seq-q, "
+        "--seq-kv,\n"
+        "  --heads, --kv-heads, --head-dim, --batch) is given.\n"
+        "\n"
+        "  --kernels      comma list (default: every kernel that runs here)\n"
+        "  --seq          self-attention lengths (Nq = Nkv)\n"
+        "  --seq-q/-kv    cross-attention: every (Nq, Nkv) pair (the other defaults to --seq)\n"
+        "  --kv-heads     KV head counts (GQA/MQA); values not dividing a head count are\n"
+        "                 skipped for it (default: equal to heads)\n"
+        "  --threads      thread counts; 'all' = every core (default 1,all)\n"
+        "  --max-seconds  skip a benchmark whose estimated time per call exceeds S (default 2);\n"
+        "                 the estimate is each kernel's rate measured on B1 H1 N256 d64 at start\n"
+        "  --min-time     Google Benchmark's minimum time per benchmark (quick 0.05, full 0.2,\n"
+        "                 ci 0.05)\n"
+        "  --repetitions  repetitions per benchmark (ci: 9, run interleaved)\n"
+        "  --bind         cores: pin OpenMP threads one per core through hwloc (default); none\n"
+        "  --seed         seed for inputs and the interleaved order (default 1)\n"
+        "  after --       flags for Google Benchmark (--benchmark_filter=REGEX, ...)\n"
+        "Exit status: 0 ok, 1 a benchmark failed, 2 usage or input error.\n",
+        f);
+}
+
+/* ---- the grid ----------------------------------------------------------- */
+
+/* layer = 1: the full MHA layer (mha_forward) with d_model = h * d, self-
+ * attention over nq = nkv tokens; the weights live in the k buffer. */
+typedef struct {
+    int64_t b, h, kv, nq, nkv, d;
+    int causal;
+    int layer;
+} shape;
+
+typedef struct {
+    const char *name;
+    int64_t seq[MAX_LIST], heads[MAX_LIST], dims[MAX_LIST], batch[MAX_LIST], causal[2];
+    int nseq, nheads, ndims, nbatch, ncausal;
+    int threads_full_range; /* 1..all instead of 1,all */
+    shape extra[8];         /* decode shapes (or the whole list for ci) */
+    int nextra;
+    int extra_only; /* ci: only the listed shapes */
+    double min_time;
+    int repetitions;
+    int interleaved;
+} preset;
+
+static int preset_get(const char *name, preset *p) {
+    memset(p, 0, sizeof *p);
+    p->name = name;
+    p->batch[0] = 1;
+    p->nbatch = 1;
+    p->causal[0] = 0;
+    p->causal[1] = 1;
+    p->ncausal = 2;
+    p->repetitions = 1;
+    const shape decode = {1, 32, 32, 1, 4096, 128, 0, 0};
+    /* The layer shapes of issue 6: BERT-base and GPT-2 (causal), d_model 768. */
+    const shape bert = {1, 12, 12, 512, 512, 64, 0, 1}, gpt2 = {1, 12, 12, 1024, 1024, 64, 1, 1};
+    if (strcmp(name, "quick") == 0) {
+        const int64_t seq[] = {128, 512, 2048}, heads[] = {8, 12}, dims[] = {64, 128};
+        memcpy(p->seq, seq, sizeof seq);
+        p->nseq = 3;
+        memcpy(p->heads, heads, sizeof heads);
+        p->nheads = 2;
+        memcpy(p->dims, dims, sizeof dims);
+        p->ndims = 2;
+        p->extra[p->nextra++] = decode;
+        p->extra[p->nextra++] = bert;
+        p->extra[p->nextra++] = gpt2;
+        /* 0.05 s: every kernel x 50 shapes in about 2.5 minutes on 2 cores;
+         * the estimate-based skip bounds the slow calls. */
+        p->min_time = 0.05;
+        return 1;
+    }
+    if (strcmp(name, "full") == 0) {
+        const int64_t seq[] = {64, 128, 197, 256, 512, 1024, 2048, 4096, 8192};
+        const int64_t heads[] = {1, 4, 8, 12, 16, 32}, dims[] = {32, 64, 80, 128}, batch[] = {1, 4};
+        memcpy(p->seq, seq, sizeof seq);
+        p->nseq = 9;
+        memcpy(p->heads, heads, sizeof heads);
+        p->nheads = 6;
+        memcpy(p->dims, dims, sizeof dims);
+        p->ndims = 4;
+        memcpy(p->batch, batch, sizeof batch);
+        p->nbatch = 2;
+        p->threads_full_range = 1;
+        p->extra[p->nextra++] = decode;
+        p->extra[p->nextra++] = (shape){1, 32, 8, 1, 4096, 128, 0, 0};
+        p->extra[p->nextra++] = (shape){1, 32, 32, 1, 16384, 128, 0, 0};
+        p->extra[p->nextra++] = (shape){4, 32, 8, 1, 16384, 128, 0, 0};
+        p->extra[p->nextra++] = bert;
+        p->extra[p->nextra++] = gpt2;
+        p->min_time = 0.2;
+        return 1;
+    }
+    if (strcmp(name, "ci") == 0) {
+        p->extra[p->nextra++] = (shape){1, 8, 8, 512, 512, 64, 0, 0};
+        p->extra[p->nextra++] = (shape){1, 12, 12, 1024, 1024, 64, 1, 0};
+        p->extra[p->nextra++] = decode;
+        p->extra_only = 1;
+        p->min_time = 0.05;
+        p->repetitions = 9;
+        p->interleaved = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* One benchmark: a kernel on a shape at a thread count. */
+typedef struct {
+    const mha_kernel *k;
+    shape s;
+    int threads;
+    char name[256];
+    double flops, kv_bytes;
+    double peak; /* GFLOP/s: single-thread peak of the kernel's ISA x threads */
+    double bw;   /* GB/s read bandwidth at this thread count */
+    int warmed;
+    int group; /* index of its (shape, threads) group */
+    /* results (iteration rows) */
+    double *gflops;
+    int nres, cap;
+    int errors;
+} bench;
+
+typedef struct {
+    char *text;
+} note;
+
+/* ---- inputs and workspace (allocated and touched outside timed loops) -------- */
+
+typedef struct {
+    shape s;
+    float *q, *k, *v, *o;
+    size_t bytes;
+    uint64_t last_use;
+} input_set;
+
+enum { INPUT_CACHE = 4 };
+static input_set g_inputs[INPUT_CACHE];
+static uint64_t g_use_clock;
+static uint64_t g_seed = 1;
+static void *g_ws;
+static size_t g_ws_size;
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform [-1, 1), chunked so the fill runs in parallel and is the same for
+ * any thread count. */
+static void fill(float *p, size_t n, uint64_t seed) {
+    const size_t chunk = (size_t)1 << 16;
+    const long nchunks = (long)((n + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < nchunks; c++) {
+        uint64_t st = seed ^ ((uint64_t)c * 0xd1b54a32d192ed03ull);
+        const size_t lo = (size_t)c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+        for (size_t i = lo; i < hi; i++)
+            p[i] = (float)((double)(splitmix(&st) >> 40) * (2.0 / 16777216.0) - 1.0);
+    }
+}
+
+static void input_free(input_set *in) {
+    mha_free(in->q);
+    mha_free(in->k);
+    mha_free(in->v);
+    mha_free(in->o);
+    memset(in, 0, sizeof *in);
+}
+
+static size_t shape_elems_q(const shape *s) {
+    return (size_t)(s->b * s->h * s->nq * s->d);
+}
+static size_t shape_elems_kv(const shape *s) {
+    return (size_t)(s->b * s->kv * s->nkv * s->d);
+}
+/* The k buffer: K, or for a layer its four weights and four biases. */
+static size_t shape_elems_k(const shape *s) {
+    const size_t dm = (size_t)(s->h * s->d);
+    return s->layer ? 4 * dm * dm + 4 * dm : shape_elems_kv(s);
+}
+static size_t shape_input_bytes(const shape *s) {
+    return sizeof(float) * (2 * shape_elems_q(s) + shape_elems_k(s) + shape_elems_kv(s));
+}
+
+/* The inputs of a shape: cached (a few shapes, least recently used goes), so
+ * grouped runs fill each shape once and interleaved ones do not refill. */
+static input_set *inputs_for(const shape *s) {
+    input_set *slot = NULL;
+    for (int i = 0; i < INPUT_CACHE; i++)
+        if (g_inputs[i].q && memcmp(&g_inputs[i].s, s, sizeof *s) == 0) {
+            g_inputs[i].last_use = ++g_use_clock;
+            return &g_inputs[i];
+        }
+    for (int i = 0; i < INPUT_CACHE; i++)
+        if (!slot || !g_inputs[i].q || (slot->q && g_inputs[i].last_use < slot->last_use))
+            slot = &g_inputs[i];
+    input_free(slot);
+    const size_t nq = shape_elems_q(s), nkv = shape_elems_kv(s), nk = shape_elems_k(s);
+    slot->q = mha_alloc(nq * sizeof(float));
+    slot->k = mha_alloc(nk * sizeof(float));
+    slot->v = mha_alloc(nkv * sizeof(float));
+    slot->o = mha_alloc(nq * sizeof(float));
+    if (!slot->q || !slot->k || !slot->v || !slot->o) {
+        input_free(slot);
+        return NULL;
+    }
+    uint64_t h = g_seed;
+    const int64_t dims[] = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, s->layer};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) h = h * 1000003u + (uint64_t)dims[i];
+    fill(slot->q, nq, h ^ 1);
+    fill(slot->k, nk, h ^ 2);
+    if (s->layer) { /* weights ~ U(-1,1)/sqrt(d_model): activations stay O(1) */
+        const float g = 1.0f / sqrtf((float)(s->h * s->d));
+        for (size_t i = 0; i < nk; i++) slot->k[i] *= g;
+    }
+    fill(slot->v, nkv, h ^ 3);
+    memset(slot->o, 0, nq * sizeof(float));
+    slot->s = *s;
+    slot->bytes = shape_input_bytes(s);
+    slot->last_use = ++g_use_clock;
+    return slot;
+}
+
+/* Grow-only workspace, zeroed (touched) whenever it grows. */
+static void *workspace_for(size_t bytes) {
+    if (bytes == 0) bytes = MHA_WORKSPACE_ALIGN;
+    if (bytes <= g_ws_size) return g_ws;
+    mha_free(g_ws);
+    g_ws = mha_alloc(bytes);
+    g_ws_size = g_ws ? bytes : 0;
+    if (g_ws) memset(g_ws, 0, bytes);
+    return g_ws;
+}
+
+static void release_buffers(void) {
+    for (int i = 0; i < INPUT_CACHE; i++) input_free(&g_inputs[i]);
+    mha_free(g_ws);
+    g_ws = NULL;
+    g_ws_size = 0;
+}
+
+static mha_problem problem_of(const shape *s) {
+    mha_problem p = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, 0.0f};
+    return p;
+}
+
+/* Prepares one call: inputs, views, workspace. Returns NULL on success, else
+ * a message (static). */
+typedef struct {
+    mha_problem p;
+    mha_options o;
+    mha_tensor q, k, v;
+    mha_tensor_mut out;
+    void *ws;
+    size_t ws_size;
+    int layer; /* mha_forward on x = q.data, weights in the k buffer */
+    mha_layer L;
+    mha_layer_shape ls;
+} call;
+
+/* The layer of a layer shape, its weights carved from the k buffer (w NULL:
+ * no weights, enough for workspace and FLOP queries). */
+static mha_layer layer_of(const shape *s, const float *w) {
+    const int64_t dm = s->h * s->d, m2 = dm * dm;
+    if (!w) return (mha_layer){dm, s->h, s->kv, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    return (mha_layer){dm,
+                       s->h,
+                       s->kv,
+                       w,
+                       w + m2,
+                       w + 2 * m2,
+                       w + 3 * m2,
+                       w + 4 * m2,
+                       w + 4 * m2 + dm,
+                       w + 4 * m2 + 2 * dm,
+                       w + 4 * m2 + 3 * dm};
+}
+
+static const char *prepare_call(const mha_kernel *k, const shape *s, int threads, call *c) {
+    static char msg[256];
+    memset(c, 0, sizeof *c);
+    c->p = problem_of(s);
+    c->o.threads = threads;
+    if (s->layer) {
+        c->layer = 1;
+        c->ls = (mha_layer_shape){s->b, s->nq, s->nkv, s->causal, 0.0f};
+        c->L = layer_of(s, NULL);
+        if (mha_forward_workspace_size(k, &c->L, &c->ls, &c->o, &c->ws_size) != MHA_OK) {
+            snprintf(msg, sizeof msg, "workspace size: %s", mha_last_error());
+            return msg;
+        }
+    } else if (mha_workspace_size(k, &c->p, &c->o, &c->ws_size) != MHA_OK) {
+        snprintf(msg, sizeof msg, "workspace size: %s", mha_last_error());
+        return msg;
+    }
+    input_set *in = inputs_for(s);
+    if (!in) {
+        snprintf(msg, sizeof msg, "cannot allocate %zu bytes of inputs", shape_input_bytes(s));
+        return msg;
+    }
+    c->ws = workspace_for(c->ws_size);
+    if (!c->ws) {
+        snprintf(msg, sizeof msg, "cannot allocate %zu bytes of workspace", c->ws_size);
+        return msg;
+    }
+    if (s->layer) {
+        c->L = layer_of(s, in->k);
+        c->q = mha_view_bhnd(in->q, s->h, s->nq, s->d); /* x, [B, N, d_model] */
+        c->out = mha_view_bhnd_mut(in->o, s->h, s->nq, s->d);
+        return NULL;
+    }
+    c->q = mha_view_bhnd(in->q, s->h, s->nq, s->d);
+    c->k = mha_view_bhnd(in->k, s->kv, s->nkv, s->d);
+    c->v = mha_view_bhnd(in->v, s->kv, s->nkv, s->d);
+    c->out = mha_view_bhnd_mut(in->o, s->h, s->nq, s->d);
+    return NULL;
+}
+
+static mha_status do_call(const mha_kernel *k, call *c) {
+    if (c->layer)
+        return mha_forward(k, &c->L, &c->ls, &c->o, c->q.data, c->q.data, c->q.data, c->out.data,
+                           c->ws, c->ws_size);
+    return mha_attend(k, &c->p, &c->o, &c->q, &c->k, &c->v, &c->out, c->ws, c->ws_size);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- the benchmark body --------------------------------------------------- */
+
+static void bench_body(mha_gbench_state *st, void *user) {
+    bench *b = user;
+    call c;
+    const char *err = prepare_call(b->k, &b->s, b->threads, &c);
+    if (err) {
+        mha_gbench_skip_with_error(st, err);
+        return;
+    }
+    /* One untimed call the first time round: checks the status and warms
+     * caches, pages and the OpenMP team (the first gbench trial is timed). */
+    if (!b->warmed) {
+        const mha_status s = do_call(b->k, &c);
+        if (s != MHA_OK) {
+            mha_gbench_skip_with_error(st, mha_last_error());
+            return;
+        }
+        b->warmed = 1;
+    }
+    mha_status status = MHA_OK;
+    while (mha_gbench_keep_running(st)) status |= do_call(b->k, &c);
+    if (status != MHA_OK) mha_gbench_skip_with_error(st, "mha_attend failed in the timed loop");
+    const int64_t iters = mha_gbench_iterations(st);
+    mha_gbench_counter(st, "GFLOPS", b->flops * 1e-9, MHA_GBENCH_PER_ITER_RATE);
+    mha_gbench_counter(st, "pct_peak", b->peak > 0 ? 100.0 * b->flops * 1e-9 / b->peak : 0,
+                       MHA_GBENCH_PER_ITER_RATE);
+    mha_gbench_counter(st, "threads", b->threads, MHA_GBENCH_PLAIN);
+    mha_gbench_counter(st, "block_q", c.o.block_q, MHA_GBENCH_PLAIN);
+    mha_gbench_counter(st, "block_kv", c.o.block_kv, MHA_GBENCH_PLAIN);
+    if (b->s.nq == 1 && !b->s.layer) {
+        mha_gbench_set_bytes_processed(st, (int64_t)b->kv_bytes * iters);
+        mha_gbench_counter(st, "pct_bw", b->bw > 0 ? 100.0 * b->kv_bytes * 1e-9 / b->bw : 0,
+                           MHA_GBENCH_PER_ITER_RATE);
+    }
+}
+
+/* Rate of a kernel (GFLOP/s, 1 thread) on B1 H1 N256 d64: the best of a few
+ * calls after a warm-up; the basis of the time estimates. 0 on failure. */
+static double probe_rate(const mha_kernel *k) {
+    const shape s = {1, 1, 1, 256, 256, 64, 0, 0};
+    call c;
+    if (prepare_call(k, &s, 1, &c) || do_call(k, &c) != MHA_OK) return 0;
+    const mha_problem p = problem_of(&s);
+    const double flops = mha_problem_flops(&p);
+    double best = 1e30, t_start = now_s();
+    for (int i = 0; i < 20 && (i < 3 || now_s() - t_start < 0.03); i++) {
+        const double t0 = now_s();
+        do_call(k, &c);
+        const double dt = now_s() - t0;
+        if (dt < best) best = dt;
+    }
+    return flops / (best > 1e-9 ? best : 1e-9) * 1e-9;
+}
+
+/* ---- reporting ------------------------------------------------------------ */
+
+typedef struct {
+    bench *benches;
+    int nbench;
+    int done, total;
+    int interleaved;
+} run_state;
+
+static void shape_text(const shape *s, char *buf, size_t len) {
+    char kv[32] = "", seq[64];
+    if (s->kv != s->h) snprintf(kv, sizeof kv, " KV=%lld", (long long)s->kv);
+    if (s->nq == s->nkv)
+        snprintf(seq, sizeof seq, "N=%lld", (long long)s->nq);
+    else
+        snprintf(seq, sizeof seq, "Nq=%lld Nkv=%lld", (long long)s->nq, (long long)s->nkv);
+    if (s->layer)
+        snprintf(buf, len, "layer B=%lld N=%lld d_model=%lld H=%lld causal=%d", (long long)s->b,
+                 (long long)s->nq, (long long)(s->h * s->d), (long long)s->h, s->causal);
+    else
+        snprintf(buf, len, "B=%lld H=%lld%s %s d=%lld causal=%d", (long long)s->b, (long long)s->h,
+                 kv, seq, (long long)s->d, s->causal);
+}
+
+static void on_report(const mha_gbench_result *r, void *user) {
+    run_state *rs = user;
+    if (r->aggregate) return;
+    bench *b = NULL;
+    for (int i = 0; i < rs->nbench && !b; i++)
+        if (strcmp(rs->benches[i].name, r->name) == 0) b = &rs->benches[i];
+    rs->done++;
+    char shp[128], reps[64] = "";
+    if (b) shape_text(&b->s, shp, sizeof shp);
+    if (r->repetitions > 1)
+        snprintf(reps, sizeof reps, " rep %lld/%lld", (long long)r->repetition_index + 1,
+                 (long long)r->repetitions);
+    char count[32];
+    if (rs->total > 0)
+        snprintf(count, sizeof count, "[%d/%d]", rs->done, rs->total);
+    else
+        snprintf(count, sizeof count, "[%d]", rs->done);
+    if (!b) {
+        printf("%s %s (not in this sweep's list)\n", count, r->name);
+        fflush(stdout);
+        return;
+    }
+    if (r->error) {
+        b->errors++;
+        printf("%s %s %s threads=%d%s ... ERROR: %s\n", count, mha_kernel_name(b->k), shp,
+               b->threads, reps, r->error_message);
+        fflush(stdout);
+        return;
+    }
+    const double gf = mha_gbench_result_counter(r, "GFLOPS", 0);
+    const double pp = mha_gbench_result_counter(r, "pct_peak", 0);
+    const double pb = mha_gbench_result_counter(r, "pct_bw", -1);
+    if (b->nres == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 4;
+        b->gflops = realloc(b->gflops, (size_t)b->cap * sizeof *b->gflops);
+    }
+    b->gflops[b->nres++] = gf;
+    char bw[48] = "";
+    if (pb >= 0)
+        snprintf(bw, sizeof bw, ", %.1f GB/s = %.1f%% of bw",
+                 mha_gbench_result_counter(r, "bytes_per_second", 0) * 1e-9, pb);
+    printf("%s %s %s threads=%d%s ... %.1f GFLOP/s (%.1f%% of peak%s)\n", count,
+           mha_kernel_name(b->k), shp, b->threads, reps, gf, pp, bw);
+    fflush(stdout);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double bench_median(bench *b) {
+    if (b->nres == 0) return 0;
+    qsort(b->gflops, (size_t)b->nres, sizeof *b->gflops, cmp_double);
+    return b->nres % 2 ? b->gflops[b->nres / 2]
+                       : 0.5 * (b->gflops[b->nres / 2 - 1] + b->gflops[b->nres / 2]);
+}
+
+static void print_summary(bench *benches, int nbench, int ngroups) {
+    printf("\nsummary: the fastest kernel per shape (median GFLOP/s over repetitions)\n");
+    printf("%-44s %7s  %-14s %9s %7s %9s %9s\n", "shape", "threads", "fastest", "GFLOP/s", "%peak",
+           "vs naive", "vs blas");
+    for (int g = 0; g < ngroups; g++) {
+        bench *best = NULL, *naive = NULL, *blas = NULL, *any = NULL;
+        double best_gf = 0;
+        for (int i = 0; i < nbench; i++) {
+            bench *b = &benches[i];
+            if (b->group != g) continue;
+            any = b;
+            if (b->nres == 0) continue;
+            const double gf = bench_median(b);
+            if (strcmp(mha_kernel_name(b->k), "naive") == 0) naive = b;
+            if (strcmp(mha_kernel_name(b->k), "blas.cblas") == 0) blas = b;
+            if (!best || gf > best_gf) {
+                best = b;
+                best_gf = gf;
+            }
+        }
+        if (!any) continue;
+        char shp[128];
+        shape_text(&any->s, shp, sizeof shp);
+        if (!best) {
+            printf("%-44s %7d  %-14s\n", shp, any->threads, "(none ran)");
+            continue;
+        }
+        char vn[16] = "n/a", vb[16] = "n/a";
+        if (naive) snprintf(vn, sizeof vn, "%.1fx", best_gf / bench_median(naive));
+        if (blas) snprintf(vb, sizeof vb, "%.2fx", best_gf / bench_median(blas));
+        /* Percentages of the median, not the mean of percentages. */
+        const double pct = best->peak > 0 ? 100.0 * best_gf / best->peak : 0;
+        printf("%-44s %7d  %-14s %9.1f %6.1f%% %9s %9s", shp, best->threads,
+               mha_kernel_name(best->k), best_gf, pct, vn, vb);
+        if (best->s.nq == 1 && best->bw > 0 && best->flops > 0)
+            printf("  (%.1f%% of bw)", 100.0 * best_gf * best->kv_bytes / best->flops / best->bw);
+        printf("\n");
+    }
+}
+
+/* ---- option parsing --------------------------------------------------------- */
+
+/* --threads: comma list of integers in [1, 1024] or "all" (every core). */
+static int parse_threads(const char *s, int all, int64_t *out, int max) {
+    if (!s || !*s) {
+        errorf("sweep: --threads: empty list");
+        return -1;
+    }
+    char *copy = strdup(s), *save = NULL;
+    int n = 0;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n == max) {
+            errorf("sweep: --threads: more than %d values in '%s'", max, s);
+            n = -1;
+            break;
+        }
+        if (strcmp(t, "all") == 0) {
+            out[n++] = all;
+            continue;
+        }
+        if (!parse_i64("--threads", t, 1, 1024, &out[n])) {
+            n = -1;
+            break;
+        }
+        n++;
+    }
+    free(copy);
+    if (n == 0) errorf("sweep: --threads: empty list '%s'", s);
+    return n > 0 ? n : -1;
+}
+
+/* Removes duplicates, keeping the first occurrence. */
+static int dedupe(int64_t *v, int n) {
+    int o = 0;
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int j = 0; j < o; j++) seen |= v[j] == v[i];
+        if (!seen) v[o++] = v[i];
+    }
+    return o;
+}
+
+static int parse_seconds(const char *opt, const char *s, double lo, double *out) {
+    float f;
+    if (!parse_float(opt, s, &f)) return 0;
+    if (!(f >= lo) || f > 86400) {
+        errorf("%s: %s is out of range [%g, 86400] seconds", opt, s, lo);
+        return 0;
+    }
+    *out = f;
+    return 1;
+}
+
+typedef struct {
+    note *items;
+    int n, cap;
+} note_list;
+
+static void note_add(note_list *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_add(note_list *l, const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->items = realloc(l->items, (size_t)l->cap * sizeof *l->items);
+    }
+    l->items[l->n++].text = strdup(buf);
+}
+
+static void note_free(note_list *l) {
+    for (int i = 0; i < l->n; i++) free(l->items[i].text);
+    free(l->items);
+}
+
+static void ctx_emit(const char *key, const char *value, void *user) {
+    (void)user;
+    mha_gbench_add_context(key, value);
+}
+
+/* How many of the names Google Benchmark's filter selects (for the progress
+ * denominator only; Google Benchmark does the real selection). -1 when the
+ * filter is not a POSIX extended regex. */
+static int count_filtered(const bench *benches, int n, const char *filter) {
+    if (!filter || !*filter || strcmp(filter, "all") == 0) return n;
+    int negate = filter[0] == '-';
+    regex_t re;
+    if (regcomp(&re, filter + negate, REG_EXTENDED | REG_NOSUB) != 0) return -1;
+    int count = 0;
+    for (int i = 0; i < n; i++) {
+        char full[300];
+        snprintf(full, sizeof full, "%s/real_time", benches[i].name);
+        const int match = regexec(&re, full, 0, NULL, 0) == 0;
+        count += match != negate;
+    }
+    regfree(&re);
+    return count;
+}
+
+int cmd_sweep(int argc, char **argv) {
+    enum {
+        O_PRESET = 256,
+        O_KERNELS,
+        O_SEQ,
+        O_SEQ_Q,
+        O_SEQ_KV,
+        O_HEADS,
+        O_KV_HEADS,
+        O_HEAD_DIM,
+        O_BATCH,
+        O_CAUSAL,
+        O_THREADS,
+        O_MAX_SECONDS,
+        O_MIN_TIME,
+        O_REPS,
+        O_BIND,
+        O_OUT,
+        O_SEED,
+    };
+    static const struct option opts[] = {
+        {"preset", required_argument, 0, O_PRESET},
+        {"kernels", required_argument, 0, O_KERNELS},
+        {"seq", required_argument, 0, O_SEQ},
+        {"seq-q", required_argument, 0, O_SEQ_Q},
+        {"seq-kv", required_argument, 0, O_SEQ_KV},
+        {"heads", required_argument, 0, O_HEADS},
+        {"kv-heads", required_argument, 0, O_KV_HEADS},
+        {"head-dim", required_argument, 0, O_HEAD_DIM},
+        {"batch", required_argument, 0, O_BATCH},
+        {"causal", required_argument, 0, O_CAUSAL},
+        {"threads", required_argument, 0, O_THREADS},
+        {"max-seconds", required_argument, 0, O_MAX_SECONDS},
+        {"min-time", required_argument, 0, O_MIN_TIME},
+        {"repetitions", required_argument, 0, O_REPS},
+        {"bind", required_argument, 0, O_BIND},
+        {"out", required_argument, 0, O_OUT},
+        {"seed", required_argument, 0, O_SEED},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *preset_name = "quick", *kernel_list = NULL, *out_path = NULL;
+    const char *a_seq = NULL, *a_seq_q = NULL, *a_seq_kv = NULL, *a_heads = NULL, *a_kv = NULL,
+               *a_dims = NULL, *a_batch = NULL, *a_causal = NULL, *a_threads = NULL;
+    double max_seconds = 2.0, min_time = -1;
+    int64_t reps = 0, v;
+    int bind = 1;
+    uint64_t seed = 1;
+    optind = 1;
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1;) {
+        switch (c) {
+        case O_PRESET:
+            preset_name = optarg;
+            break;
+        case O_KERNELS:
+            kernel_list = optarg;
+            break;
+        case O_SEQ:
+            a_seq = optarg;
+            break;
+        case O_SEQ_Q:
+            a_seq_q = optarg;
+            break;
+        case O_SEQ_KV:
+            a_seq_kv = optarg;
+            break;
+        case O_HEADS:
+            a_heads = optarg;
+            break;
+        case O_KV_HEADS:
+            a_kv = optarg;
+            break;
+        case O_HEAD_DIM:
+            a_dims = optarg;
+            break;
+        case O_BATCH:
+            a_batch = optarg;
+            break;
+        case O_CAUSAL:
+            a_causal = optarg;
+            break;
+        case O_THREADS:
+            a_threads = optarg;
+            break;
+        case O_MAX_SECONDS:
+            if (!parse_seconds("--max-seconds", optarg, 1e-6, &max_seconds)) return EXIT_USAGE;
+            break;
+        case O_MIN_TIME:
+            if (!parse_seconds("--min-time", optarg, 1e-6, &min_time)) return EXIT_USAGE;
+            break;
+        case O_REPS:
+            if (!parse_i64("--repetitions", optarg, 1, MAX_REPS, &reps)) return EXIT_USAGE;
+            break;
+        case O_BIND:
+            if (strcmp(optarg, "cores") == 0)
+                bind = 1;
+            else if (strcmp(optarg, "none") == 0)
+                bind = 0;
+            else {
+                errorf("sweep: --bind '%s': expected cores or none", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case O_OUT:
+            out_path = optarg;
+            break;
+        case O_SEED:
+            if (!parse_i64("--seed", optarg, 0, INT64_MAX, &v)) return EXIT_USAGE;
+            seed = (uint64_t)v;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case ':':
+            errorf("sweep: option '%s' needs a value", argv[optind - 1]);
+            return EXIT_USAGE;
+        default:
+            errorf("sweep: unknown option '%s' (Google Benchmark flags go after --)",
+                   argv[optind - 1]);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    /* Everything after "--" is for Google Benchmark. */
+    int npass = 0;
+    char **pass = NULL;
+    if (optind < argc) {
+        if (strcmp(argv[optind - 1], "--") != 0) {
+            errorf("sweep: unexpected argument '%s' (Google Benchmark flags go after --)",
+                   argv[optind]);
+            return EXIT_USAGE;
+        }
+        pass = argv + optind;
+        npass = argc - optind;
+    }
+    if (!check_isa_env()) return EXIT_USAGE;
+
+    preset pr;
+    if (!preset_get(preset_name, &pr)) {
+        errorf("sweep: --preset '%s': expected quick, full or ci", preset_name);
+        return EXIT_USAGE;
+    }
+    g_seed = seed;
+
+    machine_info mi;
+    machine_describe(&mi);
+    const int all = mi.cores > 0 ? mi.cores : 1;
+
+    /* Axes: the preset's, replaced by any given. */
+    int64_t seq[MAX_LIST], seq_q[MAX_LIST], seq_kv[MAX_LIST], heads[MAX_LIST], kvh[MAX_LIST],
+        dims[MAX_LIST], batch[MAX_LIST], causal[MAX_LIST], threads[MAX_LIST];
+    int nseq = pr.nseq, nsq = 0, nskv = 0, nheads = pr.nheads, nkv = 0, ndims = pr.ndims,
+        nbatch = pr.nbatch, ncausal = pr.ncausal, nthreads = 0;
+    memcpy(seq, pr.seq, sizeof pr.seq);
+    memcpy(heads, pr.heads, sizeof pr.heads);
+    memcpy(dims, pr.dims, sizeof pr.dims);
+    memcpy(batch, pr.batch, sizeof pr.batch);
+    causal[0] = 0;
+    causal[1] = 1;
+    const int64_t big = (int64_t)1 << 24;
+    if ((a_seq && (nseq = parse_i64_list("--seq", a_seq, 1, big, seq, MAX_LIST)) < 0) ||
+        (a_seq_q && (nsq = parse_i64_list("--seq-q", a_seq_q, 1, big, seq_q, MAX_LIST)) < 0) ||
+        (a_seq_kv && (nskv = parse_i64_list("--seq-kv", a_seq_kv, 1, big, seq_kv, MAX_LIST)) < 0) ||
+        (a_heads && (nheads = parse_i64_list("--heads", a_heads, 1, 4096, heads, MAX_LIST)) < 0) ||
+        (a_kv && (nkv = parse_i64_list("--kv-heads", a_kv, 1, 4096, kvh, MAX_LIST)) < 0) ||
+        (a_dims && (ndims = parse_i64_list("--head-dim", a_dims, 1, 65536, dims, MAX_LIST)) < 0) ||
+        (a_batch && (nbatch = parse_i64_list("--batch", a_batch, 1, 65536, batch, MAX_LIST)) < 0) ||
+        (a_causal && (ncausal = parse_i64_list("--causal", a_causal, 0, 1, causal, MAX_LIST)) < 0))
+        return EXIT_USAGE;
+    if (a_threads) {
+        if ((nthreads = parse_threads(a_threads, all, threads, MAX_LIST)) < 0) return EXIT_USAGE;
+    } else if (pr.threads_full_range) {
+        for (int t = 1; t <= all && nthreads < MAX_LIST; t++) threads[nthreads++] = t;
+    } else {
+        threads[nthreads++] = 1;
+        threads[nthreads++] = all;
+    }
+    nseq = dedupe(seq, nseq);
+    nsq = dedupe(seq_q, nsq);
+    nskv = dedupe(seq_kv, nskv);
+    nheads = dedupe(heads, nheads);
+    nkv = dedupe(kvh, nkv);
+    ndims = dedupe(dims, ndims);
+    nbatch = dedupe(batch, nbatch);
+    ncausal = dedupe(causal, ncausal);
+    nthreads = dedupe(threads, nthreads);
+    const int shape_axes_given =
+        a_seq || a_seq_q || a_seq_kv || a_heads || a_kv || a_dims || a_batch;
+    if (pr.extra_only && shape_axes_given && !a_seq && !a_seq_q && !a_seq_kv) {
+        /* ci with e.g. --heads only: use the ci lengths as a grid. */
+        seq[0] = 512;
+        seq[1] = 1024;
+        nseq = 2;
+    }
+    if (pr.extra_only && shape_axes_given && !a_heads) {
+        heads[0] = 8;
+        nheads = 1;
+    }
+    if (pr.extra_only && shape_axes_given && !a_dims) {
+        dims[0] = 64;
+        ndims = 1;
+    }
+    if (min_time < 0) min_time = pr.min_time;
+    const int interleaved = pr.interleaved;
+    const int repetitions = reps > 0 ? (int)reps : pr.repetitions;
+
+    /* Google Benchmark flags we read ourselves. */
+    const char *filter = NULL;
+    int gb_reps = 0;
+    for (int i = 0; i < npass; i++) {
+        const char *a = pass[i];
+        if (strncmp(a, "--benchmark_filter=", 19) == 0) filter = a + 19;
+        if (strncmp(a, "--benchmark_repetitions=", 24) == 0) gb_reps = atoi(a + 24);
+        if (strncmp(a, "--benchmark_out=", 16) == 0) {
+            if (out_path) {
+                errorf("sweep: both --out and --benchmark_out given; use one");
+                return EXIT_USAGE;
+            }
+            out_path = a + 16;
+        }
+        if (strncmp(a, "--benchmark_out_format=", 23) == 0 && strcmp(a + 23, "json") != 0) {
+            errorf("sweep: '%s': result files are always Google Benchmark JSON", a);
+            return EXIT_USAGE;
+        }
+    }
+
+    /* Kernels. */
+    const mha_kernel *kernels[MAX_KERNELS];
+    int nk = 0;
+    if (kernel_list) {
+        char *copy = strdup(kernel_list), *save = NULL;
+        for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            const mha_kernel *k = mha_kernel_find(t);
+            if (!k) {
+                errorf("sweep: --kernels: %s", mha_last_error());
+                free(copy);
+                return EXIT_USAGE;
+            }
+            if (mha_kernel_supported(k) != MHA_OK) {
+                errorf("sweep: --kernels: %s", mha_last_error());
+                free(copy);
+                return EXIT_USAGE;
+            }
+            int dup = 0;
+            for (int i = 0; i < nk; i++) dup |= kernels[i] == k;
+            if (!dup && nk < MAX_KERNELS) kernels[nk++] = k;
+        }
+        free(copy);
+        if (nk == 0) {
+            errorf("sweep: --kernels: empty list");
+            return EXIT_USAGE;
+        }
+    } else {
+        for (int i = 0; i < mha_kernel_count() && nk < MAX_KERNELS; i++) {
+            const mha_kernel *k = mha_kernel_at(i);
+            if (mha_kernel_supported(k) != MHA_OK) continue;
+            const char *alg = mha_kernel_algorithm(k);
+            if (pr.interleaved && strcmp(alg, "flash") != 0 && strcmp(alg, "tiled") != 0 &&
+                strcmp(alg, "decode") != 0)
+                continue; /* ci: the project's optimised kernels only */
+            kernels[nk++] = k;
+        }
+    }
+
+    /* The results path, checked before any measurement. */
+    char path[4096], tmp[4200];
+    if (out_path)
+        snprintf(path, sizeof path, "%s", out_path);
+    else
+        results_default_path("results/runs", path, sizeof path);
+    if (!results_make_parent_dirs(path) || !results_temp_path(path, tmp, sizeof tmp))
+        return EXIT_USAGE;
+    {
+        FILE *f = fopen(tmp, "w");
+        if (!f) {
+            errorf("sweep: cannot write '%s': %m", tmp);
+            return EXIT_USAGE;
+        }
+        fclose(f);
+        unlink(tmp);
+    }
+
+    /* Machine: pin, then measure (the all-core bandwidth runs pinned). */
+    int64_t tmax = 1;
+    for (int i = 0; i < nthreads; i++) tmax = threads[i] > tmax ? threads[i] : tmax;
+    const char *binding = "none";
+    if (bind) {
+        const int pool = (int)(tmax > all ? tmax : all);
+        if (results_bind_threads(pool)) binding = "cores";
+    }
+    printf("mhabench sweep: preset %s, %d kernel%s, threads", pr.name, nk, nk == 1 ? "" : "s");
+    for (int i = 0; i < nthreads; i++) printf("%s%lld", i ? "," : " ", (long long)threads[i]);
+    printf(", binding %s, seed %llu\nmeasuring the machine (FMA peak per ISA, read bandwidth)...\n",
+           binding, (unsigned long long)seed);
+    fflush(stdout);
+    results_machine rm;
+    results_measure_machine(&rm, 0.15);
+    printf("cpu %s (%s), peak GFLOP/s per thread:", rm.m.model, rm.cpu_key);
+    for (int i = 0; i < MHA_ISA_COUNT; i++)
+        if (rm.peak_gflops[i] > 0) printf(" %s %.1f", mha_isa_name((mha_isa)i), rm.peak_gflops[i]);
+    printf("; read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d)\n", rm.read_bw_1t, rm.read_bw_all,
+           rm.bw_threads_all);
+
+    /* Rates for the time estimates. */
+    double rate[MAX_KERNELS];
+    printf("rates on B=1 H=1 N=256 d=64, 1 thread (for the time estimates):");
+    for (int i = 0; i < nk; i++) {
+        rate[i] = probe_rate(kernels[i]);
+        printf(" %s %.1f", mha_kernel_name(kernels[i]), rate[i]);
+    }
+    printf(" GFLOP/s\n");
+    fflush(stdout);
+
+    /* The shapes. */
+    int64_t sq_list[MAX_LIST * MAX_LIST], skv_list[MAX_LIST * MAX_LIST];
+    int npairs = 0;
+    if (nsq || nskv) {
+        const int64_t *qa = nsq ? seq_q : seq, *ka = nskv ? seq_kv : seq;
+        const int nqa = nsq ? nsq : nseq, nka = nskv ? nskv : nseq;
+        for (int i = 0; i < nqa; i++)
+            for (int j = 0; j < nka; j++) {
+                sq_list[npairs] = qa[i];
+                skv_list[npairs++] = ka[j];
+            }
+    } else {
+        for (int i = 0; i < nseq; i++) {
+            sq_list[npairs] = seq[i];
+            skv_list[npairs++] = seq[i];
+        }
+    }
+    int nshapes = 0, cap_shapes = 64;
+    shape *shapes = malloc((size_t)cap_shapes * sizeof *shapes);
+    note_list skipped = {0}, notes = {0};
+    const int use_grid = !pr.extra_only || shape_axes_given;
+    if (use_grid)
+        for (int ib = 0; ib < nbatch; ib++)
+            for (int ih = 0; ih < nheads; ih++)
+                for (int ik = 0; ik < (nkv ? nkv : 1); ik++) {
+                    const int64_t kv = nkv ? kvh[ik] : heads[ih];
+                    if (heads[ih] % kv != 0) {
+                        note_add(&notes, "--kv-heads %lld does not divide --heads %lld: skipped",
+                                 (long long)kv, (long long)heads[ih]);
+                        continue;
+                    }
+                    for (int id = 0; id < ndims; id++)
+                        for (int ic = 0; ic < ncausal; ic++)
+                            for (int is = 0; is < npairs; is++) {
+                                if (nshapes == cap_shapes) {
+                                    cap_shapes *= 2;
+                                    shapes = realloc(shapes, (size_t)cap_shapes * sizeof *shapes);
+                                }
+                                shapes[nshapes++] = (shape){
+                                    batch[ib], heads[ih],       kv, sq_list[is], skv_list[is],
+                                    dims[id],  (int)causal[ic], 0};
+                            }
+                }
+    if (!shape_axes_given)
+        for (int i = 0; i < pr.nextra; i++) {
+            if (nshapes == cap_shapes) {
+                cap_shapes *= 2;
+                shapes = realloc(shapes, (size_t)cap_shapes * sizeof *shapes);
+            }
+            /* ci's causal shape keeps its mask; --causal filters the others. */
+            int keep = pr.extra_only || !a_causal;
+            for (int c = 0; c < ncausal && !keep; c++) keep = causal[c] == pr.extra[i].causal;
+            if (keep) shapes[nshapes++] = pr.extra[i];
+        }
+
+    /* The benchmarks, grouped by (shape, threads), estimated and maybe skipped. */
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const double mem_limit = pages > 0 && page > 0 ? 0.5 * (double)pages * (double)page : 1e12;
+    int nbench = 0, ngroups = 0;
+    bench *benches = calloc((size_t)nshapes * (size_t)nthreads * (size_t)nk + 1, sizeof *benches);
+    for (int si = 0; si < nshapes; si++)
+        for (int ti = 0; ti < nthreads; ti++) {
+            const int group = ngroups++;
+            for (int ki = 0; ki < nk; ki++) {
+                bench *b = &benches[nbench];
+                memset(b, 0, sizeof *b);
+                b->k = kernels[ki];
+                b->s = shapes[si];
+                b->threads = (int)threads[ti];
+                b->group = group;
+                const shape *s = &b->s;
+                const mha_problem p = problem_of(s);
+                if (s->layer)
+                    snprintf(b->name, sizeof b->name,
+                             "layer/%s/B:%lld/N:%lld/dm:%lld/H:%lld/causal:%d/threads:%d",
+                             mha_kernel_name(b->k), (long long)s->b, (long long)s->nq,
+                             (long long)(s->h * s->d), (long long)s->h, s->causal, b->threads);
+                else
+                    snprintf(
+                        b->name, sizeof b->name,
+                        "%s/B:%lld/H:%lld/KV:%lld/Nq:%lld/Nkv:%lld/d:%lld/causal:%d/threads:%d",
+                        mha_kernel_name(b->k), (long long)s->b, (long long)s->h, (long long)s->kv,
+                        (long long)s->nq, (long long)s->nkv, (long long)s->d, s->causal,
+                        b->threads);
+                if (mha_problem_validate(&p) != MHA_OK) {
+                    note_add(&skipped, "%s (invalid problem: %s)", b->name, mha_last_error());
+                    continue;
+                }
+                const mha_layer lay = layer_of(s, NULL);
+                const mha_layer_shape lsh = {s->b, s->nq, s->nkv, s->causal, 0.0f};
+                b->flops = s->layer ? mha_forward_flops(&lay, &lsh) : mha_problem_flops(&p);
+                b->kv_bytes = 2.0 * (double)shape_elems_kv(s) * sizeof(float);
+                b->peak = results_kernel_peak(&rm, b->k) * b->threads;
+                b->bw = results_read_bw(&rm, b->threads);
+                mha_options o = {b->threads, 0, 0, 0};
+                size_t ws = 0;
+                if ((s->layer ? mha_forward_workspace_size(b->k, &lay, &lsh, &o, &ws)
+                              : mha_workspace_size(b->k, &p, &o, &ws)) != MHA_OK) {
+                    note_add(&skipped, "%s (%s)", b->name, mha_last_error());
+                    continue;
+                }
+                const double need = (double)shape_input_bytes(s) + (double)ws;
+                if (need > mem_limit) {
+                    note_add(&skipped, "%s (needs %.1f GiB, more than half of memory)", b->name,
+                             need / (1024.0 * 1024 * 1024));
+                    continue;
+                }
+                /* Per-head parallel kernels use at most B*H threads; flash also
+                 * splits query blocks. */
+                double par = b->threads;
+                if (strcmp(mha_kernel_algorithm(b->k), "flash") != 0 && (double)(s->b * s->h) < par)
+                    par = (double)(s->b * s->h);
+                const double est = rate[ki] > 0 ? b->flops / (rate[ki] * 1e9 * par) : 1e30;
+                if (est > max_seconds) {
+                    char msg[64];
+                    snprintf(msg, sizeof msg, "estimated %.1f s per call > --max-seconds %g", est,
+                             max_seconds);
+                    printf("skip %s (%s)\n", b->name, msg);
+                    note_add(&skipped, "%s (%s)", b->name, msg);
+                    continue;
+                }
+                /* The untimed warm-up call (and status check) only where it is
+                 * cheap: a call longer than the min time is its own 1-iteration
+                 * run, its inputs are shared with the kernels before it and the
+                 * workspace is touched, so a cold start is a small part of it. */
+                b->warmed = est >= min_time;
+                nbench++;
+            }
+        }
+    free(shapes);
+    for (int i = 0; i < notes.n; i++) printf("note: %s\n", notes.items[i].text);
+
+    int exit_code = 0;
+    if (nbench == 0) {
+        errorf("sweep: nothing to run (every combination was skipped)");
+        exit_code = EXIT_USAGE;
+        goto done;
+    }
+
+    /* Registration. Grouped: each benchmark once, repeated by Google
+     * Benchmark (--benchmark_repetitions), so the file has one row per
+     * repetition plus the _mean/_median/_stddev/_cv aggregates. Interleaved
+     * (ci): every (benchmark, repetition) pair is registered on its own, in
+     * an order shuffled with the seed, each a one-repetition run; the shim's
+     * reporters then number the rows of a name as repetitions 0..n-1 with one
+     * family_index, so the file holds n per-repetition rows of each exact name
+     * (no aggregate rows) as compare.py and mhabench compare expect. A slow
+     * drift of the machine (clock, other load) then spreads over every
+     * benchmark instead of biasing the ones that ran during it. */
+    const int per_bench = interleaved ? repetitions : 1;
+    int nreg = nbench * per_bench;
+    int *order = malloc((size_t)nreg * sizeof *order);
+    for (int i = 0; i < nreg; i++) order[i] = i / per_bench;
+    if (interleaved) {
+        uint64_t st = seed ^ 0x5eedull;
+        for (int i = nreg - 1; i > 0; i--) {
+            const int j = (int)(splitmix(&st) % (uint64_t)(i + 1));
+            const int t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+    }
+    mha_gbench_clear();
+    for (int i = 0; i < nreg; i++) {
+        bench *b = &benches[order[i]];
+        mha_gbench_def d;
+        memset(&d, 0, sizeof d);
+        d.name = b->name;
+        d.run = bench_body;
+        d.user = b;
+        d.real_time = 1;
+        if (interleaved) {
+            d.repetitions = 1;
+            d.report_as_repetitions = repetitions;
+        }
+        if (mha_gbench_register(&d) != 0) {
+            errorf("sweep: cannot register %s", b->name);
+            free(order);
+            exit_code = EXIT_USAGE;
+            goto done;
+        }
+    }
+    free(order);
+
+    int max_threads = 1;
+    for (int i = 0; i < nthreads; i++)
+        max_threads = threads[i] > max_threads ? (int)threads[i] : max_threads;
+    const results_run_info ri = {pr.name, binding, interleaved ? "interleaved" : "grouped",
+                                 max_threads, seed};
+    results_context(&rm, &ri, ctx_emit, NULL);
+    char buf[64];
+    snprintf(buf, sizeof buf, "%g", max_seconds);
+    mha_gbench_add_context("mha_max_seconds", buf);
+    snprintf(buf, sizeof buf, "%d", skipped.n);
+    mha_gbench_add_context("mha_skipped", buf);
+
+    /* Google Benchmark's argv: ours first, the pass-through ones after (so
+     * they win). */
+    char a_min[64], a_reps[64];
+    snprintf(a_min, sizeof a_min, "--benchmark_min_time=%g", min_time);
+    snprintf(a_reps, sizeof a_reps, "--benchmark_repetitions=%d", interleaved ? 1 : repetitions);
+    char **gargv = calloc((size_t)npass + 4, sizeof *gargv);
+    int gargc = 0;
+    gargv[gargc++] = (char *)"mhabench";
+    gargv[gargc++] = a_min;
+    gargv[gargc++] = a_reps;
+    for (int i = 0; i < npass; i++)
+        if (strncmp(pass[i], "--benchmark_out=", 16) != 0) gargv[gargc++] = pass[i];
+    gargv[gargc] = NULL;
+
+    const int filtered = count_filtered(benches, nbench, filter);
+    const int rows_per = interleaved ? repetitions : (gb_reps > 0 ? gb_reps : repetitions);
+    run_state rs = {benches, nbench, 0, filtered >= 0 ? filtered * rows_per : -1, interleaved};
+    printf("%d benchmark%s x %d repetition%s (%s), min time %g s, %d skipped\n", nbench,
+           nbench == 1 ? "" : "s", rows_per, rows_per == 1 ? "" : "s",
+           interleaved ? "interleaved" : "grouped", min_time, skipped.n);
+    fflush(stdout);
+    const double t0 = now_s();
+    const int rc = mha_gbench_run(gargc, gargv, tmp, on_report, &rs);
+    free(gargv);
+    if (rc != 0) {
+        unlink(tmp);
+        exit_code = EXIT_USAGE;
+        goto done;
+    }
+    struct stat sb;
+    if (stat(tmp, &sb) != 0) {
+        errorf("sweep: Google Benchmark wrote no results (did --benchmark_filter match nothing?)");
+        exit_code = EXIT_USAGE;
+        goto done;
+    }
+    if (!results_commit(tmp, path)) {
+        exit_code = EXIT_USAGE;
+        goto done;
+    }
+
+    print_summary(benches, nbench, ngroups);
+    int nerr = 0;
+    for (int i = 0; i < nbench; i++) nerr += benches[i].errors;
+    if (skipped.n) {
+        printf("\nskipped (%d):\n", skipped.n);
+        for (int i = 0; i < skipped.n; i++) printf("  %s\n", skipped.items[i].text);
+    }
+    if (nerr) {
+        printf("\nfailed (%d):\n", nerr);
+        for (int i = 0; i < nbench; i++)
+            if (benches[i].errors) printf("  %s\n", benches[i].name);
+        exit_code = EXIT_CHECK_FAILED;
+    }
+    printf("\n%d run%s in %.1f s; results: %s\n", rs.done, rs.done == 1 ? "" : "s", now_s() - t0,
+           path);
+
+done:
+    for (int i = 0; i < nbench; i++) free(benches[i].gflops);
+    free(benches);
+    note_free(&skipped);
+    note_free(&notes);
+    release_buffers();
+    mha_gbench_clear();
+    return exit_code;
+}

@@ -1,0 +1,1077 @@
+/* tune.c - `mhabench tune`: per shape class (variants/select.c's table), a
+ * bounded coordinate-descent search of each tunable kernel's knobs from the
+ * cache-model prior; every candidate is checked once against the float64
+ * oracle, then timed (median of repetitions). Every measurement goes to a
+ * JSON Lines log; the winners become the per-CPU table mha_select reads.
+ * `mhabench recommend` prints what mha_select picks for a shape, and why. */
+#include <errno.h>
+#include <stdarg.h>
+#include <getopt.h>
+#include <json-c/json.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "commands.h"
+#include "machine.h"
+#include "select.h"
+#include "util.h"
+
+#define DEFAULT_BUDGET_S 120.0
+#define MIN_REPS 5
+#define MAX_REPS 9
+/* A move must beat the current point by this much: timing noise on a shared
+ * 2-core VM is ~1-2%, and chasing it would make tables irreproducible. The
+ * same margin decides whether the tuned knobs replace the cache-model ones. */
+#define MOVE_MARGIN 1.02
+#define MAX_POINTS 96
+#define MAX_VALUES 48
+/* Kernels whose search best is within this fraction of the top one take
+ * part in the final round (the others cannot win it). */
+#define FINAL_FRACTION 0.85
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* snprintf for paths: an over-long path is cut (and then fails to open
+ * with a message), which is all a command line tool can do. */
+static void fmt(char *buf, size_t len, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static void fmt(char *buf, size_t len, const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(buf, len, f, ap);
+    va_end(ap);
+}
+
+/* Other processes' share of the machine over a window: busy time of all
+ * CPUs (/proc/stat, steal included: a VM's host taking the core hurts the
+ * same) minus this process's own (/proc/self/stat), over CPUs x wall time.
+ * Both count in clock ticks (10 ms), so windows shorter than MIN_LOAD_WINDOW
+ * report -1 (unknown). Above CONTENDED_SHARE the numbers are suspect: the
+ * final round is repeated once and the class is flagged. */
+#define MIN_LOAD_WINDOW 0.25
+#define CONTENDED_SHARE 0.10
+typedef struct {
+    double wall;
+    unsigned long long busy, self;
+} load_mark;
+
+static void load_mark_now(load_mark *m) {
+    m->wall = now_s();
+    m->busy = m->self = 0;
+    FILE *f = fopen("/proc/stat", "r");
+    if (f) {
+        unsigned long long v[8] = {0};
+        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]) == 8)
+            m->busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]; /* not idle, iowait */
+        fclose(f);
+    }
+    f = fopen("/proc/self/stat", "r");
+    if (f) {
+        char buf[1024];
+        const size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = '\0';
+        const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+        unsigned long long ut = 0, st = 0;
+        if (p &&
+            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2)
+            m->self = ut + st;
+        fclose(f);
+    }
+}
+
+static double other_share(const load_mark *a, const load_mark *b) {
+    const double wall = b->wall - a->wall;
+    const long hz = sysconf(_SC_CLK_TCK), ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (wall < MIN_LOAD_WINDOW || hz <= 0 || ncpu <= 0 || !a->busy || !b->busy) return -1;
+    const double other = (double)(b->busy - a->busy) - (double)(b->self - a->self);
+    const double share = other / (double)hz / (wall * (double)ncpu);
+    return share < 0 ? 0 : share;
+}
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ---- one class's data: timing inputs and the verification case --------------------- */
+typedef struct {
+    mha_problem p;  /* timed */
+    mha_problem vp; /* verified */
+    float *q, *k, *v, *out;
+    check_data vd;
+    int have_vd;
+    float *vout;
+    void *ws;
+    size_t ws_cap;
+} class_data;
+
+static void class_data_free(class_data *cd) {
+    mha_free(cd->q);
+    mha_free(cd->k);
+    mha_free(cd->v);
+    mha_free(cd->out);
+    mha_free(cd->vout);
+    mha_free(cd->ws);
+    if (cd->have_vd) check_release(&cd->vd);
+    memset(cd, 0, sizeof *cd);
+}
+
+static float *random_floats(size_t n, uint64_t *rng) {
+    float *p = mha_alloc(n * sizeof(float));
+    if (p)
+        for (size_t i = 0; i < n; i++)
+            p[i] = (float)((double)(splitmix(rng) >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+    return p;
+}
+
+static int same_problem(const mha_problem *a, const mha_problem *b) {
+    return a->batch == b->batch && a->heads == b->heads && a->kv_heads == b->kv_heads &&
+           a->seq_q == b->seq_q && a->seq_kv == b->seq_kv && a->head_dim == b->head_dim &&
+           a->causal == b->causal;
+}
+
+/* Prepares cd for class c, reusing what it holds when the problem is the same
+ * (the t1 and tall classes of a shape share inputs and the oracle's output). */
+static int class_data_prepare(class_data *cd, const mha_shape_class *c, uint64_t seed) {
+    mha_problem p, vp;
+    mha_class_problem(c, &p);
+    mha_class_verify_problem(c, &vp);
+    if (cd->q && same_problem(&p, &cd->p) && same_problem(&vp, &cd->vp)) return 1;
+    class_data_free(cd);
+    cd->p = p;
+    cd->vp = vp;
+    uint64_t rng = seed ^ ((uint64_t)p.head_dim << 40) ^ ((uint64_t)p.seq_kv << 8) ^
+                   (uint64_t)(p.causal + 2 * (p.seq_q == 1));
+    const size_t nq = (size_t)(p.batch * p.heads * p.seq_q * p.head_dim);
+    const size_t nkv = (size_t)(p.batch * p.kv_heads * p.seq_kv * p.head_dim);
+    cd->q = random_floats(nq, &rng);
+    cd->k = random_floats(nkv, &rng);
+    cd->v = random_floats(nkv, &rng);
+    cd->out = mha_alloc(nq * sizeof(float));
+    const check_case cc = {.p = vp, .input = INPUT_UNIFORM, .layout = LAYOUT_BHND, .tag = "tune"};
+    if (!cd->q || !cd->k || !cd->v || !cd->out) return 0;
+    if (check_prepare(&cc, splitmix(&rng), &cd->vd) != MHA_OK) return 0;
+    cd->have_vd = 1;
+    cd->vout = mha_alloc(cd->vd.out_floats * sizeof(float));
+    return cd->vout != NULL;
+}
+
+static void *workspace(class_data *cd, size_t bytes) {
+    if (bytes <= cd->ws_cap && cd->ws) return cd->ws;
+    mha_free(cd->ws);
+    cd->ws = mha_alloc(bytes);
+    cd->ws_cap = cd->ws ? bytes : 0;
+    return cd->ws;
+}
+
+/* ---- measuring one candidate ----------------------------------------------------------- */
+typedef struct {
+    int bq, bk, split;
+    int status; /* 1 measured, -1 failed verification or errored */
+    double gflops;
+} point;
+
+typedef struct {
+    FILE *log;
+    const char *cls;
+    int threads;
+    int failures;
+    int measurements;
+    double other; /* other processes' share during the last timed repetitions, -1 unknown */
+} tune_ctx;
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void log_line(tune_ctx *tx, const class_data *cd, const mha_kernel *k, const point *pt,
+                     const char *verify, double max_err, double tol, const double *times, int reps,
+                     double median, const char *phase) {
+    if (!tx->log) return;
+    json_object *o = json_object_new_object();
+    time_t now = time(NULL);
+    struct tm tm;
+    char ts[32];
+    gmtime_r(&now, &tm);
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    json_object_object_add(o, "time", json_object_new_string(ts));
+    json_object_object_add(o, "class", json_object_new_string(tx->cls));
+    json_object_object_add(o, "phase", json_object_new_string(phase));
+    json_object_object_add(o, "kernel", json_object_new_string(mha_kernel_name(k)));
+    json_object_object_add(o, "block_q", json_object_new_int(pt->bq));
+    json_object_object_add(o, "block_kv", json_object_new_int(pt->bk));
+    json_object_object_add(o, "split", json_object_new_int(pt->split));
+    json_object_object_add(o, "threads", json_object_new_int(tx->threads));
+    json_object *shape = json_object_new_object();
+    json_object_object_add(shape, "batch", json_object_new_int64(cd->p.batch));
+    json_object_object_add(shape, "heads", json_object_new_int64(cd->p.heads));
+    json_object_object_add(shape, "kv_heads", json_object_new_int64(cd->p.kv_heads));
+    json_object_object_add(shape, "seq_q", json_object_new_int64(cd->p.seq_q));
+    json_object_object_add(shape, "seq_kv", json_object_new_int64(cd->p.seq_kv));
+    json_object_object_add(shape, "head_dim", json_object_new_int64(cd->p.head_dim));
+    json_object_object_add(shape, "causal", json_object_new_boolean(cd->p.causal));
+    json_object_object_add(o, "shape", shape);
+    json_object_object_add(o, "verify", json_object_new_string(verify));
+    json_object_object_add(o, "max_err", json_object_new_double(max_err));
+    json_object_object_add(o, "tolerance", json_object_new_double(tol));
+    json_object *t = json_object_new_array();
+    for (int i = 0; i < reps; i++) json_object_array_add(t, json_object_new_double(times[i]));
+    json_object_object_add(o, "times_s", t);
+    json_object_object_add(o, "median_s", json_object_new_double(median));
+    json_object_object_add(o, "gflops", json_object_new_double(pt->gflops));
+    json_object_object_add(o, "other_load", json_object_new_double(round(tx->other * 1000) / 1000));
+    fprintf(tx->log, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    fflush(tx->log);
+    json_object_put(o);
+}
+
+/* Verifies (once per kernel and knobs: `verified` says whether it already
+ * passed) and times one candidate; time_cap bounds the repetitions after the
+ * first MIN_REPS. Fills pt->status and pt->gflops. */
+static void measure(tune_ctx *tx, class_data *cd, const mha_kernel *k, point *pt, int verified,
+                    double time_cap, const char *phase) {
+    const mha_options o = {
+        .threads = tx->threads, .block_q = pt->bq, .block_kv = pt->bk, .split = pt->split};
+    double max_err = 0;
+    const char *verdict = verified ? "skipped (passed before)" : "pass";
+    pt->status = -1;
+    pt->gflops = 0;
+    tx->measurements++;
+    size_t ws_bytes = 0;
+    if (!verified) {
+        const mha_problem *vp = &cd->vp;
+        mha_tensor_mut ov = mha_view_bhnd_mut(cd->vout, vp->heads, vp->seq_q, vp->head_dim);
+        void *ws = NULL;
+        mha_status st = mha_workspace_size(k, vp, &o, &ws_bytes);
+        if (st == MHA_OK && ws_bytes && !(ws = workspace(cd, ws_bytes))) st = MHA_ENOMEM;
+        if (st == MHA_OK)
+            st = mha_attend(k, vp, &o, &cd->vd.qv, &cd->vd.kv, &cd->vd.vv, &ov, ws, ws_bytes);
+        if (st != MHA_OK) {
+            errorf("tune: %s block_q=%d block_kv=%d split=%d on the verification case: %s",
+                   mha_kernel_name(k), pt->bq, pt->bk, pt->split, mha_last_error());
+            log_line(tx, cd, k, pt, "error", 0, cd->vd.tol, NULL, 0, 0, phase);
+            tx->failures++;
+            return;
+        }
+        const size_t n = (size_t)(vp->batch * vp->heads * vp->seq_q * vp->head_dim);
+        for (size_t i = 0; i < n; i++) {
+            const double e = fabs((double)cd->vout[i] - cd->vd.ref[i]);
+            if (!(e <= max_err)) max_err = isnan(e) ? INFINITY : e;
+        }
+        if (!(max_err <= cd->vd.tol)) {
+            errorf("tune: %s block_q=%d block_kv=%d split=%d FAILS verification on %s: "
+                   "max error %.3g > tolerance %.3g (candidate dropped)",
+                   mha_kernel_name(k), pt->bq, pt->bk, pt->split, tx->cls, max_err, cd->vd.tol);
+            log_line(tx, cd, k, pt, "fail", max_err, cd->vd.tol, NULL, 0, 0, phase);
+            tx->failures++;
+            return;
+        }
+    }
+    const mha_problem *p = &cd->p;
+    void *ws = NULL;
+    if (mha_workspace_size(k, p, &o, &ws_bytes) != MHA_OK ||
+        (ws_bytes && !(ws = workspace(cd, ws_bytes)))) {
+        errorf("tune: %s: no workspace for %s (%zu bytes)", mha_kernel_name(k), tx->cls, ws_bytes);
+        log_line(tx, cd, k, pt, "error", 0, 0, NULL, 0, 0, phase);
+        return;
+    }
+    const mha_tensor tq = mha_view_bhnd(cd->q, p->heads, p->seq_q, p->head_dim);
+    const mha_tensor tk = mha_view_bhnd(cd->k, p->kv_heads, p->seq_kv, p->head_dim);
+    const mha_tensor tv = mha_view_bhnd(cd->v, p->kv_heads, p->seq_kv, p->head_dim);
+    const mha_tensor_mut to = mha_view_bhnd_mut(cd->out, p->heads, p->seq_q, p->head_dim);
+    double times[MAX_REPS];
+    int reps = 0;
+    /* warm-up: caches, page faults of a fresh workspace, the OpenMP pool */
+    if (mha_attend(k, p, &o, &tq, &tk, &tv, &to, ws, ws_bytes) != MHA_OK) {
+        errorf("tune: %s on %s: %s", mha_kernel_name(k), tx->cls, mha_last_error());
+        log_line(tx, cd, k, pt, "error", max_err, cd->vd.tol, NULL, 0, 0, phase);
+        return;
+    }
+    const double t_start = now_s();
+    load_mark m0, m1;
+    load_mark_now(&m0);
+    while (reps < MAX_REPS && (reps < MIN_REPS || now_s() - t_start < time_cap)) {
+        const double t0 = now_s();
+        mha_attend(k, p, &o, &tq, &tk, &tv, &to, ws, ws_bytes);
+        times[reps++] = now_s() - t0;
+    }
+    load_mark_now(&m1);
+    tx->other = other_share(&m0, &m1);
+    double sorted[MAX_REPS];
+    memcpy(sorted, times, (size_t)reps * sizeof(double));
+    qsort(sorted, (size_t)reps, sizeof(double), cmp_double);
+    const double median =
+        reps % 2 ? sorted[reps / 2] : 0.5 * (sorted[reps / 2 - 1] + sorted[reps / 2]);
+    pt->gflops = median > 0 ? mha_problem_flops(p) / median * 1e-9 : 0;
+    pt->status = 1;
+    log_line(tx, cd, k, pt, verdict, max_err, cd->vd.tol, times, reps, median, phase);
+}
+
+/* ---- the search ------------------------------------------------------------------------- */
+
+static int add_value(int *v, int n, int x) {
+    for (int i = 0; i < n; i++)
+        if (v[i] == x) return n;
+    if (n < MAX_VALUES) v[n++] = x;
+    return n;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Candidate values in [lo, hi]: powers of two, multiples of the tile width up
+ * to four tiles, power-of-two numbers of tiles, and the prior itself; values
+ * past the problem's extent (the kernels clamp to it) collapse to one. */
+static int axis_values(int *v, int lo, int hi, int w, int prior, int64_t extent) {
+    int n = 0;
+    for (int x = 1; x <= hi; x *= 2)
+        if (x >= lo) n = add_value(v, n, x);
+    for (int m = 1; m <= 4; m++)
+        if (m * w >= lo && m * w <= hi) n = add_value(v, n, m * w);
+    for (int m = 8; m * w <= hi; m *= 2)
+        if (m * w >= lo) n = add_value(v, n, m * w);
+    n = add_value(v, n, prior);
+    qsort(v, (size_t)n, sizeof *v, cmp_int);
+    int out = 0, past = 0;
+    for (int i = 0; i < n; i++) {
+        if (v[i] >= extent) {
+            if (past) continue;
+            past = 1;
+        }
+        v[out++] = v[i];
+    }
+    return out;
+}
+
+typedef struct {
+    const mha_kernel *k;
+    int tunable;
+    point prior, best; /* best.status 1 when anything was measured */
+} kernel_result;
+
+typedef struct {
+    point pts[MAX_POINTS];
+    int n;
+} point_set;
+
+static point *find_point(point_set *s, int bq, int bk, int split) {
+    for (int i = 0; i < s->n; i++)
+        if (s->pts[i].bq == bq && s->pts[i].bk == bk && s->pts[i].split == split) return &s->pts[i];
+    return NULL;
+}
+
+/* Coordinate descent for one kernel: from the prior, along each axis step
+ * while it improves by MOVE_MARGIN, until a pass over the axes changes
+ * nothing or the kernel's share of the budget is spent. */
+static void search_kernel(tune_ctx *tx, class_data *cd, kernel_result *kr, double deadline,
+                          int use_split) {
+    const mha_kernel *k = kr->k;
+    const int w = mha_tile_width(mha_kernel_isa(k));
+    int dq = 0, dk = 0;
+    mha_default_blocks(&cd->p, mha_kernel_algorithm(k), mha_kernel_isa(k), &dq, &dk);
+    /* knob-less kernels are recorded with 0 (= default) knobs */
+    kr->prior = kr->tunable ? (point){.bq = dq, .bk = dk, .split = 0} : (point){0};
+    point_set set = {.n = 0};
+    const double n_est = 12; /* a typical descent's measurements: sizes the reps */
+    const double cap = (deadline - now_s()) / n_est / (MIN_REPS + 1);
+    set.pts[set.n] = kr->prior;
+    measure(tx, cd, k, &set.pts[set.n], 0, cap > 0 ? cap : 0, "prior");
+    kr->prior = set.pts[set.n];
+    point cur = set.pts[set.n++];
+    kr->best = cur;
+    if (!kr->tunable || cur.status != 1) return;
+
+    int vq[MAX_VALUES], vk[MAX_VALUES];
+    const int nq = axis_values(vq, w, 512, w, dq, cd->p.seq_q);
+    const int nk = axis_values(vk, 16, 1024, w, dk, cd->p.seq_kv);
+    const int vs[3] = {0, MHA_SPLIT_HEADS, MHA_SPLIT_QBLOCKS};
+    const int ns = use_split ? 3 : 1;
+    int improved = 1;
+    while (improved && now_s() < deadline) {
+        improved = 0;
+        for (int axis = 0; axis < 3 && now_s() < deadline; axis++) {
+            const int *vals = axis == 0 ? vq : axis == 1 ? vk : vs;
+            const int nvals = axis == 0 ? nq : axis == 1 ? nk : ns;
+            if (nvals <= 1) continue;
+            int idx = 0;
+            const int curv = axis == 0 ? cur.bq : axis == 1 ? cur.bk : cur.split;
+            for (int i = 0; i < nvals; i++)
+                if (vals[i] == curv) idx = i;
+            for (int dir = 1; dir >= -1; dir -= 2) {
+                int moved = 0;
+                for (int j = idx + dir; j >= 0 && j < nvals && now_s() < deadline; j += dir) {
+                    point cand = cur;
+                    if (axis == 0) cand.bq = vals[j];
+                    if (axis == 1) cand.bk = vals[j];
+                    if (axis == 2) cand.split = vals[j];
+                    point *seen = find_point(&set, cand.bq, cand.bk, cand.split);
+                    if (!seen) {
+                        if (set.n == MAX_POINTS) break;
+                        set.pts[set.n] = cand;
+                        measure(tx, cd, k, &set.pts[set.n], 0, cap, "search");
+                        seen = &set.pts[set.n++];
+                    }
+                    if (seen->status == 1 && seen->gflops > cur.gflops * MOVE_MARGIN) {
+                        cur = *seen;
+                        moved = improved = 1;
+                        idx = j;
+                    } else {
+                        break;
+                    }
+                }
+                if (moved) break; /* no need to try the other direction */
+            }
+        }
+    }
+    kr->best = cur;
+}
+
+static int same_knobs(const point *a, const point *b) {
+    return a->bq == b->bq && a->bk == b->bk && a->split == b->split;
+}
+
+/* Times n measured candidates round-robin: MIN_REPS rounds, then more (up to
+ * MAX_REPS) while time_cap lasts; each point's gflops becomes its median. */
+static double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, point **pts, int n,
+                         double time_cap) {
+    const mha_problem *p = &cd->p;
+    size_t need = 0;
+    mha_options o[64];
+    for (int i = 0; i < n; i++) {
+        o[i] = (mha_options){.threads = tx->threads,
+                             .block_q = pts[i]->bq,
+                             .block_kv = pts[i]->bk,
+                             .split = pts[i]->split};
+        size_t b = 0;
+        if (mha_workspace_size(ks[i], p, &o[i], &b) == MHA_OK && b > need) need = b;
+    }
+    void *ws = need ? workspace(cd, need) : NULL;
+    if (need && !ws) return -1; /* keep the search's numbers */
+    const mha_tensor tq = mha_view_bhnd(cd->q, p->heads, p->seq_q, p->head_dim);
+    const mha_tensor tk = mha_view_bhnd(cd->k, p->kv_heads, p->seq_kv, p->head_dim);
+    const mha_tensor tv = mha_view_bhnd(cd->v, p->kv_heads, p->seq_kv, p->head_dim);
+    const mha_tensor_mut to = mha_view_bhnd_mut(cd->out, p->heads, p->seq_q, p->head_dim);
+    static double times[64][MAX_REPS];
+    for (int i = 0; i < n; i++) mha_attend(ks[i], p, &o[i], &tq, &tk, &tv, &to, ws, need);
+    const double t_start = now_s();
+    load_mark m0, m1;
+    load_mark_now(&m0);
+    int reps = 0;
+    while (reps < MAX_REPS && (reps < MIN_REPS || now_s() - t_start < time_cap)) {
+        for (int i = 0; i < n; i++) {
+            const double t0 = now_s();
+            mha_attend(ks[i], p, &o[i], &tq, &tk, &tv, &to, ws, need);
+            times[i][reps] = now_s() - t0;
+        }
+        reps++;
+    }
+    load_mark_now(&m1);
+    tx->other = other_share(&m0, &m1);
+    for (int i = 0; i < n; i++) {
+        double sorted[MAX_REPS];
+        memcpy(sorted, times[i], (size_t)reps * sizeof(double));
+        qsort(sorted, (size_t)reps, sizeof(double), cmp_double);
+        const double median =
+            reps % 2 ? sorted[reps / 2] : 0.5 * (sorted[reps / 2 - 1] + sorted[reps / 2]);
+        pts[i]->gflops = median > 0 ? mha_problem_flops(p) / median * 1e-9 : 0;
+        tx->measurements++;
+        log_line(tx, cd, ks[i], pts[i], "skipped (passed before)", 0, cd->vd.tol, times[i], reps,
+                 median, "final");
+    }
+    return tx->other;
+}
+
+/* ---- the table -------------------------------------------------------------------------- */
+
+static json_object *choice_json(const mha_kernel *k, const point *pt) {
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "kernel", json_object_new_string(mha_kernel_name(k)));
+    json_object_object_add(o, "block_q", json_object_new_int(pt->bq));
+    json_object_object_add(o, "block_kv", json_object_new_int(pt->bk));
+    json_object_object_add(o, "split", json_object_new_int(pt->split));
+    json_object_object_add(o, "gflops", json_object_new_double(round(pt->gflops * 100) / 100));
+    return o;
+}
+
+static int mkdirs(const char *path) {
+    char buf[4096];
+    fmt(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return 0;
+        *p = '/';
+    }
+    return mkdir(buf, 0777) == 0 || errno == EEXIST;
+}
+
+/* Writes root to path through a temporary file and rename(2): a reader sees
+ * the old table or the new one, never half of one. */
+static int write_atomic(const char *path, json_object *root) {
+    char tmp[4200];
+    fmt(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        errorf("tune: cannot write %s: %s", tmp, strerror(errno));
+        return 0;
+    }
+    const char *s = json_object_to_json_string_ext(
+        root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE);
+    int ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
+    ok = fflush(f) == 0 && ok;
+    ok = fsync(fileno(f)) == 0 && ok;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        errorf("tune: cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return 0;
+    }
+    return 1;
+}
+
+static void usage_tune(FILE *f) {
+    fprintf(f,
+            "usage: mhabench tune [--budget SECONDS] [--classes quick|full] [--kernels a,b]\n"
+            "                     [--threads 1,N] [--out TABLE.json] [--seed N]\n"
+            "  Searches block_q / block_kv (and the parallel split where the kernel has one)\n"
+            "  per shape class, verifying every candidate against the float64 oracle, and\n"
+            "  writes the tuning table mha_select and `--kernel auto` use, plus a JSON Lines\n"
+            "  log of every measurement in log/ beside it.\n"
+            "  --budget S    total search time in seconds (default %.0f)\n"
+            "  --classes C   quick (default: head_dim 64/128, kv <= 1024, decode) or full\n"
+            "  --kernels K   kernels to search (default: tiled and flash at the active ISA,\n"
+            "                plus knob-less baselines such as blas.cblas timed as they are)\n"
+            "  --threads T   thread counts: 1 for the t1 classes, N > 1 for the tall ones\n"
+            "                (default 1,<cores>)\n"
+            "  --out F       the table (default <results/tuning>/<cpu key>.json)\n"
+            "  --seed N      input data seed (default 1)\n",
+            DEFAULT_BUDGET_S);
+}
+
+/* The split knob is searched where it has an effect: flash honours it
+ * (per-head tasks vs (head, query block) tasks); with one thread or one
+ * query row there is nothing to split. */
+static int split_searched(const mha_kernel *k, const mha_shape_class *c) {
+    return strcmp(mha_kernel_algorithm(k), "flash") == 0 && c->threads != 1 && !c->decode;
+}
+
+/* Another kernel of k's algorithm at the active ISA exists (then k, at a
+ * lower ISA, is not worth timing by default). */
+static int has_active_twin(const mha_kernel *k) {
+    for (int i = 0; i < mha_kernel_count(); i++) {
+        const mha_kernel *o = mha_kernel_at(i);
+        if (strcmp(mha_kernel_algorithm(o), mha_kernel_algorithm(k)) == 0 &&
+            mha_kernel_isa(o) == mha_isa_active() && mha_kernel_supported(o) == MHA_OK)
+            return 1;
+    }
+    return 0;
+}
+
+int cmd_tune(int argc, char **argv) {
+    enum { O_BUDGET = 256, O_CLASSES, O_KERNELS, O_THREADS, O_OUT, O_SEED };
+    static const struct option longopts[] = {
+        {"budget", required_argument, NULL, O_BUDGET},
+        {"classes", required_argument, NULL, O_CLASSES},
+        {"kernels", required_argument, NULL, O_KERNELS},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"out", required_argument, NULL, O_OUT},
+        {"seed", required_argument, NULL, O_SEED},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    float budget = DEFAULT_BUDGET_S;
+    const char *set = "quick", *kernels_s = NULL, *threads_s = NULL, *out_s = NULL;
+    int64_t seed = 1;
+    optind = 0;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_BUDGET:
+            if (!parse_float("--budget", optarg, &budget)) return EXIT_USAGE;
+            if (!(budget > 0) || budget > 86400) {
+                errorf("--budget: %g is out of range (0, 86400] seconds", (double)budget);
+                return EXIT_USAGE;
+            }
+            break;
+        case O_CLASSES:
+            set = optarg;
+            break;
+        case O_KERNELS:
+            kernels_s = optarg;
+            break;
+        case O_THREADS:
+            threads_s = optarg;
+            break;
+        case O_OUT:
+            out_s = optarg;
+            break;
+        case O_SEED:
+            if (!parse_i64("--seed", optarg, 0, INT64_MAX, &seed)) return EXIT_USAGE;
+            break;
+        case 'h':
+            usage_tune(stdout);
+            return 0;
+        default:
+            if (c == ':')
+                errorf("tune: option %s needs a value", argv[optind - 1]);
+            else
+                errorf("tune: unknown option '%s'", argv[optind - 1]);
+            usage_tune(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        errorf("tune: unexpected argument '%s'", argv[optind]);
+        return EXIT_USAGE;
+    }
+    if (!check_isa_env()) return EXIT_USAGE;
+    mha_shape_class classes[MHA_CLASS_MAX];
+    int ncls = mha_class_list(set, classes, MHA_CLASS_MAX);
+    if (ncls < 0) {
+        errorf("--classes: '%s' is not quick or full", set);
+        return EXIT_USAGE;
+    }
+
+    machine_info mi;
+    machine_describe(&mi);
+    const int all = mi.cores > 1 ? mi.cores : 1;
+    int t1 = 1, tall = all > 1 ? all : 0;
+    if (threads_s) {
+        int64_t tv[8];
+        const int n = parse_i64_list("--threads", threads_s, 1, 4096, tv, 8);
+        if (n < 0) return EXIT_USAGE;
+        t1 = tall = 0;
+        for (int i = 0; i < n; i++) {
+            if (tv[i] == 1)
+                t1 = 1;
+            else
+                tall = (int)tv[i];
+        }
+    }
+    int kept = 0;
+    for (int i = 0; i < ncls; i++)
+        if ((classes[i].threads == 1 && t1) || (classes[i].threads == 0 && tall))
+            classes[kept++] = classes[i];
+    ncls = kept;
+
+    kernel_result kr[32];
+    int nk = 0;
+    if (kernels_s) {
+        char *copy = strdup(kernels_s), *save = NULL;
+        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            const mha_kernel *k = lookup_kernel(tok);
+            if (!k) {
+                free(copy);
+                return EXIT_USAGE;
+            }
+            if (nk < 32) kr[nk++] = (kernel_result){.k = k};
+        }
+        free(copy);
+    } else {
+        /* Every algorithm at the active ISA (lower ISAs of the same algorithm
+         * never win on this CPU), except the seed's naive one. */
+        for (int i = 0; i < mha_kernel_count(); i++) {
+            const mha_kernel *k = mha_kernel_at(i);
+            if (mha_kernel_supported(k) != MHA_OK || strcmp(mha_kernel_algorithm(k), "naive") == 0)
+                continue;
+            if (mha_kernel_isa(k) != mha_isa_active() && has_active_twin(k)) continue;
+            if (nk < 32) kr[nk++] = (kernel_result){.k = k};
+        }
+    }
+    for (int i = 0; i < nk; i++) {
+        const char *alg = mha_kernel_algorithm(kr[i].k);
+        kr[i].tunable = strcmp(alg, "flash") == 0 || strcmp(alg, "tiled") == 0;
+    }
+    if (nk == 0 || ncls == 0) {
+        errorf("tune: nothing to do (%d kernels, %d classes)", nk, ncls);
+        return EXIT_USAGE;
+    }
+
+    char key[96], out_path[4096], log_path[4200];
+    mha_cpu_key(key, sizeof key);
+    if (out_s)
+        fmt(out_path, sizeof out_path, "%s", out_s);
+    else
+        mha_table_cpu_path(out_path, sizeof out_path);
+    char dir[4096], tmpd[4096];
+    fmt(tmpd, sizeof tmpd, "%s", out_path);
+    fmt(dir, sizeof dir, "%s", dirname(tmpd));
+    time_t now = time(NULL);
+    struct tm tm;
+    char stamp[32], created[32];
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fmt(log_path, sizeof log_path, "%s/log/%s-%s.jsonl", dir, key, stamp);
+    char logdir[4300];
+    fmt(logdir, sizeof logdir, "%s/log", dir);
+    if (!mkdirs(logdir)) {
+        errorf("tune: cannot create %s: %s", logdir, strerror(errno));
+        return EXIT_USAGE;
+    }
+    tune_ctx tx = {0};
+    tx.log = fopen(log_path, "w");
+    if (!tx.log) {
+        errorf("tune: cannot write %s: %s", log_path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    const mha_isa act = mha_isa_active();
+    char dname[32];
+    snprintf(dname, sizeof dname, "flash.%s", mha_isa_name(act));
+    const mha_kernel *dkern = mha_kernel_find(dname);
+
+    printf("tune: %d classes (%s), %d kernels, budget %.0f s, threads %s%s%d, cpu %s\n", ncls, set,
+           nk, (double)budget, t1 ? "1" : "", t1 && tall ? "," : "", tall, key);
+    printf("tune: log %s\n", log_path);
+
+    json_object *jclasses = json_object_new_array();
+    class_data cd = {0};
+    const double t_begin = now_s();
+    int rc = 0, contended = 0;
+    double load0[3] = {0};
+    getloadavg(load0, 3);
+    if (load0[0] > 0.5)
+        printf("tune: load average %.2f at the start: other processes compete for the cores; "
+               "their share is measured and flagged per class (other_load)\n",
+               load0[0]);
+    for (int ci = 0; ci < ncls; ci++) {
+        const mha_shape_class *cl = &classes[ci];
+        char name[64];
+        mha_class_name(cl, name, sizeof name);
+        tx.cls = name;
+        tx.threads = cl->threads == 1 ? 1 : tall;
+        if (!class_data_prepare(&cd, cl, (uint64_t)seed)) {
+            errorf("tune: cannot prepare the data of class %s (out of memory?)", name);
+            rc = EXIT_USAGE;
+            break;
+        }
+        const double remaining = budget - (now_s() - t_begin);
+        const double share = remaining > 0 ? remaining / (ncls - ci) : 0;
+        const double class_end = now_s() + share;
+        load_mark class_m0, class_m1;
+        load_mark_now(&class_m0);
+        const double search_end = now_s() + 0.75 * share; /* a quarter for the final round */
+        int ntun = 0;
+        for (int i = 0; i < nk; i++) ntun += kr[i].tunable;
+        /* Knob-less kernels take one measurement; the tunable ones share the rest. */
+        for (int i = 0; i < nk; i++) {
+            if (kr[i].tunable) continue;
+            search_kernel(&tx, &cd, &kr[i], search_end, 0);
+        }
+        int done_tun = 0;
+        for (int i = 0; i < nk; i++) {
+            if (!kr[i].tunable) continue;
+            const double left = search_end - now_s();
+            const double end = now_s() + (left > 0 ? left / (ntun - done_tun) : 0);
+            done_tun++;
+            search_kernel(&tx, &cd, &kr[i], end, split_searched(kr[i].k, cl));
+        }
+        /* The final round: every contender's prior and best (and the no-table
+         * default), timed round-robin so a burst of other load hits them
+         * alike; the search's best is the maximum of noisy samples, so a
+         * move away from the prior stands only if it still wins here. */
+        double top = 0;
+        for (int i = 0; i < nk; i++)
+            if (kr[i].best.status == 1 && kr[i].best.gflops > top) top = kr[i].best.gflops;
+        const mha_kernel *fk[2 * 32];
+        point *fp[2 * 32];
+        int nf = 0;
+        for (int i = 0; i < nk; i++) {
+            kernel_result *r = &kr[i];
+            if (r->best.status != 1) continue;
+            if (r->best.gflops < FINAL_FRACTION * top && r->k != dkern) continue;
+            fk[nf] = r->k;
+            fp[nf++] = &r->best;
+            if (r->prior.status == 1 && !same_knobs(&r->prior, &r->best)) {
+                fk[nf] = r->k;
+                fp[nf++] = &r->prior;
+            }
+        }
+        double other = interleave(&tx, &cd, fk, fp, nf, class_end - now_s());
+        if (other > CONTENDED_SHARE) {
+            printf("tune: %s: other processes used %.0f%% of the machine; repeating the final "
+                   "round\n",
+                   name, other * 100);
+            other = interleave(&tx, &cd, fk, fp, nf, class_end - now_s());
+        }
+        load_mark_now(&class_m1);
+        const double class_other = other_share(&class_m0, &class_m1);
+        if (other > CONTENDED_SHARE || class_other > CONTENDED_SHARE) contended++;
+        for (int i = 0; i < nk; i++) {
+            kernel_result *r = &kr[i];
+            if (r->best.status != 1 || r->prior.status != 1 || same_knobs(&r->prior, &r->best))
+                continue;
+            if (!(r->best.gflops > r->prior.gflops * MOVE_MARGIN)) r->best = r->prior;
+        }
+        int wi = -1, ri = -1;
+        for (int i = 0; i < nk; i++) {
+            if (kr[i].best.status != 1) continue;
+            if (wi < 0 || kr[i].best.gflops > kr[wi].best.gflops) {
+                ri = wi;
+                wi = i;
+            } else if (ri < 0 || kr[i].best.gflops > kr[ri].best.gflops) {
+                ri = i;
+            }
+        }
+        if (wi < 0) {
+            errorf("tune: no kernel passed verification and timing on class %s", name);
+            rc = EXIT_CHECK_FAILED;
+            continue;
+        }
+        json_object *e = json_object_new_object();
+        json_object_object_add(e, "class", json_object_new_string(name));
+        json_object_object_add(e, "head_dim", json_object_new_int(mha_class_head_dim(cl)));
+        json_object_object_add(e, "seq_bucket", json_object_new_int64(mha_class_seq_bound(cl)));
+        json_object_object_add(e, "causal", json_object_new_boolean(cl->causal));
+        json_object_object_add(e, "threads", json_object_new_int(tx.threads));
+        json_object_object_add(e, "decode", json_object_new_boolean(cl->decode));
+        /* Other processes' share of the machine while this class was measured
+         * (-1: too short to tell); above 0.10 the numbers are suspect. */
+        json_object_object_add(e, "other_load",
+                               json_object_new_double(round(class_other * 100) / 100));
+        json_object *shape = json_object_new_object();
+        json_object_object_add(shape, "batch", json_object_new_int64(cd.p.batch));
+        json_object_object_add(shape, "heads", json_object_new_int64(cd.p.heads));
+        json_object_object_add(shape, "kv_heads", json_object_new_int64(cd.p.kv_heads));
+        json_object_object_add(shape, "seq_q", json_object_new_int64(cd.p.seq_q));
+        json_object_object_add(shape, "seq_kv", json_object_new_int64(cd.p.seq_kv));
+        json_object_object_add(shape, "head_dim", json_object_new_int64(cd.p.head_dim));
+        json_object_object_add(e, "shape", shape);
+        json_object_object_add(e, "winner", choice_json(kr[wi].k, &kr[wi].best));
+        json_object_object_add(e, "runner_up",
+                               ri >= 0 ? choice_json(kr[ri].k, &kr[ri].best) : NULL);
+        /* What mha_select would run without a table: flash at the active ISA
+         * with cache-model blocks (its measured prior when it was searched). */
+        const kernel_result *dres = NULL;
+        for (int i = 0; i < nk; i++)
+            if (kr[i].k == dkern && kr[i].prior.status == 1) dres = &kr[i];
+        point dp = {0};
+        if (dres) {
+            dp = dres->prior;
+            if (same_knobs(&dres->best, &dp)) dp = dres->best; /* its latest measurement */
+        } else if (dkern) {
+            mha_default_blocks(&cd.p, "flash", act, &dp.bq, &dp.bk);
+            measure(&tx, &cd, dkern, &dp, 0, 0, "default");
+        }
+        if (dkern && dp.status == 1) json_object_object_add(e, "default", choice_json(dkern, &dp));
+        json_object_array_add(jclasses, e);
+        const kernel_result *w = &kr[wi];
+        printf("%-26s %-13s bq %3d bk %4d split %d %8.1f GFLOP/s", name, mha_kernel_name(w->k),
+               w->best.bq, w->best.bk, w->best.split, w->best.gflops);
+        if (ri >= 0) printf("  | %-13s %8.1f", mha_kernel_name(kr[ri].k), kr[ri].best.gflops);
+        if (dp.status == 1)
+            printf("  | default bq %3d bk %4d %8.1f (%+.1f%%)", dp.bq, dp.bk, dp.gflops,
+                   dp.gflops > 0 ? (w->best.gflops / dp.gflops - 1) * 100 : 0.0);
+        printf("\n");
+        fflush(stdout);
+    }
+    class_data_free(&cd);
+    fclose(tx.log);
+    const double elapsed = now_s() - t_begin;
+
+    /* The table: this run's classes, plus those of an existing table for the
+     * same CPU that this run did not cover (quick then full accumulates). */
+    json_object *root = json_object_new_object();
+    json_object *fp = json_object_new_object();
+    uint64_t l1, l2, l1r, l2r;
+    mha_cache_sizes(&l1, &l2, &l1r, &l2r);
+    json_object_object_add(fp, "cpu_key", json_object_new_string(key));
+    json_object_object_add(fp, "cpu_model", json_object_new_string(mi.model));
+    json_object_object_add(fp, "vendor", json_object_new_string(mi.vendor));
+    json_object_object_add(fp, "family", json_object_new_int(mi.family));
+    json_object_object_add(fp, "model", json_object_new_int(mi.model_id));
+    json_object_object_add(fp, "isa_detected",
+                           json_object_new_string(mha_isa_name(mha_isa_detected())));
+    json_object_object_add(fp, "isa_active", json_object_new_string(mha_isa_name(act)));
+    json_object_object_add(fp, "flags", json_object_new_string(mi.flags));
+    json_object_object_add(fp, "cores", json_object_new_int(mi.cores));
+    json_object_object_add(fp, "pus", json_object_new_int(mi.pus));
+    json_object_object_add(fp, "l1d", json_object_new_int64((int64_t)l1));
+    json_object_object_add(fp, "l2", json_object_new_int64((int64_t)l2));
+    json_object_object_add(fp, "l1d_raw", json_object_new_int64((int64_t)l1r));
+    json_object_object_add(fp, "l2_raw", json_object_new_int64((int64_t)l2r));
+    json_object_object_add(fp, "l3", json_object_new_int64((int64_t)mi.l3));
+    json_object_object_add(root, "fingerprint", fp);
+    json_object_object_add(root, "created", json_object_new_string(created));
+    json_object_object_add(root, "class_set", json_object_new_string(set));
+    json_object_object_add(root, "budget_s", json_object_new_double(budget));
+    json_object_object_add(root, "elapsed_s", json_object_new_double(round(elapsed * 10) / 10));
+    json_object_object_add(root, "seed", json_object_new_int64(seed));
+    json_object_object_add(root, "load_avg_start", json_object_new_double(load0[0]));
+    json_object_object_add(root, "contended_classes", json_object_new_int(contended));
+    char *lp = strrchr(log_path, '/');
+    char rel[4300];
+    fmt(rel, sizeof rel, "log/%s", lp ? lp + 1 : log_path);
+    json_object_object_add(root, "log", json_object_new_string(rel));
+    mha_table old;
+    char why[256];
+    if (mha_table_load(out_path, &old, why, sizeof why) == MHA_OK) {
+        if (strcmp(old.cpu_key, key) == 0 && strcmp(old.isa_active, mha_isa_name(act)) == 0) {
+            json_object *oroot = json_object_from_file(out_path), *ocls;
+            if (oroot && json_object_object_get_ex(oroot, "classes", &ocls)) {
+                const size_t n = json_object_array_length(ocls);
+                int carried = 0;
+                for (size_t i = 0; i < n; i++) {
+                    json_object *e = json_object_array_get_idx(ocls, i), *cn;
+                    json_object_object_get_ex(e, "class", &cn);
+                    const char *s = json_object_get_string(cn);
+                    int dup = 0;
+                    for (size_t j = 0; j < json_object_array_length(jclasses) && !dup; j++) {
+                        json_object *ne = json_object_array_get_idx(jclasses, j), *nn;
+                        json_object_object_get_ex(ne, "class", &nn);
+                        dup = strcmp(json_object_get_string(nn), s) == 0;
+                    }
+                    if (!dup) {
+                        json_object_array_add(jclasses, json_object_get(e));
+                        carried++;
+                    }
+                }
+                if (carried)
+                    printf("tune: kept %d classes of the existing table not tuned in this run\n",
+                           carried);
+            }
+            json_object_put(oroot);
+        }
+        mha_table_free(&old);
+    }
+    json_object_object_add(root, "classes", jclasses);
+    if (!write_atomic(out_path, root)) rc = EXIT_USAGE;
+    json_object_put(root);
+    printf("tune: %d measurements, %d verification failures, %.1f s; table %s\n", tx.measurements,
+           tx.failures, elapsed, out_path);
+    if (contended)
+        printf("tune: %d of %d classes were measured while other processes held the cores "
+               "(other_load > %.2f in the table): rerun on a quiet machine\n",
+               contended, ncls, CONTENDED_SHARE);
+    if (tx.failures && rc == 0) rc = EXIT_CHECK_FAILED;
+    return rc;
+}
+
+/* ---- recommend --------------------------------------------------------------------------- */
+
+static void usage_recommend(FILE *f) {
+    fprintf(f, "usage: mhabench recommend --seq N [--seq-kv M] --heads H [--kv-heads G]\n"
+               "                          --head-dim D [--causal] [--threads T] [--batch B]\n"
+               "  Prints the kernel and knobs mha_select (and --kernel auto) picks for the\n"
+               "  shape, where the choice came from, and the table's expected GFLOP/s.\n"
+               "  --threads T   0 = all cores (default 1, as attend and forward)\n");
+}
+
+int cmd_recommend(int argc, char **argv) {
+    enum { O_SEQ = 256, O_SEQKV, O_HEADS, O_KVHEADS, O_DIM, O_CAUSAL, O_THREADS, O_BATCH };
+    static const struct option longopts[] = {
+        {"seq", required_argument, NULL, O_SEQ},
+        {"seq-kv", required_argument, NULL, O_SEQKV},
+        {"heads", required_argument, NULL, O_HEADS},
+        {"kv-heads", required_argument, NULL, O_KVHEADS},
+        {"head-dim", required_argument, NULL, O_DIM},
+        {"causal", no_argument, NULL, O_CAUSAL},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int64_t seq = 0, seq_kv = 0, heads = 0, kv_heads = 0, dim = 0, threads = 1, batch = 1;
+    int causal = 0;
+    optind = 0;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_SEQ:
+            if (!parse_i64("--seq", optarg, 1, INT32_MAX, &seq)) return EXIT_USAGE;
+            break;
+        case O_SEQKV:
+            if (!parse_i64("--seq-kv", optarg, 1, INT32_MAX, &seq_kv)) return EXIT_USAGE;
+            break;
+        case O_HEADS:
+            if (!parse_i64("--heads", optarg, 1, INT32_MAX, &heads)) return EXIT_USAGE;
+            break;
+        case O_KVHEADS:
+            if (!parse_i64("--kv-heads", optarg, 1, INT32_MAX, &kv_heads)) return EXIT_USAGE;
+            break;
+        case O_DIM:
+            if (!parse_i64("--head-dim", optarg, 1, 1 << 20, &dim)) return EXIT_USAGE;
+            break;
+        case O_CAUSAL:
+            causal = 1;
+            break;
+        case O_THREADS:
+            if (!parse_i64("--threads", optarg, 0, 4096, &threads)) return EXIT_USAGE;
+            break;
+        case O_BATCH:
+            if (!parse_i64("--batch", optarg, 1, INT32_MAX, &batch)) return EXIT_USAGE;
+            break;
+        case 'h':
+            usage_recommend(stdout);
+            return 0;
+        default:
+            if (c == ':')
+                errorf("recommend: option %s needs a value", argv[optind - 1]);
+            else
+                errorf("recommend: unknown option '%s'", argv[optind - 1]);
+            usage_recommend(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        errorf("recommend: unexpected argument '%s'", argv[optind]);
+        return EXIT_USAGE;
+    }
+    const char *missing = !seq ? "--seq" : !heads ? "--heads" : !dim ? "--head-dim" : NULL;
+    if (missing) {
+        errorf("recommend: missing required option %s", missing);
+        usage_recommend(stderr);
+        return EXIT_USAGE;
+    }
+    if (!kv_heads) kv_heads = heads;
+    if (!seq_kv) seq_kv = seq;
+    if (heads % kv_heads != 0) {
+        errorf("--kv-heads %lld does not divide --heads %lld", (long long)kv_heads,
+               (long long)heads);
+        return EXIT_USAGE;
+    }
+    if (!check_isa_env()) return EXIT_USAGE;
+    const mha_problem p = {batch, heads, kv_heads, seq, seq_kv, dim, causal, 0.0f};
+    const mha_options o = {.threads = (int)threads};
+    mha_selection sel;
+    if (mha_select(&p, &o, &sel) != MHA_OK) {
+        errorf("recommend: %s", mha_last_error());
+        return EXIT_USAGE;
+    }
+    mha_shape_class cl;
+    char cname[64];
+    mha_class_of(&p, mha_resolve_threads(&o), &cl);
+    mha_class_name(&cl, cname, sizeof cname);
+    static const char *const splits[] = {"auto", "heads", "qblocks"};
+    static const char *const sources[] = {"forced", "table", "default"};
+    printf("kernel    %s\n", mha_kernel_name(sel.kernel));
+    printf("knobs     block_q=%d block_kv=%d split=%s threads=%d\n", sel.options.block_q,
+           sel.options.block_kv, splits[sel.options.split], mha_resolve_threads(&sel.options));
+    printf("class     %s\n", cname);
+    printf("source    %s\n", sources[sel.source]);
+    printf("reason    %s\n", sel.reason);
+    if (sel.expected_gflops > 0)
+        printf("expected  %.1f GFLOP/s (measured by tune on the class's representative shape)\n",
+               sel.expected_gflops);
+    else
+        printf("expected  unknown (no table measurement)\n");
+    return 0;
+}

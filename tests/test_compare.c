@@ -1,0 +1,744 @@
+/* test_compare.c - `mhabench compare` on synthetic Google Benchmark result files
+ * written at run time: verdicts and exit codes, fingerprints, malformed input,
+ * U-test p-values against known values, baselines, and --ab with fake binaries. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+extern char **environ;
+
+#define MAX_ARGS 32
+
+static const char *g_bench; /* $MHABENCH */
+static char g_tmp[256];     /* mkdtemp scratch */
+static char g_out[1 << 16]; /* captured stdout of the last run */
+static char g_err[1 << 14]; /* captured stderr of the last run */
+
+/* ---- plumbing ------------------------------------------------------------------------ */
+
+static void rm_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
+            rm_tree(p);
+        else
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+static int setup(void **state) {
+    (void)state;
+    g_bench = getenv("MHABENCH");
+    if (g_bench && !*g_bench) g_bench = NULL;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_tmp, sizeof g_tmp, "%s/test_compare.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    return mkdtemp(g_tmp) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    rm_tree(g_tmp);
+    return 0;
+}
+
+#define NEED_BENCH()                                                                               \
+    do {                                                                                           \
+        if (!g_bench) {                                                                            \
+            print_message("MHABENCH is not set: skipping (run through meson test)\n");             \
+            skip();                                                                                \
+        }                                                                                          \
+    } while (0)
+
+static void slurp(const char *path, char *buf, size_t len) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+static const char *tmp_path(const char *name) {
+    static char paths[8][512];
+    static int next;
+    char *p = paths[next++ % 8];
+    snprintf(p, sizeof paths[0], "%s/%s", g_tmp, name);
+    return p;
+}
+
+/* Runs mhabench with the NULL-terminated argument list (after argv[0]); captures
+ * stdout/stderr into g_out/g_err. Returns the exit status; a signal fails the test. */
+static int run_bench(const char *first, ...) {
+    const char *argv[MAX_ARGS + 2];
+    int n = 0;
+    argv[n++] = g_bench;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a; a = va_arg(ap, const char *)) {
+        assert_true(n < MAX_ARGS);
+        argv[n++] = a;
+    }
+    va_end(ap);
+    argv[n] = NULL;
+
+    char outp[512], errp[512];
+    snprintf(outp, sizeof outp, "%s/.stdout", g_tmp);
+    snprintf(errp, sizeof errp, "%s/.stderr", g_tmp);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int rc = posix_spawn(&pid, g_bench, &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) fail_msg("cannot run %s: %s", g_bench, strerror(rc));
+    int status;
+    while (waitpid(pid, &status, 0) < 0) assert_int_equal(errno, EINTR);
+    slurp(outp, g_out, sizeof g_out);
+    slurp(errp, g_err, sizeof g_err);
+    unlink(outp);
+    unlink(errp);
+    if (WIFSIGNALED(status)) {
+        print_message("stderr: %s\n", g_err);
+        fail_msg("%s %s died from signal %d", g_bench, first, WTERMSIG(status));
+    }
+    return WEXITSTATUS(status);
+}
+
+#define EXPECT_EXIT(want, rc)                                                                      \
+    do {                                                                                           \
+        const int rc_ = (rc);                                                                      \
+        if (rc_ != (want)) {                                                                       \
+            print_message("stdout:\n%s\nstderr:\n%s\n", g_out, g_err);                             \
+            fail_msg("exit status %d, expected %d", rc_, (want));                                  \
+        }                                                                                          \
+    } while (0)
+
+#define EXPECT_IN(text, needle)                                                                    \
+    do {                                                                                           \
+        if (!strstr((text), (needle))) {                                                           \
+            print_message("stdout:\n%s\nstderr:\n%s\n", g_out, g_err);                             \
+            fail_msg("'%s' not in the output", (needle));                                          \
+        }                                                                                          \
+    } while (0)
+
+/* ---- synthetic result files --------------------------------------------------------- */
+
+typedef struct {
+    const char *cpu_key; /* NULL: a plain Google Benchmark context without mha_* keys */
+    const char *isa;
+    const char *cores;
+} fingerprint;
+
+static const fingerprint FP_HERE = {"amd-test-cpu-f25m1", "avx2", "2"};
+
+typedef struct {
+    FILE *f;
+    int rows;
+} result_writer;
+
+static result_writer begin_results(const char *path, fingerprint fp) {
+    result_writer w = {fopen(path, "w"), 0};
+    assert_non_null(w.f);
+    fprintf(w.f, "{\n  \"context\": {\n    \"date\": \"2026-01-01T00:00:00+00:00\",\n"
+                 "    \"host_name\": \"test\",\n    \"num_cpus\": 2,\n"
+                 "    \"library_build_type\": \"release\"");
+    if (fp.cpu_key)
+        fprintf(w.f,
+                ",\n    \"mha_cpu_key\": \"%s\",\n    \"mha_isa_active\": \"%s\",\n"
+                "    \"mha_cores\": \"%s\"",
+                fp.cpu_key, fp.isa, fp.cores);
+    fprintf(w.f, "\n  },\n  \"benchmarks\": [");
+    return w;
+}
+
+/* One benchmark: n iteration rows with times t (in unit), then the aggregates
+ * Google Benchmark adds (with absurd values: compare must ignore them). */
+static void add_bench(result_writer *w, const char *name, int n, const double *t,
+                      const char *unit) {
+    for (int i = 0; i < n; i++)
+        fprintf(w->f,
+                "%s\n    {\"name\": \"%s\", \"family_index\": 0, \"per_family_instance_index\": 0,"
+                " \"run_name\": \"%s\", \"run_type\": \"iteration\", \"repetitions\": %d,"
+                " \"repetition_index\": %d, \"threads\": 1, \"iterations\": 100,"
+                " \"real_time\": %.17g, \"cpu_time\": %.17g, \"time_unit\": \"%s\","
+                " \"GFLOPS\": 1.5e+01, \"pct_peak\": 12.5}",
+                w->rows++ ? "," : "", name, name, n, i, t[i], t[i], unit);
+    static const char *const aggs[] = {"mean", "median", "stddev", "cv"};
+    for (int a = 0; a < 4; a++)
+        fprintf(w->f,
+                "%s\n    {\"name\": \"%s_%s\", \"run_name\": \"%s\", \"run_type\": \"aggregate\","
+                " \"repetitions\": %d, \"threads\": 1, \"aggregate_name\": \"%s\","
+                " \"iterations\": %d, \"real_time\": 1e+30, \"cpu_time\": 1e+30,"
+                " \"time_unit\": \"%s\"}",
+                w->rows++ ? "," : "", name, aggs[a], name, n, aggs[a], n, unit);
+}
+
+static void end_results(result_writer *w) {
+    fprintf(w->f, "\n  ]\n}\n");
+    assert_int_equal(fclose(w->f), 0);
+}
+
+/* n times around center, spread evenly over center*(1 +- spread), shuffled by a
+ * fixed permutation (order must not matter). */
+static void sample(double *t, int n, double center, double spread) {
+    for (int i = 0; i < n; i++) {
+        const int j = (i * 7 + 3) % n; /* a permutation when gcd(7, n) == 1 */
+        t[j] = center * (1 + spread * (n > 1 ? -1 + 2.0 * i / (n - 1) : 0));
+    }
+}
+
+/* A file with benchmarks "flash.avx2/...:<k>" k = 0..nb-1, n reps each around
+ * center*factor[k], relative spread spread[k]. */
+static void write_simple(const char *path, fingerprint fp, int nb, int n, const double *factor,
+                         const double *spread, const char *unit) {
+    result_writer w = begin_results(path, fp);
+    for (int k = 0; k < nb; k++) {
+        char name[128];
+        double t[64];
+        snprintf(name, sizeof name, "flash.avx2/B:1/H:8/KV:8/Nq:%d/Nkv:%d/d:64/causal:0/threads:1",
+                 128 << k, 128 << k);
+        sample(t, n, 1000.0 * (1 << k) * factor[k], spread[k]);
+        add_bench(&w, name, n, t, unit);
+    }
+    end_results(&w);
+}
+
+/* ---- reading the --json report --------------------------------------------------------- */
+
+static json_object *parse_report(void) {
+    json_object *o = json_tokener_parse(g_out);
+    if (!o) {
+        print_message("stdout:\n%s\nstderr:\n%s\n", g_out, g_err);
+        fail_msg("--json output does not parse");
+    }
+    return o;
+}
+
+static json_object *get(json_object *o, const char *key) {
+    json_object *v;
+    if (!json_object_object_get_ex(o, key, &v)) fail_msg("no \"%s\" in the report", key);
+    return v;
+}
+
+static json_object *bench_at(json_object *report, int i) {
+    json_object *arr = get(report, "benchmarks");
+    assert_true(i < (int)json_object_array_length(arr));
+    return json_object_array_get_idx(arr, i);
+}
+
+static const char *verdict_at(json_object *report, int i) {
+    return json_object_get_string(get(bench_at(report, i), "verdict"));
+}
+
+/* ---- the tests --------------------------------------------------------------------------- */
+
+static const double ONES[4] = {1, 1, 1, 1};
+static const double TIGHT[4] = {0.01, 0.01, 0.01, 0.01};
+
+static void test_identical_same(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *a = tmp_path("ident.json");
+    write_simple(a, FP_HERE, 3, 12, ONES, TIGHT, "ns");
+    EXPECT_EXIT(0, run_bench("compare", a, a, NULL));
+    EXPECT_IN(g_out, "3 compared: 0 slower, 0 faster, 3 same, 0 noisy");
+    EXPECT_IN(g_out, "no regression");
+    EXPECT_EXIT(0, run_bench("compare", a, a, "--json", NULL));
+    json_object *r = parse_report();
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(verdict_at(r, i), "same");
+        assert_true(json_object_get_double(get(bench_at(r, i), "p_value")) == 1.0);
+        assert_true(json_object_get_double(get(bench_at(r, i), "change_pct")) == 0.0);
+        assert_int_equal(json_object_get_int(get(bench_at(r, i), "base_repetitions")), 12);
+    }
+    assert_false(json_object_get_boolean(get(get(r, "summary"), "regression")));
+    json_object_put(r);
+}
+
+static void test_slower_tight(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *a = tmp_path("tight_a.json"), *b = tmp_path("tight_b.json");
+    const double slow[3] = {1, 1.2, 1};
+    write_simple(a, FP_HERE, 3, 12, ONES, TIGHT, "ns");
+    write_simple(b, FP_HERE, 3, 12, slow, TIGHT, "ns");
+    EXPECT_EXIT(1, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_out, "slower");
+    EXPECT_IN(g_out, "REGRESSION");
+    EXPECT_EXIT(1, run_bench("compare", a, b, "--json", NULL));
+    json_object *r = parse_report();
+    assert_string_equal(verdict_at(r, 0), "same");
+    assert_string_equal(verdict_at(r, 1), "slower");
+    assert_string_equal(verdict_at(r, 2), "same");
+    const double ch = json_object_get_double(get(bench_at(r, 1), "change_pct"));
+    assert_true(fabs(ch - 20) < 1e-9);
+    /* Fully separated 12 vs 12: exact p = 2 / C(24, 12). */
+    const double p = json_object_get_double(get(bench_at(r, 1), "p_value"));
+    assert_true(fabs(p / (2.0 / 2704156) - 1) < 1e-9);
+    assert_true(json_object_get_boolean(get(get(r, "summary"), "regression")));
+    json_object_put(r);
+    /* The other way round it is faster, which is no failure. */
+    EXPECT_EXIT(0, run_bench("compare", b, a, "--json", NULL));
+    r = parse_report();
+    assert_string_equal(verdict_at(r, 1), "faster");
+    json_object_put(r);
+    /* A threshold above the change makes it "same" (significant but small). */
+    EXPECT_EXIT(0, run_bench("compare", a, b, "--threshold", "25", NULL));
+}
+
+static void test_noisy_overlap(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *a = tmp_path("wide_a.json"), *b = tmp_path("wide_b.json");
+    const double slow[1] = {1.2}, wide[1] = {0.5};
+    write_simple(a, FP_HERE, 1, 12, ONES, wide, "ns");
+    write_simple(b, FP_HERE, 1, 12, slow, wide, "ns");
+    EXPECT_EXIT(0, run_bench("compare", a, b, "--json", NULL));
+    json_object *r = parse_report();
+    assert_string_equal(verdict_at(r, 0), "noisy");
+    assert_true(json_object_get_double(get(bench_at(r, 0), "p_value")) >= 0.01);
+    assert_true(fabs(json_object_get_double(get(bench_at(r, 0), "change_pct")) - 20) < 1e-9);
+    json_object_put(r);
+    EXPECT_EXIT(0, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_out, "noisy");
+}
+
+static void test_too_few(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *a = tmp_path("few_a.json"), *b = tmp_path("few_b.json");
+    write_simple(a, FP_HERE, 2, 3, ONES, TIGHT, "ns");
+    write_simple(b, FP_HERE, 2, 3, ONES, TIGHT, "ns");
+    EXPECT_EXIT(0, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_out, "too few repetitions (n<9)");
+    EXPECT_EXIT(0, run_bench("compare", a, b, "--json", NULL));
+    json_object *r = parse_report();
+    assert_true(json_object_get_boolean(get(bench_at(r, 0), "too_few_repetitions")));
+    assert_int_equal(json_object_get_int(get(get(r, "summary"), "too_few_repetitions")), 2);
+    assert_string_equal(verdict_at(r, 0), "same");
+    json_object_put(r);
+    /* 9 on one side is not enough when the other has 3. */
+    const char *c = tmp_path("few_c.json");
+    write_simple(c, FP_HERE, 2, 9, ONES, TIGHT, "ns");
+    EXPECT_EXIT(0, run_bench("compare", c, b, NULL));
+    EXPECT_IN(g_out, "too few repetitions");
+    EXPECT_EXIT(0, run_bench("compare", c, c, NULL));
+    assert_null(strstr(g_out, "too few"));
+    /* With too few repetitions the U test means nothing, so even a clean 20%
+     * slowdown is only 'noisy' and never fails the build. */
+    const double slow[2] = {1.2, 1.2}, wide[2] = {0.01, 0.5};
+    write_simple(b, FP_HERE, 2, 3, slow, wide, "ns");
+    write_simple(c, FP_HERE, 2, 3, ONES, wide, "ns");
+    EXPECT_EXIT(0, run_bench("compare", c, b, "--json", NULL));
+    r = parse_report();
+    assert_string_equal(verdict_at(r, 0), "noisy");
+    assert_string_equal(verdict_at(r, 1), "noisy");
+    assert_true(json_object_get_double(get(bench_at(r, 0), "p_value")) > 0.01);
+    json_object_put(r);
+}
+
+static void test_fingerprint_mismatch(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *a = tmp_path("fp_a.json"), *b = tmp_path("fp_b.json"), *c = tmp_path("fp_c.json");
+    const fingerprint other_cpu = {"intel-other-f6m85", "avx2", "2"};
+    const fingerprint other_isa = {"amd-test-cpu-f25m1", "scalar", "2"};
+    write_simple(a, FP_HERE, 2, 9, ONES, TIGHT, "ns");
+    write_simple(b, other_cpu, 2, 9, ONES, TIGHT, "ns");
+    write_simple(c, other_isa, 2, 9, ONES, TIGHT, "ns");
+    EXPECT_EXIT(2, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_err, "mha_cpu_key");
+    EXPECT_IN(g_err, "intel-other-f6m85");
+    EXPECT_IN(g_err, "--force");
+    assert_string_equal(g_out, "");
+    EXPECT_EXIT(2, run_bench("compare", a, c, NULL));
+    EXPECT_IN(g_err, "mha_isa_active");
+    EXPECT_EXIT(0, run_bench("compare", a, b, "--force", NULL));
+    EXPECT_IN(g_out, "2 same");
+    EXPECT_IN(g_err, "comparing anyway");
+}
+
+static void test_plain_gbench_unknown_machine(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *a = tmp_path("plain.json"), *b = tmp_path("here.json");
+    const fingerprint plain = {NULL, NULL, NULL};
+    write_simple(a, plain, 1, 9, ONES, TIGHT, "ns");
+    write_simple(b, FP_HERE, 1, 9, ONES, TIGHT, "ns");
+    EXPECT_EXIT(2, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_err, "plain.json");
+    EXPECT_IN(g_err, "no \"mha_cpu_key\"");
+    EXPECT_EXIT(2, run_bench("compare", a, a, NULL));
+    EXPECT_EXIT(0, run_bench("compare", a, a, "--force", NULL));
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void test_malformed(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *good = tmp_path("good.json"), *bad = tmp_path("bad.json");
+    write_simple(good, FP_HERE, 1, 9, ONES, TIGHT, "ns");
+    static const struct {
+        const char *text, *msg;
+    } cases[] = {
+        {"{\"context\": {}, \"benchmarks\": [ {\"name\": \"x\",, } ]}", "not valid JSON"},
+        {"{\"context\": {}, \"benchmarks\": [", "unexpected end of file"},
+        {"", "unexpected end of file"},
+        {"{\"benchmarks\": []} trailing", "unexpected data"},
+        {"[1, 2]", "not a JSON object"},
+        {"{\"context\": {}}", "no \"benchmarks\" array"},
+        {"{\"context\": {}, \"benchmarks\": []}", "no benchmark results"},
+        {"{\"benchmarks\": [{\"name\": \"a_mean\", \"run_type\": \"aggregate\", "
+         "\"real_time\": 1}]}",
+         "no benchmark results"},
+        {"{\"benchmarks\": [{\"name\": \"a\", \"run_type\": \"iteration\"}]}",
+         "no numeric \"real_time\""},
+        {"{\"benchmarks\": [{\"name\": \"a\", \"run_type\": \"iteration\", \"real_time\": 1, "
+         "\"time_unit\": \"fortnights\"}]}",
+         "fortnights"},
+        {"{\"benchmarks\": [{\"name\": \"a\", \"run_type\": \"iteration\", \"real_time\": -1}]}",
+         "positive"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_text(bad, cases[i].text);
+        EXPECT_EXIT(2, run_bench("compare", good, bad, NULL));
+        EXPECT_IN(g_err, "bad.json");
+        EXPECT_IN(g_err, cases[i].msg);
+        EXPECT_EXIT(2, run_bench("compare", bad, good, "--force", NULL));
+        EXPECT_IN(g_err, "bad.json");
+    }
+    EXPECT_EXIT(2, run_bench("compare", good, tmp_path("missing.json"), NULL));
+    EXPECT_IN(g_err, "missing.json");
+    EXPECT_IN(g_err, "No such file");
+    /* Usage errors. */
+    EXPECT_EXIT(2, run_bench("compare", good, NULL));
+    EXPECT_EXIT(2, run_bench("compare", good, good, "--alpha", "0", NULL));
+    EXPECT_EXIT(2, run_bench("compare", good, good, "--threshold", "x", NULL));
+    EXPECT_EXIT(2, run_bench("compare", good, good, "--", "--kernels", "naive", NULL));
+    EXPECT_EXIT(0, run_bench("compare", "--help", NULL));
+}
+
+static void test_only_in_one(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *a = tmp_path("one_a.json"), *b = tmp_path("one_b.json");
+    write_simple(a, FP_HERE, 3, 9, ONES, TIGHT, "ns");
+    write_simple(b, FP_HERE, 2, 9, ONES, TIGHT, "ns");
+    /* b lacks the third shape; add one only b has. */
+    result_writer w = begin_results(b, FP_HERE);
+    double t[9];
+    sample(t, 9, 1000, 0.01);
+    add_bench(&w, "flash.avx2/B:1/H:8/KV:8/Nq:128/Nkv:128/d:64/causal:0/threads:1", 9, t, "ns");
+    add_bench(&w, "naive/B:1/H:1/KV:1/Nq:7/Nkv:7/d:3/causal:1/threads:1", 9, t, "ns");
+    end_results(&w);
+    EXPECT_EXIT(0, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_out, "only in base: flash.avx2/B:1/H:8/KV:8/Nq:256/");
+    EXPECT_IN(g_out, "only in new: naive/B:1/H:1/KV:1/Nq:7/Nkv:7/d:3/causal:1/threads:1");
+    EXPECT_EXIT(0, run_bench("compare", a, b, "--json", NULL));
+    json_object *r = parse_report();
+    assert_int_equal(json_object_array_length(get(r, "benchmarks")), 1);
+    assert_int_equal(json_object_array_length(get(r, "only_in_base")), 2);
+    json_object *on = get(r, "only_in_new");
+    assert_int_equal(json_object_array_length(on), 1);
+    assert_string_equal(json_object_get_string(json_object_array_get_idx(on, 0)),
+                        "naive/B:1/H:1/KV:1/Nq:7/Nkv:7/d:3/causal:1/threads:1");
+    json_object_put(r);
+}
+
+static void test_json_report(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *a = tmp_path("js_a.json"), *b = tmp_path("js_b.json");
+    const double slow[2] = {1.3, 1};
+    write_simple(a, FP_HERE, 2, 10, ONES, TIGHT, "ns");
+    write_simple(b, FP_HERE, 2, 10, slow, TIGHT, "ns");
+    EXPECT_EXIT(1,
+                run_bench("compare", a, b, "--json", "--alpha", "0.05", "--threshold", "10", NULL));
+    json_object *r = parse_report();
+    assert_string_equal(json_object_get_string(get(r, "base")), a);
+    assert_string_equal(json_object_get_string(get(r, "new")), b);
+    assert_true(json_object_get_double(get(r, "alpha")) == 0.05);
+    assert_true(json_object_get_double(get(r, "threshold_pct")) == 10);
+    json_object *e = bench_at(r, 0);
+    assert_string_equal(json_object_get_string(get(e, "p_method")), "exact");
+    assert_true(fabs(json_object_get_double(get(e, "base_median_ns")) - 1000) < 1e-6);
+    assert_true(fabs(json_object_get_double(get(e, "new_median_ns")) - 1300) < 1e-6);
+    assert_true(json_object_get_double(get(e, "u")) == 100); /* every new rep slower */
+    json_object *sum = get(r, "summary");
+    assert_int_equal(json_object_get_int(get(sum, "slower")), 1);
+    assert_int_equal(json_object_get_int(get(sum, "same")), 1);
+    assert_string_equal(
+        json_object_get_string(get(get(get(r, "fingerprint"), "new"), "mha_cpu_key")),
+        FP_HERE.cpu_key);
+    json_object_put(r);
+}
+
+/* Times in different units are normalised: 1 us in one file is 1000 ns in the other. */
+static void test_time_units(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *a = tmp_path("us.json"), *b = tmp_path("ns.json");
+    result_writer w = begin_results(a, FP_HERE);
+    double t[9];
+    sample(t, 9, 1.0, 0.01);
+    add_bench(&w, "x", 9, t, "us");
+    end_results(&w);
+    w = begin_results(b, FP_HERE);
+    for (int i = 0; i < 9; i++) t[i] *= 1000;
+    add_bench(&w, "x", 9, t, "ns");
+    end_results(&w);
+    EXPECT_EXIT(0, run_bench("compare", a, b, "--json", NULL));
+    json_object *r = parse_report();
+    assert_true(fabs(json_object_get_double(get(bench_at(r, 0), "change_pct"))) < 1e-9);
+    assert_string_equal(verdict_at(r, 0), "same");
+    json_object_put(r);
+}
+
+/* Two explicit samples, one benchmark; returns the --json report. */
+static json_object *compare_samples(const double *x, int m, const double *y, int n) {
+    const char *a = tmp_path("u_a.json"), *b = tmp_path("u_b.json");
+    result_writer w = begin_results(a, FP_HERE);
+    add_bench(&w, "u", m, x, "ns");
+    end_results(&w);
+    w = begin_results(b, FP_HERE);
+    add_bench(&w, "u", n, y, "ns");
+    end_results(&w);
+    const int rc = run_bench("compare", a, b, "--json", NULL);
+    assert_true(rc == 0 || rc == 1);
+    return parse_report();
+}
+
+static double p_of(json_object *r) {
+    return json_object_get_double(get(bench_at(r, 0), "p_value"));
+}
+
+/* p-values against values computed independently (brute-force enumeration of all
+ * C(N, n) rank assignments for the exact ones; the tie-free normal formula). */
+static void test_u_pvalues(void **state) {
+    (void)state;
+    NEED_BENCH();
+    double x[30], y[30];
+    /* Fully separated, n = m = 9: exact two-sided p = 2 / C(18, 9). */
+    for (int i = 0; i < 9; i++) x[i] = 100 + i, y[i] = 200 + i;
+    json_object *r = compare_samples(x, 9, y, 9);
+    assert_true(fabs(p_of(r) / (2.0 / 48620) - 1) < 1e-12);
+    assert_string_equal(json_object_get_string(get(bench_at(r, 0), "p_method")), "exact");
+    assert_string_equal(verdict_at(r, 0), "slower");
+    json_object_put(r);
+    /* Identical samples: p = 1. */
+    r = compare_samples(x, 9, x, 9);
+    assert_true(p_of(r) == 1.0);
+    json_object_put(r);
+    /* Ties between and within the samples, exact over midranks (enumerated). */
+    const double tb[9] = {10, 10, 11, 11, 12, 12, 13, 13, 14};
+    const double tn[9] = {12, 12, 13, 13, 14, 14, 15, 15, 16};
+    r = compare_samples(tb, 9, tn, 9);
+    assert_true(fabs(p_of(r) / 0.014561908679555738 - 1) < 1e-9);
+    assert_string_equal(verdict_at(r, 0), "noisy"); /* +18% median, p > 0.01 */
+    json_object_put(r);
+    /* 25 vs 25 fully separated: normal approximation with continuity correction,
+     * p = erfc((312.5 - 0.5) / sqrt(25*25*51/12) / sqrt(2)). */
+    for (int i = 0; i < 25; i++) x[i] = 100 + i, y[i] = 200 + i;
+    r = compare_samples(x, 25, y, 25);
+    assert_string_equal(json_object_get_string(get(bench_at(r, 0), "p_method")), "normal");
+    assert_true(fabs(p_of(r) / 1.4156562248495634e-09 - 1) < 1e-6);
+    json_object_put(r);
+    /* All values equal on both sides: no evidence at all. */
+    for (int i = 0; i < 25; i++) x[i] = 5;
+    r = compare_samples(x, 25, x, 25);
+    assert_true(p_of(r) == 1.0);
+    json_object_put(r);
+}
+
+static void test_baselines(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *dir = tmp_path("baselines");
+    const char *a = tmp_path("bl_a.json"), *b = tmp_path("bl_b.json"), *c = tmp_path("bl_c.json");
+    const double slow[2] = {1.2, 1.2};
+    write_simple(a, FP_HERE, 2, 9, ONES, TIGHT, "ns");
+    write_simple(b, FP_HERE, 2, 9, slow, TIGHT, "ns");
+    /* No baseline yet. */
+    EXPECT_EXIT(2, run_bench("compare", "--baseline", a, "--baseline-dir", dir, NULL));
+    EXPECT_IN(g_err, "no baseline");
+    EXPECT_IN(g_err, FP_HERE.cpu_key);
+    /* First save: <key>.json. */
+    EXPECT_EXIT(0, run_bench("compare", "--save-baseline", a, "--baseline-dir", dir, NULL));
+    char first[512], text_a[1 << 14], text_f[1 << 14];
+    snprintf(first, sizeof first, "%s/%s.json", dir, FP_HERE.cpu_key);
+    EXPECT_IN(g_out, first);
+    slurp(a, text_a, sizeof text_a);
+    slurp(first, text_f, sizeof text_f);
+    assert_string_equal(text_a, text_f);
+    EXPECT_EXIT(0, run_bench("compare", "--baseline", a, "--baseline-dir", dir, NULL));
+    EXPECT_IN(g_out, "2 same");
+    EXPECT_EXIT(1, run_bench("compare", "--baseline", b, "--baseline-dir", dir, NULL));
+    /* Second save never overwrites: a time-stamped name, and the newest is used. */
+    EXPECT_EXIT(0, run_bench("compare", "--save-baseline", b, "--baseline-dir", dir, NULL));
+    assert_int_equal(count_entries(dir), 2);
+    slurp(first, text_f, sizeof text_f);
+    assert_string_equal(text_a, text_f);
+    EXPECT_EXIT(0, run_bench("compare", "--baseline", b, "--baseline-dir", dir, NULL));
+    EXPECT_IN(g_err, "-20"); /* the time-stamped file was chosen */
+    EXPECT_EXIT(0, run_bench("compare", "--save-baseline", b, "--baseline-dir", dir, NULL));
+    assert_int_equal(count_entries(dir), 3);
+    /* A baseline of the same CPU but another ISA cap does not match. */
+    const fingerprint scalar = {FP_HERE.cpu_key, "scalar", "2"};
+    write_simple(c, scalar, 2, 9, ONES, TIGHT, "ns");
+    EXPECT_EXIT(2, run_bench("compare", "--baseline", c, "--baseline-dir", dir, NULL));
+    EXPECT_IN(g_err, "mha_isa_active");
+    /* A file without a CPU key cannot be a baseline. */
+    const fingerprint plain = {NULL, NULL, NULL};
+    write_simple(c, plain, 2, 9, ONES, TIGHT, "ns");
+    EXPECT_EXIT(2, run_bench("compare", "--save-baseline", c, "--baseline-dir", dir, NULL));
+    EXPECT_IN(g_err, "mha_cpu_key");
+    assert_int_equal(count_entries(dir), 3);
+}
+
+/* A fake mhabench for --ab: logs its arguments, then copies a prepared result
+ * file to its --out argument (or fails with status 3 when src is NULL). */
+static void write_fake(const char *script, const char *tag, const char *src) {
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "#!/bin/sh\n"
+            "echo \"%s $*\" >> '%s/calls.log'\n"
+            "out=\n"
+            "while [ $# -gt 0 ]; do\n"
+            "  case \"$1\" in --out) out=\"$2\"; shift;; esac\n"
+            "  shift\n"
+            "done\n",
+            tag, g_tmp);
+    if (src)
+        fprintf(f, "cp '%s' \"$out\"\n", src);
+    else
+        fprintf(f, "echo 'fake sweep: something broke' >&2\nexit 3\n");
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(script, 0755), 0);
+}
+
+static void test_ab(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *ra = tmp_path("ab_a.json"), *rb = tmp_path("ab_b.json");
+    const char *sa = tmp_path("old.sh"), *sb = tmp_path("new.sh"), *sf = tmp_path("fail.sh");
+    const double slow[2] = {1, 1.2};
+    write_simple(ra, FP_HERE, 2, 9, ONES, TIGHT, "ns");
+    write_simple(rb, FP_HERE, 2, 9, slow, TIGHT, "ns");
+    write_fake(sa, "A", ra);
+    write_fake(sb, "B", rb);
+    write_fake(sf, "F", NULL);
+    char tmpdir[512], calls[4096];
+    snprintf(tmpdir, sizeof tmpdir, "%s/abtmp", g_tmp);
+    assert_int_equal(mkdir(tmpdir, 0755), 0);
+    const char *old_tmp = getenv("TMPDIR");
+    char *saved = old_tmp ? strdup(old_tmp) : NULL;
+    setenv("TMPDIR", tmpdir, 1);
+
+    const int rc = run_bench("compare", "--ab", sa, sb, "--rounds", "3", "--json", "--",
+                             "--kernels", "flash.avx2", NULL);
+    EXPECT_EXIT(1, rc);
+    json_object *r = parse_report();
+    assert_string_equal(verdict_at(r, 0), "same");
+    assert_string_equal(verdict_at(r, 1), "slower");
+    /* The three rounds' repetitions are pooled per side. */
+    assert_int_equal(json_object_get_int(get(bench_at(r, 1), "base_repetitions")), 27);
+    assert_int_equal(json_object_get_int(get(bench_at(r, 1), "new_repetitions")), 27);
+    json_object_put(r);
+    /* Alternating A B A B A B, each a ci sweep with the extra arguments. */
+    snprintf(calls, sizeof calls, "%s/calls.log", g_tmp);
+    char log[4096];
+    slurp(calls, log, sizeof log);
+    const char *line = log;
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(line[0], i % 2 ? 'B' : 'A');
+        assert_true(strncmp(line + 1, " sweep --preset ci --out ", 25) == 0);
+        const char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        assert_non_null(strstr(line, "--kernels flash.avx2"));
+        assert_true(strstr(line, "--kernels") < nl);
+        line = nl + 1;
+    }
+    assert_int_equal(*line, '\0');
+    assert_int_equal(count_entries(tmpdir), 0); /* temporary files cleaned up */
+
+    /* The same build on both sides: no regression (table output). */
+    EXPECT_EXIT(0, run_bench("compare", "--ab", sa, sa, "--rounds", "2", NULL));
+    EXPECT_IN(g_out, "2 same");
+
+    /* A sweep that fails is an input error with its output shown. */
+    EXPECT_EXIT(2, run_bench("compare", "--ab", sa, sf, "--rounds", "2", NULL));
+    EXPECT_IN(g_err, "exited with status 3");
+    EXPECT_IN(g_err, "fake sweep: something broke");
+    assert_int_equal(count_entries(tmpdir), 0);
+    EXPECT_EXIT(2, run_bench("compare", "--ab", sa, tmp_path("no-such-binary"), NULL));
+    EXPECT_IN(g_err, "no-such-binary");
+    EXPECT_EXIT(2, run_bench("compare", "--ab", sa, sb, "--", "--out", "x.json", NULL));
+
+    if (saved) {
+        setenv("TMPDIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("TMPDIR");
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_identical_same),
+        cmocka_unit_test(test_slower_tight),
+        cmocka_unit_test(test_noisy_overlap),
+        cmocka_unit_test(test_too_few),
+        cmocka_unit_test(test_fingerprint_mismatch),
+        cmocka_unit_test(test_plain_gbench_unknown_machine),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_only_in_one),
+        cmocka_unit_test(test_json_report),
+        cmocka_unit_test(test_time_units),
+        cmocka_unit_test(test_u_pvalues),
+        cmocka_unit_test(test_baselines),
+        cmocka_unit_test(test_ab),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

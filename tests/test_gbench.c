@@ -1,0 +1,347 @@
+/* test_gbench.c - `mhabench sweep` end to end, run as a child process ($MHABENCH):
+ * a tiny sweep's Google Benchmark JSON checked against the schema (exact
+ * names, counters, every mha_* context key), interleaved repetitions as rows
+ * of one name, Google Benchmark flags passed through, and bad options that
+ * must exit 2 with a message. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <regex.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static const char *g_bench; /* $MHABENCH */
+static char g_tmp[256];
+static char g_err[8192]; /* stderr of the last run */
+
+/* The context keys every result file carries (DESIGN.md section 4, issue 4). */
+static const char *const CONTEXT_KEYS[] = {
+    "mha_cpu_model",
+    "mha_cpu_vendor",
+    "mha_cpu_family",
+    "mha_cpu_model_id",
+    "mha_cpu_stepping",
+    "mha_isa_flags",
+    "mha_isa_detected",
+    "mha_isa_cap",
+    "mha_isa_active",
+    "mha_cores",
+    "mha_pus",
+    "mha_l1d",
+    "mha_l2",
+    "mha_l3",
+    "mha_l1d_raw",
+    "mha_l2_raw",
+    "mha_l3_raw",
+    "mha_read_bw_gbs_1t",
+    "mha_read_bw_gbs_all",
+    "mha_compiler",
+    "mha_cflags",
+    "mha_git_revision",
+    "mha_threads_max",
+    "mha_binding",
+    "mha_omp_env",
+    "mha_cpu_key",
+    "mha_preset",
+    "mha_version",
+    "mha_repetition_order",
+    "mha_peak_gflops_scalar",
+};
+
+#define NAME_RE                                                                                    \
+    "^[a-z0-9_]+(\\.[a-z0-9_]+)?/B:[0-9]+/H:[0-9]+/KV:[0-9]+/Nq:[0-9]+/Nkv:[0-9]+/d:[0-9]+/"       \
+    "causal:[01]/threads:[0-9]+$"
+
+static int setup(void **state) {
+    (void)state;
+    g_bench = getenv("MHABENCH");
+    if (g_bench && !*g_bench) g_bench = NULL;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_tmp, sizeof g_tmp, "%s/test_gbench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    return mkdtemp(g_tmp) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Runs mhabench with the NULL-terminated arguments; stdout goes to a file,
+ * stderr into g_err. Returns the exit status (-1 if it did not exit). */
+static int run_bench(const char *const *args) {
+    char out_path[512], err_path[512];
+    snprintf(out_path, sizeof out_path, "%s/stdout.txt", g_tmp);
+    snprintf(err_path, sizeof err_path, "%s/stderr.txt", g_tmp);
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)g_bench;
+    for (; args[n - 1] && n < 63; n++) argv[n] = (char *)args[n - 1];
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    const int rc = posix_spawn(&pid, g_bench, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) return -1;
+    int status = 0;
+    if (waitpid(pid, &status, 0) < 0) return -1;
+    g_err[0] = '\0';
+    FILE *f = fopen(err_path, "r");
+    if (f) {
+        const size_t got = fread(g_err, 1, sizeof g_err - 1, f);
+        g_err[got] = '\0';
+        fclose(f);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+#define REQUIRE_BENCH()                                                                            \
+    do {                                                                                           \
+        if (!g_bench) {                                                                            \
+            print_message("MHABENCH is not set: skipping (run through meson test)\n");             \
+            skip();                                                                                \
+        }                                                                                          \
+    } while (0)
+
+static json_object *field(json_object *o, const char *key) {
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(o, key, &v)) {
+        print_error("missing key '%s' in %s\n", key,
+                    json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+        fail();
+    }
+    return v;
+}
+
+static double number(json_object *o, const char *key) {
+    json_object *v = field(o, key);
+    assert_true(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int));
+    return json_object_get_double(v);
+}
+
+/* The tiny sweep: flash.scalar (runs everywhere), one self-attention shape
+ * and one decode shape. */
+static void test_schema(void **state) {
+    (void)state;
+    REQUIRE_BENCH();
+    char out[512];
+    snprintf(out, sizeof out, "%s/tiny.json", g_tmp);
+    const char *args[] = {
+        "sweep",   "--kernels",  "flash.scalar", "--seq-q", "1,48",     "--seq-kv", "48",
+        "--heads", "2",          "--head-dim",   "16",      "--causal", "0",        "--threads",
+        "1",       "--min-time", "0.01",         "--out",   out,        NULL};
+    const int rc = run_bench(args);
+    if (rc != 0) print_error("exit %d, stderr:\n%s\n", rc, g_err);
+    assert_int_equal(rc, 0);
+
+    json_object *root = json_object_from_file(out);
+    assert_non_null(root);
+    json_object *ctx = field(root, "context");
+    for (size_t i = 0; i < sizeof CONTEXT_KEYS / sizeof CONTEXT_KEYS[0]; i++) {
+        json_object *v = field(ctx, CONTEXT_KEYS[i]);
+        assert_true(json_object_is_type(v, json_type_string));
+        assert_true(json_object_get_string_len(v) > 0);
+    }
+    assert_string_equal(json_object_get_string(field(ctx, "mha_preset")), "quick");
+    assert_string_equal(json_object_get_string(field(ctx, "mha_repetition_order")), "grouped");
+
+    regex_t re;
+    assert_int_equal(regcomp(&re, NAME_RE, REG_EXTENDED | REG_NOSUB), 0);
+    json_object *benches = field(root, "benchmarks");
+    assert_true(json_object_is_type(benches, json_type_array));
+    const size_t n = json_object_array_length(benches);
+    assert_int_equal(n, 2);
+    int seen_decode = 0, seen_self = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_object *b = json_object_array_get_idx(benches, i);
+        const char *name = json_object_get_string(field(b, "name"));
+        if (regexec(&re, name, 0, NULL, 0) != 0) {
+            print_error("name '%s' does not match %s\n", name, NAME_RE);
+            fail();
+        }
+        assert_string_equal(json_object_get_string(field(b, "run_type")), "iteration");
+        assert_string_equal(json_object_get_string(field(b, "time_unit")), "ns");
+        assert_true(number(b, "real_time") > 0);
+        assert_true(number(b, "iterations") >= 1);
+        assert_true(number(b, "GFLOPS") > 0);
+        assert_true(number(b, "pct_peak") > 0);
+        assert_true(number(b, "threads") == 1);
+        number(b, "block_q");
+        number(b, "block_kv");
+        if (strstr(name, "/Nq:1/")) {
+            seen_decode = 1;
+            assert_string_equal(name,
+                                "flash.scalar/B:1/H:2/KV:2/Nq:1/Nkv:48/d:16/causal:0/threads:1");
+            assert_true(number(b, "bytes_per_second") > 0);
+            assert_true(number(b, "pct_bw") > 0);
+        } else {
+            seen_self = 1;
+            assert_string_equal(name,
+                                "flash.scalar/B:1/H:2/KV:2/Nq:48/Nkv:48/d:16/causal:0/threads:1");
+        }
+    }
+    assert_true(seen_decode && seen_self);
+    regfree(&re);
+    json_object_put(root);
+}
+
+/* ci order: every (benchmark, repetition) is its own run, shuffled, and the
+ * file holds the repetitions as rows of one name numbered 0..n-1. */
+static void test_interleaved(void **state) {
+    (void)state;
+    REQUIRE_BENCH();
+    char out[512];
+    snprintf(out, sizeof out, "%s/ci.json", g_tmp);
+    const char *args[] = {"sweep",
+                          "--preset",
+                          "ci",
+                          "--kernels",
+                          "flash.scalar",
+                          "--seq",
+                          "16,32",
+                          "--heads",
+                          "1",
+                          "--head-dim",
+                          "8",
+                          "--causal",
+                          "1",
+                          "--threads",
+                          "1",
+                          "--repetitions",
+                          "3",
+                          "--min-time",
+                          "0.005",
+                          "--out",
+                          out,
+                          NULL};
+    const int rc = run_bench(args);
+    if (rc != 0) print_error("exit %d, stderr:\n%s\n", rc, g_err);
+    assert_int_equal(rc, 0);
+    json_object *root = json_object_from_file(out);
+    assert_non_null(root);
+    assert_string_equal(
+        json_object_get_string(field(field(root, "context"), "mha_repetition_order")),
+        "interleaved");
+    json_object *benches = field(root, "benchmarks");
+    const size_t n = json_object_array_length(benches);
+    assert_int_equal(n, 6);
+    const char *names[2] = {"flash.scalar/B:1/H:1/KV:1/Nq:16/Nkv:16/d:8/causal:1/threads:1",
+                            "flash.scalar/B:1/H:1/KV:1/Nq:32/Nkv:32/d:8/causal:1/threads:1"};
+    for (int k = 0; k < 2; k++) {
+        int reps_seen = 0; /* bit mask of repetition_index */
+        int64_t family = -1;
+        for (size_t i = 0; i < n; i++) {
+            json_object *b = json_object_array_get_idx(benches, i);
+            if (strcmp(json_object_get_string(field(b, "name")), names[k]) != 0) continue;
+            assert_true(number(b, "repetitions") == 3);
+            const int r = (int)number(b, "repetition_index");
+            assert_true(r >= 0 && r < 3);
+            reps_seen |= 1 << r;
+            const int64_t f = (int64_t)number(b, "family_index");
+            if (family < 0) family = f;
+            assert_true(f == family);
+        }
+        assert_int_equal(reps_seen, 7);
+    }
+    json_object_put(root);
+}
+
+/* Flags after -- go to Google Benchmark. */
+static void test_passthrough_filter(void **state) {
+    (void)state;
+    REQUIRE_BENCH();
+    char out[512];
+    snprintf(out, sizeof out, "%s/filtered.json", g_tmp);
+    const char *args[] = {"sweep",
+                          "--kernels",
+                          "flash.scalar",
+                          "--seq",
+                          "16,32",
+                          "--heads",
+                          "1",
+                          "--head-dim",
+                          "8",
+                          "--causal",
+                          "0",
+                          "--threads",
+                          "1",
+                          "--min-time",
+                          "0.005",
+                          "--out",
+                          out,
+                          "--",
+                          "--benchmark_filter=Nq:32/",
+                          NULL};
+    const int rc = run_bench(args);
+    if (rc != 0) print_error("exit %d, stderr:\n%s\n", rc, g_err);
+    assert_int_equal(rc, 0);
+    json_object *root = json_object_from_file(out);
+    assert_non_null(root);
+    json_object *benches = field(root, "benchmarks");
+    assert_int_equal(json_object_array_length(benches), 1);
+    assert_non_null(strstr(
+        json_object_get_string(field(json_object_array_get_idx(benches, 0), "name")), "/Nq:32/"));
+    json_object_put(root);
+}
+
+static void expect_usage_error(const char *const *args, const char *mention) {
+    const int rc = run_bench(args);
+    if (rc != 2 || !strstr(g_err, mention))
+        print_error("args '%s %s': exit %d (want 2), stderr '%s' (want it to mention '%s')\n",
+                    args[1], args[2] ? args[2] : "", rc, g_err, mention);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(g_err, mention));
+}
+
+static void test_bad_options(void **state) {
+    (void)state;
+    REQUIRE_BENCH();
+    char out[512];
+    snprintf(out, sizeof out, "%s/never.json", g_tmp);
+    const char *a1[] = {"sweep", "--preset", "bogus", "--out", out, NULL};
+    expect_usage_error(a1, "bogus");
+    const char *a2[] = {"sweep", "--seq", "0", "--out", out, NULL};
+    expect_usage_error(a2, "--seq");
+    const char *a3[] = {"sweep", "--threads", "-1", "--out", out, NULL};
+    expect_usage_error(a3, "--threads");
+    const char *a4[] = {"sweep", "--kernels", "nosuch", "--out", out, NULL};
+    expect_usage_error(a4, "nosuch");
+    const char *a5[] = {"sweep", "--causal", "2", "--out", out, NULL};
+    expect_usage_error(a5, "--causal");
+    const char *a6[] = {"sweep", "--bind", "sockets", "--out", out, NULL};
+    expect_usage_error(a6, "sockets");
+    const char *a7[] = {"sweep", "--max-seconds", "abc", "--out", out, NULL};
+    expect_usage_error(a7, "--max-seconds");
+    const char *a8[] = {"sweep", "--frobnicate", NULL};
+    expect_usage_error(a8, "--frobnicate");
+    const char *a9[] = {"sweep", "stray", NULL};
+    expect_usage_error(a9, "stray");
+    struct stat sb;
+    assert_int_not_equal(stat(out, &sb), 0); /* no file from a usage error */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_schema),
+        cmocka_unit_test(test_interleaved),
+        cmocka_unit_test(test_passthrough_filter),
+        cmocka_unit_test(test_bad_options),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,459 @@
+/* test_select.c - kernel selection (variants/select.c): the cache model's
+ * block sizes, the library's CPU key against harness/machine.c's, and
+ * mha_select's fallback chain (MHA_KERNEL, a matching tuning table, defaults)
+ * with foreign, malformed and inconsistent tables, which must fall back with
+ * a reason and never crash. Tables are written to a mkdtemp directory. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "machine.h"
+#include "select.h"
+
+static const char *const env_names[] = {"MHA_KERNEL", "MHA_TUNING", "MHA_TUNING_DIR", "MHA_VERBOSE",
+                                        "MHA_ISA"};
+#define NENV (sizeof env_names / sizeof env_names[0])
+static char *saved_env[NENV];
+static char tmpdir[256];
+
+static int setup(void **state) {
+    (void)state;
+    for (size_t i = 0; i < NENV; i++) {
+        const char *e = getenv(env_names[i]);
+        saved_env[i] = e ? strdup(e) : NULL;
+    }
+    unsetenv("MHA_KERNEL");
+    unsetenv("MHA_TUNING");
+    unsetenv("MHA_TUNING_DIR");
+    unsetenv("MHA_VERBOSE");
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mha-test-select-XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    for (size_t i = 0; i < NENV; i++) {
+        if (saved_env[i])
+            setenv(env_names[i], saved_env[i], 1);
+        else
+            unsetenv(env_names[i]);
+        free(saved_env[i]);
+        saved_env[i] = NULL;
+    }
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Writes text to <tmpdir>/name and returns the path (static buffer). */
+static const char *write_file(const char *name, const char *text) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static const mha_problem P1024 = {1, 8, 8, 1024, 1024, 64, 0, 0.0f};
+
+/* A table for this CPU (or the given key / ISA) with one class entry. */
+static const char *table_text(const char *key, const char *isa, const char *cls, const char *winner,
+                              const char *runner) {
+    static char buf[4096];
+    char mykey[96];
+    mha_cpu_key(mykey, sizeof mykey);
+    snprintf(buf, sizeof buf,
+             "{\"fingerprint\": {\"cpu_key\": \"%s\", \"isa_active\": \"%s\"},\n"
+             " \"classes\": [{\"class\": \"%s\", \"winner\": %s, \"runner_up\": %s}]}\n",
+             key ? key : mykey, isa ? isa : mha_isa_name(mha_isa_active()), cls, winner,
+             runner ? runner : "null");
+    return buf;
+}
+
+static const char *class_of(const mha_problem *p, int threads) {
+    static char name[64];
+    mha_shape_class c;
+    mha_class_of(p, threads, &c);
+    mha_class_name(&c, name, sizeof name);
+    return name;
+}
+
+static void select_ok(const mha_problem *p, int threads, mha_selection *s) {
+    const mha_options o = {.threads = threads};
+    assert_int_equal(mha_select(p, &o, s), MHA_OK);
+    assert_non_null(s->kernel);
+    assert_true(s->options.block_q >= 1 && s->options.block_q <= 4096);
+    assert_true(s->options.block_kv >= 1 && s->options.block_kv <= 4096);
+    assert_int_equal(s->options.threads, threads);
+}
+
+/* ---- cache model -------------------------------------------------------------------- */
+static void test_default_blocks(void **state) {
+    (void)state;
+    static const char *const algs[] = {"flash", "tiled", "decode", "other"};
+    static const int64_t dims[] = {1, 32, 64, 80, 96, 128, 256, 1024, 1 << 20};
+    for (int isa = 0; isa < MHA_ISA_COUNT; isa++) {
+        const int w = mha_tile_width((mha_isa)isa);
+        assert_true(w >= 1);
+        for (size_t a = 0; a < 4; a++)
+            for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+                const mha_problem p = {1, 8, 8, 8192, 8192, dims[i], 1, 0.0f};
+                int bq = -1, bk = -1;
+                mha_default_blocks(&p, algs[a], (mha_isa)isa, &bq, &bk);
+                assert_in_range(bq, w, 512);
+                assert_int_equal(bq % w, 0);
+                assert_in_range(bk, 16, 1024);
+                /* the same inputs, the same answer */
+                int bq2, bk2;
+                mha_default_blocks(&p, algs[a], (mha_isa)isa, &bq2, &bk2);
+                assert_int_equal(bq, bq2);
+                assert_int_equal(bk, bk2);
+            }
+        /* Tiny problems: clamped to the problem, never 0. */
+        const mha_problem tiny = {1, 1, 1, 1, 3, 64, 0, 0.0f};
+        int bq, bk;
+        mha_default_blocks(&tiny, "flash", (mha_isa)isa, &bq, &bk);
+        assert_int_equal(bq, 1);
+        assert_int_equal(bk, 3);
+        mha_default_blocks(NULL, "flash", (mha_isa)isa, &bq, &bk);
+        assert_in_range(bq, 1, 4096);
+        assert_in_range(bk, 1, 4096);
+    }
+    /* The flash working set Q^T + S^T + O^T stays within the L2 for usual head dims. */
+    uint64_t l1, l2;
+    mha_cache_sizes(&l1, &l2, NULL, NULL);
+    assert_in_range(l1, 16 * 1024, 256 * 1024);
+    assert_in_range(l2, 128 * 1024, 8 * 1024 * 1024);
+    for (int64_t d = 32; d <= 128; d *= 2) {
+        const mha_problem p = {1, 8, 8, 4096, 4096, d, 0, 0.0f};
+        int bq, bk;
+        mha_default_blocks(&p, "flash", MHA_ISA_AVX512, &bq, &bk);
+        assert_true((uint64_t)(2 * d + bk) * (uint64_t)bq * 4 <= l2 / 2);
+    }
+}
+
+/* mha_attend / mha_workspace_size resolve 0 through the model: the same bytes
+ * as the explicit values. */
+static void test_workspace_resolves_defaults(void **state) {
+    (void)state;
+    static const char *const names[] = {"flash.scalar", "tiled.scalar"};
+    for (int i = 0; i < 2; i++) {
+        const mha_kernel *k = mha_kernel_find(names[i]);
+        assert_non_null(k);
+        int bq, bk;
+        mha_default_blocks(&P1024, mha_kernel_algorithm(k), mha_kernel_isa(k), &bq, &bk);
+        const mha_options zero = {.threads = 2},
+                          expl = {.threads = 2, .block_q = bq, .block_kv = bk};
+        size_t a = 0, b = 0;
+        assert_int_equal(mha_workspace_size(k, &P1024, &zero, &a), MHA_OK);
+        assert_int_equal(mha_workspace_size(k, &P1024, &expl, &b), MHA_OK);
+        assert_int_equal(a, b);
+    }
+}
+
+static void test_cpu_key_agrees(void **state) {
+    (void)state;
+    machine_info m;
+    machine_describe(&m);
+    char a[96], b[96];
+    machine_cpu_key(&m, a, sizeof a);
+    mha_cpu_key(b, sizeof b);
+    assert_string_equal(a, b);
+}
+
+/* ---- classes ------------------------------------------------------------------------------ */
+static void test_classes(void **state) {
+    (void)state;
+    mha_shape_class cl[MHA_CLASS_MAX];
+    const int nq = mha_class_list("quick", cl, MHA_CLASS_MAX);
+    assert_true(nq >= 8);
+    const int nf = mha_class_list("full", cl, MHA_CLASS_MAX);
+    assert_true(nf > nq && nf <= MHA_CLASS_MAX);
+    assert_int_equal(mha_class_list("bogus", cl, MHA_CLASS_MAX), -1);
+    char names[MHA_CLASS_MAX][64];
+    for (int i = 0; i < nf; i++) {
+        mha_class_name(&cl[i], names[i], sizeof names[i]);
+        for (int j = 0; j < i; j++) assert_string_not_equal(names[i], names[j]);
+        /* the representative problem belongs to its own class */
+        mha_problem p, vp;
+        mha_class_problem(&cl[i], &p);
+        mha_class_verify_problem(&cl[i], &vp);
+        assert_int_equal(mha_problem_validate(&p), MHA_OK);
+        assert_int_equal(mha_problem_validate(&vp), MHA_OK);
+        char again[64];
+        assert_string_equal(class_of(&p, cl[i].threads == 1 ? 1 : 4), names[i]);
+        mha_class_name(&cl[i], again, sizeof again);
+        assert_string_equal(again, names[i]);
+    }
+    const mha_problem dec = {2, 8, 2, 1, 3000, 128, 1, 0.0f};
+    assert_string_equal(class_of(&dec, 1), "decode-d128-kv4096-t1");
+    const mha_problem odd = {1, 4, 4, 77, 5000, 63, 1, 0.0f};
+    assert_string_equal(class_of(&odd, 8), "dother-kvlong-causal-tall");
+}
+
+/* ---- the fallback chain --------------------------------------------------------------------- */
+static void test_no_table_defaults(void **state) {
+    (void)state;
+    setenv("MHA_TUNING", "/nonexistent/mha-table.json", 1);
+    mha_selection s;
+    select_ok(&P1024, 1, &s);
+    assert_int_equal(s.source, MHA_CHOICE_DEFAULT);
+    assert_string_equal(mha_kernel_algorithm(s.kernel), "flash");
+    assert_int_equal(mha_kernel_isa(s.kernel), mha_isa_active());
+    assert_non_null(strstr(s.reason, "no tuning table"));
+    assert_true(s.expected_gflops == 0);
+    int bq, bk;
+    mha_default_blocks(&P1024, "flash", mha_isa_active(), &bq, &bk);
+    assert_int_equal(s.options.block_q, bq);
+    assert_int_equal(s.options.block_kv, bk);
+}
+
+static void test_forced(void **state) {
+    (void)state;
+    mha_selection s;
+    setenv("MHA_KERNEL", "tiled.scalar", 1);
+    select_ok(&P1024, 2, &s);
+    assert_int_equal(s.source, MHA_CHOICE_FORCED);
+    assert_string_equal(mha_kernel_name(s.kernel), "tiled.scalar");
+    assert_non_null(strstr(s.reason, "MHA_KERNEL"));
+    /* The caller's explicit knobs survive. */
+    const mha_options o = {.threads = 1, .block_q = 40, .block_kv = 24};
+    assert_int_equal(mha_select(&P1024, &o, &s), MHA_OK);
+    assert_int_equal(s.options.block_q, 40);
+    assert_int_equal(s.options.block_kv, 24);
+
+    setenv("MHA_KERNEL", "flash.nonsense", 1);
+    assert_int_equal(mha_select(&P1024, NULL, &s), MHA_EINVAL);
+    assert_non_null(strstr(mha_last_error(), "flash.nonsense"));
+
+    setenv("MHA_KERNEL", "flash.avx512", 1);
+    setenv("MHA_ISA", "scalar", 1);
+    assert_int_equal(mha_select(&P1024, NULL, &s), MHA_EUNSUPPORTED);
+    assert_non_null(strstr(mha_last_error(), "MHA_KERNEL"));
+}
+
+static void test_table_match(void **state) {
+    (void)state;
+    const char *path =
+        write_file("match.json",
+                   table_text(NULL, NULL, class_of(&P1024, 1),
+                              "{\"kernel\": \"tiled.scalar\", \"block_q\": 32, \"block_kv\": 128, "
+                              "\"split\": 0, \"gflops\": 12.5}",
+                              "{\"kernel\": \"flash.scalar\", \"block_q\": 16, \"block_kv\": 64, "
+                              "\"gflops\": 10}"));
+    setenv("MHA_TUNING", path, 1);
+    mha_selection s, s2;
+    select_ok(&P1024, 1, &s);
+    assert_int_equal(s.source, MHA_CHOICE_TABLE);
+    assert_string_equal(mha_kernel_name(s.kernel), "tiled.scalar");
+    assert_int_equal(s.options.block_q, 32);
+    assert_int_equal(s.options.block_kv, 128);
+    assert_true(s.expected_gflops == 12.5);
+    assert_non_null(strstr(s.reason, class_of(&P1024, 1)));
+    /* determinism: the same inputs, the same choice */
+    for (int i = 0; i < 3; i++) {
+        select_ok(&P1024, 1, &s2);
+        assert_ptr_equal(s2.kernel, s.kernel);
+        assert_memory_equal(&s2.options, &s.options, sizeof s.options);
+        assert_int_equal(s2.source, s.source);
+        assert_string_equal(s2.reason, s.reason);
+    }
+    /* Another seq bucket of the same class family: the nearest entry. */
+    const mha_problem p300 = {1, 8, 8, 3000, 3000, 64, 0, 0.0f};
+    select_ok(&p300, 1, &s);
+    assert_int_equal(s.source, MHA_CHOICE_TABLE);
+    assert_non_null(strstr(s.reason, "nearest"));
+    /* A class the table lacks: defaults, and the reason says so. */
+    const mha_problem causal = {1, 8, 8, 1024, 1024, 64, 1, 0.0f};
+    select_ok(&causal, 1, &s);
+    assert_int_equal(s.source, MHA_CHOICE_DEFAULT);
+    assert_non_null(strstr(s.reason, "no entry"));
+
+    /* The committed-table location: MHA_TUNING_DIR/<cpu key>.json. */
+    unsetenv("MHA_TUNING");
+    setenv("MHA_TUNING_DIR", tmpdir, 1);
+    char cpu_path[512];
+    mha_table_cpu_path(cpu_path, sizeof cpu_path);
+    assert_int_equal(strncmp(cpu_path, tmpdir, strlen(tmpdir)), 0);
+    assert_int_equal(rename(path, cpu_path), 0);
+    select_ok(&P1024, 1, &s);
+    assert_int_equal(s.source, MHA_CHOICE_TABLE);
+    assert_string_equal(mha_kernel_name(s.kernel), "tiled.scalar");
+}
+
+/* Runs mha_select with stderr captured; returns what it printed. */
+static const char *select_captured(const mha_problem *p, mha_selection *s) {
+    static char text[2048];
+    char path[512];
+    snprintf(path, sizeof path, "%s/stderr.txt", tmpdir);
+    fflush(stderr);
+    const int saved = dup(2);
+    FILE *f = fopen(path, "w+");
+    assert_non_null(f);
+    dup2(fileno(f), 2);
+    const mha_status st = mha_select(p, NULL, s);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    assert_int_equal(st, MHA_OK);
+    return text;
+}
+
+static void test_table_foreign(void **state) {
+    (void)state;
+    const char *winner = "{\"kernel\": \"tiled.scalar\", \"block_q\": 32, \"block_kv\": 128}";
+    const mha_problem p = {1, 8, 8, 1024, 1024, 64, 0, 0.0f};
+    const int all = mha_resolve_threads(NULL);
+    /* another CPU */
+    setenv("MHA_TUNING",
+           write_file("foreign.json", table_text("intel-xeon-platinum-8480-f6m143-avx512", NULL,
+                                                 class_of(&p, all), winner, NULL)),
+           1);
+    mha_selection s;
+    setenv("MHA_VERBOSE", "1", 1);
+    const char *err = select_captured(&p, &s);
+    assert_int_equal(s.source, MHA_CHOICE_DEFAULT);
+    assert_non_null(strstr(s.reason, "not used"));
+    assert_non_null(strstr(s.reason, "intel-xeon-platinum-8480"));
+    assert_non_null(strstr(err, "not used"));
+    assert_non_null(strstr(err, mha_kernel_name(s.kernel)));
+    /* this CPU, tuned under another ISA cap */
+    const char *other_isa = mha_isa_active() == MHA_ISA_SCALAR ? "avx2" : "scalar";
+    setenv("MHA_TUNING",
+           write_file("isa.json", table_text(NULL, other_isa, class_of(&p, all), winner, NULL)), 1);
+    err = select_captured(&p, &s);
+    assert_int_equal(s.source, MHA_CHOICE_DEFAULT);
+    assert_non_null(strstr(s.reason, "not used"));
+    /* quiet without MHA_VERBOSE */
+    unsetenv("MHA_VERBOSE");
+    err = select_captured(&p, &s);
+    assert_string_equal(err, "");
+}
+
+static void expect_fallback(const char *name, const char *text, const char *why) {
+    setenv("MHA_TUNING", write_file(name, text), 1);
+    mha_selection s;
+    select_ok(&P1024, 1, &s);
+    if (s.source != MHA_CHOICE_DEFAULT || !strstr(s.reason, why))
+        fail_msg("%s: source %d, reason '%s', expected a fallback mentioning '%s'", name,
+                 (int)s.source, s.reason, why);
+}
+
+static void test_table_malformed(void **state) {
+    (void)state;
+    const char *cls = class_of(&P1024, 1);
+    char good[4096], text[4096];
+    snprintf(good, sizeof good, "%s",
+             table_text(NULL, NULL, cls,
+                        "{\"kernel\": \"tiled.scalar\", \"block_q\": 32, \"block_kv\": 128}",
+                        NULL));
+    expect_fallback("empty.json", "", "empty");
+    expect_fallback("blank.json", "  \n\t\n", "empty");
+    /* truncated at several points */
+    const size_t len = strlen(good);
+    for (size_t cut = 1; cut < len - 2; cut += len / 7) {
+        snprintf(text, sizeof text, "%.*s", (int)cut, good);
+        expect_fallback("truncated.json", text, "ignored");
+    }
+    expect_fallback("garbage.json",
+                    "\x7f"
+                    "ELF\x01\x02 not json at all",
+                    "ignored");
+    expect_fallback("array.json", "[1, 2, 3]", "not an object");
+    expect_fallback("trailing.json", "{\"fingerprint\": {}} }}", "ignored");
+    expect_fallback("nofp.json", "{\"classes\": []}", "fingerprint");
+    expect_fallback(
+        "keytype.json",
+        "{\"fingerprint\": {\"cpu_key\": 7, \"isa_active\": \"avx2\"}, \"classes\": []}",
+        "cpu_key");
+    char key[96];
+    mha_cpu_key(key, sizeof key);
+    snprintf(text, sizeof text,
+             "{\"fingerprint\": {\"cpu_key\": \"%s\", \"isa_active\": \"%s\"}, \"classes\": {}}",
+             key, mha_isa_name(mha_isa_active()));
+    expect_fallback("classes.json", text, "classes");
+    /* wrong types inside an entry */
+    expect_fallback(
+        "strknob.json",
+        table_text(NULL, NULL, cls,
+                   "{\"kernel\": \"tiled.scalar\", \"block_q\": \"32\", \"block_kv\": 8}", NULL),
+        "block_q is not an integer");
+    expect_fallback("floatknob.json",
+                    table_text(NULL, NULL, cls,
+                               "{\"kernel\": \"tiled.scalar\", \"block_q\": 3.5, \"block_kv\": 8}",
+                               NULL),
+                    "block_q is not an integer");
+    expect_fallback("nokernel.json",
+                    table_text(NULL, NULL, cls, "{\"block_q\": 32, \"block_kv\": 8}", NULL),
+                    "kernel is missing");
+    expect_fallback("winnernull.json", table_text(NULL, NULL, cls, "null", NULL), "winner");
+    expect_fallback("winnerarr.json", table_text(NULL, NULL, cls, "[64, 64]", NULL), "winner");
+    /* consistent JSON, unusable entries */
+    expect_fallback("unknown.json",
+                    table_text(NULL, NULL, cls,
+                               "{\"kernel\": \"warp.avx1024\", \"block_q\": 32, \"block_kv\": 8}",
+                               NULL),
+                    "unknown kernel");
+    expect_fallback("range.json",
+                    table_text(NULL, NULL, cls,
+                               "{\"kernel\": \"tiled.scalar\", \"block_q\": 100000, "
+                               "\"block_kv\": 8}",
+                               NULL),
+                    "out of range");
+    expect_fallback("negative.json",
+                    table_text(NULL, NULL, cls,
+                               "{\"kernel\": \"tiled.scalar\", \"block_q\": -4, \"block_kv\": 8}",
+                               NULL),
+                    "out of range");
+    expect_fallback("split.json",
+                    table_text(NULL, NULL, cls,
+                               "{\"kernel\": \"flash.scalar\", \"block_q\": 4, \"block_kv\": 8, "
+                               "\"split\": 9}",
+                               NULL),
+                    "split");
+    /* A kernel above the active ISA: skipped; the usable runner-up is taken. */
+    setenv("MHA_ISA", "scalar", 1);
+    setenv(
+        "MHA_TUNING",
+        write_file("isa-skip.json",
+                   table_text(NULL, "scalar", cls,
+                              "{\"kernel\": \"flash.avx512\", \"block_q\": 64, \"block_kv\": 64}",
+                              "{\"kernel\": \"tiled.scalar\", \"block_q\": 8, \"block_kv\": 32, "
+                              "\"gflops\": 3}")),
+        1);
+    mha_selection s;
+    select_ok(&P1024, 1, &s);
+    assert_int_equal(s.source, MHA_CHOICE_TABLE);
+    assert_string_equal(mha_kernel_name(s.kernel), "tiled.scalar");
+    assert_int_equal(s.options.block_q, 8);
+    assert_non_null(strstr(s.reason, "runner-up"));
+    assert_non_null(strstr(s.reason, "does not run here"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_blocks),
+        cmocka_unit_test(test_workspace_resolves_defaults),
+        cmocka_unit_test(test_cpu_key_agrees),
+        cmocka_unit_test(test_classes),
+        cmocka_unit_test_setup_teardown(test_no_table_defaults, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_forced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_table_match, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_table_foreign, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_table_malformed, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,95 @@
+/* select.h - the internals of kernel selection that `mhabench tune` and the
+ * tests share with the library (variants/select.c): the shape classes, the
+ * cache model's inputs, the library's CPU key and the tuning-table reader.
+ * Not installed; the public side is mha_select / mha_default_blocks. */
+#ifndef MHA_VARIANTS_SELECT_H
+#define MHA_VARIANTS_SELECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mha.h"
+
+/* ---- shape classes ------------------------------------------------------------
+ * head_dim (32, 64, 80, 128 exactly, else "other") x seq_kv bucket (<= 256,
+ * <= 1024, <= 4096, longer) x causal x threads (1 or "all": more than one), and
+ * decode (seq_q == 1) as its own family (causal is meaningless there: a decode
+ * query sees the whole cache). One table in select.c defines them. */
+typedef struct {
+    int dim;     /* index into the head_dim list; MHA_CLASS_DIMS - 1 is "other" */
+    int bucket;  /* index into the seq_kv buckets */
+    int causal;  /* 0 or 1; always 0 for decode */
+    int threads; /* 1, or 0 for "all" (any count > 1) */
+    int decode;  /* seq_q == 1 */
+} mha_shape_class;
+
+#define MHA_CLASS_DIMS 5
+#define MHA_CLASS_BUCKETS 4
+#define MHA_CLASS_MAX (2 * MHA_CLASS_DIMS * MHA_CLASS_BUCKETS * 2 * 2)
+
+void mha_class_of(const mha_problem *p, int threads, mha_shape_class *c);
+/* "d64-kv1024-causal-t1", "decode-d128-kv4096-tall", "dother-kvlong-tall". */
+void mha_class_name(const mha_shape_class *c, char *buf, size_t len);
+/* head_dim of the class (0 for "other") and its bucket's bound on seq_kv (0: unbounded). */
+int mha_class_head_dim(const mha_shape_class *c);
+int64_t mha_class_seq_bound(const mha_shape_class *c);
+/* The classes `mhabench tune --classes quick|full` searches. Returns the count,
+ * or -1 when set is neither. */
+int mha_class_list(const char *set, mha_shape_class *out, int max);
+/* A representative problem of the class (B=1, a few heads, the bucket's
+ * typical length), and a smaller one of the same class for verification
+ * against the float64 oracle (one batch, two heads sharing one KV head, seq
+ * capped with an odd tail). */
+void mha_class_problem(const mha_shape_class *c, mha_problem *p);
+void mha_class_verify_problem(const mha_shape_class *c, mha_problem *p);
+
+/* ---- the cache model's inputs ------------------------------------------------------ */
+/* Per-core L1d and L2 in bytes as hwloc reports them (raw, 0 = unknown) and
+ * clamped to plausible ranges (the same bounds as harness/machine.c). hwloc is
+ * queried once per process. */
+void mha_cache_sizes(uint64_t *l1d, uint64_t *l2, uint64_t *l1d_raw, uint64_t *l2_raw);
+/* Columns of the ISA's GEMM micro-tile (MHA_NR in kernels/vec_*.h): block_q
+ * is efficient as a multiple of it. */
+int mha_tile_width(mha_isa isa);
+
+/* ---- CPU key ----------------------------------------------------------------------- */
+/* The stable per-CPU key, computed exactly as harness/machine.c's
+ * machine_cpu_key ("amd-epyc-f26m2-avx512"); tests check they agree. */
+void mha_cpu_key(char *out, size_t len);
+
+/* ---- tuning tables ----------------------------------------------------------------- */
+typedef struct {
+    int present;
+    char kernel[48];
+    int block_q, block_kv, split; /* as written; checked when used */
+    double gflops;
+} mha_table_choice;
+
+typedef struct {
+    char cls[64];
+    mha_table_choice winner, runner_up;
+} mha_table_entry;
+
+typedef struct {
+    char cpu_key[96];
+    char isa_active[16];
+    int count;
+    mha_table_entry *entries;
+} mha_table;
+
+/* Reads and validates a tuning table. On failure returns MHA_EIO (cannot
+ * read) or MHA_EFORMAT (malformed, truncated, wrong types) and writes why
+ * into why. Free with mha_table_free. */
+mha_status mha_table_load(const char *path, mha_table *t, char *why, size_t len);
+void mha_table_free(mha_table *t);
+/* This CPU's table: <dir>/<cpu key>.json, or <cpu key>-cap-<isa>.json when
+ * MHA_ISA caps the active ISA below the detected one (the fingerprint holds
+ * both, so the capped table never stands in for the native one). */
+void mha_table_cpu_path(char *out, size_t len);
+/* The table mha_select consults: MHA_TUNING, else mha_table_cpu_path. */
+void mha_table_default_path(char *out, size_t len);
+/* The directory committed tables live in (MHA_TUNING_DIR or the source's
+ * results/tuning). */
+const char *mha_table_dir(void);
+
+#endif

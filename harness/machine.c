@@ -306,19 +306,17 @@ mha_status machine_fma_peak(mha_isa isa, double seconds_budget, machine_peak *ou
  * object we clamp to, so every pass streams from DRAM. */
 #define BW_BYTES (256 * MIB)
 
-/* Sum of a slice with four independent accumulators; integer adds so the
- * compiler may vectorise it (SSE2 paddq) without -ffast-math. */
+/* Sum of a slice with the widest loads the active ISA has (kernels/peak.c):
+ * a baseline SSE2 loop leaves one core short of the memory's bandwidth. */
 static uint64_t sum_slice(const uint64_t *p, size_t n) {
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += p[i];
-        s1 += p[i + 1];
-        s2 += p[i + 2];
-        s3 += p[i + 3];
+    switch (mha_isa_active()) {
+    case MHA_ISA_AVX512:
+        return mha_read_sum__avx512(p, n);
+    case MHA_ISA_AVX2:
+        return mha_read_sum__avx2(p, n);
+    default:
+        return mha_read_sum__scalar(p, n);
     }
-    for (; i < n; i++) s0 += p[i];
-    return (s0 + s1) + (s2 + s3);
 }
 
 static volatile uint64_t bw_sink;

@@ -25,7 +25,7 @@ enum { MAX_LIST = 64, MAX_KERNELS = 64, MAX_REPS = 1000 };
 
 static void usage(FILE *f) {
     fputs(
-        "usage: mhabench sweep [--preset quick|full|ci] [--kernels a,b] [--seq N,..]\n"
+        "usage: mhabench sweep [--preset quick|full|ci|roofline] [--kernels a,b] [--seq N,..]\n"
         "                      [--seq-q N,..] [--seq-kv N,..] [--heads H,..] [--kv-heads G,..]\n"
         "                      [--head-dim D,..] [--batch B,..] [--causal 0,1] [--threads "
         "T,..|all]\n"
@@ -47,6 +47,8 @@ static void usage(FILE *f) {
         "decode\n"
         "         Nq=1 Nkv=4096 H=32 d=128; threads 1,all; 9 repetitions in a seeded random\n"
         "         interleaved order (for regression runs: mhabench compare)\n"
+        "  roofline  the roofline targets' shapes (prefill, decode MHA/GQA, BERT/GPT-2 layers),\n"
+        "         5 repetitions of 0.3 s; threads 1,all\n"
         "  The preset's decode and layer shapes are dropped when a shape axis (--seq, --seq-q, "
         "--seq-kv,\n"
         "  --heads, --kv-heads, --head-dim, --batch) is given.\n"
@@ -84,7 +86,7 @@ typedef struct {
     int64_t seq[MAX_LIST], heads[MAX_LIST], dims[MAX_LIST], batch[MAX_LIST], causal[2];
     int nseq, nheads, ndims, nbatch, ncausal;
     int threads_full_range; /* 1..all instead of 1,all */
-    shape extra[8];         /* decode shapes (or the whole list for ci) */
+    shape extra[16];        /* decode and layer shapes (or the whole list: ci, roofline) */
     int nextra;
     int extra_only; /* ci: only the listed shapes */
     double min_time;
@@ -139,6 +141,27 @@ static int preset_get(const char *name, preset *p) {
         p->extra[p->nextra++] = bert;
         p->extra[p->nextra++] = gpt2;
         p->min_time = 0.2;
+        return 1;
+    }
+    if (strcmp(name, "roofline") == 0) {
+        /* The shapes of the roofline targets (issue 6): prefill, decode with
+         * MHA and GQA caches, and the BERT-base / GPT-2 layers. */
+        const shape list[] = {{1, 8, 8, 4096, 4096, 64, 0, 0},
+                              {1, 12, 12, 512, 512, 64, 0, 0},
+                              {1, 8, 8, 512, 512, 64, 0, 0},
+                              {1, 32, 32, 2048, 2048, 128, 0, 0},
+                              {1, 32, 32, 2048, 2048, 128, 1, 0},
+                              {1, 12, 12, 1024, 1024, 64, 1, 0},
+                              {1, 12, 12, 197, 197, 64, 0, 0},
+                              {1, 12, 12, 128, 128, 64, 0, 0},
+                              decode,
+                              {1, 32, 8, 1, 4096, 128, 0, 0},
+                              bert,
+                              gpt2};
+        for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) p->extra[p->nextra++] = list[i];
+        p->extra_only = 1;
+        p->min_time = 0.3;
+        p->repetitions = 5;
         return 1;
     }
     if (strcmp(name, "ci") == 0) {
@@ -800,7 +823,7 @@ int cmd_sweep(int argc, char **argv) {
 
     preset pr;
     if (!preset_get(preset_name, &pr)) {
-        errorf("sweep: --preset '%s': expected quick, full or ci", preset_name);
+        errorf("sweep: --preset '%s': expected quick, full, ci or roofline", preset_name);
         return EXIT_USAGE;
     }
     g_seed = seed;

@@ -142,3 +142,52 @@ double MHA_SYM(fma_peak_loop)(int64_t iters) {
 }
 
 #endif
+
+/* ---- memory read bandwidth -------------------------------------------------
+ * Sums n 64-bit words with the widest loads this ISA has and four independent
+ * integer accumulators (no FP denormal or latency effects), so one core keeps
+ * as many misses in flight as it can: the read-bandwidth probe behind
+ * `mhabench info` and the sweeps' % of bandwidth. */
+#include <stddef.h>
+#if defined(MHA_BUILD_AVX512) || defined(MHA_BUILD_AVX2)
+#include <immintrin.h>
+#endif
+
+uint64_t MHA_SYM(read_sum)(const uint64_t *p, size_t n) {
+    size_t i = 0;
+    uint64_t tail = 0;
+#if defined(MHA_BUILD_AVX512)
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm512_add_epi64(a0, _mm512_loadu_si512((const void *)(p + i)));
+        a1 = _mm512_add_epi64(a1, _mm512_loadu_si512((const void *)(p + i + 8)));
+        a2 = _mm512_add_epi64(a2, _mm512_loadu_si512((const void *)(p + i + 16)));
+        a3 = _mm512_add_epi64(a3, _mm512_loadu_si512((const void *)(p + i + 24)));
+    }
+    tail = (uint64_t)_mm512_reduce_add_epi64(
+        _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+#elif defined(MHA_BUILD_AVX2)
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *)(p + i + 4)));
+        a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *)(p + i + 8)));
+        a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *)(p + i + 12)));
+    }
+    uint64_t lanes[4];
+    _mm256_storeu_si256((__m256i *)lanes,
+                        _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+    tail = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+#else
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += p[i];
+        s1 += p[i + 1];
+        s2 += p[i + 2];
+        s3 += p[i + 3];
+    }
+    tail = (s0 + s1) + (s2 + s3);
+#endif
+    for (; i < n; i++) tail += p[i];
+    return tail;
+}

@@ -16,6 +16,11 @@
 
 #define LOG2E 1.44269504088896341f
 enum { DEC_RB = 4, DEC_BK = 64 }; /* rows per pass over K/V, keys per softmax block */
+enum { DEC_PF_BYTES = 8192 };     /* how far ahead K / V are prefetched (measured best here) */
+
+static inline void prefetch_row(const float *p, int64_t d) {
+    for (int64_t c = 0; c < d; c += 16) __builtin_prefetch(p + c, 0, 0);
+}
 
 typedef struct {
     int64_t rows;   /* query rows per (batch, KV head): group * seq_q */
@@ -92,14 +97,20 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
     }
     const float *kh = x->k->data + b * x->k->stride_b + g * x->k->stride_h;
     const float *vh = x->v->data + b * x->v->stride_b + g * x->v->stride_h;
+    const int64_t pf = DEC_PF_BYTES / (d * (int64_t)sizeof(float)) > 4
+                           ? DEC_PF_BYTES / (d * (int64_t)sizeof(float))
+                           : 4;
     int64_t kend = k0; /* keys any row sees */
     for (int r = 0; r < R; r++) kend = end[r] > kend ? end[r] : kend;
     if (kend > k1) kend = k1;
     for (int64_t j0 = k0; j0 < kend; j0 += DEC_BK) {
         const int64_t bk = kend - j0 < DEC_BK ? kend - j0 : DEC_BK;
-        /* scores: one pass over the K block serves every row */
+        /* scores: one pass over the K block serves every row. The stream is
+         * memory-bound with little work per byte, so the rows pf ahead are
+         * prefetched (K here, V in its pass) to keep enough misses in flight. */
         for (int64_t j = 0; j < bk; j++) {
             const float *krow = kh + (j0 + j) * x->k->stride_n;
+            if (j0 + j + pf < kend) prefetch_row(krow + pf * x->k->stride_n, d);
             for (int r = 0; r < R; r++)
                 s[r * DEC_BK + j] = j0 + j < end[r] ? dot(qrow[r], krow, d) * x->qscale : -INFINITY;
         }
@@ -137,6 +148,7 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
         /* o[r] += sum_j p[r][j] V[j0+j]: one pass over the V block for every row */
         for (int64_t j = 0; j < bk; j++) {
             const float *vrow = vh + (j0 + j) * x->v->stride_n;
+            if (j0 + j + pf < kend) prefetch_row(vrow + pf * x->v->stride_n, d);
             int64_t c = 0;
             for (; c + VW <= d; c += VW) {
                 const vf vv = vloadu(vrow + c);

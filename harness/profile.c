@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "commands.h"
+#include "results.h"
 #include "util.h"
 
 static double now(void) {
@@ -87,6 +88,7 @@ int cmd_profile(int argc, char **argv) {
     }
     if (!check_isa_env()) return EXIT_USAGE;
     const mha_kernel *k = lookup_kernel(kname);
+    results_bind_threads(mha_resolve_threads(&(mha_options){.threads = (int)T})); /* as sweep */
     if (!k) return EXIT_USAGE;
     const mha_problem p = {B, H, G ? G : H, N, M ? M : N, d, causal, 0.0f};
     const mha_options o = {.threads = (int)T};

@@ -10,6 +10,7 @@
 #include <json-c/json.h>
 #include <libgen.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "commands.h"
 #include "machine.h"
 #include "select.h"
+#include "results.h"
 #include "util.h"
 
 #define DEFAULT_BUDGET_S 120.0
@@ -384,7 +386,7 @@ static void search_kernel(tune_ctx *tx, class_data *cd, kernel_result *kr, doubl
     const mha_kernel *k = kr->k;
     const int w = mha_tile_width(mha_kernel_isa(k));
     int dq = 0, dk = 0;
-    mha_default_blocks(&cd->p, mha_kernel_algorithm(k), mha_kernel_isa(k), &dq, &dk);
+    mha_default_blocks(&cd->p, mha_kernel_algorithm(k), mha_kernel_isa(k), tx->threads, &dq, &dk);
     /* knob-less kernels are recorded with 0 (= default) knobs */
     kr->prior = kr->tunable ? (point){.bq = dq, .bk = dk, .split = 0} : (point){0};
     point_set set = {.n = 0};
@@ -642,6 +644,9 @@ int cmd_tune(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (!check_isa_env()) return EXIT_USAGE;
+    /* Pin the OpenMP pool one thread per core, as the sweep does: unpinned
+     * threads on this kind of VM sometimes share a core for seconds. */
+    results_bind_threads(omp_get_num_procs());
     mha_shape_class classes[MHA_CLASS_MAX];
     int ncls = mha_class_list(set, classes, MHA_CLASS_MAX);
     if (ncls < 0) {
@@ -867,7 +872,7 @@ int cmd_tune(int argc, char **argv) {
             dp = dres->prior;
             if (same_knobs(&dres->best, &dp)) dp = dres->best; /* its latest measurement */
         } else if (dkern) {
-            mha_default_blocks(&cd.p, "flash", act, &dp.bq, &dp.bk);
+            mha_default_blocks(&cd.p, "flash", act, tx.threads, &dp.bq, &dp.bk);
             measure(&tx, &cd, dkern, &dp, 0, 0, "default");
         }
         if (dkern && dp.status == 1) json_object_object_add(e, "default", choice_json(dkern, &dp));

@@ -146,10 +146,12 @@ typedef struct {
 mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection *out);
 
 /* Cache-model default block sizes (from hwloc's L1/L2, clamped) for an
- * algorithm ("flash", "tiled") at an ISA. mha_attend and mha_workspace_size
+ * algorithm ("flash", "tiled") at an ISA and thread count (with several
+ * threads and few (batch, head, query block) tasks, flash gets smaller query
+ * blocks so the threads stay balanced). mha_attend and mha_workspace_size
  * resolve options left at 0 through this. */
-void mha_default_blocks(const mha_problem *p, const char *algorithm, mha_isa isa, int *block_q,
-                        int *block_kv);
+void mha_default_blocks(const mha_problem *p, const char *algorithm, mha_isa isa, int threads,
+                        int *block_q, int *block_kv);
 
 /* ---- instrumentation ------------------------------------------------------------ */
 /* With the meson option phase_timing, the SIMD kernels count cycles per phase:

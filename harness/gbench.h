@@ -34,6 +34,8 @@ void mha_gbench_counter(mha_gbench_state *s, const char *name, double value,
                         mha_gbench_counter_kind kind);
 /* Google Benchmark's bytes_per_second: total bytes over all iterations. */
 void mha_gbench_set_bytes_processed(mha_gbench_state *s, int64_t bytes);
+/* The row's "label" in the JSON (e.g. what an `auto` benchmark ran). */
+void mha_gbench_set_label(mha_gbench_state *s, const char *label);
 
 typedef void (*mha_gbench_fn)(mha_gbench_state *s, void *user);
 

@@ -53,6 +53,10 @@ extern "C" void mha_gbench_set_bytes_processed(mha_gbench_state *s, int64_t byte
     s->st->SetBytesProcessed(bytes);
 }
 
+extern "C" void mha_gbench_set_label(mha_gbench_state *s, const char *label) {
+    s->st->SetLabel(label ? label : "");
+}
+
 namespace {
 
 // What the reporters need to know about a registered name.

@@ -53,7 +53,8 @@ static void usage(FILE *f) {
         "--seq-kv,\n"
         "  --heads, --kv-heads, --head-dim, --batch) is given.\n"
         "\n"
-        "  --kernels      comma list (default: every kernel that runs here)\n"
+        "  --kernels      comma list; 'auto' = mha_select's choice per shape (default: every\n"
+        "                 kernel that runs here, and auto except for ci)\n"
         "  --seq          self-attention lengths (Nq = Nkv)\n"
         "  --seq-q/-kv    cross-attention: every (Nq, Nkv) pair (the other defaults to --seq)\n"
         "  --kv-heads     KV head counts (GQA/MQA); values not dividing a head count are\n"
@@ -177,9 +178,13 @@ static int preset_get(const char *name, preset *p) {
     return 0;
 }
 
-/* One benchmark: a kernel on a shape at a thread count. */
+/* One benchmark: a kernel on a shape at a thread count. For the `auto`
+ * pseudo-kernel, k and opts are mha_select's choice for this shape. */
 typedef struct {
     const mha_kernel *k;
+    int is_auto;
+    mha_options opts;
+    char label[160];
     shape s;
     int threads;
     char name[256];
@@ -352,11 +357,12 @@ static mha_layer layer_of(const shape *s, const float *w) {
                        w + 4 * m2 + 3 * dm};
 }
 
-static const char *prepare_call(const mha_kernel *k, const shape *s, int threads, call *c) {
+static const char *prepare_call(const mha_kernel *k, const shape *s, const mha_options *o,
+                                call *c) {
     static char msg[256];
     memset(c, 0, sizeof *c);
     c->p = problem_of(s);
-    c->o.threads = threads;
+    c->o = *o;
     if (s->layer) {
         c->layer = 1;
         c->ls = (mha_layer_shape){s->b, s->nq, s->nkv, s->causal, 0.0f};
@@ -410,7 +416,7 @@ static double now_s(void) {
 static void bench_body(mha_gbench_state *st, void *user) {
     bench *b = user;
     call c;
-    const char *err = prepare_call(b->k, &b->s, b->threads, &c);
+    const char *err = prepare_call(b->k, &b->s, &b->opts, &c);
     if (err) {
         mha_gbench_skip_with_error(st, err);
         return;
@@ -435,6 +441,8 @@ static void bench_body(mha_gbench_state *st, void *user) {
     mha_gbench_counter(st, "threads", b->threads, MHA_GBENCH_PLAIN);
     mha_gbench_counter(st, "block_q", c.o.block_q, MHA_GBENCH_PLAIN);
     mha_gbench_counter(st, "block_kv", c.o.block_kv, MHA_GBENCH_PLAIN);
+    mha_gbench_counter(st, "split", c.o.split, MHA_GBENCH_PLAIN);
+    if (b->is_auto) mha_gbench_set_label(st, b->label);
     if (b->s.nq == 1 && !b->s.layer) {
         mha_gbench_set_bytes_processed(st, (int64_t)b->kv_bytes * iters);
         mha_gbench_counter(st, "pct_bw", b->bw > 0 ? 100.0 * b->kv_bytes * 1e-9 / b->bw : 0,
@@ -447,7 +455,8 @@ static void bench_body(mha_gbench_state *st, void *user) {
 static double probe_rate(const mha_kernel *k) {
     const shape s = {1, 1, 1, 256, 256, 64, 0, 0};
     call c;
-    if (prepare_call(k, &s, 1, &c) || do_call(k, &c) != MHA_OK) return 0;
+    const mha_options one = {.threads = 1};
+    if (prepare_call(k, &s, &one, &c) || do_call(k, &c) != MHA_OK) return 0;
     const mha_problem p = problem_of(&s);
     const double flops = mha_problem_flops(&p);
     double best = 1e30, t_start = now_s();
@@ -525,8 +534,13 @@ static void on_report(const mha_gbench_result *r, void *user) {
     if (pb >= 0)
         snprintf(bw, sizeof bw, ", %.1f GB/s = %.1f%% of bw",
                  mha_gbench_result_counter(r, "bytes_per_second", 0) * 1e-9, pb);
-    printf("%s %s %s threads=%d%s ... %.1f GFLOP/s (%.1f%% of peak%s)\n", count,
-           mha_kernel_name(b->k), shp, b->threads, reps, gf, pp, bw);
+    char kdisp[200];
+    if (b->is_auto)
+        snprintf(kdisp, sizeof kdisp, "auto [%s]", b->label);
+    else
+        snprintf(kdisp, sizeof kdisp, "%s", mha_kernel_name(b->k));
+    printf("%s %s %s threads=%d%s ... %.1f GFLOP/s (%.1f%% of peak%s)\n", count, kdisp, shp,
+           b->threads, reps, gf, pp, bw);
     fflush(stdout);
 }
 
@@ -546,8 +560,10 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
     printf("\nsummary: the fastest kernel per shape (median GFLOP/s over repetitions)\n");
     printf("%-44s %7s  %-14s %9s %7s %9s %9s\n", "shape", "threads", "fastest", "GFLOP/s", "%peak",
            "vs naive", "vs blas");
+    /* `auto` (mha_select per shape) is not a candidate: its rate is shown as a
+     * share of the fastest kernel's. */
     for (int g = 0; g < ngroups; g++) {
-        bench *best = NULL, *naive = NULL, *blas = NULL, *any = NULL;
+        bench *best = NULL, *naive = NULL, *blas = NULL, *any = NULL, *autob = NULL;
         double best_gf = 0;
         for (int i = 0; i < nbench; i++) {
             bench *b = &benches[i];
@@ -555,6 +571,10 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
             any = b;
             if (b->nres == 0) continue;
             const double gf = bench_median(b);
+            if (b->is_auto) { /* compared with the fastest, not a candidate */
+                autob = b;
+                continue;
+            }
             if (strcmp(mha_kernel_name(b->k), "naive") == 0) naive = b;
             if (strcmp(mha_kernel_name(b->k), "blas.cblas") == 0) blas = b;
             if (!best || gf > best_gf) {
@@ -578,6 +598,8 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
                mha_kernel_name(best->k), best_gf, pct, vn, vb);
         if (best->s.nq == 1 && best->bw > 0 && best->flops > 0)
             printf("  (%.1f%% of bw)", 100.0 * best_gf * best->kv_bytes / best->flops / best->bw);
+        if (autob)
+            printf("  auto %.1f%% of it [%s]", 100.0 * bench_median(autob) / best_gf, autob->label);
         printf("\n");
     }
 }
@@ -916,6 +938,12 @@ int cmd_sweep(int argc, char **argv) {
     if (kernel_list) {
         char *copy = strdup(kernel_list), *save = NULL;
         for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            if (strcmp(t, "auto") == 0) { /* mha_select's choice per shape: NULL here */
+                int dup = 0;
+                for (int i = 0; i < nk; i++) dup |= kernels[i] == NULL;
+                if (!dup && nk < MAX_KERNELS) kernels[nk++] = NULL;
+                continue;
+            }
             const mha_kernel *k = mha_kernel_find(t);
             if (!k) {
                 errorf("sweep: --kernels: %s", mha_last_error());
@@ -946,6 +974,8 @@ int cmd_sweep(int argc, char **argv) {
                 continue; /* ci: the project's optimised kernels only */
             kernels[nk++] = k;
         }
+        /* and what --kernel auto (mha_select) would run, shape by shape */
+        if (!pr.interleaved && nk < MAX_KERNELS) kernels[nk++] = NULL;
     }
 
     /* The results path, checked before any measurement. */
@@ -991,6 +1021,10 @@ int cmd_sweep(int argc, char **argv) {
     double rate[MAX_KERNELS];
     printf("rates on B=1 H=1 N=256 d=64, 1 thread (for the time estimates):");
     for (int i = 0; i < nk; i++) {
+        if (!kernels[i]) { /* auto: estimated from the kernel it picks, per shape */
+            rate[i] = 0;
+            continue;
+        }
         rate[i] = probe_rate(kernels[i]);
         printf(" %s %.1f", mha_kernel_name(kernels[i]), rate[i]);
     }
@@ -1067,20 +1101,42 @@ int cmd_sweep(int argc, char **argv) {
                 b->s = shapes[si];
                 b->threads = (int)threads[ti];
                 b->group = group;
+                b->opts = (mha_options){.threads = b->threads};
                 const shape *s = &b->s;
                 const mha_problem p = problem_of(s);
+                const char *kname = b->k ? mha_kernel_name(b->k) : "auto";
+                double krate = rate[ki];
+                if (!b->k) { /* auto: what mha_select picks here, knobs included */
+                    mha_selection sel;
+                    if (mha_select(&p, &b->opts, &sel) != MHA_OK) {
+                        note_add(&skipped, "auto on %s (mha_select: %s)", b->name,
+                                 mha_last_error());
+                        continue;
+                    }
+                    b->is_auto = 1;
+                    b->k = sel.kernel;
+                    b->opts = sel.options;
+                    snprintf(b->label, sizeof b->label, "%s bq=%d bk=%d split=%d (%s)",
+                             mha_kernel_name(sel.kernel), sel.options.block_q, sel.options.block_kv,
+                             sel.options.split,
+                             sel.source == MHA_CHOICE_TABLE
+                                 ? "table"
+                                 : (sel.source == MHA_CHOICE_FORCED ? "forced" : "default"));
+                    for (int kj = 0; kj < nk; kj++)
+                        if (kernels[kj] == b->k) krate = rate[kj];
+                    if (krate <= 0) krate = probe_rate(b->k);
+                }
                 if (s->layer)
                     snprintf(b->name, sizeof b->name,
-                             "layer/%s/B:%lld/N:%lld/dm:%lld/H:%lld/causal:%d/threads:%d",
-                             mha_kernel_name(b->k), (long long)s->b, (long long)s->nq,
-                             (long long)(s->h * s->d), (long long)s->h, s->causal, b->threads);
+                             "layer/%s/B:%lld/N:%lld/dm:%lld/H:%lld/causal:%d/threads:%d", kname,
+                             (long long)s->b, (long long)s->nq, (long long)(s->h * s->d),
+                             (long long)s->h, s->causal, b->threads);
                 else
                     snprintf(
                         b->name, sizeof b->name,
                         "%s/B:%lld/H:%lld/KV:%lld/Nq:%lld/Nkv:%lld/d:%lld/causal:%d/threads:%d",
-                        mha_kernel_name(b->k), (long long)s->b, (long long)s->h, (long long)s->kv,
-                        (long long)s->nq, (long long)s->nkv, (long long)s->d, s->causal,
-                        b->threads);
+                        kname, (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
+                        (long long)s->nkv, (long long)s->d, s->causal, b->threads);
                 if (mha_problem_validate(&p) != MHA_OK) {
                     note_add(&skipped, "%s (invalid problem: %s)", b->name, mha_last_error());
                     continue;
@@ -1091,7 +1147,7 @@ int cmd_sweep(int argc, char **argv) {
                 b->kv_bytes = 2.0 * (double)shape_elems_kv(s) * sizeof(float);
                 b->peak = results_kernel_peak(&rm, b->k) * b->threads;
                 b->bw = results_read_bw(&rm, b->threads);
-                mha_options o = {b->threads, 0, 0, 0};
+                mha_options o = b->opts;
                 size_t ws = 0;
                 if ((s->layer ? mha_forward_workspace_size(b->k, &lay, &lsh, &o, &ws)
                               : mha_workspace_size(b->k, &p, &o, &ws)) != MHA_OK) {
@@ -1109,7 +1165,7 @@ int cmd_sweep(int argc, char **argv) {
                 double par = b->threads;
                 if (strcmp(mha_kernel_algorithm(b->k), "flash") != 0 && (double)(s->b * s->h) < par)
                     par = (double)(s->b * s->h);
-                const double est = rate[ki] > 0 ? b->flops / (rate[ki] * 1e9 * par) : 1e30;
+                const double est = krate > 0 ? b->flops / (krate * 1e9 * par) : 1e30;
                 if (est > max_seconds) {
                     char msg[64];
                     snprintf(msg, sizeof msg, "estimated %.1f s per call > --max-seconds %g", est,

@@ -652,10 +652,10 @@ static void fill_blocks(const mha_problem *p, const mha_kernel *k, mha_options *
     if (o->block_kv == 0) o->block_kv = bk;
 }
 
-/* The best kernel the CPU runs without a table: flash at the active ISA. */
-/* The best kernel the CPU runs, by algorithm: decode for a few query rows
- * per KV head (Nq = 1 decode steps: memory-bound, split-KV), else flash. */
-static const mha_kernel *default_kernel(const mha_problem *p) {
+/* The best kernel the CPU runs without a table, by algorithm: decode for a
+ * few query rows per KV head (Nq = 1 decode steps: memory-bound, split-KV),
+ * else flash. */
+const mha_kernel *mha_default_kernel(const mha_problem *p) {
     const int few_rows = p->seq_q * (p->heads / p->kv_heads) <= 8;
     for (int isa = (int)mha_isa_active(); isa >= 0; isa--) {
         char name[32];
@@ -774,7 +774,7 @@ mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection 
     } else {
         char why[sizeof out->reason];
         if (!select_from_table(p, &req, out, why, sizeof why)) {
-            const mha_kernel *k = default_kernel(p);
+            const mha_kernel *k = mha_default_kernel(p);
             out->kernel = k;
             out->options = req;
             fill_blocks(p, k, &out->options);

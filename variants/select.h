@@ -92,4 +92,7 @@ void mha_table_default_path(char *out, size_t len);
  * results/tuning). */
 const char *mha_table_dir(void);
 
+/* The kernel mha_select falls back to without a table (tune's "default"). */
+const mha_kernel *mha_default_kernel(const mha_problem *p);
+
 #endif

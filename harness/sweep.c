@@ -43,10 +43,9 @@ static void usage(FILE *f) {
         "         (mha_forward) of BERT-base (N=512) and GPT-2 (N=1024 causal), d_model 768\n"
         "  full   seq 64..8192 (powers of two) and 197; heads 1,4,8,12,16,32; head-dim\n"
         "         32,64,80,128; batch 1,4; causal 0,1; threads 1..all; plus decode shapes\n"
-        "  ci     flash.*, tiled.* and decode.* on B1 H8 N512 d64, B1 H12 N1024 d64 causal and "
-        "decode\n"
-        "         Nq=1 Nkv=4096 H=32 d=128; threads 1,all; 9 repetitions in a seeded random\n"
-        "         interleaved order (for regression runs: mhabench compare)\n"
+        "  ci     the SIMD flash.* and tiled.* on B1 H8 N512 d64 and B1 H12 N1024 d64 causal,\n"
+        "         the SIMD decode.* on decode Nq=1 Nkv=4096 H=32 d=128; threads 1,all; 9\n"
+        "         repetitions in a seeded random interleaved order (for mhabench compare)\n"
         "  roofline  the roofline targets' shapes (prefill, decode MHA/GQA, BERT/GPT-2 layers),\n"
         "         5 repetitions of 0.3 s; threads 1,all\n"
         "  The preset's decode and layer shapes are dropped when a shape axis (--seq, --seq-q, "
@@ -969,9 +968,12 @@ int cmd_sweep(int argc, char **argv) {
             const mha_kernel *k = mha_kernel_at(i);
             if (mha_kernel_supported(k) != MHA_OK) continue;
             const char *alg = mha_kernel_algorithm(k);
-            if (pr.interleaved && strcmp(alg, "flash") != 0 && strcmp(alg, "tiled") != 0 &&
-                strcmp(alg, "decode") != 0)
-                continue; /* ci: the project's optimised kernels only */
+            /* ci: the project's SIMD kernels only. The baseline-ISA ones take
+             * most of the time and add nothing a regression run needs. */
+            if (pr.interleaved && ((strcmp(alg, "flash") != 0 && strcmp(alg, "tiled") != 0 &&
+                                    strcmp(alg, "decode") != 0) ||
+                                   mha_kernel_isa(k) == MHA_ISA_SCALAR))
+                continue;
             kernels[nk++] = k;
         }
         /* and what --kernel auto (mha_select) would run, shape by shape */
@@ -1103,6 +1105,12 @@ int cmd_sweep(int argc, char **argv) {
                 b->group = group;
                 b->opts = (mha_options){.threads = b->threads};
                 const shape *s = &b->s;
+                /* ci pairs each algorithm with the shapes it is for: decode
+                 * with the decode shape, flash/tiled with the prefill ones (a
+                 * memory-bound kernel on the wrong shape only adds noise). */
+                if (pr.interleaved && !kernel_list && b->k &&
+                    (strcmp(mha_kernel_algorithm(b->k), "decode") == 0) != (s->nq == 1))
+                    continue;
                 const mha_problem p = problem_of(s);
                 const char *kname = b->k ? mha_kernel_name(b->k) : "auto";
                 double krate = rate[ki];

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "peak.h"
+#include "select.h"
 
 #define KIB ((uint64_t)1024)
 #define MIB (1024 * KIB)
@@ -366,67 +367,6 @@ double machine_read_bandwidth(int threads, double seconds_budget) {
 
 /* ---- stable CPU key --------------------------------------------------------- */
 
-/* Appends word (lowercased, [a-z0-9] kept, anything else becomes '-') with a
- * '-' separator; repeated or trailing dashes are squeezed out. */
-static void key_append(char *out, size_t len, size_t *o, const char *word) {
-    if (!*word) return;
-    if (*o > 0 && *o + 1 < len && out[*o - 1] != '-') out[(*o)++] = '-';
-    for (const char *s = word; *s && *o + 1 < len; s++) {
-        const char c = (char)tolower((unsigned char)*s);
-        const int ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-        if (ok)
-            out[(*o)++] = c;
-        else if (*o > 0 && out[*o - 1] != '-')
-            out[(*o)++] = '-';
-    }
-    while (*o > 0 && out[*o - 1] == '-') (*o)--;
-    out[*o] = '\0';
-}
-
-/* Brand-string words that say nothing about the model: the vendor, marks,
- * "CPU"/"Processor", the "@ 2.40GHz" clock and core counts ("96-Core"). */
-static int is_noise_word(const char *w) {
-    static const char *const noise[] = {"amd", "intel", "cpu", "processor", "(r)", "(tm)"};
-    char lw[64];
-    size_t n = 0;
-    for (; w[n] && n + 1 < sizeof lw; n++) lw[n] = (char)tolower((unsigned char)w[n]);
-    lw[n] = '\0';
-    for (size_t i = 0; i < sizeof noise / sizeof noise[0]; i++)
-        if (strcmp(lw, noise[i]) == 0) return 1;
-    if (lw[0] == '@' || (n > 3 && strcmp(lw + n - 3, "ghz") == 0)) return 1;
-    if (n > 5 && strcmp(lw + n - 5, "-core") == 0) return 1;
-    return 0;
-}
-
 void machine_cpu_key(const machine_info *m, char *out, size_t len) {
-    if (!out || len == 0) return;
-    size_t o = 0;
-    out[0] = '\0';
-    const char *vendor = strcmp(m->vendor, "AuthenticAMD") == 0   ? "amd"
-                         : strcmp(m->vendor, "GenuineIntel") == 0 ? "intel"
-                         : m->vendor[0]                           ? m->vendor
-                                                                  : "unknown";
-    key_append(out, len, &o, vendor);
-
-    /* Model words: the brand string without marks, noise words or anything
-     * after "with" or "w/" ("w/ Radeon 780M Graphics"), at most four words. */
-    char brand[sizeof m->model];
-    snprintf(brand, sizeof brand, "%s", m->model);
-    for (char *p; (p = strstr(brand, "(R)")) || (p = strstr(brand, "(TM)")) ||
-                  (p = strstr(brand, "(tm)")) || (p = strstr(brand, "(r)"));)
-        memset(p, ' ', strchr(p, ')') - p + 1);
-    int words = 0;
-    char *save = NULL;
-    for (char *w = strtok_r(brand, " \t", &save); w && words < 4;
-         w = strtok_r(NULL, " \t", &save)) {
-        if (strcasecmp(w, "with") == 0 || strcasecmp(w, "w/") == 0) break;
-        if (is_noise_word(w)) continue;
-        key_append(out, len, &o, w);
-        words++;
-    }
-
-    char fm[32];
-    snprintf(fm, sizeof fm, "f%dm%d", m->family, m->model_id);
-    key_append(out, len, &o, fm);
-    key_append(out, len, &o, mha_isa_name(mha_isa_detected()));
+    mha_cpu_key_from(m->vendor, m->model, m->family, m->model_id, out, len);
 }

@@ -332,13 +332,22 @@ static void key_init(void) {
             copy_trimmed(model, sizeof model, brand);
         }
     }
+    mha_cpu_key_from(vendor, model, family, model_id, cpu_key, sizeof cpu_key);
+}
+
+void mha_cpu_key_from(const char *vendor, const char *model, int family, int model_id, char *out,
+                      size_t len) {
+    if (!out || len == 0) return;
     size_t o = 0;
+    out[0] = '\0';
     const char *v = strcmp(vendor, "AuthenticAMD") == 0   ? "amd"
                     : strcmp(vendor, "GenuineIntel") == 0 ? "intel"
                     : vendor[0]                           ? vendor
                                                           : "unknown";
-    key_append(cpu_key, sizeof cpu_key, &o, v);
-    char brand[sizeof model];
+    key_append(out, len, &o, v);
+    /* Model words: the brand string without marks, noise words or anything
+     * after "with" or "w/" ("w/ Radeon 780M Graphics"), at most four words. */
+    char brand[64];
     snprintf(brand, sizeof brand, "%s", model);
     for (char *p; (p = strstr(brand, "(R)")) || (p = strstr(brand, "(TM)")) ||
                   (p = strstr(brand, "(tm)")) || (p = strstr(brand, "(r)"));)
@@ -349,13 +358,13 @@ static void key_init(void) {
          w = strtok_r(NULL, " \t", &save)) {
         if (strcasecmp(w, "with") == 0 || strcasecmp(w, "w/") == 0) break;
         if (is_noise_word(w)) continue;
-        key_append(cpu_key, sizeof cpu_key, &o, w);
+        key_append(out, len, &o, w);
         words++;
     }
     char fm[32];
     snprintf(fm, sizeof fm, "f%dm%d", family, model_id);
-    key_append(cpu_key, sizeof cpu_key, &o, fm);
-    key_append(cpu_key, sizeof cpu_key, &o, mha_isa_name(mha_isa_detected()));
+    key_append(out, len, &o, fm);
+    key_append(out, len, &o, mha_isa_name(mha_isa_detected()));
 }
 
 void mha_cpu_key(char *out, size_t len) {

@@ -56,6 +56,10 @@ int mha_tile_width(mha_isa isa);
 /* The stable per-CPU key, computed exactly as harness/machine.c's
  * machine_cpu_key ("amd-epyc-f26m2-avx512"); tests check they agree. */
 void mha_cpu_key(char *out, size_t len);
+/* The key from given identity fields (what mha_cpu_key does with cpuid's;
+ * harness/machine.c's machine_cpu_key calls this too). */
+void mha_cpu_key_from(const char *vendor, const char *model, int family, int model_id, char *out,
+                      size_t len);
 
 /* ---- tuning tables ----------------------------------------------------------------- */
 typedef struct {

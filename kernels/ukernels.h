@@ -3,8 +3,9 @@
  * Layout idea: the "B" operand is packed with its columns along the vector
  * lanes ([k][cols], row stride ldb, a multiple of VW, padding readable); the
  * "A" operand is read element by element (broadcast), so any strides work.
- * For attention the columns are query rows: S^T = K Q^T and O^T = V^T P^T,
- * which makes the softmax a lane-wise operation with no horizontal reduction. */
+ * For attention: S^T = K Q^T with the columns being query rows, which makes
+ * the softmax a lane-wise operation with no horizontal reduction; then
+ * O = P V with the columns being head_dim, V read in place (MHA_B_EXACT). */
 #ifndef MHA_KERNELS_UKERNELS_H
 #define MHA_KERNELS_UKERNELS_H
 #include <stddef.h>

@@ -192,19 +192,19 @@ int mha_tile_width(mha_isa isa) {
 }
 
 /* ---- the cache model ----------------------------------------------------------------
- * Both algorithms compute S^T = K Q^T and O^T = V^T P^T with one micro-kernel
+ * Both algorithms compute S^T = K Q^T and O = P V with one micro-kernel
  * whose loaded operand is a panel of tile-width query columns: Q^T (d x w)
  * while K rows stream past, P^T (bk x w) while V streams past.
  *  - block_kv: the P^T panel (bk x 64 floats) may take up to 3/4 of the L1d
  *    (V is broadcast element by element and the accumulators live in
  *    registers, so little else competes); larger blocks amortise flash's
  *    per-block softmax and rescale. A power of two in [32, 256].
- *  - flash block_q: the per-thread working set Q^T + S^T + O^T = (2d + bk) bq
+ *  - flash block_q: the per-thread working set Q^T + S^T + O = (2d + bk) bq
  *    floats within the L1d (it is touched every KV block), as a multiple of
  *    the tile width, at least one tile; with the streamed K and V blocks
  *    (2 bk d floats) within half the L2, shrinking bk first.
  *  - tiled block_q: S^T is materialised whole (Nkv x Nq: the L2/L3's problem,
- *    not the blocks'); per query block the Q^T and O^T panels (2 d bq floats)
+ *    not the blocks'); per query block the Q^T and O panels (2 d bq floats)
  *    are reused across every KV block, so they get the L1d. Small query
  *    blocks also skip more of the causal triangle.
  * Measured on the reference machine (Zen 5: 48 KiB L1d, 1 MiB L2; `mhabench

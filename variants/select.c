@@ -192,12 +192,13 @@ int mha_tile_width(mha_isa isa) {
 }
 
 /* ---- the cache model ----------------------------------------------------------------
- * Both algorithms compute S^T = K Q^T and O = P V with one micro-kernel
- * whose loaded operand is a panel of tile-width query columns: Q^T (d x w)
- * while K rows stream past, P^T (bk x w) while V streams past.
+ * Both algorithms compute S^T = K Q^T and O = P V with one micro-kernel:
+ * for S^T its loaded operand is a panel of tile-width query columns, Q^T
+ * (d x w), while K rows stream past; for O the P^T block (bk x w) is
+ * broadcast element by element while V rows stream past.
  *  - block_kv: the P^T panel (bk x 64 floats) may take up to 3/4 of the L1d
- *    (V is broadcast element by element and the accumulators live in
- *    registers, so little else competes); larger blocks amortise flash's
+ *    (the accumulators live in registers, so little else competes); larger
+ *    blocks amortise flash's
  *    per-block softmax and rescale. A power of two in [32, 256].
  *  - flash block_q: the per-thread working set Q^T + S^T + O = (2d + bk) bq
  *    floats within the L1d (it is touched every KV block), as a multiple of

@@ -937,23 +937,6 @@ static int cmd_ab(const char *old_bin, const char *new_bin, int rounds, char **s
 
 /* ---- the command ---------------------------------------------------------------------- */
 
-static int parse_double(const char *opt, const char *str, double lo, double hi, int open_lo,
-                        double *out) {
-    char *end;
-    errno = 0;
-    const double v = strtod(str, &end);
-    if (!*str || *end || errno == ERANGE || !isfinite(v)) {
-        errorf("compare: %s: '%s' is not a finite number", opt, str);
-        return 0;
-    }
-    if (v > hi || v < lo || (open_lo && v == lo)) {
-        errorf("compare: %s: %g is out of range %c%g, %g]", opt, v, open_lo ? '(' : '[', lo, hi);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
 int cmd_compare(int argc, char **argv) {
     enum {
         O_THRESHOLD = 1000,
@@ -996,10 +979,11 @@ int cmd_compare(int argc, char **argv) {
     for (int c; (c = getopt_long(nargs, argv, "h", opts, NULL)) != -1;) {
         switch (c) {
         case O_THRESHOLD:
-            if (!parse_double("--threshold", optarg, 0, 1000, 0, &s.threshold)) return EXIT_USAGE;
+            if (!parse_double("compare: --threshold", optarg, 0, 1000, 0, &s.threshold))
+                return EXIT_USAGE;
             break;
         case O_ALPHA:
-            if (!parse_double("--alpha", optarg, 0, 1, 1, &s.alpha)) return EXIT_USAGE;
+            if (!parse_double("compare: --alpha", optarg, 0, 1, 1, &s.alpha)) return EXIT_USAGE;
             break;
         case O_JSON:
             s.json = 1;

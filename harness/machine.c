@@ -30,23 +30,6 @@ static double now_s(void) {
 
 /* ---- cpuid ------------------------------------------------------------- */
 
-/* Copies s into dst (len bytes) with leading/trailing blanks removed and
- * inner runs of blanks collapsed to one space (brand strings are padded). */
-static void copy_trimmed(char *dst, size_t len, const char *s) {
-    size_t o = 0;
-    int pending_space = 0;
-    for (; *s && o + 1 < len; s++) {
-        if (isspace((unsigned char)*s)) {
-            pending_space = o > 0;
-            continue;
-        }
-        if (pending_space && o + 2 < len) dst[o++] = ' ';
-        pending_space = 0;
-        dst[o++] = *s;
-    }
-    dst[o] = '\0';
-}
-
 typedef struct {
     unsigned leaf, subleaf;
     int reg; /* 0 eax, 1 ebx, 2 ecx, 3 edx */
@@ -95,7 +78,7 @@ static void describe_cpuid(machine_info *m) {
             memcpy(brand + 16 * i, r, 16);
         }
         brand[48] = '\0';
-        copy_trimmed(m->model, sizeof m->model, brand);
+        mha_copy_trimmed(m->model, sizeof m->model, brand);
     }
 
     /* The three leaves the flags live in; absent leaves read as all zero

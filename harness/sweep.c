@@ -645,17 +645,6 @@ static int dedupe(int64_t *v, int n) {
     return o;
 }
 
-static int parse_seconds(const char *opt, const char *s, double lo, double *out) {
-    float f;
-    if (!parse_float(opt, s, &f)) return 0;
-    if (!(f >= lo) || f > 86400) {
-        errorf("%s: %s is out of range [%g, 86400] seconds", opt, s, lo);
-        return 0;
-    }
-    *out = f;
-    return 1;
-}
-
 typedef struct {
     note *items;
     int n, cap;
@@ -790,10 +779,11 @@ int cmd_sweep(int argc, char **argv) {
             a_threads = optarg;
             break;
         case O_MAX_SECONDS:
-            if (!parse_seconds("--max-seconds", optarg, 1e-6, &max_seconds)) return EXIT_USAGE;
+            if (!parse_double("--max-seconds", optarg, 1e-6, 86400, 0, &max_seconds))
+                return EXIT_USAGE;
             break;
         case O_MIN_TIME:
-            if (!parse_seconds("--min-time", optarg, 1e-6, &min_time)) return EXIT_USAGE;
+            if (!parse_double("--min-time", optarg, 1e-6, 86400, 0, &min_time)) return EXIT_USAGE;
             break;
         case O_REPS:
             if (!parse_i64("--repetitions", optarg, 1, MAX_REPS, &reps)) return EXIT_USAGE;

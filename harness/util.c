@@ -47,6 +47,22 @@ int parse_float(const char *opt, const char *s, float *out) {
     return 1;
 }
 
+int parse_double(const char *opt, const char *s, double lo, double hi, int open_lo, double *out) {
+    char *end;
+    errno = 0;
+    const double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || errno == ERANGE || !isfinite(v)) {
+        errorf("%s: '%s' is not a finite number", opt, s ? s : "");
+        return 0;
+    }
+    if (v > hi || v < lo || (open_lo && v == lo)) {
+        errorf("%s: %g is out of range %c%g, %g]", opt, v, open_lo ? '(' : '[', lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
 int parse_i64_list(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out, int max) {
     if (!s || !*s) {
         errorf("%s: empty list", opt);

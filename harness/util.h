@@ -16,6 +16,9 @@ void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * naming the option and value and returns 0. */
 int parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
 int parse_float(const char *opt, const char *s, float *out);
+/* A finite double in [lo, hi] ((lo, hi] when open_lo); else a message naming
+ * opt and the value, and 0. */
+int parse_double(const char *opt, const char *s, double lo, double hi, int open_lo, double *out);
 /* Comma list of integers in [lo, hi], at most max entries. Returns the count, or -1. */
 int parse_i64_list(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out, int max);
 

@@ -267,11 +267,10 @@ void mha_default_blocks(const mha_problem *p, const char *algorithm, mha_isa isa
 }
 
 /* ---- CPU key --------------------------------------------------------------------------
- * The same key as harness/machine.c's machine_cpu_key (vendor, up to four
- * brand-string words without marks and noise, family/model, detected ISA),
- * recomputed here from cpuid so the library needs no harness code; the
- * select test checks the two agree on the running CPU. */
-static void copy_trimmed(char *dst, size_t len, const char *s) {
+ * vendor, up to four brand-string words without marks and noise,
+ * family/model, detected ISA; harness/machine.c's machine_cpu_key builds it
+ * with mha_cpu_key_from too. */
+void mha_copy_trimmed(char *dst, size_t len, const char *s) {
     size_t o = 0;
     int pending_space = 0;
     for (; *s && o + 1 < len; s++) {
@@ -343,7 +342,7 @@ static void key_init(void) {
                 memcpy(brand + 16 * i, r, 16);
             }
             brand[48] = '\0';
-            copy_trimmed(model, sizeof model, brand);
+            mha_copy_trimmed(model, sizeof model, brand);
         }
     }
     mha_cpu_key_from(vendor, model, family, model_id, cpu_key, sizeof cpu_key);

@@ -58,6 +58,9 @@ int mha_tile_width(mha_isa isa);
 void mha_cpu_key(char *out, size_t len);
 /* The key from given identity fields (what mha_cpu_key does with cpuid's;
  * harness/machine.c's machine_cpu_key calls this too). */
+/* Copies s into dst (len bytes) without leading/trailing blanks and with inner
+ * runs of blanks collapsed to one space (cpuid brand strings are padded). */
+void mha_copy_trimmed(char *dst, size_t len, const char *s);
 void mha_cpu_key_from(const char *vendor, const char *model, int family, int model_id, char *out,
                       size_t len);
 

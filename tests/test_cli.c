@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "npy.h"
+#include "testutil.h"
 
 extern char **environ;
 
@@ -44,24 +45,6 @@ static const char *const ATTN_CASES[] = {"attn_self", "attn_causal", "attn_cross
 
 /* ---- plumbing ------------------------------------------------------------------------ */
 
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char p[1024];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
-            rm_tree(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int setup(void **state) {
     (void)state;
     g_bench = getenv("MHABENCH");
@@ -75,7 +58,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    rm_tree(g_tmp);
+    tu_rm_tree(g_tmp);
     return 0;
 }
 
@@ -96,15 +79,6 @@ static int teardown(void **state) {
         }                                                                                          \
     } while (0)
 
-static void slurp(const char *path, char *buf, size_t len) {
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    size_t n = fread(buf, 1, len - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
-
 /* Runs mhabench with the NULL-terminated argument list (after argv[0]); captures
  * stdout/stderr into g_out/g_err. Returns the exit status; a signal fails the test. */
 static int run_bench(const char *first, ...) {
@@ -120,23 +94,10 @@ static int run_bench(const char *first, ...) {
     va_end(ap);
     argv[n] = NULL;
 
-    char outp[512], errp[512];
-    snprintf(outp, sizeof outp, "%s/.stdout", g_tmp);
-    snprintf(errp, sizeof errp, "%s/.stderr", g_tmp);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid;
-    int rc = posix_spawn(&pid, g_bench, &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) fail_msg("cannot run %s: %s", g_bench, strerror(rc));
     int status;
-    while (waitpid(pid, &status, 0) < 0) assert_int_equal(errno, EINTR);
-    slurp(outp, g_out, sizeof g_out);
-    slurp(errp, g_err, sizeof g_err);
-    unlink(outp);
-    unlink(errp);
+    const int rc =
+        tu_spawn((char *const *)argv, g_tmp, g_out, sizeof g_out, g_err, sizeof g_err, &status);
+    if (rc != 0) fail_msg("cannot run %s: %s", g_bench, strerror(rc));
     if (WIFSIGNALED(status)) {
         print_message("stderr: %s\n", g_err);
         fail_msg("%s %s died from signal %d", g_bench, first, WTERMSIG(status));
@@ -180,7 +141,7 @@ static void data_path(char *out, size_t len, const char *c, const char *name) {
 static void read_meta(const char *c, int *heads, int *causal, int *self_attn) {
     char path[1024], buf[1024];
     snprintf(path, sizeof path, "%s/%s/meta.json", g_data, c);
-    slurp(path, buf, sizeof buf);
+    tu_slurp(path, buf, sizeof buf);
     const char *h = strstr(buf, "\"heads\":");
     if (!h) fail_msg("%s: no \"heads\"", path);
     *heads = atoi(h + 8);

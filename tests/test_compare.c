@@ -21,6 +21,8 @@
 
 #include <json-c/json.h>
 
+#include "testutil.h"
+
 extern char **environ;
 
 #define MAX_ARGS 32
@@ -31,34 +33,6 @@ static char g_out[1 << 16]; /* captured stdout of the last run */
 static char g_err[1 << 14]; /* captured stderr of the last run */
 
 /* ---- plumbing ------------------------------------------------------------------------ */
-
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char p[1024];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
-            rm_tree(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
-static int count_entries(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-    closedir(d);
-    return n;
-}
 
 static int setup(void **state) {
     (void)state;
@@ -71,7 +45,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    rm_tree(g_tmp);
+    tu_rm_tree(g_tmp);
     return 0;
 }
 
@@ -82,15 +56,6 @@ static int teardown(void **state) {
             skip();                                                                                \
         }                                                                                          \
     } while (0)
-
-static void slurp(const char *path, char *buf, size_t len) {
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    size_t n = fread(buf, 1, len - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-}
 
 static const char *tmp_path(const char *name) {
     static char paths[8][512];
@@ -115,23 +80,10 @@ static int run_bench(const char *first, ...) {
     va_end(ap);
     argv[n] = NULL;
 
-    char outp[512], errp[512];
-    snprintf(outp, sizeof outp, "%s/.stdout", g_tmp);
-    snprintf(errp, sizeof errp, "%s/.stderr", g_tmp);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid;
-    int rc = posix_spawn(&pid, g_bench, &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) fail_msg("cannot run %s: %s", g_bench, strerror(rc));
     int status;
-    while (waitpid(pid, &status, 0) < 0) assert_int_equal(errno, EINTR);
-    slurp(outp, g_out, sizeof g_out);
-    slurp(errp, g_err, sizeof g_err);
-    unlink(outp);
-    unlink(errp);
+    const int rc =
+        tu_spawn((char *const *)argv, g_tmp, g_out, sizeof g_out, g_err, sizeof g_err, &status);
+    if (rc != 0) fail_msg("cannot run %s: %s", g_bench, strerror(rc));
     if (WIFSIGNALED(status)) {
         print_message("stderr: %s\n", g_err);
         fail_msg("%s %s died from signal %d", g_bench, first, WTERMSIG(status));
@@ -608,21 +560,21 @@ static void test_baselines(void **state) {
     char first[512], text_a[1 << 14], text_f[1 << 14];
     snprintf(first, sizeof first, "%s/%s.json", dir, FP_HERE.cpu_key);
     EXPECT_IN(g_out, first);
-    slurp(a, text_a, sizeof text_a);
-    slurp(first, text_f, sizeof text_f);
+    tu_slurp(a, text_a, sizeof text_a);
+    tu_slurp(first, text_f, sizeof text_f);
     assert_string_equal(text_a, text_f);
     EXPECT_EXIT(0, run_bench("compare", "--baseline", a, "--baseline-dir", dir, NULL));
     EXPECT_IN(g_out, "2 same");
     EXPECT_EXIT(1, run_bench("compare", "--baseline", b, "--baseline-dir", dir, NULL));
     /* Second save never overwrites: a time-stamped name, and the newest is used. */
     EXPECT_EXIT(0, run_bench("compare", "--save-baseline", b, "--baseline-dir", dir, NULL));
-    assert_int_equal(count_entries(dir), 2);
-    slurp(first, text_f, sizeof text_f);
+    assert_int_equal(tu_count_entries(dir), 2);
+    tu_slurp(first, text_f, sizeof text_f);
     assert_string_equal(text_a, text_f);
     EXPECT_EXIT(0, run_bench("compare", "--baseline", b, "--baseline-dir", dir, NULL));
     EXPECT_IN(g_err, "-20"); /* the time-stamped file was chosen */
     EXPECT_EXIT(0, run_bench("compare", "--save-baseline", b, "--baseline-dir", dir, NULL));
-    assert_int_equal(count_entries(dir), 3);
+    assert_int_equal(tu_count_entries(dir), 3);
     /* A baseline of the same CPU but another ISA cap does not match. */
     const fingerprint scalar = {FP_HERE.cpu_key, "scalar", "2"};
     write_simple(c, scalar, 2, 9, ONES, TIGHT, "ns");
@@ -633,7 +585,7 @@ static void test_baselines(void **state) {
     write_simple(c, plain, 2, 9, ONES, TIGHT, "ns");
     EXPECT_EXIT(2, run_bench("compare", "--save-baseline", c, "--baseline-dir", dir, NULL));
     EXPECT_IN(g_err, "mha_cpu_key");
-    assert_int_equal(count_entries(dir), 3);
+    assert_int_equal(tu_count_entries(dir), 3);
 }
 
 /* A fake mhabench for --ab: logs its arguments, then copies a prepared result
@@ -689,7 +641,7 @@ static void test_ab(void **state) {
     /* Alternating A B A B A B, each a ci sweep with the extra arguments. */
     snprintf(calls, sizeof calls, "%s/calls.log", g_tmp);
     char log[4096];
-    slurp(calls, log, sizeof log);
+    tu_slurp(calls, log, sizeof log);
     const char *line = log;
     for (int i = 0; i < 6; i++) {
         assert_int_equal(line[0], i % 2 ? 'B' : 'A');
@@ -701,7 +653,7 @@ static void test_ab(void **state) {
         line = nl + 1;
     }
     assert_int_equal(*line, '\0');
-    assert_int_equal(count_entries(tmpdir), 0); /* temporary files cleaned up */
+    assert_int_equal(tu_count_entries(tmpdir), 0); /* temporary files cleaned up */
 
     /* The same build on both sides: no regression (table output). */
     EXPECT_EXIT(0, run_bench("compare", "--ab", sa, sa, "--rounds", "2", NULL));
@@ -711,7 +663,7 @@ static void test_ab(void **state) {
     EXPECT_EXIT(2, run_bench("compare", "--ab", sa, sf, "--rounds", "2", NULL));
     EXPECT_IN(g_err, "exited with status 3");
     EXPECT_IN(g_err, "fake sweep: something broke");
-    assert_int_equal(count_entries(tmpdir), 0);
+    assert_int_equal(tu_count_entries(tmpdir), 0);
     EXPECT_EXIT(2, run_bench("compare", "--ab", sa, tmp_path("no-such-binary"), NULL));
     EXPECT_IN(g_err, "no-such-binary");
     EXPECT_EXIT(2, run_bench("compare", "--ab", sa, sb, "--", "--out", "x.json", NULL));

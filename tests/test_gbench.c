@@ -20,6 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "testutil.h"
+
 extern char **environ;
 
 static const char *g_bench; /* $MHABENCH */
@@ -83,31 +85,13 @@ static int teardown(void **state) {
 /* Runs mhabench with the NULL-terminated arguments; stdout goes to a file,
  * stderr into g_err. Returns the exit status (-1 if it did not exit). */
 static int run_bench(const char *const *args) {
-    char out_path[512], err_path[512];
-    snprintf(out_path, sizeof out_path, "%s/stdout.txt", g_tmp);
-    snprintf(err_path, sizeof err_path, "%s/stderr.txt", g_tmp);
     char *argv[64];
     int n = 0;
     argv[n++] = (char *)g_bench;
     for (; args[n - 1] && n < 63; n++) argv[n] = (char *)args[n - 1];
     argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid;
-    const int rc = posix_spawn(&pid, g_bench, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) return -1;
     int status = 0;
-    if (waitpid(pid, &status, 0) < 0) return -1;
-    g_err[0] = '\0';
-    FILE *f = fopen(err_path, "r");
-    if (f) {
-        const size_t got = fread(g_err, 1, sizeof g_err - 1, f);
-        g_err[got] = '\0';
-        fclose(f);
-    }
+    if (tu_spawn(argv, g_tmp, NULL, 0, g_err, sizeof g_err, &status) != 0) return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "npy.h"
+#include "testutil.h"
 
 static char g_dir[256];
 
@@ -26,44 +27,14 @@ static int setup(void **state) {
     return mkdtemp(g_dir) ? 0 : -1;
 }
 
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char p[512];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
-            rm_tree(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int teardown(void **state) {
     (void)state;
-    rm_tree(g_dir);
+    tu_rm_tree(g_dir);
     return 0;
 }
 
 static void path_in(char *out, size_t len, const char *name) {
     snprintf(out, len, "%s/%s", g_dir, name);
-}
-
-/* Number of directory entries (besides . and ..) in dir. */
-static int count_entries(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-    closedir(d);
-    return n;
 }
 
 static void write_bytes(const char *path, const void *buf, size_t n) {
@@ -172,7 +143,7 @@ static void test_roundtrip_ranks(void **state) {
     roundtrip("empty.npy", sz, 3);
     const int64_t big[] = {1, 1000, 33};
     roundtrip("big.npy", big, 3);
-    assert_int_equal(count_entries(g_dir), 7); /* no temporary files left */
+    assert_int_equal(tu_count_entries(g_dir), 7); /* no temporary files left */
 }
 
 static void test_read_v2_and_loose_header(void **state) {
@@ -357,13 +328,13 @@ static void test_write_nonexistent_dir(void **state) {
     char path[512], err[512];
     const float x[2] = {1, 2};
     const int64_t shape[1] = {2};
-    int before = count_entries(g_dir);
+    int before = tu_count_entries(g_dir);
     path_in(path, sizeof path, "no_such_dir/out.npy");
     assert_int_equal(npy_write(path, x, shape, 1, err, sizeof err), MHA_EIO);
     print_message("  %s\n", err);
     assert_non_null(strstr(err, path));
     assert_int_equal(access(path, F_OK), -1);
-    assert_int_equal(count_entries(g_dir), before);
+    assert_int_equal(tu_count_entries(g_dir), before);
 }
 
 static void test_write_atomic_overwrite(void **state) {
@@ -372,10 +343,10 @@ static void test_write_atomic_overwrite(void **state) {
     path_in(path, sizeof path, "atomic.npy");
     const float a[3] = {1, 2, 3}, b[4] = {-4, -5, -6, -7};
     const int64_t sa[1] = {3}, sb[2] = {2, 2};
-    int before = count_entries(g_dir);
+    int before = tu_count_entries(g_dir);
     assert_int_equal(npy_write(path, a, sa, 1, err, sizeof err), MHA_OK);
     assert_int_equal(npy_write(path, b, sb, 2, err, sizeof err), MHA_OK);
-    assert_int_equal(count_entries(g_dir), before + 1);
+    assert_int_equal(tu_count_entries(g_dir), before + 1);
     npy_array r;
     assert_int_equal(npy_read(path, &r, err, sizeof err), MHA_OK);
     assert_int_equal(r.ndim, 2);
@@ -399,12 +370,12 @@ static void test_write_failure_leaves_nothing(void **state) {
     assert_int_equal(mkdir(path, 0755), 0);
     snprintf(inner, sizeof inner, "%s/keep", path);
     write_bytes(inner, "k", 1);
-    int before = count_entries(g_dir);
+    int before = tu_count_entries(g_dir);
     assert_int_equal(npy_write(path, x, shape, 1, err, sizeof err), MHA_EIO);
     print_message("  %s\n", err);
     assert_non_null(strstr(err, path));
-    assert_int_equal(count_entries(g_dir), before); /* temp file removed */
-    assert_int_equal(count_entries(path), 1);
+    assert_int_equal(tu_count_entries(g_dir), before); /* temp file removed */
+    assert_int_equal(tu_count_entries(path), 1);
     /* Invalid arguments create nothing. */
     path_in(path, sizeof path, "invalid.npy");
     const int64_t neg[1] = {-1};
@@ -412,7 +383,7 @@ static void test_write_failure_leaves_nothing(void **state) {
     assert_int_equal(npy_write(path, x, shape, NPY_MAX_DIMS + 1, err, sizeof err), MHA_EINVAL);
     assert_int_equal(npy_write(path, NULL, shape, 1, err, sizeof err), MHA_EINVAL);
     assert_int_equal(access(path, F_OK), -1);
-    assert_int_equal(count_entries(g_dir), before);
+    assert_int_equal(tu_count_entries(g_dir), before);
 }
 
 static void test_write_readonly_dir(void **state) {
@@ -425,7 +396,7 @@ static void test_write_readonly_dir(void **state) {
     const float x[1] = {1};
     assert_int_equal(npy_write(path, x, NULL, 0, err, sizeof err), MHA_EIO);
     assert_non_null(strstr(err, path));
-    assert_int_equal(count_entries(dir), 0);
+    assert_int_equal(tu_count_entries(dir), 0);
     chmod(dir, 0755);
 }
 

@@ -126,18 +126,6 @@ static uint64_t clamp_cache(uint64_t raw, uint64_t lo, uint64_t hi, uint64_t unk
     return v;
 }
 
-/* Size of the first cache object of this type holding data (data or unified). */
-static uint64_t hwloc_cache_size(hwloc_topology_t topo, hwloc_obj_type_t type) {
-    const int n = hwloc_get_nbobjs_by_type(topo, type);
-    for (int i = 0; i < n; i++) {
-        hwloc_obj_t o = hwloc_get_obj_by_type(topo, type, (unsigned)i);
-        if (!o || !o->attr) continue;
-        if (o->attr->cache.type == HWLOC_OBJ_CACHE_INSTRUCTION) continue;
-        if (o->attr->cache.size) return (uint64_t)o->attr->cache.size;
-    }
-    return 0;
-}
-
 static void describe_hwloc(machine_info *m) {
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) != 0) return;
@@ -150,9 +138,7 @@ static void describe_hwloc(machine_info *m) {
         m->pus = pus > 0 ? pus : 0;
         m->packages = packages > 0 ? packages : 0;
         m->numa_nodes = numa > 0 ? numa : 0;
-        m->l1d_raw = hwloc_cache_size(topo, HWLOC_OBJ_L1CACHE);
-        m->l2_raw = hwloc_cache_size(topo, HWLOC_OBJ_L2CACHE);
-        m->l3_raw = hwloc_cache_size(topo, HWLOC_OBJ_L3CACHE);
+        m->l3_raw = mha_hwloc_cache_size(topo, HWLOC_OBJ_L3CACHE);
     }
     hwloc_topology_destroy(topo);
 }
@@ -168,8 +154,10 @@ void machine_describe(machine_info *m) {
     }
     if (m->cores <= 0 || m->cores > m->pus) m->cores = m->pus;
 
-    m->l1d = clamp_cache(m->l1d_raw, 16 * KIB, 256 * KIB, 32 * KIB, &m->l1d_clamped);
-    m->l2 = clamp_cache(m->l2_raw, 128 * KIB, 8 * MIB, 1 * MIB, &m->l2_clamped);
+    /* L1d and L2: the library's reading and clamp (the cache model's inputs). */
+    mha_cache_sizes(&m->l1d, &m->l2, &m->l1d_raw, &m->l2_raw);
+    m->l1d_clamped = m->l1d != m->l1d_raw;
+    m->l2_clamped = m->l2 != m->l2_raw;
     m->l3 = clamp_cache(m->l3_raw, 1 * MIB, 1 * GIB, 8 * MIB, &m->l3_clamped);
     if (m->l3 < m->l2) {
         m->l3 = m->l2;

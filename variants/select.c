@@ -137,8 +137,9 @@ void mha_class_verify_problem(const mha_shape_class *c, mha_problem *p) {
 }
 
 /* ---- cache sizes (hwloc, once) ------------------------------------------------------
- * Clamped like harness/machine.c (see its comment for the reasoning): L1d to
- * [16 KiB, 256 KiB] (unknown: 32 KiB), L2 to [128 KiB, 8 MiB] (unknown: 1 MiB).
+ * Clamped (reasoning in harness/machine.c, which reports these same values):
+ * L1d to [16 KiB, 256 KiB] (unknown: 32 KiB), L2 to [128 KiB, 8 MiB]
+ * (unknown: 1 MiB).
  * The model needs only the order of magnitude; a VM's odd report must not
  * produce absurd blocks. */
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
@@ -148,7 +149,7 @@ static uint64_t clamp_cache(uint64_t raw, uint64_t lo, uint64_t hi, uint64_t unk
     return raw == 0 ? unknown : raw < lo ? lo : raw > hi ? hi : raw;
 }
 
-static uint64_t hwloc_cache_size(hwloc_topology_t topo, hwloc_obj_type_t type) {
+uint64_t mha_hwloc_cache_size(hwloc_topology_t topo, hwloc_obj_type_t type) {
     const int n = hwloc_get_nbobjs_by_type(topo, type);
     for (int i = 0; i < n; i++) {
         hwloc_obj_t o = hwloc_get_obj_by_type(topo, type, (unsigned)i);
@@ -163,8 +164,8 @@ static void cache_init(void) {
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) == 0) {
         if (hwloc_topology_load(topo) == 0) {
-            cache_l1d_raw = hwloc_cache_size(topo, HWLOC_OBJ_L1CACHE);
-            cache_l2_raw = hwloc_cache_size(topo, HWLOC_OBJ_L2CACHE);
+            cache_l1d_raw = mha_hwloc_cache_size(topo, HWLOC_OBJ_L1CACHE);
+            cache_l2_raw = mha_hwloc_cache_size(topo, HWLOC_OBJ_L2CACHE);
         }
         hwloc_topology_destroy(topo);
     }

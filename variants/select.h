@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <hwloc.h>
+
 #include "mha.h"
 
 /* ---- shape classes ------------------------------------------------------------
@@ -48,6 +50,8 @@ void mha_class_verify_problem(const mha_shape_class *c, mha_problem *p);
  * clamped to plausible ranges (the same bounds as harness/machine.c). hwloc is
  * queried once per process. */
 void mha_cache_sizes(uint64_t *l1d, uint64_t *l2, uint64_t *l1d_raw, uint64_t *l2_raw);
+/* Size of the first data or unified cache object of this type (0 if none). */
+uint64_t mha_hwloc_cache_size(hwloc_topology_t topo, hwloc_obj_type_t type);
 /* Columns of the ISA's GEMM micro-tile (MHA_NR in kernels/vec_*.h): block_q
  * is efficient as a multiple of it. */
 int mha_tile_width(mha_isa isa);

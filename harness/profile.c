@@ -21,21 +21,31 @@ static void usage(FILE *f) {
     fputs(
         "usage: mhabench profile --kernel K [--batch B] [--heads H] [--kv-heads G] --seq N\n"
         "                        [--seq-kv M] --head-dim D [--causal] [--threads T] [--seconds S]\n"
+        "                        [--block-q BQ] [--block-kv BK] [--split 0|1|2]\n"
         "Runs one shape for about S seconds (default 2) and prints GFLOP/s and, in a build\n"
-        "configured with -Dphase_timing=true, the share of cycles per phase.\n",
+        "configured with -Dphase_timing=true, the share of cycles per phase. Knobs left out\n"
+        "come from the cache model (mha_default_blocks), as for an explicit --kernel.\n",
         f);
 }
 
 int cmd_profile(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"kernel", required_argument, 0, 'k'},   {"batch", required_argument, 0, 'b'},
-        {"heads", required_argument, 0, 'H'},    {"kv-heads", required_argument, 0, 'G'},
-        {"seq", required_argument, 0, 'n'},      {"seq-kv", required_argument, 0, 'm'},
-        {"head-dim", required_argument, 0, 'd'}, {"causal", no_argument, 0, 'c'},
-        {"threads", required_argument, 0, 't'},  {"seconds", required_argument, 0, 's'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    static const struct option opts[] = {{"kernel", required_argument, 0, 'k'},
+                                         {"batch", required_argument, 0, 'b'},
+                                         {"heads", required_argument, 0, 'H'},
+                                         {"kv-heads", required_argument, 0, 'G'},
+                                         {"seq", required_argument, 0, 'n'},
+                                         {"seq-kv", required_argument, 0, 'm'},
+                                         {"head-dim", required_argument, 0, 'd'},
+                                         {"causal", no_argument, 0, 'c'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"seconds", required_argument, 0, 's'},
+                                         {"block-q", required_argument, 0, 'Q'},
+                                         {"block-kv", required_argument, 0, 'K'},
+                                         {"split", required_argument, 0, 'S'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     const char *kname = NULL;
-    int64_t B = 1, H = 8, G = 0, N = 0, M = 0, d = 0, T = 1;
+    int64_t B = 1, H = 8, G = 0, N = 0, M = 0, d = 0, T = 1, BQ = 0, BK = 0, SP = 0;
     float seconds = 2.0f;
     int causal = 0;
     optind = 1;
@@ -72,6 +82,15 @@ int cmd_profile(int argc, char **argv) {
         case 's':
             ok = parse_float("--seconds", optarg, &seconds) && seconds > 0;
             break;
+        case 'Q':
+            ok = parse_i64("--block-q", optarg, 1, 1 << 20, &BQ);
+            break;
+        case 'K':
+            ok = parse_i64("--block-kv", optarg, 1, 1 << 20, &BK);
+            break;
+        case 'S':
+            ok = parse_i64("--split", optarg, 0, 2, &SP);
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -91,7 +110,8 @@ int cmd_profile(int argc, char **argv) {
     results_bind_threads(mha_resolve_threads(&(mha_options){.threads = (int)T})); /* as sweep */
     if (!k) return EXIT_USAGE;
     const mha_problem p = {B, H, G ? G : H, N, M ? M : N, d, causal, 0.0f};
-    const mha_options o = {.threads = (int)T};
+    const mha_options o = {
+        .threads = (int)T, .block_q = (int)BQ, .block_kv = (int)BK, .split = (int)SP};
     size_t ws_bytes;
     if (mha_workspace_size(k, &p, &o, &ws_bytes) != MHA_OK) {
         errorf("profile: %s", mha_last_error());

@@ -12,6 +12,23 @@
  * in the row-scale branch of some constant-propagated clones. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+/* acc[r][v] += sum_k A(r, k) B(k, v-th vector): the register-blocked inner
+ * loop every tile shares (the last B vector masked to tail lanes if BT). */
+ALWAYS_INLINE void accumulate(const int R, const int NV, const int BT, vf acc[6][4], int tail,
+                              int64_t kc, const float *a, int64_t a_rs, int64_t a_ks,
+                              const float *b, int64_t ldb) {
+    for (int64_t k = 0; k < kc; k++) {
+        vf bv[4];
+        for (int v = 0; v < NV; v++)
+            bv[v] = (BT && v == NV - 1) ? vloadu_n(b + k * ldb + v * VW, tail)
+                                        : vloadu(b + k * ldb + v * VW);
+        for (int r = 0; r < R; r++) {
+            const vf ar = vset1(a[r * a_rs + k * a_ks]);
+            for (int v = 0; v < NV; v++) acc[r][v] = vfma(ar, bv[v], acc[r][v]);
+        }
+    }
+}
+
 /* One R x NV tile; R, NV and BT (mask the last B vector) are compile-time
  * constants at every call site, so the accumulators live in registers. */
 ALWAYS_INLINE void tile(const int R, const int NV, const int BT, int64_t ncols, int64_t kc,
@@ -46,16 +63,7 @@ ALWAYS_INLINE void tile(const int R, const int NV, const int BT, int64_t ncols, 
             }
         }
     }
-    for (int64_t k = 0; k < kc; k++) {
-        vf bv[4];
-        for (int v = 0; v < NV; v++)
-            bv[v] = (BT && v == NV - 1) ? vloadu_n(b + k * ldb + v * VW, tail)
-                                        : vloadu(b + k * ldb + v * VW);
-        for (int r = 0; r < R; r++) {
-            const vf ar = vset1(a[r * a_rs + k * a_ks]);
-            for (int v = 0; v < NV; v++) acc[r][v] = vfma(ar, bv[v], acc[r][v]);
-        }
-    }
+    accumulate(R, NV, BT, acc, tail, kc, a, a_rs, a_ks, b, ldb);
     if (colmax) {
         for (int v = 0; v < NV; v++) {
             vf mx = acc[0][v];
@@ -72,6 +80,47 @@ ALWAYS_INLINE void tile(const int R, const int NV, const int BT, int64_t ncols, 
             vstoreu(c + r * ldc + (NV - 1) * VW, acc[r][NV - 1]);
         else
             vstoreu_n(c + r * ldc + (NV - 1) * VW, acc[r][NV - 1], tail);
+    }
+}
+
+/* One R x NV tile of S^T = K Q^T turned into P^T = 2^(S^T - m) in the
+ * epilogue. m (per query lane) is a reference, not the exact maximum: it only
+ * moves when a score exceeds it by more than MHA_LAZY_LOG2, so every p stays
+ * <= 2^MHA_LAZY_LOG2 and the output rescale is rare. When it moves, the rows
+ * [0, r0) of this block already written for that vector (c - r0*ldc ...),
+ * the block's partial sums and the block's rescale factor alpha follow. */
+ALWAYS_INLINE void tile_exp(const int R, const int NV, int64_t kc, const float *a, int64_t a_rs,
+                            const float *b, int64_t ldb, float *c, int64_t ldc, int64_t r0,
+                            float *m, float *bsum, float *alpha) {
+    vf acc[6][4];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = vzero();
+    accumulate(R, NV, 0, acc, VW, kc, a, a_rs, 1, b, ldb);
+    const vf lazy = vset1(MHA_LAZY_LOG2);
+    for (int v = 0; v < NV; v++) {
+        vf tm = acc[0][v];
+        for (int r = 1; r < R; r++) tm = vmax(tm, acc[r][v]);
+        vf mv = vload(m + v * VW);
+        const vf limit = vadd(mv, lazy); /* -inf while nothing is seen yet */
+        if (vany_gt(tm, limit)) {
+            const vf mn = vselect_gt(tm, limit, tm, mv);
+            const vf f = vexp2_nonpos(vsub(mv, mn)); /* 0 where m was -inf */
+            for (int64_t rr = 0; rr < r0; rr++) {
+                float *row = c + (rr - r0) * ldc + v * VW;
+                vstore(row, vmul(vload(row), f));
+            }
+            vstore(bsum + v * VW, vmul(vload(bsum + v * VW), f));
+            vstore(alpha + v * VW, vmul(vload(alpha + v * VW), f));
+            vstore(m + v * VW, mn);
+            mv = mn;
+        }
+        vf sum = vzero();
+        for (int r = 0; r < R; r++) {
+            const vf p = vexp2_nonpos(vsub(acc[r][v], mv));
+            vstore(c + r * ldc + v * VW, p);
+            sum = vadd(sum, p);
+        }
+        vstore(bsum + v * VW, vadd(vload(bsum + v * VW), sum));
     }
 }
 
@@ -122,6 +171,46 @@ void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int6
             tile_dispatch(r, nv, bt, nc, kc, a + r0 * a_rs, a_rs, a_ks, b + j0, ldb,
                           c + r0 * ldc + j0, ldc, init, init == MHA_INIT_ROWSCALE ? cv + r0 : cv,
                           colmax ? colmax + j0 : NULL);
+        }
+    }
+}
+
+#define EXP_ARGS kc, a, a_rs, b, ldb, c, ldc, r0, m, bsum, alpha
+#define E(R, N)                                                                                    \
+    case (R)*8 + (N):                                                                              \
+        tile_exp(R, N, EXP_ARGS);                                                                  \
+        return;
+#define EXP_ROW_CASES(R) E(R, 1) E(R, 2) E(R, 3) E(R, 4)
+
+static void tile_exp_dispatch(int rows, int nv, int64_t kc, const float *a, int64_t a_rs,
+                              const float *b, int64_t ldb, float *c, int64_t ldc, int64_t r0,
+                              float *m, float *bsum, float *alpha) {
+    switch (rows * 8 + nv) {
+        EXP_ROW_CASES(1)
+        EXP_ROW_CASES(2)
+        EXP_ROW_CASES(3)
+        EXP_ROW_CASES(4)
+#if MHA_MR >= 5
+        EXP_ROW_CASES(5)
+#endif
+#if MHA_MR >= 6
+        EXP_ROW_CASES(6)
+#endif
+    default:
+        break;
+    }
+}
+
+void MHA_SYM(scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
+                         const float *b, int64_t ldb, float *c, int64_t ldc, float *m, float *bsum,
+                         float *alpha) {
+    for (int64_t j0 = 0; j0 < ncols; j0 += MHA_NR) {
+        const int64_t nc = ncols - j0 < MHA_NR ? ncols - j0 : MHA_NR;
+        const int nv = (int)(nc / VW);
+        for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
+            const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
+            tile_exp_dispatch(r, nv, kc, a + r0 * a_rs, a_rs, b + j0, ldb, c + r0 * ldc + j0, ldc,
+                              r0, m + j0, bsum + j0, alpha + j0);
         }
     }
 }

@@ -37,6 +37,21 @@ void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int6
                    int64_t a_ks, const float *b, int64_t ldb, float *c, int64_t ldc, int flags,
                    const float *vec);
 
+/* How far (log2 units) a score may exceed the running reference max m before
+ * m moves (scores_exp): p <= 2^8, so sums and outputs keep 120 binades. */
+#define MHA_LAZY_LOG2 8.0f
+
+/* The fused score block of flash attention: C = 2^(A B - m) for an unmasked
+ * block, with C = S^T[rows = keys][ncols = queries] (ncols a multiple of VW,
+ * b = Q^T in log2 units, ldb/ldc multiples of VW), A(r, k) = a[r*a_rs + k].
+ * Per query lane: m is the running reference max (raised only by more than
+ * MHA_LAZY_LOG2, -inf before any key), bsum += the column sums of C, and
+ * alpha *= the factor every earlier term must be scaled by when m moves
+ * (start a block with bsum = 0, alpha = 1). */
+void MHA_SYM(scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
+                         const float *b, int64_t ldb, float *c, int64_t ldc, float *m, float *bsum,
+                         float *alpha);
+
 /* Y[M,N] = X[M,K] W^T + bias with W in nn.Linear layout [N][K] (row stride
  * ldw); pack holds linear_pack_floats(N,K) floats. OpenMP over tiles. */
 void MHA_SYM(linear)(int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx, const float *w,
@@ -73,6 +88,7 @@ void MHA_SYM(vexp2_array)(const float *x, float *y, int64_t n);
 /* Plain names for the calls in variants/ (and readable under clang-format). */
 #define k_gemm MHA_SYM(gemm)
 #define k_pack_transpose MHA_SYM(pack_transpose)
+#define k_scores_exp MHA_SYM(scores_exp)
 #define k_softmax_online MHA_SYM(softmax_online)
 #define k_softmax_columns MHA_SYM(softmax_columns)
 #define k_store_normalized MHA_SYM(store_normalized)

@@ -70,6 +70,14 @@ static inline vf vselect_eq(vf a, vf b, vf x, vf y) {
 static inline int vany_ne(vf a, vf b) {
     return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_NEQ_UQ)) != 0;
 }
+/* Lanes where a > b take x, others y (NaN compares false). */
+static inline vf vselect_gt(vf a, vf b, vf x, vf y) {
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_GT_OQ));
+}
+/* Nonzero if a > b in any lane. */
+static inline int vany_gt(vf a, vf b) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ)) != 0;
+}
 
 /* 2^n for integer-valued n in [-127, 127] (float); n = -127 gives +0. */
 static inline vf vpow2i(vf n) {

@@ -64,6 +64,14 @@ static inline vf vselect_eq(vf a, vf b, vf x, vf y) {
 static inline int vany_ne(vf a, vf b) {
     return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ) != 0;
 }
+/* Lanes where a > b take x, others y (NaN compares false). */
+static inline vf vselect_gt(vf a, vf b, vf x, vf y) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), y, x);
+}
+/* Nonzero if a > b in any lane. */
+static inline int vany_gt(vf a, vf b) {
+    return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) != 0;
+}
 
 /* 2^x for x <= 128: x = n + f with n = round(x), |f| <= 1/2, 2^f by a degree-6
  * polynomial (Cephes exp2f coefficients, rel. error ~1.7e-7), then scalef by

@@ -63,6 +63,14 @@ static inline vf vselect_eq(vf a, vf b, vf x, vf y) {
 static inline int vany_ne(vf a, vf b) {
     return a != b;
 }
+/* Lanes where a > b take x, others y (NaN compares false). */
+static inline vf vselect_gt(vf a, vf b, vf x, vf y) {
+    return a > b ? x : y;
+}
+/* Nonzero if a > b in any lane. */
+static inline int vany_gt(vf a, vf b) {
+    return a > b;
+}
 
 /* Round to nearest integer (|x| < 2^22) without SSE4.1: the 1.5*2^23 trick. */
 static inline float vround_(float x) {

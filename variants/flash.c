@@ -73,7 +73,7 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
     PHASE_START();
     float *Qt = (float *)ws, *St = (float *)(ws + L->qt), *Ob = (float *)(ws + L->qt + L->st);
     float *m = (float *)(ws + L->qt + L->st + L->ob), *l = m + L->vec / sizeof(float),
-          *alpha = l + L->vec / sizeof(float), *bmax = alpha + L->vec / sizeof(float);
+          *alpha = l + L->vec / sizeof(float), *bsum = alpha + L->vec / sizeof(float);
     const float *qh = x->q->data + b * x->q->stride_b + h * x->q->stride_h;
     const float *kh = x->k->data + b * x->k->stride_b + g * x->k->stride_h;
     const float *vh = x->v->data + b * x->v->stride_b + g * x->v->stride_h;
@@ -94,16 +94,39 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
     }
     k_pack_transpose(n, d, qh + i0 * x->q->stride_n, x->q->stride_n, x->qscale, Qt, ld);
     PHASE(PHASE_PACK);
-    for (int64_t j0 = 0; j0 < kv_end; j0 += L->bk) {
-        const int64_t bkk = kv_end - j0 < L->bk ? kv_end - j0 : L->bk;
-        const int diag = p->causal && j0 + bkk - 1 > i0 + off; /* some pair here is masked */
-        /* S^T[j][i] = K[j0+j] . Q^T[:, i]; on the diagonal each row tile starts
-         * at the first query vector that can see any of its keys. */
-        if (!diag) { /* the block's column maxima come out of the tile stores */
-            for (int64_t i = 0; i < ncols; i++) bmax[i] = -INFINITY;
-            k_gemm(bkk, ncols, d, kh + j0 * skn, skn, 1, Qt, ld, St, ld, MHA_INIT_ZERO | MHA_COLMAX,
-                   bmax);
+    /* Keys [0, full) are visible to every row of the block: they go in equal
+     * blocks of at most bk (rounded to the tile height) on the fast path. The
+     * causal triangle [full, kv_end) (at most n - 1 keys) follows in blocks
+     * of at most bk on the masked path, so no block mixes the two. */
+    int64_t full = p->causal ? i0 + off + 1 : kv_end;
+    full = full < 0 ? 0 : (full > kv_end ? kv_end : full);
+    const int64_t nfull = (full + L->bk - 1) / L->bk;
+    int64_t even = nfull > 0 ? (full + nfull - 1) / nfull : L->bk;
+    even = (even + MHA_MR - 1) / MHA_MR * MHA_MR;
+    even = even > L->bk ? L->bk : even;
+    for (int64_t j0 = 0, bkk; j0 < kv_end; j0 += bkk) {
+        const int diag = j0 >= full; /* some pair here is masked */
+        bkk = diag ? kv_end - j0 : full - j0;
+        bkk = bkk < (diag ? L->bk : even) ? bkk : (diag ? L->bk : even);
+        int changed;
+        if (!diag) {
+            /* P^T = 2^(K Q^T - m) in one pass, m a lazily raised reference
+             * (see k_scores_exp); then l = alpha l + block sum. */
+            for (int64_t i = 0; i < ncols; i++) {
+                bsum[i] = 0.0f;
+                alpha[i] = 1.0f;
+            }
+            k_scores_exp(bkk, ncols, d, kh + j0 * skn, skn, Qt, ld, St, ld, m, bsum, alpha);
+            PHASE(PHASE_QK);
+            changed = 0;
+            for (int64_t i = 0; i < ncols; i += VW) {
+                const vf a = vload(alpha + i);
+                vstore(l + i, vfma(vload(l + i), a, vload(bsum + i)));
+                changed |= vany_ne(a, vset1(1.0f));
+            }
         } else {
+            /* S^T[j][i] = K[j0+j] . Q^T[:, i]; each row tile starts at the
+             * first query vector that can see any of its keys. */
             for (int64_t r0 = 0; r0 < bkk; r0 += MHA_MR) {
                 const int64_t rows = bkk - r0 < MHA_MR ? bkk - r0 : MHA_MR;
                 int64_t c0 = (j0 + r0 - off - i0) / VW * VW; /* columns before c0 are masked */
@@ -112,17 +135,15 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
                     k_gemm(rows, ncols - c0, d, kh + (j0 + r0) * skn, skn, 1, Qt + c0, ld,
                            St + r0 * ld + c0, ld, MHA_INIT_ZERO, NULL);
             }
-        }
-        PHASE(PHASE_QK);
-        if (diag) {
+            PHASE(PHASE_QK);
             for (int64_t j = 0; j < bkk; j++) {
                 int64_t t = j0 + j - off - i0; /* columns i < t cannot see key j0 + j */
                 if (t > ncols) t = ncols;
                 for (int64_t i = 0; i < t; i++) St[j * ld + i] = -INFINITY;
             }
+            /* Exact maxima over the visible scores, then the online step. */
+            changed = k_softmax_online(bkk, ncols, St, ld, m, l, alpha, NULL);
         }
-        /* On the diagonal the maxima must exclude masked scores: computed here. */
-        const int changed = k_softmax_online(bkk, ncols, St, ld, m, l, alpha, diag ? NULL : bmax);
         PHASE(PHASE_SOFTMAX);
         /* O[i][:] = alpha[i] O[i][:] + sum_j P^T[j][i] V[j0+j][:] */
         const int init = j0 == 0 ? MHA_INIT_ZERO : (changed ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);

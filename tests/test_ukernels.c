@@ -1,0 +1,110 @@
+/* test_ukernels.c - the fused score micro-kernel of flash attention
+ * (scores_exp): P^T = 2^(K Q^T - m) with a lazily raised reference max m.
+ * Scores are built to climb by more than the lazy margin from tile to tile,
+ * so m moves in the middle of a block and the rows already written, the
+ * partial sums and the block factor alpha must follow; every number is
+ * checked against a double computation, for each ISA the CPU has. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "mha.h"
+
+typedef void (*scores_fn)(int64_t, int64_t, int64_t, const float *, int64_t, const float *, int64_t,
+                          float *, int64_t, float *, float *, float *);
+void mha_scores_exp__scalar(int64_t, int64_t, int64_t, const float *, int64_t, const float *,
+                            int64_t, float *, int64_t, float *, float *, float *);
+void mha_scores_exp__avx2(int64_t, int64_t, int64_t, const float *, int64_t, const float *, int64_t,
+                          float *, int64_t, float *, float *, float *);
+void mha_scores_exp__avx512(int64_t, int64_t, int64_t, const float *, int64_t, const float *,
+                            int64_t, float *, int64_t, float *, float *, float *);
+
+static const struct {
+    mha_isa isa;
+    scores_fn fn;
+    int vw;
+} isas[] = {{MHA_ISA_SCALAR, mha_scores_exp__scalar, 1},
+            {MHA_ISA_AVX2, mha_scores_exp__avx2, 8},
+            {MHA_ISA_AVX512, mha_scores_exp__avx512, 16}};
+
+enum { ROWS = 41, COLS = 80, D = 9, LD = 96, LAZY = 8 };
+
+static double score(const float *k, const float *qt, int j, int i) {
+    double s = 0;
+    for (int c = 0; c < D; c++) s += (double)k[j * D + c] * qt[c * LD + i];
+    return s;
+}
+
+/* One block from scratch (m = -inf), then a second block on the first's m. */
+static void test_lazy_max(void **state) {
+    const int t = (int)(intptr_t)*state;
+    if (isas[t].isa > mha_isa_active()) {
+        print_message("skipping %s: not available here (or capped by MHA_ISA)\n",
+                      mha_isa_name(isas[t].isa));
+        skip();
+    }
+    /* The kernel's layout contract: 64-byte aligned rows of LD floats. */
+    float *k = calloc(2 * ROWS * D, sizeof *k), *qt = aligned_alloc(64, D * LD * sizeof *qt);
+    float *c = aligned_alloc(64, ROWS * LD * sizeof *c);
+    _Alignas(64) float m[LD], bsum[LD], alpha[LD], m1[LD];
+    uint32_t s = 7;
+    for (int i = 0; i < 2 * ROWS * D; i++)
+        k[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    for (int i = 0; i < D * LD; i++)
+        qt[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    /* Dimension 0 makes the scores climb: +2.5 per key in the first block (a
+     * rise of 15 > LAZY per 6-row tile), flat in the second, lane by lane
+     * slopes differ so lanes move m at different tiles. */
+    for (int j = 0; j < 2 * ROWS; j++) k[j * D] = j < ROWS ? 2.5f * (float)j : 40.0f;
+    for (int i = 0; i < COLS; i++) qt[i] = 1.0f + 0.01f * (float)(i % 7);
+    for (int blk = 0; blk < 2; blk++) {
+        const float *kb = k + blk * ROWS * D;
+        for (int i = 0; i < LD; i++) {
+            if (blk == 0) m[i] = -INFINITY;
+            m1[i] = m[i];
+            bsum[i] = 0.0f;
+            alpha[i] = 1.0f;
+        }
+        isas[t].fn(ROWS, COLS, D, kb, D, qt, LD, c, LD, m, bsum, alpha);
+        for (int i = 0; i < COLS; i++) {
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < ROWS; j++) mx = fmax(mx, score(kb, qt, j, i));
+            /* m is a reference within LAZY below the running max, never above it. */
+            const double ref = blk == 0 ? mx : fmax(mx, m1[i]);
+            assert_true(m[i] <= ref + 1e-4 && m[i] >= ref - LAZY - 1e-4);
+            for (int j = 0; j < ROWS; j++) {
+                const double want = exp2(score(kb, qt, j, i) - m[i]);
+                /* float scores of magnitude ~100: a few 1e-6 absolute -> 4e-5 relative */
+                assert_true(fabs(c[j * LD + i] - want) <= 4e-5 * want);
+                assert_true(c[j * LD + i] <= 256.0f * (1 + 1e-6f));
+                sum += want;
+            }
+            assert_true(fabs(bsum[i] - sum) <= 4e-5 * sum);
+            /* alpha rescales what came before: 0 for the first block (nothing). */
+            const double a = blk == 0 ? 0.0 : exp2((double)m1[i] - m[i]);
+            assert_true(fabs(alpha[i] - a) <= 4e-5 * a);
+        }
+        if (blk == 1) { /* the flat block stays within LAZY of the first's m */
+            int moved = 0;
+            for (int i = 0; i < COLS; i++) moved += m[i] != m1[i];
+            assert_int_equal(moved, 0);
+        }
+    }
+    free(k);
+    free(qt);
+    free(c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_prestate(test_lazy_max, (void *)(intptr_t)0),
+        cmocka_unit_test_prestate(test_lazy_max, (void *)(intptr_t)1),
+        cmocka_unit_test_prestate(test_lazy_max, (void *)(intptr_t)2),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,6 +1,7 @@
 /* gemm.c - the register-blocked GEMM micro-kernel (MHA_MR rows x MHA_NV
  * vectors held in registers, accumulating over k), its driver, the packing
  * helper, and the layer's linear projection built on them. Compiled per ISA. */
+#include <math.h>
 #include <omp.h>
 #include <string.h>
 
@@ -89,14 +90,20 @@ ALWAYS_INLINE void tile(const int R, const int NV, const int BT, int64_t ncols, 
  * <= 2^MHA_LAZY_LOG2 and the output rescale is rare. When it moves, the rows
  * [0, r0) of this block already written for that vector (c - r0*ldc ...),
  * the block's partial sums and the block's rescale factor alpha follow. */
-ALWAYS_INLINE void tile_exp(const int R, const int NV, int64_t kc, const float *a, int64_t a_rs,
-                            const float *b, int64_t ldb, float *c, int64_t ldc, int64_t r0,
-                            float *m, float *bsum, float *alpha) {
+ALWAYS_INLINE void tile_exp(const int R, const int NV, const int MASKED, int64_t kc, const float *a,
+                            int64_t a_rs, const float *b, int64_t ldb, float *c, int64_t ldc,
+                            int64_t r0, float *m, float *bsum, float *alpha, int64_t t) {
     vf acc[6][4];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = vzero();
     accumulate(R, NV, 0, acc, VW, kc, a, a_rs, 1, b, ldb);
-    const vf lazy = vset1(MHA_LAZY_LOG2);
+    const vf lazy = vset1(MHA_LAZY_LOG2), ninf = vset1(-INFINITY);
+    if (MASKED) /* column i of row r is visible iff i >= t + r: others -> -inf */
+        for (int v = 0; v < NV; v++) {
+            const vf col = vadd(viota(), vset1((float)(v * VW)));
+            for (int r = 0; r < R; r++)
+                acc[r][v] = vselect_gt(col, vset1((float)(t + r - 1)), acc[r][v], ninf);
+        }
     for (int v = 0; v < NV; v++) {
         vf tm = acc[0][v];
         for (int r = 1; r < R; r++) tm = vmax(tm, acc[r][v]);
@@ -114,6 +121,9 @@ ALWAYS_INLINE void tile_exp(const int R, const int NV, int64_t kc, const float *
             vstore(m + v * VW, mn);
             mv = mn;
         }
+        /* A lane that has seen nothing keeps m = -inf: subtract 0 there so
+         * its masked scores give 2^-inf = 0, not NaN. */
+        if (MASKED) mv = vselect_eq(mv, ninf, vzero(), mv);
         vf sum = vzero();
         for (int r = 0; r < R; r++) {
             const vf p = vexp2_nonpos(vsub(acc[r][v], mv));
@@ -175,16 +185,19 @@ void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int6
     }
 }
 
-#define EXP_ARGS kc, a, a_rs, b, ldb, c, ldc, r0, m, bsum, alpha
+#define EXP_ARGS kc, a, a_rs, b, ldb, c, ldc, r0, m, bsum, alpha, t
 #define E(R, N)                                                                                    \
     case (R)*8 + (N):                                                                              \
-        tile_exp(R, N, EXP_ARGS);                                                                  \
+        if (masked)                                                                                \
+            tile_exp(R, N, 1, EXP_ARGS);                                                           \
+        else                                                                                       \
+            tile_exp(R, N, 0, EXP_ARGS);                                                           \
         return;
 #define EXP_ROW_CASES(R) E(R, 1) E(R, 2) E(R, 3) E(R, 4)
 
-static void tile_exp_dispatch(int rows, int nv, int64_t kc, const float *a, int64_t a_rs,
-                              const float *b, int64_t ldb, float *c, int64_t ldc, int64_t r0,
-                              float *m, float *bsum, float *alpha) {
+static void tile_exp_dispatch(int rows, int nv, int masked, int64_t kc, const float *a,
+                              int64_t a_rs, const float *b, int64_t ldb, float *c, int64_t ldc,
+                              int64_t r0, float *m, float *bsum, float *alpha, int64_t t) {
     switch (rows * 8 + nv) {
         EXP_ROW_CASES(1)
         EXP_ROW_CASES(2)
@@ -201,16 +214,32 @@ static void tile_exp_dispatch(int rows, int nv, int64_t kc, const float *a, int6
     }
 }
 
+/* First column of row tile r0 with any visible score (a multiple of VW). */
+static int64_t first_visible(int masked, int64_t t0, int64_t r0, int64_t ncols) {
+    if (!masked) return 0;
+    int64_t c0 = t0 + r0 <= 0 ? 0 : (t0 + r0) / VW * VW;
+    return c0 > ncols ? ncols : c0;
+}
+
 void MHA_SYM(scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
                          const float *b, int64_t ldb, float *c, int64_t ldc, float *m, float *bsum,
-                         float *alpha) {
+                         float *alpha, int masked, int64_t t0) {
+    if (masked) /* columns left of a row tile's first visible vector: P = 0 */
+        for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
+            const int64_t c0 = first_visible(masked, t0, r0, ncols);
+            for (int64_t r = r0; r < rows && r < r0 + MHA_MR; r++)
+                for (int64_t i = 0; i < c0; i += VW) vstore(c + r * ldc + i, vzero());
+        }
     for (int64_t j0 = 0; j0 < ncols; j0 += MHA_NR) {
         const int64_t nc = ncols - j0 < MHA_NR ? ncols - j0 : MHA_NR;
-        const int nv = (int)(nc / VW);
         for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
             const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
-            tile_exp_dispatch(r, nv, kc, a + r0 * a_rs, a_rs, b + j0, ldb, c + r0 * ldc + j0, ldc,
-                              r0, m + j0, bsum + j0, alpha + j0);
+            int64_t s = first_visible(masked, t0, r0, ncols); /* rows below start later */
+            s = s < j0 ? j0 : s;
+            if (s >= j0 + nc) continue;
+            tile_exp_dispatch(r, (int)((j0 + nc - s) / VW), masked, kc, a + r0 * a_rs, a_rs, b + s,
+                              ldb, c + r0 * ldc + s, ldc, r0, m + s, bsum + s, alpha + s,
+                              t0 + r0 - s);
         }
     }
 }

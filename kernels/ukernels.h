@@ -47,10 +47,13 @@ void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int6
  * Per query lane: m is the running reference max (raised only by more than
  * MHA_LAZY_LOG2, -inf before any key), bsum += the column sums of C, and
  * alpha *= the factor every earlier term must be scaled by when m moves
- * (start a block with bsum = 0, alpha = 1). */
+ * (start a block with bsum = 0, alpha = 1). With masked != 0, score (r, i)
+ * is visible iff i >= t0 + r (the causal diagonal): the others give P = 0,
+ * tiles wholly left of it are skipped (zeros written), and a lane with
+ * nothing visible yet keeps m = -inf. */
 void MHA_SYM(scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
                          const float *b, int64_t ldb, float *c, int64_t ldc, float *m, float *bsum,
-                         float *alpha);
+                         float *alpha, int masked, int64_t t0);
 
 /* Y[M,N] = X[M,K] W^T + bias with W in nn.Linear layout [N][K] (row stride
  * ldw); pack holds linear_pack_floats(N,K) floats. OpenMP over tiles. */

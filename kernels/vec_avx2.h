@@ -70,6 +70,10 @@ static inline vf vselect_eq(vf a, vf b, vf x, vf y) {
 static inline int vany_ne(vf a, vf b) {
     return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_NEQ_UQ)) != 0;
 }
+/* Lane indices 0, 1, ..., VW-1 as floats. */
+static inline vf viota(void) {
+    return _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+}
 /* Lanes where a > b take x, others y (NaN compares false). */
 static inline vf vselect_gt(vf a, vf b, vf x, vf y) {
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_GT_OQ));

@@ -63,6 +63,10 @@ static inline vf vselect_eq(vf a, vf b, vf x, vf y) {
 static inline int vany_ne(vf a, vf b) {
     return a != b;
 }
+/* Lane indices 0, 1, ..., VW-1 as floats. */
+static inline vf viota(void) {
+    return 0.0f;
+}
 /* Lanes where a > b take x, others y (NaN compares false). */
 static inline vf vselect_gt(vf a, vf b, vf x, vf y) {
     return a > b ? x : y;

@@ -15,14 +15,13 @@
 
 #include "mha.h"
 
-typedef void (*scores_fn)(int64_t, int64_t, int64_t, const float *, int64_t, const float *, int64_t,
-                          float *, int64_t, float *, float *, float *);
-void mha_scores_exp__scalar(int64_t, int64_t, int64_t, const float *, int64_t, const float *,
-                            int64_t, float *, int64_t, float *, float *, float *);
-void mha_scores_exp__avx2(int64_t, int64_t, int64_t, const float *, int64_t, const float *, int64_t,
-                          float *, int64_t, float *, float *, float *);
-void mha_scores_exp__avx512(int64_t, int64_t, int64_t, const float *, int64_t, const float *,
-                            int64_t, float *, int64_t, float *, float *, float *);
+#define SCORES_ARGS                                                                                \
+    int64_t, int64_t, int64_t, const float *, int64_t, const float *, int64_t, float *, int64_t,   \
+        float *, float *, float *, int, int64_t
+typedef void (*scores_fn)(SCORES_ARGS);
+void mha_scores_exp__scalar(SCORES_ARGS);
+void mha_scores_exp__avx2(SCORES_ARGS);
+void mha_scores_exp__avx512(SCORES_ARGS);
 
 static const struct {
     mha_isa isa;
@@ -70,7 +69,7 @@ static void test_lazy_max(void **state) {
             bsum[i] = 0.0f;
             alpha[i] = 1.0f;
         }
-        isas[t].fn(ROWS, COLS, D, kb, D, qt, LD, c, LD, m, bsum, alpha);
+        isas[t].fn(ROWS, COLS, D, kb, D, qt, LD, c, LD, m, bsum, alpha, 0, 0);
         for (int i = 0; i < COLS; i++) {
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j < ROWS; j++) mx = fmax(mx, score(kb, qt, j, i));
@@ -100,11 +99,65 @@ static void test_lazy_max(void **state) {
     free(c);
 }
 
+/* The causal triangle: score (r, i) visible iff i >= t0 + r. Rows are
+ * visible from column t0 + r on; columns left of t0 (up to 60 here) see no
+ * key at all in the block and must keep m = -inf with P = 0 (no NaN), and
+ * rows past the last column are wholly masked. */
+static void test_masked(void **state) {
+    const int t = (int)(intptr_t)*state;
+    if (isas[t].isa > mha_isa_active()) skip();
+    float *k = malloc(ROWS * D * sizeof *k), *qt = aligned_alloc(64, D * LD * sizeof *qt);
+    float *c = aligned_alloc(64, ROWS * LD * sizeof *c);
+    _Alignas(64) float m[LD], bsum[LD], alpha[LD];
+    uint32_t s = 11;
+    for (int i = 0; i < ROWS * D; i++)
+        k[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    for (int i = 0; i < D * LD; i++)
+        qt[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    for (int j = 0; j < ROWS; j++) k[j * D] = 2.5f * (float)j; /* climbing, as above */
+    for (int i = 0; i < COLS; i++) qt[i] = 1.0f + 0.01f * (float)(i % 7);
+    for (int t0 = -20; t0 <= 60; t0 += 20) {
+        for (int i = 0; i < ROWS * LD; i++) c[i] = NAN; /* every P read must be written */
+        for (int i = 0; i < LD; i++) {
+            m[i] = -INFINITY;
+            bsum[i] = 0.0f;
+            alpha[i] = 1.0f;
+        }
+        isas[t].fn(ROWS, COLS, D, k, D, qt, LD, c, LD, m, bsum, alpha, 1, t0);
+        for (int i = 0; i < COLS; i++) {
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < ROWS && i >= t0 + j; j++) mx = fmax(mx, score(k, qt, j, i));
+            if (mx == -INFINITY) { /* nothing visible in this column */
+                assert_true(m[i] == -INFINITY && bsum[i] == 0.0f);
+            } else {
+                assert_true(m[i] <= mx + 1e-4 && m[i] >= mx - LAZY - 1e-4);
+            }
+            for (int j = 0; j < ROWS; j++) {
+                const float got = c[j * LD + i];
+                if (i < t0 + j) { /* masked: written, and exactly 0 */
+                    assert_true(got == 0.0f);
+                    continue;
+                }
+                const double want = exp2(score(k, qt, j, i) - m[i]);
+                assert_true(fabs(got - want) <= 4e-5 * want);
+                sum += want;
+            }
+            assert_true(fabs(bsum[i] - sum) <= 4e-5 * sum);
+        }
+    }
+    free(k);
+    free(qt);
+    free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_lazy_max, (void *)(intptr_t)0),
         cmocka_unit_test_prestate(test_lazy_max, (void *)(intptr_t)1),
         cmocka_unit_test_prestate(test_lazy_max, (void *)(intptr_t)2),
+        cmocka_unit_test_prestate(test_masked, (void *)(intptr_t)0),
+        cmocka_unit_test_prestate(test_masked, (void *)(intptr_t)1),
+        cmocka_unit_test_prestate(test_masked, (void *)(intptr_t)2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -108,41 +108,22 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
         const int diag = j0 >= full; /* some pair here is masked */
         bkk = diag ? kv_end - j0 : full - j0;
         bkk = bkk < (diag ? L->bk : even) ? bkk : (diag ? L->bk : even);
-        int changed;
-        if (!diag) {
-            /* P^T = 2^(K Q^T - m) in one pass, m a lazily raised reference
-             * (see k_scores_exp); then l = alpha l + block sum. */
-            for (int64_t i = 0; i < ncols; i++) {
-                bsum[i] = 0.0f;
-                alpha[i] = 1.0f;
-            }
-            k_scores_exp(bkk, ncols, d, kh + j0 * skn, skn, Qt, ld, St, ld, m, bsum, alpha);
-            PHASE(PHASE_QK);
-            changed = 0;
-            for (int64_t i = 0; i < ncols; i += VW) {
-                const vf a = vload(alpha + i);
-                vstore(l + i, vfma(vload(l + i), a, vload(bsum + i)));
-                changed |= vany_ne(a, vset1(1.0f));
-            }
-        } else {
-            /* S^T[j][i] = K[j0+j] . Q^T[:, i]; each row tile starts at the
-             * first query vector that can see any of its keys. */
-            for (int64_t r0 = 0; r0 < bkk; r0 += MHA_MR) {
-                const int64_t rows = bkk - r0 < MHA_MR ? bkk - r0 : MHA_MR;
-                int64_t c0 = (j0 + r0 - off - i0) / VW * VW; /* columns before c0 are masked */
-                c0 = c0 < 0 ? 0 : (c0 > ncols ? ncols : c0);
-                if (c0 < ncols)
-                    k_gemm(rows, ncols - c0, d, kh + (j0 + r0) * skn, skn, 1, Qt + c0, ld,
-                           St + r0 * ld + c0, ld, MHA_INIT_ZERO, NULL);
-            }
-            PHASE(PHASE_QK);
-            for (int64_t j = 0; j < bkk; j++) {
-                int64_t t = j0 + j - off - i0; /* columns i < t cannot see key j0 + j */
-                if (t > ncols) t = ncols;
-                for (int64_t i = 0; i < t; i++) St[j * ld + i] = -INFINITY;
-            }
-            /* Exact maxima over the visible scores, then the online step. */
-            changed = k_softmax_online(bkk, ncols, St, ld, m, l, alpha, NULL);
+        /* P^T = 2^(K Q^T - m) in one pass, m a lazily raised reference (see
+         * k_scores_exp); on the triangle, key j0 + j is visible to columns
+         * i >= j0 + j - off - i0 and tiles left of that are skipped. Then
+         * l = alpha l + block sum. */
+        for (int64_t i = 0; i < ncols; i++) {
+            bsum[i] = 0.0f;
+            alpha[i] = 1.0f;
+        }
+        k_scores_exp(bkk, ncols, d, kh + j0 * skn, skn, Qt, ld, St, ld, m, bsum, alpha, diag,
+                     j0 - off - i0);
+        PHASE(PHASE_QK);
+        int changed = 0;
+        for (int64_t i = 0; i < ncols; i += VW) {
+            const vf a = vload(alpha + i);
+            vstore(l + i, vfma(vload(l + i), a, vload(bsum + i)));
+            changed |= vany_ne(a, vset1(1.0f));
         }
         PHASE(PHASE_SOFTMAX);
         /* O[i][:] = alpha[i] O[i][:] + sum_j P^T[j][i] V[j0+j][:] */

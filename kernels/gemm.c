@@ -246,10 +246,21 @@ void MHA_SYM(scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a
 
 void MHA_SYM(pack_transpose)(int64_t n, int64_t d, const float *src, int64_t ld, float scale,
                              float *dst, int64_t ldd) {
-    for (int64_t c = 0; c < d; c++) {
-        float *row = dst + c * ldd;
-        for (int64_t i = 0; i < n; i++) row[i] = src[i * ld + c] * scale;
-        for (int64_t i = n; i < ldd; i++) row[i] = 0.0f;
+    /* VW x VW blocks: rows of src loaded (scaled), transposed in registers. */
+    const vf s = vset1(scale);
+    for (int64_t i0 = 0; i0 < ldd; i0 += VW) {
+        for (int64_t c0 = 0; c0 < d; c0 += VW) {
+            const int nc = (int)(d - c0 < VW ? d - c0 : VW);
+            vf r[VW];
+            for (int i = 0; i < VW; i++) {
+                r[i] = vzero();
+                if (i0 + i >= n) continue; /* padding columns of dst are zero */
+                const float *row = src + (i0 + i) * ld + c0;
+                r[i] = vmul(nc == VW ? vloadu(row) : vloadu_n(row, nc), s);
+            }
+            vtranspose(r);
+            for (int c = 0; c < nc; c++) vstoreu(dst + (c0 + c) * ldd + i0, r[c]);
+        }
     }
 }
 

@@ -70,6 +70,29 @@ static inline vf vselect_eq(vf a, vf b, vf x, vf y) {
 static inline int vany_ne(vf a, vf b) {
     return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_NEQ_UQ)) != 0;
 }
+/* In-place transpose of the 8 x 8 block r[row][lane]: unpack pairs, then
+ * quads, then swap 128-bit halves. */
+static inline void vtranspose(vf r[8]) {
+    vf t[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* r[4g + k], 128-bit half L: column 4L + k of rows 4g .. 4g + 3 */
+    for (int g = 0; g < 2; g++) {
+        const __m256d a = _mm256_castps_pd(t[4 * g]), b = _mm256_castps_pd(t[4 * g + 1]),
+                      c = _mm256_castps_pd(t[4 * g + 2]), d = _mm256_castps_pd(t[4 * g + 3]);
+        r[4 * g] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));
+        r[4 * g + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));
+        r[4 * g + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, d));
+        r[4 * g + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, d));
+    }
+    for (int k = 0; k < 4; k++) {
+        t[k] = _mm256_permute2f128_ps(r[k], r[4 + k], 0x20);
+        t[4 + k] = _mm256_permute2f128_ps(r[k], r[4 + k], 0x31);
+    }
+    for (int i = 0; i < 8; i++) r[i] = t[i];
+}
 /* Lane indices 0, 1, ..., VW-1 as floats. */
 static inline vf viota(void) {
     return _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);

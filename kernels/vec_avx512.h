@@ -64,6 +64,36 @@ static inline vf vselect_eq(vf a, vf b, vf x, vf y) {
 static inline int vany_ne(vf a, vf b) {
     return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ) != 0;
 }
+/* In-place transpose of the 16 x 16 block r[row][lane]: unpack pairs, then
+ * quads, then two rounds of 128-bit lane shuffles (0x88 takes lanes 0 and 2
+ * of each source, 0xdd lanes 1 and 3). */
+static inline void vtranspose(vf r[16]) {
+    vf t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* r[4g + k], 128-bit lane L: column 4L + k of rows 4g .. 4g + 3 */
+    for (int g = 0; g < 4; g++) {
+        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]),
+                      c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+        r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int k = 0; k < 4; k++) {
+        const vf x = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88),
+                 y = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd),
+                 z = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88),
+                 w = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
+        t[k] = _mm512_shuffle_f32x4(x, z, 0x88);
+        t[8 + k] = _mm512_shuffle_f32x4(x, z, 0xdd);
+        t[4 + k] = _mm512_shuffle_f32x4(y, w, 0x88);
+        t[12 + k] = _mm512_shuffle_f32x4(y, w, 0xdd);
+    }
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
 /* Lane indices 0, 1, ..., VW-1 as floats. */
 static inline vf viota(void) {
     return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);

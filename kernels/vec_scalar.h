@@ -63,6 +63,10 @@ static inline vf vselect_eq(vf a, vf b, vf x, vf y) {
 static inline int vany_ne(vf a, vf b) {
     return a != b;
 }
+/* Transpose of the 1 x 1 block: nothing to do. */
+static inline void vtranspose(vf r[1]) {
+    (void)r;
+}
 /* Lane indices 0, 1, ..., VW-1 as floats. */
 static inline vf viota(void) {
     return 0.0f;

@@ -3,7 +3,8 @@
  * Scores are built to climb by more than the lazy margin from tile to tile,
  * so m moves in the middle of a block and the rows already written, the
  * partial sums and the block factor alpha must follow; every number is
- * checked against a double computation, for each ISA the CPU has. */
+ * checked against a double computation, for each ISA the CPU has. Also the
+ * register transpose that packs Q^T. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -150,6 +151,36 @@ static void test_masked(void **state) {
     free(c);
 }
 
+/* pack_transpose: dst[c][i] = scale * src[i][c] for i < n, 0 up to ldd, for
+ * sizes around the vector width (odd n, d not a multiple of VW). */
+typedef void (*pack_fn)(int64_t, int64_t, const float *, int64_t, float, float *, int64_t);
+void mha_pack_transpose__scalar(int64_t, int64_t, const float *, int64_t, float, float *, int64_t);
+void mha_pack_transpose__avx2(int64_t, int64_t, const float *, int64_t, float, float *, int64_t);
+void mha_pack_transpose__avx512(int64_t, int64_t, const float *, int64_t, float, float *, int64_t);
+static const pack_fn packs[] = {mha_pack_transpose__scalar, mha_pack_transpose__avx2,
+                                mha_pack_transpose__avx512};
+
+static void test_pack_transpose(void **state) {
+    const int t = (int)(intptr_t)*state;
+    if (isas[t].isa > mha_isa_active()) skip();
+    static const int ns[] = {1, 7, 16, 33}, ds[] = {1, 5, 16, 24, 40};
+    enum { LDS = 45 };
+    float *src = malloc(33 * LDS * sizeof *src), *dst = malloc(41 * 64 * sizeof *dst);
+    for (int i = 0; i < 33 * LDS; i++) src[i] = (float)i;
+    for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+        for (size_t b = 0; b < sizeof ds / sizeof *ds; b++) {
+            const int n = ns[a], d = ds[b], ldd = (n + 15) / 16 * 16 + 16; /* spare padding */
+            for (int i = 0; i < 41 * 64; i++) dst[i] = NAN;
+            packs[t](n, d, src, LDS, 0.5f, dst, ldd);
+            for (int c = 0; c < d; c++)
+                for (int i = 0; i < ldd; i++)
+                    assert_true(dst[c * ldd + i] == (i < n ? 0.5f * src[i * LDS + c] : 0.0f));
+            assert_true(isnan(dst[d * ldd])); /* nothing past row d - 1 */
+        }
+    free(src);
+    free(dst);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_lazy_max, (void *)(intptr_t)0),
@@ -158,6 +189,9 @@ int main(void) {
         cmocka_unit_test_prestate(test_masked, (void *)(intptr_t)0),
         cmocka_unit_test_prestate(test_masked, (void *)(intptr_t)1),
         cmocka_unit_test_prestate(test_masked, (void *)(intptr_t)2),
+        cmocka_unit_test_prestate(test_pack_transpose, (void *)(intptr_t)0),
+        cmocka_unit_test_prestate(test_pack_transpose, (void *)(intptr_t)1),
+        cmocka_unit_test_prestate(test_pack_transpose, (void *)(intptr_t)2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

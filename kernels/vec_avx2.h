@@ -64,6 +64,11 @@ static inline float vhmax(vf a) {
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+/* out[r] = sum of the lanes of a[r], r < 4, with shared horizontal adds. */
+static inline void vhsum4(const vf a[4], float out[4]) {
+    const vf h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
 static inline vf vselect_eq(vf a, vf b, vf x, vf y) {
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_EQ_OQ));
 }

@@ -56,6 +56,20 @@ static inline float vhsum(vf a) {
 static inline float vhmax(vf a) {
     return _mm512_reduce_max_ps(a);
 }
+/* out[r] = sum of the lanes of a[r], r < 4, with shared shuffles: 128-bit
+ * lanes folded pairwise across the four vectors, then within each lane. */
+static inline void vhsum4(const vf a[4], float out[4]) {
+    const vf u01 = _mm512_add_ps(_mm512_shuffle_f32x4(a[0], a[1], 0x44),
+                                 _mm512_shuffle_f32x4(a[0], a[1], 0xee));
+    const vf u23 = _mm512_add_ps(_mm512_shuffle_f32x4(a[2], a[3], 0x44),
+                                 _mm512_shuffle_f32x4(a[2], a[3], 0xee));
+    /* 128-bit lane r of w: four partial sums of a[r] */
+    vf w =
+        _mm512_add_ps(_mm512_shuffle_f32x4(u01, u23, 0x88), _mm512_shuffle_f32x4(u01, u23, 0xdd));
+    w = _mm512_add_ps(w, _mm512_permute_ps(w, 0x4e));
+    w = _mm512_add_ps(w, _mm512_permute_ps(w, 0xb1));
+    _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, w)));
+}
 /* Lanes where a == b take x, others y. */
 static inline vf vselect_eq(vf a, vf b, vf x, vf y) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ), y, x);

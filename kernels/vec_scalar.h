@@ -57,6 +57,10 @@ static inline float vhsum(vf a) {
 static inline float vhmax(vf a) {
     return a;
 }
+/* out[r] = a[r], r < 4 (one lane each). */
+static inline void vhsum4(const vf a[4], float out[4]) {
+    for (int r = 0; r < 4; r++) out[r] = a[r];
+}
 static inline vf vselect_eq(vf a, vf b, vf x, vf y) {
     return a == b ? x : y;
 }

@@ -60,6 +60,30 @@ size_t MHA_CAT(MHA_SYM(decode), _workspace)(const mha_problem *p, const mha_opti
     return mha_add_sz(P.part, mha_mul_sz(P.scratch, (size_t)threads));
 }
 
+/* out[r] = q[r] . krow for r < R (R <= DEC_RB, a constant where inlined):
+ * each K vector is loaded once for all rows, two accumulators per row, and
+ * the row sums are reduced together. */
+static inline __attribute__((always_inline)) void
+dots_n(const int R, const float *const *q, const float *krow, int64_t d, float out[DEC_RB]) {
+    vf acc[DEC_RB] = {vzero(), vzero(), vzero(), vzero()}, acc2[DEC_RB];
+    for (int r = 0; r < R; r++) acc2[r] = vzero();
+    int64_t c = 0;
+    for (; c + 2 * VW <= d; c += 2 * VW) {
+        const vf k0 = vloadu(krow + c), k1 = vloadu(krow + c + VW);
+        for (int r = 0; r < R; r++) {
+            acc[r] = vfma(vloadu(q[r] + c), k0, acc[r]);
+            acc2[r] = vfma(vloadu(q[r] + c + VW), k1, acc2[r]);
+        }
+    }
+    for (; c < d; c += VW) {
+        const int t = d - c < VW ? (int)(d - c) : VW;
+        const vf kv = vloadu_n(krow + c, t);
+        for (int r = 0; r < R; r++) acc[r] = vfma(vloadu_n(q[r] + c, t), kv, acc[r]);
+    }
+    for (int r = 0; r < R; r++) acc[r] = vadd(acc[r], acc2[r]);
+    vhsum4(acc, out);
+}
+
 static inline float dot(const float *a, const float *b, int64_t d) {
     vf acc0 = vzero(), acc1 = vzero();
     int64_t c = 0;
@@ -72,12 +96,76 @@ static inline float dot(const float *a, const float *b, int64_t d) {
     return vhsum(vadd(acc0, acc1));
 }
 
+/* Scores of keys [j0, j0 + bk) (log2 units, -inf past a row's end) into
+ * s[r][j]. The stream is memory-bound with little work per byte, so the K
+ * rows pf ahead are prefetched; with several rows, so are the V rows of this
+ * block, which the register-blocked P.V reads next. Kept out of line per row
+ * count: one loop nest per case lets each keep its registers (one row ran
+ * 10% slower sharing a loop with the multi-row case). */
+static __attribute__((noinline)) void scores_block(int R, const float *const *qrow,
+                                                   const int64_t *end, const float *kh, int64_t skn,
+                                                   const float *vh, int64_t svn, int64_t j0,
+                                                   int64_t bk, int64_t kend, int64_t pf, int64_t d,
+                                                   float qscale, float *s) {
+    for (int64_t j = 0; j < bk; j++) {
+        const float *krow = kh + (j0 + j) * skn;
+        if (j0 + j + pf < kend) {
+            prefetch_row(krow + pf * skn, d);
+            prefetch_row(vh + (j0 + j) * svn, d);
+        }
+        float dj[DEC_RB];
+        switch (R) {
+        case 2:
+            dots_n(2, qrow, krow, d, dj);
+            break;
+        case 3:
+            dots_n(3, qrow, krow, d, dj);
+            break;
+        default:
+            dots_n(4, qrow, krow, d, dj);
+            break;
+        }
+        for (int r = 0; r < R; r++)
+            s[r * DEC_BK + j] = j0 + j < end[r] ? dj[r] * qscale : -INFINITY;
+    }
+}
+
+static __attribute__((noinline)) void scores_block1(const float *qrow, int64_t end, const float *kh,
+                                                    int64_t skn, int64_t j0, int64_t bk,
+                                                    int64_t kend, int64_t pf, int64_t d,
+                                                    float qscale, float *s) {
+    for (int64_t j = 0; j < bk; j++) {
+        const float *krow = kh + (j0 + j) * skn;
+        if (j0 + j + pf < kend) prefetch_row(krow + pf * skn, d);
+        s[j] = j0 + j < end ? dot(qrow, krow, d) * qscale : -INFINITY;
+    }
+}
+
 typedef struct {
     const mha_problem *p;
     const mha_tensor *q, *k, *v;
     int64_t group;
     float qscale;
 } dec_ctx;
+
+/* One row: o = alpha o + sum_j p[j] V[j0 + j] as a plain stream, V row by
+ * row with its own prefetch ahead and o in L1 (out of line, as above). */
+static __attribute__((noinline)) void pv_block1(int init, float alpha, const float *p,
+                                                const float *vh, int64_t svn, int64_t j0,
+                                                int64_t bk, int64_t kend, int64_t pf, int64_t d,
+                                                int64_t dp, float *o) {
+    if (init == MHA_INIT_ZERO) memset(o, 0, (size_t)dp * sizeof(float));
+    if (init == MHA_INIT_ROWSCALE)
+        for (int64_t c = 0; c < dp; c += VW) vstoreu(o + c, vmul(vloadu(o + c), vset1(alpha)));
+    for (int64_t j = 0; j < bk; j++) {
+        const float *vrow = vh + (j0 + j) * svn;
+        if (j0 + j + pf < kend) prefetch_row(vrow + pf * svn, d);
+        const vf pj = vset1(p[j]);
+        int64_t c = 0;
+        for (; c + VW <= d; c += VW) vstoreu(o + c, vfma(pj, vloadu(vrow + c), vloadu(o + c)));
+        if (c < d) vstoreu(o + c, vfma(pj, vloadu_n(vrow + c, (int)(d - c)), vloadu(o + c)));
+    }
+}
 
 /* Rows [r0, r0+R) of KV head (b, g) over keys [k0, k1): leaves the unnormalised
  * o, the max m (log2 units) and the sum l per row in the scratch arrays. */
@@ -93,7 +181,6 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
         end[r] = mha_kv_end(p, i);
         m[r] = -INFINITY;
         l[r] = 0.0f;
-        memset(o + r * dp, 0, (size_t)dp * sizeof(float));
     }
     const float *kh = x->k->data + b * x->k->stride_b + g * x->k->stride_h;
     const float *vh = x->v->data + b * x->v->stride_b + g * x->v->stride_h;
@@ -103,17 +190,18 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
     int64_t kend = k0; /* keys any row sees */
     for (int r = 0; r < R; r++) kend = end[r] > kend ? end[r] : kend;
     if (kend > k1) kend = k1;
+    if (kend <= k0) /* no row sees a key of this chunk: o = 0, m = -inf, l = 0 */
+        for (int r = 0; r < R; r++) memset(o + r * dp, 0, (size_t)d * sizeof(float));
     for (int64_t j0 = k0; j0 < kend; j0 += DEC_BK) {
         const int64_t bk = kend - j0 < DEC_BK ? kend - j0 : DEC_BK;
-        /* scores: one pass over the K block serves every row. The stream is
-         * memory-bound with little work per byte, so the rows pf ahead are
-         * prefetched (K here, V in its pass) to keep enough misses in flight. */
-        for (int64_t j = 0; j < bk; j++) {
-            const float *krow = kh + (j0 + j) * x->k->stride_n;
-            if (j0 + j + pf < kend) prefetch_row(krow + pf * x->k->stride_n, d);
-            for (int r = 0; r < R; r++)
-                s[r * DEC_BK + j] = j0 + j < end[r] ? dot(qrow[r], krow, d) * x->qscale : -INFINITY;
-        }
+        /* scores: one pass over the K block serves every row */
+        if (R == 1)
+            scores_block1(qrow[0], end[0], kh, x->k->stride_n, j0, bk, kend, pf, d, x->qscale, s);
+        else
+            scores_block(R, qrow, end, kh, x->k->stride_n, vh, x->v->stride_n, j0, bk, kend, pf, d,
+                         x->qscale, s);
+        float arow[DEC_RB];
+        int rescale = 0;
         for (int r = 0; r < R; r++) {
             float *sr = s + r * DEC_BK;
             vf mx = vset1(-INFINITY);
@@ -139,30 +227,20 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
             }
             l[r] = l[r] * alpha + vhsum(sum);
             m[r] = m_new;
-            if (alpha != 1.0f) {
-                const vf a = vset1(alpha);
-                for (int64_t c = 0; c < dp; c += VW)
-                    vstoreu(o + r * dp + c, vmul(vloadu(o + r * dp + c), a));
-            }
+            arow[r] = alpha;
+            rescale |= alpha != 1.0f;
         }
-        /* o[r] += sum_j p[r][j] V[j0+j]: one pass over the V block for every row */
-        for (int64_t j = 0; j < bk; j++) {
-            const float *vrow = vh + (j0 + j) * x->v->stride_n;
-            if (j0 + j + pf < kend) prefetch_row(vrow + pf * x->v->stride_n, d);
-            int64_t c = 0;
-            for (; c + VW <= d; c += VW) {
-                const vf vv = vloadu(vrow + c);
-                for (int r = 0; r < R; r++)
-                    vstoreu(o + r * dp + c,
-                            vfma(vset1(s[r * DEC_BK + j]), vv, vloadu(o + r * dp + c)));
-            }
-            if (c < d) {
-                const vf vv = vloadu_n(vrow + c, (int)(d - c));
-                for (int r = 0; r < R; r++)
-                    vstoreu(o + r * dp + c,
-                            vfma(vset1(s[r * DEC_BK + j]), vv, vloadu(o + r * dp + c)));
-            }
+        /* o[r] = alpha[r] o[r] + sum_j p[r][j] V[j0+j]. Several rows (GQA
+         * groups, Nq > 1): the register-blocked micro-kernel, V read in place
+         * (its rows were prefetched during the scores). One row is a pure
+         * stream: V row by row with its own prefetch ahead, o in L1. */
+        const int init = j0 == k0 ? MHA_INIT_ZERO : (rescale ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
+        if (R > 1) {
+            k_gemm(R, d, bk, s, DEC_BK, 1, vh + j0 * x->v->stride_n, x->v->stride_n, o, dp,
+                   init | MHA_B_EXACT, arow);
+            continue;
         }
+        pv_block1(init, arow[0], s, vh, x->v->stride_n, j0, bk, kend, pf, d, dp, o);
     }
 }
 

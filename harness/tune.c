@@ -855,6 +855,7 @@ int cmd_tune(int argc, char **argv) {
         json_object_object_add(e, "causal", json_object_new_boolean(cl->causal));
         json_object_object_add(e, "threads", json_object_new_int(tx.threads));
         json_object_object_add(e, "decode", json_object_new_boolean(cl->decode));
+        json_object_object_add(e, "gqa", json_object_new_boolean(cl->gqa));
         /* Other processes' share of the machine while this class was measured
          * (-1: too short to tell); above 0.10 the numbers are suspect. */
         json_object_object_add(e, "other_load",
@@ -887,7 +888,7 @@ int cmd_tune(int argc, char **argv) {
         if (dkern && dp.status == 1) json_object_object_add(e, "default", choice_json(dkern, &dp));
         json_object_array_add(jclasses, e);
         const kernel_result *w = &kr[wi];
-        printf("%-26s %-13s bq %3d bk %4d split %d %8.1f GFLOP/s", name, mha_kernel_name(w->k),
+        printf("%-27s %-13s bq %3d bk %4d split %d %8.1f GFLOP/s", name, mha_kernel_name(w->k),
                w->best.bq, w->best.bk, w->best.split, w->best.gflops);
         if (ri >= 0) printf("  | %-13s %8.1f", mha_kernel_name(kr[ri].k), kr[ri].best.gflops);
         if (dp.status == 1)

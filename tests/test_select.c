@@ -208,8 +208,10 @@ static void test_classes(void **state) {
         mha_class_name(&cl[i], again, sizeof again);
         assert_string_equal(again, names[i]);
     }
-    const mha_problem dec = {2, 8, 2, 1, 3000, 128, 1, 0.0f};
+    const mha_problem dec = {2, 8, 8, 1, 3000, 128, 1, 0.0f},
+                      gqa = {2, 8, 2, 1, 3000, 128, 1, 0.0f};
     assert_string_equal(class_of(&dec, 1), "decode-d128-kv4096-t1");
+    assert_string_equal(class_of(&gqa, 1), "decode-gqa-d128-kv4096-t1");
     const mha_problem odd = {1, 4, 4, 77, 5000, 63, 1, 0.0f};
     assert_string_equal(class_of(&odd, 8), "dother-kvlong-causal-tall");
 }

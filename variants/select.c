@@ -44,6 +44,7 @@ static const struct {
     {0, "kvlong", 8192, 1},
 };
 #define DECODE_HEADS 32
+#define DECODE_GROUP 4 /* query heads per KV head of the GQA decode classes (Llama-style 32/8) */
 #define VERIFY_SEQ_CAP 579 /* odd: every block size leaves a tail */
 
 void mha_class_of(const mha_problem *p, int threads, mha_shape_class *c) {
@@ -58,6 +59,7 @@ void mha_class_of(const mha_problem *p, int threads, mha_shape_class *c) {
             break;
         }
     c->decode = p->seq_q == 1;
+    c->gqa = c->decode && p->heads > p->kv_heads;
     c->causal = !c->decode && p->causal;
     c->threads = threads > 1 ? 0 : 1;
 }
@@ -68,8 +70,9 @@ void mha_class_name(const mha_shape_class *c, char *buf, size_t len) {
         snprintf(d, sizeof d, "d%d", class_dims[c->dim]);
     else
         snprintf(d, sizeof d, "dother");
-    snprintf(buf, len, "%s%s-%s%s-%s", c->decode ? "decode-" : "", d, class_buckets[c->bucket].name,
-             c->causal ? "-causal" : "", c->threads == 1 ? "t1" : "tall");
+    snprintf(buf, len, "%s%s%s-%s%s-%s", c->decode ? "decode-" : "", c->gqa ? "gqa-" : "", d,
+             class_buckets[c->bucket].name, c->causal ? "-causal" : "",
+             c->threads == 1 ? "t1" : "tall");
 }
 
 int mha_class_head_dim(const mha_shape_class *c) {
@@ -95,14 +98,16 @@ int mha_class_list(const char *set, mha_shape_class *out, int max) {
     for (int decode = 0; decode <= 1; decode++)
         for (int di = 0; di < (full ? MHA_CLASS_DIMS : 2); di++)
             for (int bi = 0; bi < (full ? MHA_CLASS_BUCKETS : (decode ? 1 : 3)); bi++)
-                for (int causal = 0; causal <= (decode ? 0 : 1); causal++)
+                /* decode: the second pass is the GQA family (causal is moot) */
+                for (int causal = 0; causal <= 1; causal++)
                     for (int t = 1; t >= 0; t--) {
                         mha_shape_class c = {
                             .dim = full ? di : quick_dims[di],
                             .bucket = full ? bi : (decode ? 2 : quick_buckets[bi]),
-                            .causal = causal,
+                            .causal = decode ? 0 : causal,
                             .threads = t,
                             .decode = decode,
+                            .gqa = decode && causal,
                         };
                         if (n < max) out[n] = c;
                         n++;
@@ -118,7 +123,7 @@ void mha_class_problem(const mha_shape_class *c, mha_problem *p) {
     const int64_t h = c->decode ? DECODE_HEADS : class_buckets[c->bucket].rep_heads;
     *p = (mha_problem){.batch = 1,
                        .heads = h,
-                       .kv_heads = h,
+                       .kv_heads = c->gqa ? h / DECODE_GROUP : h,
                        .seq_q = c->decode ? 1 : n,
                        .seq_kv = n,
                        .head_dim = d,
@@ -129,7 +134,9 @@ void mha_class_problem(const mha_shape_class *c, mha_problem *p) {
 void mha_class_verify_problem(const mha_shape_class *c, mha_problem *p) {
     mha_class_problem(c, p);
     p->heads = 2;
-    p->kv_heads = 1; /* grouped KV: the head mapping is exercised too */
+    /* grouped KV (the head mapping is exercised too), except for the decode
+     * family of one query row per KV head */
+    p->kv_heads = c->decode && !c->gqa ? 2 : 1;
     if (p->seq_kv > VERIFY_SEQ_CAP) p->seq_kv = VERIFY_SEQ_CAP;
     if (p->seq_q > VERIFY_SEQ_CAP) p->seq_q = VERIFY_SEQ_CAP;
     p->seq_kv |= 1; /* odd lengths: the last block of every size is a tail */

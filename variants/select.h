@@ -16,13 +16,16 @@
  * head_dim (32, 64, 80, 128 exactly, else "other") x seq_kv bucket (<= 256,
  * <= 1024, <= 4096, longer) x causal x threads (1 or "all": more than one), and
  * decode (seq_q == 1) as its own family (causal is meaningless there: a decode
- * query sees the whole cache). One table in select.c defines them. */
+ * query sees the whole cache), split by GQA: one query row per KV head is a
+ * pure stream, a group of rows per KV head does several times the work per
+ * byte read, and the best kernel differs. One table in select.c defines them. */
 typedef struct {
     int dim;     /* index into the head_dim list; MHA_CLASS_DIMS - 1 is "other" */
     int bucket;  /* index into the seq_kv buckets */
     int causal;  /* 0 or 1; always 0 for decode */
     int threads; /* 1, or 0 for "all" (any count > 1) */
     int decode;  /* seq_q == 1 */
+    int gqa;     /* decode with several query heads per KV head (compute shared per K/V load) */
 } mha_shape_class;
 
 #define MHA_CLASS_DIMS 5
@@ -30,7 +33,8 @@ typedef struct {
 #define MHA_CLASS_MAX (2 * MHA_CLASS_DIMS * MHA_CLASS_BUCKETS * 2 * 2)
 
 void mha_class_of(const mha_problem *p, int threads, mha_shape_class *c);
-/* "d64-kv1024-causal-t1", "decode-d128-kv4096-tall", "dother-kvlong-tall". */
+/* "d64-kv1024-causal-t1", "decode-d128-kv4096-tall", "decode-gqa-d128-kv4096-t1",
+ * "dother-kvlong-tall". */
 void mha_class_name(const mha_shape_class *c, char *buf, size_t len);
 /* head_dim of the class (0 for "other") and its bucket's bound on seq_kv (0: unbounded). */
 int mha_class_head_dim(const mha_shape_class *c);

@@ -47,7 +47,7 @@ static void usage(FILE *f) {
         "         the SIMD decode.* on decode Nq=1 Nkv=4096 H=32 d=128; threads 1,all; 9\n"
         "         repetitions in a seeded random interleaved order (for mhabench compare)\n"
         "  roofline  the roofline targets' shapes (prefill, decode MHA/GQA, BERT/GPT-2 layers),\n"
-        "         5 repetitions of 0.3 s; threads 1,all\n"
+        "         5 repetitions of 0.3 s, shuffled within each shape; threads 1,all\n"
         "  The preset's decode and layer shapes are dropped when a shape axis (--seq, --seq-q, "
         "--seq-kv,\n"
         "  --heads, --kv-heads, --head-dim, --batch) is given.\n"
@@ -63,7 +63,8 @@ static void usage(FILE *f) {
         "                 the estimate is each kernel's rate measured on B1 H1 N256 d64 at start\n"
         "  --min-time     Google Benchmark's minimum time per benchmark (quick 0.05, full 0.2,\n"
         "                 ci 0.05)\n"
-        "  --repetitions  repetitions per benchmark (ci: 9, run interleaved)\n"
+        "  --repetitions  repetitions per benchmark (ci: 9, run interleaved; roofline: 5,\n"
+        "                 interleaved within each shape)\n"
         "  --bind         cores: pin OpenMP threads one per core through hwloc (default); none\n"
         "  --seed         seed for inputs and the interleaved order (default 1)\n"
         "  after --       flags for Google Benchmark (--benchmark_filter=REGEX, ...)\n"
@@ -91,7 +92,9 @@ typedef struct {
     int extra_only; /* ci: only the listed shapes */
     double min_time;
     int repetitions;
-    int interleaved;
+    int interleaved; /* repetitions run one at a time in a seeded random order */
+    int by_shape;    /* ... shuffled within each shape only (no input refills) */
+    int ci_kernels;  /* ci: SIMD flash/tiled/decode only, each on its own shapes, no auto */
 } preset;
 
 static int preset_get(const char *name, preset *p) {
@@ -162,6 +165,8 @@ static int preset_get(const char *name, preset *p) {
         p->extra_only = 1;
         p->min_time = 0.3;
         p->repetitions = 5;
+        p->interleaved = 1; /* a burst of host load hits every kernel of a shape alike */
+        p->by_shape = 1;
         return 1;
     }
     if (strcmp(name, "ci") == 0) {
@@ -172,6 +177,7 @@ static int preset_get(const char *name, preset *p) {
         p->min_time = 0.05;
         p->repetitions = 9;
         p->interleaved = 1;
+        p->ci_kernels = 1;
         return 1;
     }
     return 0;
@@ -960,14 +966,14 @@ int cmd_sweep(int argc, char **argv) {
             const char *alg = mha_kernel_algorithm(k);
             /* ci: the project's SIMD kernels only. The baseline-ISA ones take
              * most of the time and add nothing a regression run needs. */
-            if (pr.interleaved && ((strcmp(alg, "flash") != 0 && strcmp(alg, "tiled") != 0 &&
-                                    strcmp(alg, "decode") != 0) ||
-                                   mha_kernel_isa(k) == MHA_ISA_SCALAR))
+            if (pr.ci_kernels && ((strcmp(alg, "flash") != 0 && strcmp(alg, "tiled") != 0 &&
+                                   strcmp(alg, "decode") != 0) ||
+                                  mha_kernel_isa(k) == MHA_ISA_SCALAR))
                 continue;
             kernels[nk++] = k;
         }
         /* and what --kernel auto (mha_select) would run, shape by shape */
-        if (!pr.interleaved && nk < MAX_KERNELS) kernels[nk++] = NULL;
+        if (!pr.ci_kernels && nk < MAX_KERNELS) kernels[nk++] = NULL;
     }
 
     /* The results path, checked before any measurement. */
@@ -1098,7 +1104,7 @@ int cmd_sweep(int argc, char **argv) {
                 /* ci pairs each algorithm with the shapes it is for: decode
                  * with the decode shape, flash/tiled with the prefill ones (a
                  * memory-bound kernel on the wrong shape only adds noise). */
-                if (pr.interleaved && !kernel_list && b->k &&
+                if (pr.ci_kernels && !kernel_list && b->k &&
                     (strcmp(mha_kernel_algorithm(b->k), "decode") == 0) != (s->nq == 1))
                     continue;
                 const mha_problem p = problem_of(s);
@@ -1212,6 +1218,26 @@ int cmd_sweep(int argc, char **argv) {
             order[i] = order[j];
             order[j] = t;
         }
+    }
+    if (interleaved && pr.by_shape) {
+        /* roofline: shapes in their listed order, the shuffle kept within each
+         * (a stable insertion sort by the shape's first benchmark) */
+        int *first = malloc((size_t)nbench * sizeof *first);
+        for (int i = 0; i < nbench; i++) {
+            first[i] = i;
+            for (int j = 0; j < i; j++)
+                if (memcmp(&benches[j].s, &benches[i].s, sizeof benches[i].s) == 0) {
+                    first[i] = first[j];
+                    break;
+                }
+        }
+        for (int i = 1; i < nreg; i++)
+            for (int j = i; j > 0 && first[order[j - 1]] > first[order[j]]; j--) {
+                const int t = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = t;
+            }
+        free(first);
     }
     mha_gbench_clear();
     for (int i = 0; i < nreg; i++) {

@@ -33,6 +33,20 @@ def main():
         rows[shape][kernel].append((b.get("GFLOPS", 0.0), b.get("pct_peak", 0.0), b.get("pct_bw")))
     if a.kernels:
         kernels = [k for k in a.kernels.split(",")]
+
+    # Rows: shapes in order of first appearance, thread counts ascending
+    # within a shape (interleaved runs list their repetitions shuffled).
+    def base(shape):
+        return shape.rsplit(" threads:", 1)[0]
+
+    def threads(shape):
+        t = shape.rsplit(" threads:", 1)
+        return int(t[1]) if len(t) == 2 and t[1].isdigit() else 0
+
+    first = {}
+    for i, shape in enumerate(order):
+        first.setdefault(base(shape), i)
+    order.sort(key=lambda sh: (first[base(sh)], threads(sh)))
     print("| shape | " + " | ".join(kernels) + " |")
     print("|---" * (len(kernels) + 1) + "|")
     for shape in order:

@@ -136,33 +136,43 @@ ALWAYS_INLINE void tile_exp(const int R, const int NV, const int MASKED, int64_t
 
 #pragma GCC diagnostic pop
 
-#define TILE_ARGS ncols, kc, a, a_rs, a_ks, b, ldb, c, ldc, init, vec, colmax
-#define T(R, N)                                                                                    \
+/* One switch over (rows, vectors) for both tile kinds, so every call runs a
+ * tile with compile-time R and NV (FLAG picks the variant of the last
+ * template argument: masked B tail for tile, causal mask for tile_exp). */
+#define TILE_CASE(FN, R, N, FLAG, ...)                                                             \
     case (R)*8 + (N):                                                                              \
-        if (bt)                                                                                    \
-            tile(R, N, 1, TILE_ARGS);                                                              \
+        if (FLAG)                                                                                  \
+            FN(R, N, 1, __VA_ARGS__);                                                              \
         else                                                                                       \
-            tile(R, N, 0, TILE_ARGS);                                                              \
+            FN(R, N, 0, __VA_ARGS__);                                                              \
         return;
-#define ROW_CASES(R) T(R, 1) T(R, 2) T(R, 3) T(R, 4)
+#define TILE_ROW(FN, R, FLAG, ...)                                                                 \
+    TILE_CASE(FN, R, 1, FLAG, __VA_ARGS__)                                                         \
+    TILE_CASE(FN, R, 2, FLAG, __VA_ARGS__)                                                         \
+    TILE_CASE(FN, R, 3, FLAG, __VA_ARGS__)                                                         \
+    TILE_CASE(FN, R, 4, FLAG, __VA_ARGS__)
+_Static_assert(MHA_MR == 4 || MHA_MR == 6, "TILE_SWITCH has the cases for 4 or 6 tile rows");
+#if MHA_MR == 6
+#define TILE_ROWS_5_6(FN, FLAG, ...)                                                               \
+    TILE_ROW(FN, 5, FLAG, __VA_ARGS__) TILE_ROW(FN, 6, FLAG, __VA_ARGS__)
+#else
+#define TILE_ROWS_5_6(FN, FLAG, ...)
+#endif
+#define TILE_SWITCH(rows, nv, FN, FLAG, ...)                                                       \
+    switch ((rows)*8 + (nv)) {                                                                     \
+        TILE_ROW(FN, 1, FLAG, __VA_ARGS__)                                                         \
+        TILE_ROW(FN, 2, FLAG, __VA_ARGS__)                                                         \
+        TILE_ROW(FN, 3, FLAG, __VA_ARGS__)                                                         \
+        TILE_ROW(FN, 4, FLAG, __VA_ARGS__)                                                         \
+        TILE_ROWS_5_6(FN, FLAG, __VA_ARGS__)                                                       \
+    default:                                                                                       \
+        break;                                                                                     \
+    }
 
 static void tile_dispatch(int rows, int nv, int bt, int64_t ncols, int64_t kc, const float *a,
                           int64_t a_rs, int64_t a_ks, const float *b, int64_t ldb, float *c,
                           int64_t ldc, int init, const float *vec, float *colmax) {
-    switch (rows * 8 + nv) {
-        ROW_CASES(1)
-        ROW_CASES(2)
-        ROW_CASES(3)
-        ROW_CASES(4)
-#if MHA_MR >= 5
-        ROW_CASES(5)
-#endif
-#if MHA_MR >= 6
-        ROW_CASES(6)
-#endif
-    default:
-        break;
-    }
+    TILE_SWITCH(rows, nv, tile, bt, ncols, kc, a, a_rs, a_ks, b, ldb, c, ldc, init, vec, colmax)
 }
 
 void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
@@ -185,33 +195,10 @@ void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int6
     }
 }
 
-#define EXP_ARGS kc, a, a_rs, b, ldb, c, ldc, r0, m, bsum, alpha, t
-#define E(R, N)                                                                                    \
-    case (R)*8 + (N):                                                                              \
-        if (masked)                                                                                \
-            tile_exp(R, N, 1, EXP_ARGS);                                                           \
-        else                                                                                       \
-            tile_exp(R, N, 0, EXP_ARGS);                                                           \
-        return;
-#define EXP_ROW_CASES(R) E(R, 1) E(R, 2) E(R, 3) E(R, 4)
-
 static void tile_exp_dispatch(int rows, int nv, int masked, int64_t kc, const float *a,
                               int64_t a_rs, const float *b, int64_t ldb, float *c, int64_t ldc,
                               int64_t r0, float *m, float *bsum, float *alpha, int64_t t) {
-    switch (rows * 8 + nv) {
-        EXP_ROW_CASES(1)
-        EXP_ROW_CASES(2)
-        EXP_ROW_CASES(3)
-        EXP_ROW_CASES(4)
-#if MHA_MR >= 5
-        EXP_ROW_CASES(5)
-#endif
-#if MHA_MR >= 6
-        EXP_ROW_CASES(6)
-#endif
-    default:
-        break;
-    }
+    TILE_SWITCH(rows, nv, tile_exp, masked, kc, a, a_rs, b, ldb, c, ldc, r0, m, bsum, alpha, t)
 }
 
 /* First column of row tile r0 with any visible score (a multiple of VW). */

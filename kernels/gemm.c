@@ -269,12 +269,9 @@ void MHA_SYM(linear)(int64_t M, int64_t N, int64_t K, const float *x, int64_t ld
     {
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < panels; p++) {
-            float *dst = pack + p * K * MHA_NR;
+            /* panel p = W[n0 .. n0 + nn)^T: [K][MHA_NR], zero past nn */
             const int64_t n0 = p * MHA_NR, nn = N - n0 < MHA_NR ? N - n0 : MHA_NR;
-            for (int64_t k = 0; k < K; k++) {
-                for (int64_t j = 0; j < nn; j++) dst[k * MHA_NR + j] = w[(n0 + j) * ldw + k];
-                for (int64_t j = nn; j < MHA_NR; j++) dst[k * MHA_NR + j] = 0.0f;
-            }
+            MHA_SYM(pack_transpose)(nn, K, w + n0 * ldw, ldw, 1.0f, pack + p * K * MHA_NR, MHA_NR);
         }
 #pragma omp for collapse(2) schedule(static)
         for (int64_t rt = 0; rt < row_tasks; rt++) {

@@ -52,34 +52,17 @@ static const cpu_flag cpu_flags[] = {
 };
 
 static void describe_cpuid(machine_info *m) {
+    mha_cpu_id id;
+    mha_cpu_identity(&id);
+    snprintf(m->vendor, sizeof m->vendor, "%s", id.vendor);
+    snprintf(m->model, sizeof m->model, "%s", id.model);
+    m->family = id.family;
+    m->model_id = id.model_id;
+    m->stepping = id.stepping;
+
     unsigned r[4];
     if (!__get_cpuid(0, &r[0], &r[1], &r[2], &r[3])) return;
     const unsigned max_leaf = r[0];
-    memcpy(m->vendor, &r[1], 4);
-    memcpy(m->vendor + 4, &r[3], 4);
-    memcpy(m->vendor + 8, &r[2], 4);
-    m->vendor[12] = '\0';
-
-    if (max_leaf >= 1 && __get_cpuid(1, &r[0], &r[1], &r[2], &r[3])) {
-        const unsigned base_family = (r[0] >> 8) & 0xf, base_model = (r[0] >> 4) & 0xf;
-        m->stepping = (int)(r[0] & 0xf);
-        m->family = (int)base_family;
-        if (base_family == 0xf) m->family += (int)((r[0] >> 20) & 0xff);
-        m->model_id = (int)base_model;
-        if (base_family == 0x6 || base_family == 0xf)
-            m->model_id += (int)(((r[0] >> 16) & 0xf) << 4);
-    }
-
-    unsigned ext[4];
-    if (__get_cpuid(0x80000000u, &ext[0], &ext[1], &ext[2], &ext[3]) && ext[0] >= 0x80000004u) {
-        char brand[49];
-        for (unsigned i = 0; i < 3; i++) {
-            __get_cpuid(0x80000002u + i, &r[0], &r[1], &r[2], &r[3]);
-            memcpy(brand + 16 * i, r, 16);
-        }
-        brand[48] = '\0';
-        mha_copy_trimmed(m->model, sizeof m->model, brand);
-    }
 
     /* The three leaves the flags live in; absent leaves read as all zero
      * (leaf 7 subleaf 1 exists only when subleaf 0's eax says so). */

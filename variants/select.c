@@ -324,36 +324,40 @@ static int is_noise_word(const char *w) {
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static char cpu_key[96];
 
-static void key_init(void) {
-    char vendor[16] = "", model[64] = "";
-    int family = 0, model_id = 0;
+void mha_cpu_identity(mha_cpu_id *id) {
+    memset(id, 0, sizeof *id);
     unsigned r[4];
-    if (__get_cpuid(0, &r[0], &r[1], &r[2], &r[3])) {
-        const unsigned max_leaf = r[0];
-        memcpy(vendor, &r[1], 4);
-        memcpy(vendor + 4, &r[3], 4);
-        memcpy(vendor + 8, &r[2], 4);
-        vendor[12] = '\0';
-        if (max_leaf >= 1 && __get_cpuid(1, &r[0], &r[1], &r[2], &r[3])) {
-            const unsigned base_family = (r[0] >> 8) & 0xf, base_model = (r[0] >> 4) & 0xf;
-            family = (int)base_family;
-            if (base_family == 0xf) family += (int)((r[0] >> 20) & 0xff);
-            model_id = (int)base_model;
-            if (base_family == 0x6 || base_family == 0xf)
-                model_id += (int)(((r[0] >> 16) & 0xf) << 4);
-        }
-        unsigned ext[4];
-        if (__get_cpuid(0x80000000u, &ext[0], &ext[1], &ext[2], &ext[3]) && ext[0] >= 0x80000004u) {
-            char brand[49];
-            for (unsigned i = 0; i < 3; i++) {
-                __get_cpuid(0x80000002u + i, &r[0], &r[1], &r[2], &r[3]);
-                memcpy(brand + 16 * i, r, 16);
-            }
-            brand[48] = '\0';
-            mha_copy_trimmed(model, sizeof model, brand);
-        }
+    if (!__get_cpuid(0, &r[0], &r[1], &r[2], &r[3])) return;
+    const unsigned max_leaf = r[0];
+    memcpy(id->vendor, &r[1], 4);
+    memcpy(id->vendor + 4, &r[3], 4);
+    memcpy(id->vendor + 8, &r[2], 4);
+    id->vendor[12] = '\0';
+    if (max_leaf >= 1 && __get_cpuid(1, &r[0], &r[1], &r[2], &r[3])) {
+        const unsigned base_family = (r[0] >> 8) & 0xf, base_model = (r[0] >> 4) & 0xf;
+        id->stepping = (int)(r[0] & 0xf);
+        id->family = (int)base_family;
+        if (base_family == 0xf) id->family += (int)((r[0] >> 20) & 0xff);
+        id->model_id = (int)base_model;
+        if (base_family == 0x6 || base_family == 0xf)
+            id->model_id += (int)(((r[0] >> 16) & 0xf) << 4);
     }
-    mha_cpu_key_from(vendor, model, family, model_id, cpu_key, sizeof cpu_key);
+    unsigned ext[4];
+    if (__get_cpuid(0x80000000u, &ext[0], &ext[1], &ext[2], &ext[3]) && ext[0] >= 0x80000004u) {
+        char brand[49];
+        for (unsigned i = 0; i < 3; i++) {
+            __get_cpuid(0x80000002u + i, &r[0], &r[1], &r[2], &r[3]);
+            memcpy(brand + 16 * i, r, 16);
+        }
+        brand[48] = '\0';
+        mha_copy_trimmed(id->model, sizeof id->model, brand);
+    }
+}
+
+static void key_init(void) {
+    mha_cpu_id id;
+    mha_cpu_identity(&id);
+    mha_cpu_key_from(id.vendor, id.model, id.family, id.model_id, cpu_key, sizeof cpu_key);
 }
 
 void mha_cpu_key_from(const char *vendor, const char *model, int family, int model_id, char *out,

@@ -61,6 +61,16 @@ uint64_t mha_hwloc_cache_size(hwloc_topology_t topo, hwloc_obj_type_t type);
 int mha_tile_width(mha_isa isa);
 
 /* ---- CPU key ----------------------------------------------------------------------- */
+/* What cpuid says the CPU is: vendor ("AuthenticAMD"), the brand string
+ * trimmed, display family / model (extended fields folded in) and stepping;
+ * empty or 0 where a leaf is absent. The one reading of these leaves, for the
+ * key below and for harness/machine.c. */
+typedef struct {
+    char vendor[16];
+    char model[64];
+    int family, model_id, stepping;
+} mha_cpu_id;
+void mha_cpu_identity(mha_cpu_id *id);
 /* The stable per-CPU key, computed exactly as harness/machine.c's
  * machine_cpu_key ("amd-epyc-f26m2-avx512"); tests check they agree. */
 void mha_cpu_key(char *out, size_t len);

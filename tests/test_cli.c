@@ -16,20 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "npy.h"
 #include "testutil.h"
-
-extern char **environ;
 
 /* Outputs must match torch within this fraction of the largest |expected| (max abs
  * error): float32 end to end on tiny shapes, so a few ulps of the output scale. */
 #define CLI_REL_TOL 1e-5
 
 #define MAX_KERNELS 64
-#define MAX_ARGS 40
 
 static const char *g_bench; /* $MHABENCH */
 static const char *g_data;  /* $MHA_TEST_DATA */
@@ -51,9 +47,7 @@ static int setup(void **state) {
     g_data = getenv("MHA_TEST_DATA");
     if (g_bench && !*g_bench) g_bench = NULL;
     if (g_data && !*g_data) g_data = NULL;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_tmp, sizeof g_tmp, "%s/test_cli.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    return mkdtemp(g_tmp) ? 0 : -1;
+    return tu_mkdtemp(g_tmp, sizeof g_tmp, "test_cli");
 }
 
 static int teardown(void **state) {
@@ -82,27 +76,12 @@ static int teardown(void **state) {
 /* Runs mhabench with the NULL-terminated argument list (after argv[0]); captures
  * stdout/stderr into g_out/g_err. Returns the exit status; a signal fails the test. */
 static int run_bench(const char *first, ...) {
-    const char *argv[MAX_ARGS + 2];
-    int n = 0;
-    argv[n++] = g_bench;
     va_list ap;
     va_start(ap, first);
-    for (const char *a = first; a; a = va_arg(ap, const char *)) {
-        assert_true(n < MAX_ARGS);
-        argv[n++] = a;
-    }
+    const int rc = tu_run_va(g_bench, first, ap, g_tmp, g_out, sizeof g_out, g_err, sizeof g_err);
     va_end(ap);
-    argv[n] = NULL;
-
-    int status;
-    const int rc =
-        tu_spawn((char *const *)argv, g_tmp, g_out, sizeof g_out, g_err, sizeof g_err, &status);
-    if (rc != 0) fail_msg("cannot run %s: %s", g_bench, strerror(rc));
-    if (WIFSIGNALED(status)) {
-        print_message("stderr: %s\n", g_err);
-        fail_msg("%s %s died from signal %d", g_bench, first, WTERMSIG(status));
-    }
-    return WEXITSTATUS(status);
+    if (rc < 0) fail_msg("%s %s did not run to an exit status; stderr: %s", g_bench, first, g_err);
+    return rc;
 }
 
 /* The kernels `mhabench list` marks runnable here: lines "<name> <algorithm> <isa>

@@ -16,16 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
 
 #include "testutil.h"
-
-extern char **environ;
-
-#define MAX_ARGS 32
 
 static const char *g_bench; /* $MHABENCH */
 static char g_tmp[256];     /* mkdtemp scratch */
@@ -38,9 +33,7 @@ static int setup(void **state) {
     (void)state;
     g_bench = getenv("MHABENCH");
     if (g_bench && !*g_bench) g_bench = NULL;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_tmp, sizeof g_tmp, "%s/test_compare.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    return mkdtemp(g_tmp) ? 0 : -1;
+    return tu_mkdtemp(g_tmp, sizeof g_tmp, "test_compare");
 }
 
 static int teardown(void **state) {
@@ -68,27 +61,12 @@ static const char *tmp_path(const char *name) {
 /* Runs mhabench with the NULL-terminated argument list (after argv[0]); captures
  * stdout/stderr into g_out/g_err. Returns the exit status; a signal fails the test. */
 static int run_bench(const char *first, ...) {
-    const char *argv[MAX_ARGS + 2];
-    int n = 0;
-    argv[n++] = g_bench;
     va_list ap;
     va_start(ap, first);
-    for (const char *a = first; a; a = va_arg(ap, const char *)) {
-        assert_true(n < MAX_ARGS);
-        argv[n++] = a;
-    }
+    const int rc = tu_run_va(g_bench, first, ap, g_tmp, g_out, sizeof g_out, g_err, sizeof g_err);
     va_end(ap);
-    argv[n] = NULL;
-
-    int status;
-    const int rc =
-        tu_spawn((char *const *)argv, g_tmp, g_out, sizeof g_out, g_err, sizeof g_err, &status);
-    if (rc != 0) fail_msg("cannot run %s: %s", g_bench, strerror(rc));
-    if (WIFSIGNALED(status)) {
-        print_message("stderr: %s\n", g_err);
-        fail_msg("%s %s died from signal %d", g_bench, first, WTERMSIG(status));
-    }
-    return WEXITSTATUS(status);
+    if (rc < 0) fail_msg("%s %s did not run to an exit status; stderr: %s", g_bench, first, g_err);
+    return rc;
 }
 
 #define EXPECT_EXIT(want, rc)                                                                      \

@@ -17,12 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "testutil.h"
-
-extern char **environ;
 
 static const char *g_bench; /* $MHABENCH */
 static char g_tmp[256];
@@ -70,29 +67,19 @@ static int setup(void **state) {
     (void)state;
     g_bench = getenv("MHABENCH");
     if (g_bench && !*g_bench) g_bench = NULL;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_tmp, sizeof g_tmp, "%s/test_gbench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    return mkdtemp(g_tmp) ? 0 : -1;
+    return tu_mkdtemp(g_tmp, sizeof g_tmp, "test_gbench");
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    return system(cmd) == 0 ? 0 : -1;
+    tu_rm_tree(g_tmp);
+    return 0;
 }
 
 /* Runs mhabench with the NULL-terminated arguments; stdout goes to a file,
  * stderr into g_err. Returns the exit status (-1 if it did not exit). */
 static int run_bench(const char *const *args) {
-    char *argv[64];
-    int n = 0;
-    argv[n++] = (char *)g_bench;
-    for (; args[n - 1] && n < 63; n++) argv[n] = (char *)args[n - 1];
-    argv[n] = NULL;
-    int status = 0;
-    if (tu_spawn(argv, g_tmp, NULL, 0, g_err, sizeof g_err, &status) != 0) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return tu_run(g_bench, args, g_tmp, NULL, 0, g_err, sizeof g_err);
 }
 
 #define REQUIRE_BENCH()                                                                            \

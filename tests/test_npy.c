@@ -22,9 +22,7 @@ static char g_dir[256];
 
 static int setup(void **state) {
     (void)state;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/test_npy.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    return mkdtemp(g_dir) ? 0 : -1;
+    return tu_mkdtemp(g_dir, sizeof g_dir, "test_npy");
 }
 
 static int teardown(void **state) {

@@ -16,6 +16,7 @@
 
 #include "machine.h"
 #include "select.h"
+#include "testutil.h"
 
 static const char *const env_names[] = {"MHA_KERNEL", "MHA_TUNING", "MHA_TUNING_DIR", "MHA_VERBOSE",
                                         "MHA_ISA"};
@@ -33,8 +34,7 @@ static int setup(void **state) {
     unsetenv("MHA_TUNING");
     unsetenv("MHA_TUNING_DIR");
     unsetenv("MHA_VERBOSE");
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/mha-test-select-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
+    return tu_mkdtemp(tmpdir, sizeof tmpdir, "test_select");
 }
 
 static int teardown(void **state) {
@@ -47,9 +47,8 @@ static int teardown(void **state) {
         free(saved_env[i]);
         saved_env[i] = NULL;
     }
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    tu_rm_tree(tmpdir);
+    return 0;
 }
 
 /* Writes text to <tmpdir>/name and returns the path (static buffer). */

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -71,4 +72,54 @@ int tu_spawn(char *const *argv, const char *dir, char *out, size_t outlen, char 
     unlink(outp);
     unlink(errp);
     return rc;
+}
+
+int tu_mkdtemp(char *buf, size_t len, const char *name) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(buf, len, "%s/%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+    return mkdtemp(buf) ? 0 : -1;
+}
+
+enum { TU_MAX_ARGS = 62 };
+
+int tu_run(const char *prog, const char *const *args, const char *dir, char *out, size_t outlen,
+           char *err, size_t errlen) {
+    char *argv[TU_MAX_ARGS + 2];
+    int n = 0;
+    argv[n++] = (char *)prog;
+    for (; args[n - 1]; n++) {
+        if (n > TU_MAX_ARGS) {
+            fprintf(stderr, "tu_run: more than %d arguments for %s\n", TU_MAX_ARGS, prog);
+            return -1;
+        }
+        argv[n] = (char *)args[n - 1];
+    }
+    argv[n] = NULL;
+    int status = 0;
+    const int rc = tu_spawn(argv, dir, out, outlen, err, errlen, &status);
+    if (rc != 0) {
+        fprintf(stderr, "tu_run: cannot run %s: %s\n", prog, strerror(rc));
+        return -1;
+    }
+    if (!WIFEXITED(status)) {
+        fprintf(stderr, "tu_run: %s %s died from signal %d\n", prog, args[0] ? args[0] : "",
+                WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+        return -1;
+    }
+    return WEXITSTATUS(status);
+}
+
+int tu_run_va(const char *prog, const char *first, va_list ap, const char *dir, char *out,
+              size_t outlen, char *err, size_t errlen) {
+    const char *args[TU_MAX_ARGS + 2];
+    int n = 0;
+    for (const char *a = first; a; a = va_arg(ap, const char *)) {
+        if (n > TU_MAX_ARGS) {
+            fprintf(stderr, "tu_run: more than %d arguments for %s\n", TU_MAX_ARGS, prog);
+            return -1;
+        }
+        args[n++] = a;
+    }
+    args[n] = NULL;
+    return tu_run(prog, args, dir, out, outlen, err, errlen);
 }

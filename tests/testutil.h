@@ -3,6 +3,7 @@
  * with its stdout/stderr captured. Plain C, no cmocka: callers assert. */
 #ifndef MHA_TESTS_TESTUTIL_H
 #define MHA_TESTS_TESTUTIL_H
+#include <stdarg.h>
 #include <stddef.h>
 
 /* Removes dir and everything below it (symlinks are not followed). */
@@ -16,4 +17,15 @@ void tu_slurp(const char *path, char *buf, size_t len);
  * Returns posix_spawn's error (0 on success); *status is waitpid's status. */
 int tu_spawn(char *const *argv, const char *dir, char *out, size_t outlen, char *err, size_t errlen,
              int *status);
+/* Makes the scratch folder $TMPDIR/<name>.XXXXXX (TMPDIR unset: /tmp) into
+ * buf; 0 on success, -1 otherwise. */
+int tu_mkdtemp(char *buf, size_t len, const char *name);
+/* Runs prog with the NULL-terminated arguments args (at most 62) through
+ * tu_spawn. Returns its exit status, or -1 if it could not be started, had
+ * too many arguments or did not exit (a signal): the reason goes to stderr. */
+int tu_run(const char *prog, const char *const *args, const char *dir, char *out, size_t outlen,
+           char *err, size_t errlen);
+/* The same with the arguments first, ... (NULL-terminated) of a variadic caller. */
+int tu_run_va(const char *prog, const char *first, va_list ap, const char *dir, char *out,
+              size_t outlen, char *err, size_t errlen);
 #endif

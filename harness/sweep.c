@@ -97,6 +97,13 @@ typedef struct {
     int ci_kernels;  /* ci: SIMD flash/tiled/decode only, each on its own shapes, no auto */
 } preset;
 
+/* Copies a preset's axis values and sets their count from the array itself. */
+#define SET_AXIS(dst, count, src)                                                                  \
+    do {                                                                                           \
+        memcpy(dst, src, sizeof src);                                                              \
+        count = (int)(sizeof src / sizeof src[0]);                                                 \
+    } while (0)
+
 static int preset_get(const char *name, preset *p) {
     memset(p, 0, sizeof *p);
     p->name = name;
@@ -111,12 +118,9 @@ static int preset_get(const char *name, preset *p) {
     const shape bert = {1, 12, 12, 512, 512, 64, 0, 1}, gpt2 = {1, 12, 12, 1024, 1024, 64, 1, 1};
     if (strcmp(name, "quick") == 0) {
         const int64_t seq[] = {128, 512, 2048}, heads[] = {8, 12}, dims[] = {64, 128};
-        memcpy(p->seq, seq, sizeof seq);
-        p->nseq = 3;
-        memcpy(p->heads, heads, sizeof heads);
-        p->nheads = 2;
-        memcpy(p->dims, dims, sizeof dims);
-        p->ndims = 2;
+        SET_AXIS(p->seq, p->nseq, seq);
+        SET_AXIS(p->heads, p->nheads, heads);
+        SET_AXIS(p->dims, p->ndims, dims);
         p->extra[p->nextra++] = decode;
         p->extra[p->nextra++] = bert;
         p->extra[p->nextra++] = gpt2;
@@ -128,14 +132,10 @@ static int preset_get(const char *name, preset *p) {
     if (strcmp(name, "full") == 0) {
         const int64_t seq[] = {64, 128, 197, 256, 512, 1024, 2048, 4096, 8192};
         const int64_t heads[] = {1, 4, 8, 12, 16, 32}, dims[] = {32, 64, 80, 128}, batch[] = {1, 4};
-        memcpy(p->seq, seq, sizeof seq);
-        p->nseq = 9;
-        memcpy(p->heads, heads, sizeof heads);
-        p->nheads = 6;
-        memcpy(p->dims, dims, sizeof dims);
-        p->ndims = 4;
-        memcpy(p->batch, batch, sizeof batch);
-        p->nbatch = 2;
+        SET_AXIS(p->seq, p->nseq, seq);
+        SET_AXIS(p->heads, p->nheads, heads);
+        SET_AXIS(p->dims, p->ndims, dims);
+        SET_AXIS(p->batch, p->nbatch, batch);
         p->threads_full_range = 1;
         p->extra[p->nextra++] = decode;
         p->extra[p->nextra++] = (shape){1, 32, 8, 1, 4096, 128, 0, 0};

@@ -34,7 +34,7 @@ ALWAYS_INLINE void accumulate(const int R, const int NV, const int BT, vf acc[6]
  * constants at every call site, so the accumulators live in registers. */
 ALWAYS_INLINE void tile(const int R, const int NV, const int BT, int64_t ncols, int64_t kc,
                         const float *a, int64_t a_rs, int64_t a_ks, const float *b, int64_t ldb,
-                        float *c, int64_t ldc, int init, const float *vec, float *colmax) {
+                        float *c, int64_t ldc, int init, const float *vec) {
     vf acc[6][4];
     const int tail = (int)(ncols - (int64_t)(NV - 1) * VW); /* lanes in the last vector */
     for (int r = 0; r < R;
@@ -65,16 +65,6 @@ ALWAYS_INLINE void tile(const int R, const int NV, const int BT, int64_t ncols, 
         }
     }
     accumulate(R, NV, BT, acc, tail, kc, a, a_rs, a_ks, b, ldb);
-    if (colmax) {
-        for (int v = 0; v < NV; v++) {
-            vf mx = acc[0][v];
-            for (int r = 1; r < R; r++) mx = vmax(mx, acc[r][v]);
-            if (v < NV - 1 || tail == VW)
-                vstoreu(colmax + v * VW, vmax(mx, vloadu(colmax + v * VW)));
-            else
-                vstoreu_n(colmax + v * VW, vmax(mx, vloadu_n(colmax + v * VW, tail)), tail);
-        }
-    }
     for (int r = 0; r < R; r++) {
         for (int v = 0; v < NV - 1; v++) vstoreu(c + r * ldc + v * VW, acc[r][v]);
         if (tail == VW)
@@ -171,16 +161,14 @@ _Static_assert(MHA_MR == 4 || MHA_MR == 6, "TILE_SWITCH has the cases for 4 or 6
 
 static void tile_dispatch(int rows, int nv, int bt, int64_t ncols, int64_t kc, const float *a,
                           int64_t a_rs, int64_t a_ks, const float *b, int64_t ldb, float *c,
-                          int64_t ldc, int init, const float *vec, float *colmax) {
-    TILE_SWITCH(rows, nv, tile, bt, ncols, kc, a, a_rs, a_ks, b, ldb, c, ldc, init, vec, colmax)
+                          int64_t ldc, int init, const float *vec) {
+    TILE_SWITCH(rows, nv, tile, bt, ncols, kc, a, a_rs, a_ks, b, ldb, c, ldc, init, vec)
 }
 
 void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
                    int64_t a_ks, const float *b, int64_t ldb, float *c, int64_t ldc, int flags,
                    const float *vec) {
     const int init = flags & MHA_INIT_MASK;
-    float *colmax = (flags & MHA_COLMAX) ? (float *)vec : NULL;
-    if (colmax) vec = NULL;
     for (int64_t j0 = 0; j0 < ncols; j0 += MHA_NR) {
         const int64_t nc = ncols - j0 < MHA_NR ? ncols - j0 : MHA_NR;
         const int nv = (int)((nc + VW - 1) / VW);
@@ -189,8 +177,7 @@ void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int6
         for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
             const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
             tile_dispatch(r, nv, bt, nc, kc, a + r0 * a_rs, a_rs, a_ks, b + j0, ldb,
-                          c + r0 * ldc + j0, ldc, init, init == MHA_INIT_ROWSCALE ? cv + r0 : cv,
-                          colmax ? colmax + j0 : NULL);
+                          c + r0 * ldc + j0, ldc, init, init == MHA_INIT_ROWSCALE ? cv + r0 : cv);
         }
     }
 }

@@ -1,39 +1,11 @@
-/* softmax.c - the softmax micro-kernels on transposed score blocks S^T[key][query]:
- * every query is a lane, so row max / exp-and-sum / rescale are lane-wise.
- * Scores arrive in log2 units (scale * log2(e) folded into Q), hence exp2. */
+/* softmax.c - the two-pass softmax of tiled on transposed score blocks
+ * S^T[key][query] (every query a lane, so max and exp-and-sum are lane-wise;
+ * scores arrive in log2 units, hence exp2), the normalised output store, and
+ * the exp arrays the tests measure. flash's online softmax is fused into its
+ * score tile (gemm.c, scores_exp). */
 #include <math.h>
 
 #include "ukernels.h"
-
-int MHA_SYM(softmax_online)(int64_t bk, int64_t ncols, float *s, int64_t ld, float *m, float *l,
-                            float *alpha, const float *blockmax) {
-    const vf ninf = vset1(-INFINITY), one = vset1(1.0f), zero = vzero();
-    int changed = 0;
-    for (int64_t i = 0; i < ncols; i += VW) {
-        vf mx = ninf;
-        if (blockmax)
-            mx = vload(blockmax + i);
-        else
-            for (int64_t j = 0; j < bk; j++) mx = vmax(mx, vload(s + j * ld + i));
-        const vf m_old = vload(m + i);
-        const vf m_new = vmax(m_old, mx);
-        /* A column with nothing visible yet keeps m = -inf; subtract 0 there so
-         * 2^(-inf - 0) = 0 instead of 2^(-inf + inf) = NaN. */
-        const vf m_use = vselect_eq(m_new, ninf, zero, m_new);
-        const vf a = vexp2_nonpos(vsub(m_old, m_use));
-        vf sum = zero;
-        for (int64_t j = 0; j < bk; j++) {
-            const vf p = vexp2_nonpos(vsub(vload(s + j * ld + i), m_use));
-            vstore(s + j * ld + i, p);
-            sum = vadd(sum, p);
-        }
-        vstore(l + i, vfma(vload(l + i), a, sum));
-        vstore(m + i, m_new);
-        vstore(alpha + i, a);
-        changed |= vany_ne(a, one);
-    }
-    return changed;
-}
 
 void MHA_SYM(softmax_columns)(int64_t n, int64_t ncols, float *s, int64_t ld, float *m, float *l) {
     const vf ninf = vset1(-INFINITY), zero = vzero();

@@ -23,10 +23,6 @@ enum {
     /* Flag: B has only ncols readable columns (read the tail with a mask), as
      * when B is V read in place; otherwise ceil(ncols/VW)*VW must be readable. */
     MHA_B_EXACT = 8,
-    /* Flag: also fold the tile's column maxima into vec[col] (vec = max(vec,
-     * max over rows of C)): the softmax row max fused into the Q.K^T store.
-     * Only with MHA_INIT_ZERO, whose mode needs no vector. */
-    MHA_COLMAX = 16,
 };
 
 /* C[r][0:ncols] for r < rows (row stride ldc), computed over k < kc with
@@ -68,14 +64,6 @@ size_t MHA_SYM(linear_pack_floats)(int64_t N, int64_t K);
 void MHA_SYM(pack_transpose)(int64_t n, int64_t d, const float *src, int64_t ld, float scale,
                              float *dst, int64_t ldd);
 
-/* Online-softmax step on a score block S^T[bk][ld] (already in log2 units) for
- * columns [0, ncols) (ncols multiple of VW, <= ld): updates the running max m
- * and sum l, overwrites S^T with P^T = 2^(S - m_new) and writes the rescale
- * factor alpha = 2^(m_old - m_new). blockmax, if not NULL, holds the block's
- * column maxima already (from MHA_COLMAX); else they are computed here.
- * Returns nonzero if any alpha != 1. */
-int MHA_SYM(softmax_online)(int64_t bk, int64_t ncols, float *s, int64_t ld, float *m, float *l,
-                            float *alpha, const float *blockmax);
 /* Two-pass softmax numerator on S^T[n][ld] columns [0,ncols): m = column max,
  * S^T = 2^(S^T - m), l = column sums. (Normalisation happens on output.) */
 void MHA_SYM(softmax_columns)(int64_t n, int64_t ncols, float *s, int64_t ld, float *m, float *l);
@@ -92,7 +80,6 @@ void MHA_SYM(vexp2_array)(const float *x, float *y, int64_t n);
 #define k_gemm MHA_SYM(gemm)
 #define k_pack_transpose MHA_SYM(pack_transpose)
 #define k_scores_exp MHA_SYM(scores_exp)
-#define k_softmax_online MHA_SYM(softmax_online)
 #define k_softmax_columns MHA_SYM(softmax_columns)
 #define k_store_normalized MHA_SYM(store_normalized)
 #endif

@@ -92,6 +92,17 @@ int check_cases(check_case *out, int max, int quick) {
     n = add(out, n, max, 2, 2, 1, 33, 33, 16, 0, INPUT_EQUAL_SCORES, LAYOUT_BNHD, "equal-scores");
     n = add(out, n, max, 1, 2, 2, 7, 40, 63, 1, INPUT_EQUAL_SCORES, LAYOUT_BHND, "equal-scores");
     n = add(out, n, max, 1, 2, 1, 12, 5, 8, 1, INPUT_UNIFORM, LAYOUT_PADDED, "masked-rows");
+    /* Corrupted inputs: NaN/Inf must come out where the oracle has them
+     * (decode shapes with a KV split across threads merge partial results). */
+    n = add(out, n, max, 1, 4, 2, 33, 33, 63, 1, INPUT_NAN_K, LAYOUT_PADDED, "nan-k");
+    n = add(out, n, max, 2, 2, 1, 7, 197, 17, 0, INPUT_NAN_Q, LAYOUT_BNHD, "nan-q");
+    n = add(out, n, max, 1, 4, 1, 1, 4096, 64, 0, INPUT_NAN_Q, LAYOUT_BHND, "nan-q");
+    n = add(out, n, max, 1, 2, 2, 197, 197, 80, 1, INPUT_INF_Q, LAYOUT_BHND, "inf-q");
+    n = add(out, n, max, 1, 3, 1, 33, 70, 16, 1, INPUT_NINF_K, LAYOUT_PADDED, "ninf-k");
+    n = add(out, n, max, 1, 2, 1, 12, 9, 8, 1, INPUT_NINF_ALL, LAYOUT_BNHD, "ninf-all");
+    n = add(out, n, max, 1, 2, 1, 1, 1000, 8, 0, INPUT_NINF_ALL, LAYOUT_BHND, "ninf-all");
+    n = add(out, n, max, 1, 2, 2, 64, 64, 64, 0, INPUT_HUGE, LAYOUT_BHND, "huge-x1e30");
+    n = add(out, n, max, 1, 4, 1, 1, 300, 128, 1, INPUT_HUGE, LAYOUT_BNHD, "huge-x1e30");
     if (!quick) {
         n = add(out, n, max, 1, 1, 1, 2048, 2048, 64, 0, INPUT_UNIFORM, LAYOUT_BHND, "long");
         n = add(out, n, max, 1, 2, 1, 1500, 1500, 128, 1, INPUT_UNIFORM, LAYOUT_BNHD, "long");
@@ -100,7 +111,9 @@ int check_cases(check_case *out, int max, int quick) {
 }
 
 static const char *const layout_names[] = {"bhnd", "bnhd", "padded"};
-static const char *const input_names[] = {"uniform", "logits-x30", "equal-scores"};
+static const char *const input_names[INPUT_COUNT] = {"uniform", "logits-x30", "equal-scores",
+                                                     "nan-k",   "nan-q",      "inf-q",
+                                                     "ninf-k",  "ninf-all",   "huge-x1e30"};
 
 void check_describe(const check_case *c, char *buf, size_t len) {
     const mha_problem *p = &c->p;
@@ -160,6 +173,8 @@ static mha_status make_input(const check_case *c, int64_t H, int64_t N, float **
     return MHA_OK;
 }
 
+/* Over the finite elements only: the tolerance of the rows a NaN/Inf does
+ * not reach must not become NaN/Inf itself. */
 static double max_row_norm(const mha_tensor *t, int64_t B, int64_t H, int64_t N, int64_t d) {
     double best = 0;
     for (int64_t b = 0; b < B; b++)
@@ -167,10 +182,46 @@ static double max_row_norm(const mha_tensor *t, int64_t B, int64_t H, int64_t N,
             for (int64_t i = 0; i < N; i++) {
                 double s = 0;
                 const float *r = t->data + b * t->stride_b + h * t->stride_h + i * t->stride_n;
-                for (int64_t k = 0; k < d; k++) s += (double)r[k] * r[k];
+                for (int64_t k = 0; k < d; k++)
+                    if (isfinite(r[k])) s += (double)r[k] * r[k];
                 best = s > best ? s : best;
             }
     return sqrt(best);
+}
+
+static float *elem(const mha_tensor *t, int64_t b, int64_t h, int64_t i, int64_t c) {
+    return (float *)t->data + b * t->stride_b + h * t->stride_h + i * t->stride_n + c;
+}
+
+/* Plants the corruption of the case's input kind (positions are fixed, so a
+ * failure repeats with the printed seed). */
+static void corrupt(const check_case *c, check_data *d) {
+    const mha_problem *p = &c->p;
+    const int64_t Nq = p->seq_q, Nkv = p->seq_kv, dd = p->head_dim;
+    switch (c->input) {
+    case INPUT_NAN_K: /* one key of KV head 0 vanishes into NaN for the rows that see it */
+        *elem(&d->kv, 0, 0, Nkv / 2, dd / 2) = NAN;
+        break;
+    case INPUT_NAN_Q: /* one element of the last query row of the last head */
+        *elem(&d->qv, p->batch - 1, p->heads - 1, Nq - 1, dd - 1) = NAN;
+        break;
+    case INPUT_INF_Q: /* scores +-inf for that row: inf - inf in the softmax */
+        *elem(&d->qv, 0, p->heads - 1, Nq / 2, dd / 3) = INFINITY;
+        break;
+    case INPUT_NINF_K: /* key Nkv/3 scores -inf for rows with q > 0 there, +inf for q < 0 */
+        *elem(&d->kv, 0, 0, Nkv / 3, dd - 1) = -INFINITY;
+        break;
+    case INPUT_NINF_ALL: /* every score of KV group 0 is -inf (head 0) or +inf (the rest) */
+        for (int64_t j = 0; j < Nkv; j++) *elem(&d->kv, 0, 0, j, 0) = -INFINITY;
+        for (int64_t h = 0; h < p->heads / p->kv_heads; h++)
+            for (int64_t i = 0; i < Nq; i++) {
+                float *e = elem(&d->qv, 0, h, i, 0);
+                *e = (h == 0 ? 1.0f : -1.0f) * (0.5f + fabsf(*e));
+            }
+        break;
+    default:
+        break;
+    }
 }
 
 mha_status check_prepare(const check_case *c, uint64_t case_seed, check_data *d) {
@@ -180,14 +231,18 @@ mha_status check_prepare(const check_case *c, uint64_t case_seed, check_data *d)
     uint64_t rng = case_seed;
     mha_status st;
     if ((st = mha_problem_validate(p)) != MHA_OK) return st;
-    const float qgain = c->input == INPUT_LARGE_LOGITS ? 30.0f : 1.0f;
+    const float qgain = c->input == INPUT_LARGE_LOGITS ? 30.0f
+                        : c->input == INPUT_HUGE       ? 1e30f
+                                                       : 1.0f;
+    const float kgain = c->input == INPUT_HUGE ? 1e30f : 1.0f;
     if ((st = make_input(c, p->heads, p->seq_q, &d->q, &d->qv, &rng, qgain, 0)) ||
-        (st = make_input(c, p->kv_heads, p->seq_kv, &d->k, &d->kv, &rng, 1.0f,
+        (st = make_input(c, p->kv_heads, p->seq_kv, &d->k, &d->kv, &rng, kgain,
                          c->input == INPUT_EQUAL_SCORES)) ||
         (st = make_input(c, p->kv_heads, p->seq_kv, &d->v, &d->vv, &rng, 1.0f, 0))) {
         check_release(d);
         return st;
     }
+    corrupt(c, d);
     const size_t nout = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim);
     d->ref = malloc(nout * sizeof(double));
     if (!d->ref) {
@@ -240,6 +295,24 @@ static void on_crash(int sig) {
 }
 
 int check_kernel(const mha_kernel *k, const check_data *d, int threads, check_report *r) {
+    const mha_options opt = {.threads = threads};
+    return check_kernel_opts(k, d, &opt, r);
+}
+
+/* What element (b, h, i, c) must be: within tol of the reference, NaN where
+ * the reference is NaN, and non-finite on a row that sees a key when the
+ * float32 scores overflow (INPUT_HUGE). Returns 1 if got is acceptable. */
+static int element_ok(const check_data *d, int64_t i, double want, float got, double *err) {
+    const mha_problem *p = &d->c.p;
+    const int sees_key = !p->causal || i + p->seq_kv - p->seq_q + 1 > 0;
+    *err = fabs((double)got - want);
+    if (isnan(want)) return isnan(got);
+    if (d->c.input == INPUT_HUGE && sees_key) return !isfinite(got);
+    return *err <= d->tol; /* NaN (an unwritten sentinel too) fails */
+}
+
+int check_kernel_opts(const mha_kernel *k, const check_data *d, const mha_options *o,
+                      check_report *r) {
     const mha_problem *p = &d->c.p;
     r->max_err = 0;
     r->detail[0] = 0;
@@ -247,7 +320,7 @@ int check_kernel(const mha_kernel *k, const check_data *d, int threads, check_re
         snprintf(r->detail, sizeof r->detail, "%s", mha_last_error());
         return CHECK_SKIP;
     }
-    const mha_options opt = {.threads = threads};
+    const mha_options opt = *o;
     size_t ws_bytes = 0;
     if (mha_workspace_size(k, p, &opt, &ws_bytes) != MHA_OK) {
         snprintf(r->detail, sizeof r->detail, "workspace query failed: %s", mha_last_error());
@@ -299,21 +372,25 @@ int check_kernel(const mha_kernel *k, const check_data *d, int threads, check_re
                         float *e = ov.data + b * s.sb + h * s.sh + i * s.sn + c;
                         const double want =
                             d->ref[((b * p->heads + h) * p->seq_q + i) * p->head_dim + c];
-                        const double err = fabs((double)*e - want);
-                        if (!(err <= d->tol)) { /* NaN (unwritten sentinel) fails too */
+                        double err = fabs((double)*e - want);
+                        uint32_t bits;
+                        memcpy(&bits, e, sizeof bits);
+                        if (bits == SENTINEL || !element_ok(d, i, want, *e, &err)) {
                             if (bad++ == 0) {
-                                uint32_t bits;
-                                memcpy(&bits, e, sizeof bits);
                                 snprintf(r->detail, sizeof r->detail,
                                          "first bad element (b=%lld, h=%lld, i=%lld, j=%lld): got "
                                          "%.9g%s, "
-                                         "want %.9g, |diff| %.3g > tol %.3g",
+                                         "want %.9g%s, |diff| %.3g > tol %.3g",
                                          (long long)b, (long long)h, (long long)i, (long long)c,
                                          (double)*e, bits == SENTINEL ? " (never written)" : "",
-                                         want, err, d->tol);
+                                         want,
+                                         d->c.input == INPUT_HUGE
+                                             ? " (scores overflow float32: want non-finite)"
+                                             : "",
+                                         err, d->tol);
                             }
                             r->max_err = INFINITY;
-                        } else if (err > r->max_err) {
+                        } else if (isfinite(err) && err > r->max_err) {
                             r->max_err = err;
                         }
                         memcpy(e, &SENTINEL, sizeof(float)); /* for the stray-write scan */

@@ -9,7 +9,24 @@
 
 #include "mha.h"
 
-enum { INPUT_UNIFORM, INPUT_LARGE_LOGITS, INPUT_EQUAL_SCORES };
+/* Inputs: uniform in [-1, 1); near one-hot rows (Q x 30); all scores equal;
+ * then corrupted inputs whose NaN/Inf must reach the output as in the
+ * oracle (README "NaN and Inf"): one NaN in K, one NaN in Q, one +Inf in Q,
+ * one -Inf in K, every visible score -inf, and Q, K x 1e30 (the scores
+ * overflow float32: the oracle in double stays finite, a float32 kernel must
+ * not, so rows that see a key must come out non-finite). */
+enum {
+    INPUT_UNIFORM,
+    INPUT_LARGE_LOGITS,
+    INPUT_EQUAL_SCORES,
+    INPUT_NAN_K,
+    INPUT_NAN_Q,
+    INPUT_INF_Q,
+    INPUT_NINF_K,
+    INPUT_NINF_ALL,
+    INPUT_HUGE,
+    INPUT_COUNT
+};
 enum { LAYOUT_BHND, LAYOUT_BNHD, LAYOUT_PADDED, LAYOUT_COUNT };
 
 typedef struct {
@@ -47,6 +64,9 @@ typedef struct {
  * output; compares with the reference. A crash (SIGSEGV/SIGILL/SIGBUS/SIGFPE
  * on the calling thread) is caught and reported as a failure. */
 int check_kernel(const mha_kernel *k, const check_data *d, int threads, check_report *r);
+/* The same with every option given (block sizes, split; threads from *o). */
+int check_kernel_opts(const mha_kernel *k, const check_data *d, const mha_options *o,
+                      check_report *r);
 
 /* "B=2 H=8 KV=2 Nq=33 Nkv=33 d=63 causal layout=bnhd input=uniform" */
 void check_describe(const check_case *c, char *buf, size_t len);

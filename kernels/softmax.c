@@ -25,12 +25,18 @@ void MHA_SYM(softmax_columns)(int64_t n, int64_t ncols, float *s, int64_t ld, fl
 }
 
 void MHA_SYM(store_normalized)(int64_t n, int64_t d, const float *o, int64_t ldo, const float *l,
-                               float *out, int64_t out_rs) {
+                               int64_t blind, float *out, int64_t out_rs) {
     for (int64_t i = 0; i < n; i++) {
-        const vf inv = vset1(l[i] > 0.0f ? 1.0f / l[i] : 0.0f); /* no visible key: zeros */
-        const float *src = o + i * ldo;
         float *dst = out + i * out_rs;
         int64_t c = 0;
+        if (i < blind) { /* no visible key: zeros by convention */
+            for (; c + VW <= d; c += VW) vstoreu(dst + c, vzero());
+            if (c < d) vstoreu_n(dst + c, vzero(), (int)(d - c));
+            continue;
+        }
+        /* l == 0 here means every visible score was -inf: 0 * (1/0) = NaN. */
+        const vf inv = vset1(1.0f / l[i]);
+        const float *src = o + i * ldo;
         for (; c + VW <= d; c += VW) vstoreu(dst + c, vmul(vloadu(src + c), inv));
         if (c < d) vstoreu_n(dst + c, vmul(vloadu_n(src + c, (int)(d - c)), inv), (int)(d - c));
     }

@@ -68,10 +68,12 @@ void MHA_SYM(pack_transpose)(int64_t n, int64_t d, const float *src, int64_t ld,
  * S^T = 2^(S^T - m), l = column sums. (Normalisation happens on output.) */
 void MHA_SYM(softmax_columns)(int64_t n, int64_t ncols, float *s, int64_t ld, float *m, float *l);
 
-/* out[i][c] = O[i][c] / l[i] for i < n, c < d (0 where l[i] == 0); O has
- * row stride ldo, out row stride out_rs. */
+/* out[i][c] = O[i][c] / l[i] for blind <= i < n, c < d, and 0 for the
+ * first `blind` rows (those that see no key); O has row stride ldo, out row
+ * stride out_rs. A row that sees keys but has l[i] == 0 (every score -inf)
+ * or l[i] NaN comes out NaN, as in the oracle: 0 / 0. */
 void MHA_SYM(store_normalized)(int64_t n, int64_t d, const float *o, int64_t ldo, const float *l,
-                               float *out, int64_t out_rs);
+                               int64_t blind, float *out, int64_t out_rs);
 
 /* Vector exp / exp2 over arrays (tests measure their accuracy). */
 void MHA_SYM(vexp_array)(const float *x, float *y, int64_t n);

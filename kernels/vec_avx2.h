@@ -119,9 +119,11 @@ static inline vf vpow2i(vf n) {
 
 /* 2^x: same polynomial as vec_avx512.h; x clamped to [-127, 127]; results
  * below 2^-126.5 flush to 0 (so -inf gives exactly 0). */
-/* For x <= 127.0 only (the softmax always passes x <= 0): no upper clamp. */
+/* For x <= 127.0 only (the softmax always passes x <= 0): no upper clamp.
+ * x is the second operand of every clamp so that NaN propagates (maxps
+ * returns the second operand when either is NaN). */
 static inline vf vexp2_nonpos(vf x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-127.0f));
+    x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);
     const vf n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const vf f = _mm256_sub_ps(x, n);
     vf p = _mm256_set1_ps(1.535336188319500e-4f);
@@ -134,13 +136,13 @@ static inline vf vexp2_nonpos(vf x) {
     return _mm256_mul_ps(p, vpow2i(n));
 }
 static inline vf vexp2(vf x) {
-    return vexp2_nonpos(_mm256_min_ps(x, _mm256_set1_ps(127.0f)));
+    return vexp2_nonpos(_mm256_min_ps(_mm256_set1_ps(127.0f), x));
 }
 
 /* e^x, Cody-Waite + degree-7 polynomial as in vec_avx512.h; x < -88.5 -> 0. */
 static inline vf vexp(vf x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-88.5f));
-    x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
+    x = _mm256_max_ps(_mm256_set1_ps(-88.5f), x); /* x second: NaN propagates */
+    x = _mm256_min_ps(_mm256_set1_ps(88.0f), x);
     vf n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vf r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);

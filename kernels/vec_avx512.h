@@ -123,10 +123,13 @@ static inline int vany_gt(vf a, vf b) {
 
 /* 2^x for x <= 128: x = n + f with n = round(x), |f| <= 1/2, 2^f by a degree-6
  * polynomial (Cephes exp2f coefficients, rel. error ~1.7e-7), then scalef by
- * 2^n. x is clamped at -200 so that -inf gives exactly 0. */
+ * 2^n. x is clamped at -200 so that -inf gives exactly 0.
+ * NaN propagates: max/min return their second operand when either is NaN,
+ * so every clamp here puts x second (a NaN score must never become a finite
+ * weight; README "NaN and Inf"). */
 /* For x <= 128.0 only (the softmax always passes x <= 0): no upper clamp. */
 static inline vf vexp2_nonpos(vf x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));
+    x = _mm512_max_ps(_mm512_set1_ps(-200.0f), x);
     const vf n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const vf f = _mm512_sub_ps(x, n);
     vf p = _mm512_set1_ps(1.535336188319500e-4f);
@@ -139,14 +142,14 @@ static inline vf vexp2_nonpos(vf x) {
     return _mm512_scalef_ps(p, n);
 }
 static inline vf vexp2(vf x) {
-    return vexp2_nonpos(_mm512_min_ps(x, _mm512_set1_ps(128.0f)));
+    return vexp2_nonpos(_mm512_min_ps(_mm512_set1_ps(128.0f), x));
 }
 
 /* e^x with Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, and a degree-7
  * polynomial for e^r (Cephes expf coefficients); -inf (x < -120 clamped) gives 0. */
 static inline vf vexp(vf x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-120.0f));
-    x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
+    x = _mm512_max_ps(_mm512_set1_ps(-120.0f), x); /* x second: NaN propagates */
+    x = _mm512_min_ps(_mm512_set1_ps(88.7f), x);
     const vf n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vf r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);

@@ -89,6 +89,7 @@ static inline float vround_(float x) {
     return (x + 12582912.0f) - 12582912.0f;
 }
 static inline float vpow2i_(float n) { /* n integer in [-127, 127]; -127 -> +0 */
+    if (n != n) return n;              /* NaN propagates (and never meets an int conversion) */
     const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
     float r;
     memcpy(&r, &bits, sizeof r);

@@ -98,7 +98,8 @@ mha_status mha_blas_run(const mha_problem *p, const mha_options *o, int threads,
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Nq, (int)d, (int)Nkv, 1.0f, St,
                     (int)nqp, vh, (int)v->stride_n, 0.0f, oh, (int)out->stride_n);
         for (int64_t i = 0; i < Nq; i++) {
-            const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f; /* no visible key: zeros */
+            /* no visible key: zeros; keys whose scores were all -inf: 0 * inf = NaN */
+            const float inv = mha_kv_end(p, i) > 0 ? 1.0f / l[i] : 0.0f;
             for (int64_t c = 0; c < d; c++) oh[i * out->stride_n + c] *= inv;
         }
     }

@@ -280,7 +280,8 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
                     float *orow =
                         out->data + b * out->stride_b + h * out->stride_h + i * out->stride_n;
-                    k_store_normalized(1, d, ob + r * dp, dp, &l[r], orow, out->stride_n);
+                    k_store_normalized(1, d, ob + r * dp, dp, &l[r], mha_rows_blind(p, i, 1), orow,
+                                       out->stride_n);
                 }
             }
         }
@@ -298,14 +299,17 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                 memset(acc, 0, (size_t)dp * sizeof(float));
                 for (int64_t sp = 0; sp < P.nsplit; sp++) {
                     const float *src = part + ((pair * P.nsplit + sp) * P.rows + rr) * (d + 2);
-                    if (src[d] == -INFINITY) continue; /* this chunk saw no key */
+                    /* A chunk that saw no key (or only -inf scores) adds
+                     * nothing; l is NaN, not 0, when a score was NaN. */
+                    if (src[d + 1] == 0.0f) continue;
                     const float w = exp2f(src[d] - mmax);
                     lsum += src[d + 1] * w;
                     for (int64_t c = 0; c < d; c++) acc[c] += w * src[c];
                 }
                 const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
                 float *orow = out->data + b * out->stride_b + h * out->stride_h + i * out->stride_n;
-                k_store_normalized(1, d, acc, dp, &lsum, orow, out->stride_n);
+                k_store_normalized(1, d, acc, dp, &lsum, mha_rows_blind(p, i, 1), orow,
+                                   out->stride_n);
             }
         }
     }

@@ -141,7 +141,8 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
         }
         PHASE(PHASE_PV);
     }
-    k_store_normalized(n, d, Ob, L->dp, l, oh + i0 * x->out->stride_n, x->out->stride_n);
+    k_store_normalized(n, d, Ob, L->dp, l, mha_rows_blind(p, i0, n), oh + i0 * x->out->stride_n,
+                       x->out->stride_n);
     PHASE(PHASE_PACK);
 }
 

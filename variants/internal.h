@@ -73,4 +73,14 @@ static inline int64_t mha_kv_end(const mha_problem *p, int64_t i) {
     return e < 0 ? 0 : (e > p->seq_kv ? p->seq_kv : e);
 }
 
+/* How many of the query rows [i0, i0 + n) see no key at all: the first ones
+ * of a causal problem with seq_q > seq_kv (row i sees none iff
+ * i < seq_q - seq_kv). Their output is zeros by convention; every other row
+ * sees a key, and an all -inf (or NaN) row of scores there gives NaN. */
+static inline int64_t mha_rows_blind(const mha_problem *p, int64_t i0, int64_t n) {
+    if (!p->causal) return 0;
+    const int64_t b = p->seq_q - p->seq_kv - i0;
+    return b < 0 ? 0 : (b > n ? n : b);
+}
+
 #endif

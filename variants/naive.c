@@ -42,11 +42,13 @@ mha_status mha_naive_run(const mha_problem *p, const mha_options *o, int threads
                 S[i * Nkv + j] = j < end ? dot * scale : -INFINITY;
             }
         }
-        /* Row softmax; a row with no visible key becomes all zeros. */
+        /* Row softmax; a row with no visible key becomes all zeros. A row
+         * that sees keys whose scores are all -inf or NaN keeps mx = -inf
+         * and comes out NaN (exp(-inf - -inf)), as in the oracle. */
         for (int64_t i = 0; i < Nq; i++) {
             float *row = S + i * Nkv, mx = -INFINITY, sum = 0.0f;
             for (int64_t j = 0; j < Nkv; j++) mx = row[j] > mx ? row[j] : mx;
-            if (mx == -INFINITY) {
+            if (mha_kv_end(p, i) == 0) {
                 for (int64_t j = 0; j < Nkv; j++) row[j] = 0.0f;
                 continue;
             }

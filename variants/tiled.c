@@ -110,7 +110,8 @@ mha_status MHA_CAT(MHA_SYM(tiled), _run)(const mha_problem *p, const mha_options
                        Ob, L.dp, (j0 == 0 ? MHA_INIT_ZERO : MHA_INIT_ACC) | MHA_B_EXACT, NULL);
             }
             PHASE(PHASE_PV);
-            k_store_normalized(n, d, Ob, L.dp, l + i0, oh + i0 * out->stride_n, out->stride_n);
+            k_store_normalized(n, d, Ob, L.dp, l + i0, mha_rows_blind(p, i0, n),
+                               oh + i0 * out->stride_n, out->stride_n);
             PHASE(PHASE_PACK);
         }
     }

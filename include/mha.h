@@ -81,10 +81,14 @@ double mha_problem_flops(const mha_problem *p);
 typedef enum { MHA_SPLIT_AUTO = 0, MHA_SPLIT_HEADS = 1, MHA_SPLIT_QBLOCKS = 2 } mha_split;
 
 typedef struct {
-    int threads;  /* 0 = all cores */
-    int block_q;  /* 0 = tuned or default */
-    int block_kv; /* 0 = tuned or default */
-    int split;    /* mha_split; 0 = kernel's choice */
+    int threads; /* 0 = all cores */
+    /* Blocks: 0 = tuned or default, else 1..4096. Every kernel runs
+     * correctly with any value; a kernel may round it to its granule
+     * (tiled.<isa> rounds block_q up to the vector width) or clamp it to the
+     * sequence, and kernels without blocks (naive, decode, blas) ignore it. */
+    int block_q;
+    int block_kv;
+    int split; /* mha_split; 0 = kernel's choice */
 } mha_options;
 
 /* Threads a call will use: options->threads, or every processor when 0. */

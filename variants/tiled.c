@@ -22,6 +22,11 @@ typedef struct {
 static tiled_layout tiled_plan(const mha_problem *p, const mha_options *o) {
     tiled_layout L;
     L.bq = o->block_q > 0 ? o->block_q : TILED_BQ;
+    /* Query blocks start on a vector boundary: each block's columns of S^T
+     * are loaded aligned and padded to VW, so a block that is not a multiple
+     * of VW would overlap the next one. Any block_q is accepted and rounded
+     * up; one block covers a shorter sequence. */
+    L.bq = (L.bq + VW - 1) / VW * VW;
     if (L.bq > p->seq_q) L.bq = p->seq_q;
     L.bqp = (L.bq + VW - 1) / VW * VW;
     L.bk = o->block_kv > 0 ? o->block_kv : TILED_BK;

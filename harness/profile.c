@@ -46,7 +46,7 @@ int cmd_profile(int argc, char **argv) {
                                          {0, 0, 0, 0}};
     const char *kname = NULL;
     int64_t B = 1, H = 8, G = 0, N = 0, M = 0, d = 0, T = 1, BQ = 0, BK = 0, SP = 0;
-    float seconds = 2.0f;
+    double seconds = 2.0;
     int causal = 0;
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
@@ -80,7 +80,7 @@ int cmd_profile(int argc, char **argv) {
             ok = parse_i64("--threads", optarg, 0, 4096, &T);
             break;
         case 's':
-            ok = parse_float("--seconds", optarg, &seconds) && seconds > 0;
+            ok = parse_double("--seconds", optarg, 0.0, 3600.0, 1, &seconds);
             break;
         case 'Q':
             ok = parse_i64("--block-q", optarg, 1, 1 << 20, &BQ);
@@ -120,10 +120,11 @@ int cmd_profile(int argc, char **argv) {
     const size_t nq = (size_t)(B * H * N * d), nkv = (size_t)(B * p.kv_heads * p.seq_kv * d);
     float *q = mha_alloc(nq * 4), *kk = mha_alloc(nkv * 4), *v = mha_alloc(nkv * 4),
           *out = mha_alloc(nq * 4);
-    void *ws = mha_alloc(ws_bytes);
+    void *ws = mha_alloc(ws_bytes ? ws_bytes : 64);
+    int rc = EXIT_USAGE;
     if (!q || !kk || !v || !out || !ws) {
         errorf("profile: cannot allocate inputs and %zu bytes of workspace", ws_bytes);
-        return EXIT_USAGE;
+        goto done;
     }
     uint32_t s = 12345;
     for (size_t i = 0; i < nq; i++)
@@ -139,7 +140,7 @@ int cmd_profile(int argc, char **argv) {
     const mha_tensor_mut ot = mha_view_bhnd_mut(out, H, N, d);
     if (mha_attend(k, &p, &o, &qt, &kt, &vt, &ot, ws, ws_bytes) != MHA_OK) { /* warm-up */
         errorf("profile: %s", mha_last_error());
-        return EXIT_USAGE;
+        goto done;
     }
     uint64_t cyc[4];
     mha_phase_cycles(cyc, 1);
@@ -167,6 +168,8 @@ int cmd_profile(int argc, char **argv) {
     } else {
         printf("phases: not counted in this build (meson configure -Dphase_timing=true)\n");
     }
+    rc = 0;
+done:
     mha_free(q), mha_free(kk), mha_free(v), mha_free(out), mha_free(ws);
-    return 0;
+    return rc;
 }

@@ -87,6 +87,46 @@ int parse_i64_list(const char *opt, const char *s, int64_t lo, int64_t hi, int64
     return n ? n : -1;
 }
 
+int parse_kernel_list(const char *opt, const char *s, int flags, const mha_kernel **out, int max) {
+    if (!s || !*s) {
+        errorf("%s: empty kernel list (expected names from `mhabench list`, comma separated)", opt);
+        return -1;
+    }
+    int n = 0, pos = 0;
+    for (const char *p = s;; pos++) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char name[128];
+        if (len == 0 || len >= sizeof name) {
+            errorf("%s: %s name at position %d of '%s'", opt, len ? "overlong" : "empty", pos + 1,
+                   s);
+            return -1;
+        }
+        memcpy(name, p, len);
+        name[len] = '\0';
+        const mha_kernel *k = NULL;
+        if (!((flags & KL_AUTO) && strcmp(name, "auto") == 0)) {
+            if (!(k = mha_kernel_find(name)) ||
+                ((flags & KL_SUPPORTED) && mha_kernel_supported(k) != MHA_OK)) {
+                errorf("%s: %s", opt, mha_last_error());
+                return -1;
+            }
+        }
+        int dup = 0; /* a repeated name is measured once */
+        for (int i = 0; i < n; i++) dup |= out[i] == k;
+        if (!dup) {
+            if (n == max) {
+                errorf("%s: more than %d kernels in '%s'", opt, max, s);
+                return -1;
+            }
+            out[n++] = k;
+        }
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return n;
+}
+
 const mha_kernel *lookup_kernel(const char *name) {
     const mha_kernel *k = mha_kernel_find(name);
     if (!k) {

@@ -22,6 +22,15 @@ int parse_double(const char *opt, const char *s, double lo, double hi, int open_
 /* Comma list of integers in [lo, hi], at most max entries. Returns the count, or -1. */
 int parse_i64_list(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out, int max);
 
+/* Parses a comma list of kernel names (option opt) into out, at most max:
+ * each name must exist; with KL_AUTO "auto" is accepted and stored as NULL;
+ * with KL_SUPPORTED each must also run on this CPU (else it is kept, for the
+ * caller to report as skipped). Repeats are dropped. An empty list, an empty
+ * name or more than max kernels is an error. Returns the count (>= 1), or
+ * -1 after a message naming the bad value. */
+enum { KL_AUTO = 1, KL_SUPPORTED = 2 };
+int parse_kernel_list(const char *opt, const char *s, int flags, const mha_kernel **out, int max);
+
 /* Finds a kernel by name ("auto" is not handled here), checks it runs on this
  * CPU; prints a message and returns NULL otherwise. */
 const mha_kernel *lookup_kernel(const char *name);

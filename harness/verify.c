@@ -89,19 +89,11 @@ int cmd_verify(int argc, char **argv) {
 
     kernel_tally tally[MAX_KERNELS];
     int nk = 0;
-    if (kernel_list) {
-        char *copy = strdup(kernel_list), *save = NULL;
-        for (char *t = strtok_r(copy, ",", &save); t && nk < MAX_KERNELS;
-             t = strtok_r(NULL, ",", &save)) {
-            const mha_kernel *k = mha_kernel_find(t);
-            if (!k) {
-                errorf("verify: %s", mha_last_error());
-                free(copy);
-                return EXIT_USAGE;
-            }
-            tally[nk++] = (kernel_tally){k, 0, 0, 0, 0};
-        }
-        free(copy);
+    if (kernel_list) { /* kernels this CPU lacks are kept and reported skipped */
+        const mha_kernel *ks[MAX_KERNELS];
+        if ((nk = parse_kernel_list("verify: --kernels", kernel_list, 0, ks, MAX_KERNELS)) < 0)
+            return EXIT_USAGE;
+        for (int i = 0; i < nk; i++) tally[i] = (kernel_tally){ks[i], 0, 0, 0, 0};
     } else {
         for (int i = 0; i < mha_kernel_count(); i++)
             tally[nk++] = (kernel_tally){mha_kernel_at(i), 0, 0, 0, 0};

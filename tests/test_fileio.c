@@ -1,5 +1,5 @@
-/* test_fileio.c - variants/fileio.c: inputs that are not regular files are
- * refused without blocking; outputs follow symlinks to a regular file, refuse
+/* test_fileio.c - variants/fileio.c (and results.c's run-file naming on it): inputs that are not
+ * regular files are refused without blocking; outputs follow symlinks to a regular file, refuse
  * folders, FIFOs and devices untouched, never replace under NOREPLACE, and
  * leave no temporary file behind (O_TMPFILE and the named fallback alike). */
 #include <stdarg.h>
@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "fileio.h"
+#include "results.h"
 #include "testutil.h"
 
 static char g_dir[256];
@@ -249,6 +250,35 @@ static void test_escape(void **state) {
     for (const char *c = out; *c; c++) assert_true(*c >= 0x20 && *c < 0x7f);
 }
 
+/* Run files: a fixed clock gives the same name twice; the second run gets
+ * -2, a third -3, and none replaces another. */
+static void test_run_file_names(void **state) {
+    (void)state;
+    char d[512], p[1024], why[512];
+    sub(d, sizeof d, "runs");
+    const time_t t = 1764460800; /* 2025-11-30T00:00:00Z */
+    assert_int_equal(results_run_path(d, t, 0, p, sizeof p), 1);
+    assert_non_null(strstr(p, "-20251130T000000Z.json"));
+    assert_int_equal(results_run_path(d, t, 1, p, sizeof p), 1);
+    assert_non_null(strstr(p, "-20251130T000000Z-2.json"));
+    const char *texts[3] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        mha_out w;
+        assert_int_equal(results_run_path(d, t, 0, p, sizeof p), 1);
+        assert_int_equal(mha_out_begin(&w, p, MHA_OUT_NOREPLACE, why, sizeof why), MHA_OK);
+        assert_int_equal(mha_out_write(&w, texts[i], 1, why, sizeof why), MHA_OK);
+        assert_int_equal(results_commit_run(&w, d, t, why, sizeof why), MHA_OK);
+        print_message("  %s\n", w.target);
+        assert_int_equal(results_run_path(d, t, i, p, sizeof p), 1);
+        assert_string_equal(w.target, p);
+    }
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(results_run_path(d, t, i, p, sizeof p), 1);
+        check_text(p, texts[i]);
+    }
+    assert_int_equal(tu_count_entries(d), 3);
+}
+
 static void test_named_fallback(void **state) {
     mha_fileio_force_named_temp = 1;
     test_new_and_replace(state);
@@ -256,6 +286,7 @@ static void test_named_fallback(void **state) {
     test_special_targets_refused(state);
     test_noreplace(state);
     test_abort_leaves_nothing(state);
+    test_run_file_names(state);
     mha_fileio_force_named_temp = 0;
 }
 
@@ -268,6 +299,7 @@ int main(void) {
         cmocka_unit_test(test_noreplace),
         cmocka_unit_test(test_abort_leaves_nothing),
         cmocka_unit_test(test_escape),
+        cmocka_unit_test(test_run_file_names),
         cmocka_unit_test(test_named_fallback),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

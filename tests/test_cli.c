@@ -654,6 +654,28 @@ static void test_sweep_out_symlink(void **state) {
     assert_int_equal(tu_count_entries(d), 2);
 }
 
+/* tune checks its table path before measuring: a FIFO or folder is refused
+ * at once and left as it was (the log is not created either). */
+static void test_tune_bad_out(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char d[512], p[1024];
+    fresh_dir(d, sizeof d, "tune-bad-out");
+    snprintf(p, sizeof p, "%s/fifo.json", d);
+    assert_int_equal(mkfifo(p, 0644), 0);
+    int rc = run_bench("tune", "--budget", "1", "--out", p, NULL);
+    print_message("  exit %d: %s", rc, g_err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(g_err, "FIFO"));
+    rc = run_bench("tune", "--budget", "1", "--out", d, NULL);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(g_err, "directory"));
+    struct stat sb;
+    assert_int_equal(lstat(p, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    assert_int_equal(tu_count_entries(d), 1);
+}
+
 static void spin(mha_gbench_state *st, void *user) {
     (void)user;
     while (mha_gbench_keep_running(st)) {
@@ -710,6 +732,7 @@ int main(void) {
         cmocka_unit_test(test_sweep_run_files),
         cmocka_unit_test(test_sweep_out_symlink),
         cmocka_unit_test(test_tuning_fifo),
+        cmocka_unit_test(test_tune_bad_out),
         cmocka_unit_test(test_gbench_shim_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -654,6 +654,38 @@ static void test_sweep_out_symlink(void **state) {
     assert_int_equal(tu_count_entries(d), 2);
 }
 
+/* attend's --out: a FIFO is refused before computing and left as it was; a
+ * FIFO as --q is refused at once instead of blocking in open. */
+static void test_attend_special_files(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const int64_t shp[4] = {1, 1, 4, 8};
+    write_f4("sq.npy", shp, 4);
+    char q[512], fifo[512];
+    tmp_path(q, sizeof q, "sq.npy");
+    tmp_path(fifo, sizeof fifo, "attend.fifo");
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    int rc =
+        run_bench("attend", "--kernel", "naive", "--q", q, "--k", q, "--v", q, "--out", fifo, NULL);
+    print_message("  exit %d: %s", rc, g_err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(g_err, "FIFO"));
+    struct stat sb;
+    assert_int_equal(lstat(fifo, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    char cmd[4096], out[512];
+    tmp_path(out, sizeof out, "never.npy");
+    snprintf(cmd, sizeof cmd,
+             "timeout 20 '%s' attend --kernel naive --q '%s' --k '%s' --v '%s' --out '%s'", g_bench,
+             fifo, q, q, out);
+    const char *args[] = {"-c", cmd, NULL};
+    rc = tu_run("/bin/sh", args, g_tmp, g_out, sizeof g_out, g_err, sizeof g_err);
+    print_message("  exit %d: %s", rc, g_err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(g_err, "FIFO"));
+    assert_int_equal(access(out, F_OK), -1);
+}
+
 /* tune checks its table path before measuring: a FIFO or folder is refused
  * at once and left as it was (the log is not created either). */
 static void test_tune_bad_out(void **state) {
@@ -733,6 +765,7 @@ int main(void) {
         cmocka_unit_test(test_sweep_out_symlink),
         cmocka_unit_test(test_tuning_fifo),
         cmocka_unit_test(test_tune_bad_out),
+        cmocka_unit_test(test_attend_special_files),
         cmocka_unit_test(test_gbench_shim_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -11,8 +11,22 @@
 
 #include "commands.h"
 #include "mha.h"
+#include "fileio.h"
 #include "npy.h"
 #include "util.h"
+
+/* --out is checked before any input is read or computed: a folder, FIFO or
+ * device there fails at once (npy_write checks again when it writes). */
+static int out_usable(const char *path) {
+    mha_out w;
+    char why[1024];
+    if (mha_out_begin(&w, path, MHA_OUT_REPLACE, why, sizeof why) != MHA_OK) {
+        errorf("--out: %s", why);
+        return 0;
+    }
+    mha_out_abort(&w);
+    return 1;
+}
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -156,7 +170,7 @@ int cmd_attend(int argc, char **argv) {
         attend_usage(stderr);
         return EXIT_USAGE;
     }
-    if (!check_isa_env()) return EXIT_USAGE;
+    if (!check_isa_env() || !out_usable(opath)) return EXIT_USAGE;
     /* "auto" is resolved by resolve_kernel once the problem is known. */
     const mha_kernel *kern = NULL;
     if (strcmp(kname, "auto") != 0 && !(kern = lookup_kernel(kname))) return EXIT_USAGE;
@@ -440,7 +454,7 @@ int cmd_forward(int argc, char **argv) {
         errorf("--weights %s: not a directory", wdir);
         return EXIT_USAGE;
     }
-    if (!check_isa_env()) return EXIT_USAGE;
+    if (!check_isa_env() || !out_usable(opath)) return EXIT_USAGE;
     /* "auto" is resolved by resolve_kernel once the problem is known. */
     const mha_kernel *kern = NULL;
     if (strcmp(kname, "auto") != 0 && !(kern = lookup_kernel(kname))) return EXIT_USAGE;

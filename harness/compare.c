@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,23 @@
 #include <json-c/json.h>
 
 #include "commands.h"
+#include "fileio.h"
+#include "results.h"
 #include "util.h"
+
+/* Every compare message goes through here: they quote file content (benchmark
+ * names, time units, fingerprint values, which JSON escapes can fill with
+ * newlines or terminal controls), so the whole line is escaped. */
+static void errorf_esc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void errorf_esc(const char *fmt, ...) {
+    char raw[4096], esc[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    va_end(ap);
+    mha_escape(raw, strlen(raw), esc, sizeof esc);
+    errorf("%s", esc);
+}
 
 extern char **environ;
 
@@ -95,7 +112,7 @@ static void result_free(result_set *rs) {
 static void *xrealloc(void *p, size_t n) {
     void *q = realloc(p, n);
     if (!q) {
-        errorf("compare: out of memory");
+        errorf_esc("compare: out of memory");
         exit(EXIT_USAGE);
     }
     return q;
@@ -104,7 +121,7 @@ static void *xrealloc(void *p, size_t n) {
 static char *xstrdup(const char *s) {
     char *d = strdup(s);
     if (!d) {
-        errorf("compare: out of memory");
+        errorf_esc("compare: out of memory");
         exit(EXIT_USAGE);
     }
     return d;
@@ -151,10 +168,11 @@ static double unit_ns(const char *unit) {
     return 0;
 }
 
-/* Reads a whole file; NULL (errno set) on failure. */
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+/* Reads a whole regular file (a FIFO or device is refused, never waited on);
+ * NULL with the reason in why on failure. */
+static char *read_file(const char *path, size_t *len, char *why, size_t wlen) {
+    const int fd = mha_open_input(path, why, wlen);
+    if (fd < 0) return NULL;
     char *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {
@@ -162,17 +180,18 @@ static char *read_file(const char *path, size_t *len) {
             cap = cap ? 2 * cap : 65536;
             buf = xrealloc(buf, cap + 1);
         }
-        const size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
+        const ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            snprintf(why, wlen, "read error: %s", strerror(errno));
+            close(fd);
+            free(buf);
+            return NULL;
+        }
         if (got == 0) break;
+        n += (size_t)got;
     }
-    const int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        errno = EIO;
-        return NULL;
-    }
+    close(fd);
     buf[n] = '\0';
     *len = n;
     return buf;
@@ -183,7 +202,7 @@ static char *read_file(const char *path, size_t *len) {
 static json_object *parse_json(const char *path, const char *text, size_t len) {
     json_tokener *tok = json_tokener_new();
     if (!tok) {
-        errorf("compare: out of memory");
+        errorf_esc("compare: out of memory");
         exit(EXIT_USAGE);
     }
     json_object *root = json_tokener_parse_ex(tok, text, (int)len);
@@ -211,7 +230,8 @@ static json_object *parse_json(const char *path, const char *text, size_t len) {
             col++;
         }
     }
-    errorf("compare: %s: not valid JSON: %s at line %d, column %d (json-c)", path, why, line, col);
+    errorf_esc("compare: %s: not valid JSON: %s at line %d, column %d (json-c)", path, why, line,
+               col);
     return NULL;
 }
 
@@ -227,9 +247,10 @@ static const char *row_string(json_object *row, const char *key) {
  * loaded sets the fingerprint. Returns 0, or EXIT_USAGE after printing why. */
 static int load_results(const char *path, result_set *rs) {
     size_t len = 0;
-    char *text = read_file(path, &len);
+    char why[512];
+    char *text = read_file(path, &len, why, sizeof why);
     if (!text) {
-        errorf("compare: cannot read %s: %s", path, strerror(errno));
+        errorf_esc("compare: cannot read %s: %s", path, why);
         return EXIT_USAGE;
     }
     json_object *root = parse_json(path, text, len);
@@ -238,14 +259,15 @@ static int load_results(const char *path, result_set *rs) {
     int rc = EXIT_USAGE;
     json_object *ctx = NULL, *rows = NULL;
     if (!json_object_is_type(root, json_type_object)) {
-        errorf("compare: %s: the top level is not a JSON object (not a Google Benchmark "
-               "result file)",
-               path);
+        errorf_esc("compare: %s: the top level is not a JSON object (not a Google Benchmark "
+                   "result file)",
+                   path);
         goto out;
     }
     if (!json_object_object_get_ex(root, "benchmarks", &rows) ||
         !json_object_is_type(rows, json_type_array)) {
-        errorf("compare: %s: no \"benchmarks\" array (not a Google Benchmark result file)", path);
+        errorf_esc("compare: %s: no \"benchmarks\" array (not a Google Benchmark result file)",
+                   path);
         goto out;
     }
     if (!rs->path) {
@@ -265,7 +287,7 @@ static int load_results(const char *path, result_set *rs) {
     for (size_t i = 0; i < n; i++) {
         json_object *row = json_object_array_get_idx(rows, i), *v;
         if (!json_object_is_type(row, json_type_object)) {
-            errorf("compare: %s: benchmarks[%zu] is not an object", path, i);
+            errorf_esc("compare: %s: benchmarks[%zu] is not an object", path, i);
             goto out;
         }
         /* Aggregates (_mean, _median, _stddev, _cv) are derived; only the
@@ -281,25 +303,25 @@ static int load_results(const char *path, result_set *rs) {
         }
         const char *name = row_string(row, "name");
         if (!name || !*name) {
-            errorf("compare: %s: benchmarks[%zu] has no \"name\"", path, i);
+            errorf_esc("compare: %s: benchmarks[%zu] has no \"name\"", path, i);
             goto out;
         }
         if (!json_object_object_get_ex(row, "real_time", &v) ||
             !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int))) {
-            errorf("compare: %s: benchmark '%s' has no numeric \"real_time\"", path, name);
+            errorf_esc("compare: %s: benchmark '%s' has no numeric \"real_time\"", path, name);
             goto out;
         }
         const double t = json_object_get_double(v);
         const char *unit = row_string(row, "time_unit");
         const double scale = unit ? unit_ns(unit) : 1;
         if (scale == 0) {
-            errorf("compare: %s: benchmark '%s': time_unit '%s' is not one of ns, us, ms, s", path,
-                   name, unit);
+            errorf_esc("compare: %s: benchmark '%s': time_unit '%s' is not one of ns, us, ms, s",
+                       path, name, unit);
             goto out;
         }
         if (!isfinite(t) || t <= 0) {
-            errorf("compare: %s: benchmark '%s': real_time %g must be a positive number", path,
-                   name, t);
+            errorf_esc("compare: %s: benchmark '%s': real_time %g must be a positive number", path,
+                       name, t);
             goto out;
         }
         char *key = xstrdup(name);
@@ -309,7 +331,8 @@ static int load_results(const char *path, result_set *rs) {
         rs->rows++;
     }
     if (rs->nb == 0) {
-        errorf("compare: %s: no benchmark results (no \"iteration\" rows in \"benchmarks\")", path);
+        errorf_esc("compare: %s: no benchmark results (no \"iteration\" rows in \"benchmarks\")",
+                   path);
         goto out;
     }
     rc = 0;
@@ -326,15 +349,16 @@ static int fingerprints_match(const result_set *a, const result_set *b, int forc
         const char *va = a->fp[k], *vb = b->fp[k];
         if (k >= FP_REQUIRED && (!va || !vb)) continue;
         if (!va || !vb) {
-            errorf("compare: %s: the context has no \"%s\", so its machine is unknown (not "
-                   "written by `mhabench sweep`?)%s",
-                   va ? b->path : a->path, FP_KEYS[k],
-                   force ? "; comparing anyway (--force)" : "; pass --force to compare anyway");
+            errorf_esc("compare: %s: the context has no \"%s\", so its machine is unknown (not "
+                       "written by `mhabench sweep`?)%s",
+                       va ? b->path : a->path, FP_KEYS[k],
+                       force ? "; comparing anyway (--force)" : "; pass --force to compare anyway");
             ok = 0;
         } else if (strcmp(va, vb) != 0) {
-            errorf("compare: the machine fingerprints differ: %s is '%s' in %s but '%s' in %s%s",
-                   FP_KEYS[k], va, a->path, vb, b->path,
-                   force ? "; comparing anyway (--force)" : "; pass --force to compare anyway");
+            errorf_esc(
+                "compare: the machine fingerprints differ: %s is '%s' in %s but '%s' in %s%s",
+                FP_KEYS[k], va, a->path, vb, b->path,
+                force ? "; comparing anyway (--force)" : "; pass --force to compare anyway");
             ok = 0;
         }
     }
@@ -376,7 +400,7 @@ static double exact_p(const int *r2, int N, int n, int w2) {
     const int S = N * (N + 1); /* sum of all doubled ranks: the largest possible sum */
     double *cnt = calloc((size_t)(n + 1) * (size_t)(S + 1), sizeof *cnt);
     if (!cnt) {
-        errorf("compare: out of memory");
+        errorf_esc("compare: out of memory");
         exit(EXIT_USAGE);
     }
 #define CNT(k, s) cnt[(size_t)(k) * (size_t)(S + 1) + (size_t)(s)]
@@ -539,8 +563,8 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         json_object *o = json_object_new_object();
         json_object_object_add(o, "base", json_object_new_string(base_label));
         json_object_object_add(o, "new", json_object_new_string(new_label));
-        json_object_object_add(o, "threshold_pct", json_object_new_double(s->threshold));
-        json_object_object_add(o, "alpha", json_object_new_double(s->alpha));
+        json_object_object_add(o, "threshold_pct", results_json_double(s->threshold));
+        json_object_object_add(o, "alpha", results_json_double(s->alpha));
         json_object_object_add(o, "min_repetitions", json_object_new_int(MIN_REPS));
         json_object *fp = json_object_new_object();
         json_object_object_add(fp, "base", fp_json(base));
@@ -555,11 +579,11 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
             json_object_object_add(e, "name", json_object_new_string(r->name));
             json_object_object_add(e, "base_repetitions", json_object_new_int(r->nb));
             json_object_object_add(e, "new_repetitions", json_object_new_int(r->nn));
-            json_object_object_add(e, "base_median_ns", json_object_new_double(r->med_b));
-            json_object_object_add(e, "new_median_ns", json_object_new_double(r->med_n));
-            json_object_object_add(e, "change_pct", json_object_new_double(r->change));
-            json_object_object_add(e, "u", json_object_new_double(r->ut.u));
-            json_object_object_add(e, "p_value", json_object_new_double(r->ut.p));
+            json_object_object_add(e, "base_median_ns", results_json_double(r->med_b));
+            json_object_object_add(e, "new_median_ns", results_json_double(r->med_n));
+            json_object_object_add(e, "change_pct", results_json_double(r->change));
+            json_object_object_add(e, "u", results_json_double(r->ut.u));
+            json_object_object_add(e, "p_value", results_json_double(r->ut.p));
             json_object_object_add(e, "p_method",
                                    json_object_new_string(r->ut.exact ? "exact" : "normal"));
             json_object_object_add(e, "too_few_repetitions", json_object_new_boolean(r->too_few));
@@ -637,31 +661,19 @@ static int key_ok(const char *key) {
     return 1;
 }
 
-static int mkdir_p(const char *dir) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(tmp, 0777) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 static int cmd_save_baseline(const char *path, const char *dir) {
     result_set rs = {0};
     if (load_results(path, &rs)) return EXIT_USAGE;
     const char *key = rs.fp[0];
     int rc = EXIT_USAGE;
     if (!key) {
-        errorf("compare: %s: the context has no \"mha_cpu_key\"; a baseline must come from "
-               "`mhabench sweep`",
-               path);
+        errorf_esc("compare: %s: the context has no \"mha_cpu_key\"; a baseline must come from "
+                   "`mhabench sweep`",
+                   path);
         goto out;
     }
     if (!key_ok(key)) {
-        errorf("compare: %s: mha_cpu_key '%s' is not usable as a file name", path, key);
+        errorf_esc("compare: %s: mha_cpu_key '%s' is not usable as a file name", path, key);
         goto out;
     }
     int few = 0;
@@ -672,54 +684,45 @@ static int cmd_save_baseline(const char *path, const char *dir) {
                 "(use `sweep --preset ci`)\n",
                 few, path, MIN_REPS);
     size_t len = 0;
-    char *text = read_file(path, &len);
+    char why[1024];
+    char *text = read_file(path, &len, why, sizeof why);
     if (!text) {
-        errorf("compare: cannot read %s: %s", path, strerror(errno));
-        goto out;
-    }
-    if (mkdir_p(dir) != 0) {
-        errorf("compare: cannot create %s: %s", dir, strerror(errno));
-        free(text);
+        errorf_esc("compare: cannot read %s: %s", path, why);
         goto out;
     }
     /* Never overwrite: <key>.json if absent, else <key>-<UTC time>.json, else
-     * with a -2, -3 ... suffix; O_EXCL makes each attempt atomic. */
+     * with a -2, -3 ... suffix; each commit is a never-replace link of a
+     * complete file, so a name is taken atomically and never half written. */
     char stamp[32], target[4096];
     const time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
-    int fd = -1;
-    for (int attempt = 0; attempt < 1000 && fd < 0; attempt++) {
-        if (attempt == 0)
-            snprintf(target, sizeof target, "%s/%s.json", dir, key);
-        else if (attempt == 1)
-            snprintf(target, sizeof target, "%s/%s-%s.json", dir, key, stamp);
-        else
-            snprintf(target, sizeof target, "%s/%s-%s-%d.json", dir, key, stamp, attempt);
-        fd = open(target, O_WRONLY | O_CREAT | O_EXCL, 0644);
-        if (fd < 0 && errno != EEXIST) {
-            errorf("compare: cannot create %s: %s", target, strerror(errno));
-            free(text);
-            goto out;
-        }
-    }
-    if (fd < 0) {
-        errorf("compare: no free baseline name for %s in %s", key, dir);
+    snprintf(target, sizeof target, "%s/%s.json", dir, key);
+    mha_out w;
+    if (mha_out_begin(&w, target, MHA_OUT_NOREPLACE | MHA_OUT_MKDIRS, why, sizeof why) != MHA_OK ||
+        mha_out_write(&w, text, len, why, sizeof why) != MHA_OK) {
+        mha_out_abort(&w);
+        errorf_esc("compare: --save-baseline: %s", why);
         free(text);
         goto out;
     }
-    size_t done = 0;
-    while (done < len) {
-        const ssize_t w = write(fd, text + done, len - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        done += (size_t)w;
-    }
     free(text);
-    if (close(fd) != 0 || done < len) {
-        errorf("compare: cannot write %s: %s", target, strerror(errno));
-        unlink(target);
+    int saved = 0;
+    for (int attempt = 0; attempt < 1000 && !saved; attempt++) {
+        if (attempt == 1)
+            snprintf(target, sizeof target, "%s/%s-%s.json", dir, key, stamp);
+        else if (attempt > 1)
+            snprintf(target, sizeof target, "%s/%s-%s-%d.json", dir, key, stamp, attempt);
+        if (attempt > 0 && mha_out_retarget(&w, target, why, sizeof why) != MHA_OK) break;
+        if (mha_out_commit(&w, why, sizeof why) == MHA_OK)
+            saved = 1;
+        else if (!w.exists)
+            break;
+    }
+    if (!saved) {
+        mha_out_abort(&w);
+        errorf_esc("compare: --save-baseline: %s", w.exists ? "no free baseline name" : why);
         goto out;
     }
     printf("saved baseline %s (%d benchmarks, cpu %s)\n", target, rs.nb, key);
@@ -729,34 +732,66 @@ out:
     return rc;
 }
 
-static int cmp_str_desc(const void *a, const void *b) {
-    return strcmp(*(char *const *)b, *(char *const *)a);
+/* A baseline file name, split for ordering: <key>.json is the first (plain);
+ * later ones are <key>-<stamp>.json and <key>-<stamp>-<n>.json (n >= 2,
+ * taken when the stamp's name was). */
+typedef struct {
+    char *file;
+    int plain;
+    char stamp[64];
+    long n;
+} baseline_name;
+
+static void baseline_name_parse(baseline_name *b, const char *file, size_t keylen) {
+    b->file = xstrdup(file);
+    b->plain = strlen(file) == keylen + 5;
+    b->stamp[0] = '\0';
+    b->n = 1;
+    if (b->plain) return;
+    /* the part between "<key>-" and ".json" */
+    snprintf(b->stamp, sizeof b->stamp, "%.*s", (int)(strlen(file) - keylen - 6),
+             file + keylen + 1);
+    char *dash = strrchr(b->stamp, '-');
+    if (dash && dash[1] && strspn(dash + 1, "0123456789") == strlen(dash + 1)) {
+        b->n = strtol(dash + 1, NULL, 10);
+        *dash = '\0';
+    }
+}
+
+/* Newest first: any stamped name before the plain one; then the later stamp;
+ * then the higher numeric suffix (none counts as 1). */
+static int cmp_baseline_desc(const void *pa, const void *pb) {
+    const baseline_name *a = pa, *b = pb;
+    if (a->plain != b->plain) return a->plain - b->plain;
+    const int c = strcmp(b->stamp, a->stamp);
+    if (c) return c;
+    return (b->n > a->n) - (b->n < a->n);
 }
 
 /* Finds the newest baseline in dir whose fingerprint matches nw: candidates are
- * <key>.json (the first) and <key>-<suffix>.json (later ones; the suffix is a UTC
- * time stamp, so newer sorts later). On success fills base (path owned by the
+ * <key>.json (the first) and <key>-<stamp>[-<n>].json (later ones, ordered by
+ * the UTC stamp, then n: see cmp_baseline_desc). On success fills base (path owned by the
  * caller through *path_out) and returns 0; else prints why and returns EXIT_USAGE. */
 static int find_baseline(const char *dir, const result_set *nw, int force, result_set *base,
                          char **path_out) {
     const char *key = nw->fp[0];
     if (!key) {
-        errorf("compare: %s: the context has no \"mha_cpu_key\", so no baseline can match it",
-               nw->path);
+        errorf_esc("compare: %s: the context has no \"mha_cpu_key\", so no baseline can match it",
+                   nw->path);
         return EXIT_USAGE;
     }
     if (!key_ok(key)) {
-        errorf("compare: %s: mha_cpu_key '%s' is not usable as a file name", nw->path, key);
+        errorf_esc("compare: %s: mha_cpu_key '%s' is not usable as a file name", nw->path, key);
         return EXIT_USAGE;
     }
     DIR *d = opendir(dir);
     if (!d) {
-        errorf("compare: no baseline for cpu '%s': cannot open %s: %s (run `mhabench compare "
-               "--save-baseline NEW.json` to add one)",
-               key, dir, strerror(errno));
+        errorf_esc("compare: no baseline for cpu '%s': cannot open %s: %s (run `mhabench compare "
+                   "--save-baseline NEW.json` to add one)",
+                   key, dir, strerror(errno));
         return EXIT_USAGE;
     }
-    char **names = NULL;
+    baseline_name *names = NULL;
     int nn = 0;
     const size_t kl = strlen(key);
     for (struct dirent *e; (e = readdir(d)) != NULL;) {
@@ -765,18 +800,15 @@ static int find_baseline(const char *dir, const result_set *nw, int force, resul
         if (fl < kl + 5 || strncmp(f, key, kl) != 0 || strcmp(f + fl - 5, ".json") != 0) continue;
         if (fl != kl + 5 && f[kl] != '-') continue;
         names = xrealloc(names, (size_t)(nn + 1) * sizeof *names);
-        /* Sort key: the plain <key>.json is the oldest. */
-        char *s = xrealloc(NULL, fl + 2);
-        snprintf(s, fl + 2, "%c%s", fl == kl + 5 ? '0' : '1', f);
-        names[nn++] = s;
+        baseline_name_parse(&names[nn++], f, kl);
     }
     closedir(d);
-    qsort(names, (size_t)nn, sizeof *names, cmp_str_desc);
+    if (nn > 0) qsort(names, (size_t)nn, sizeof *names, cmp_baseline_desc);
     int rc = EXIT_USAGE, found = -1;
     char why[1024] = "";
     for (int i = 0; i < nn && found < 0; i++) {
-        char *path = xrealloc(NULL, strlen(dir) + strlen(names[i]) + 2);
-        sprintf(path, "%s/%s", dir, names[i] + 1);
+        char *path = xrealloc(NULL, strlen(dir) + strlen(names[i].file) + 2);
+        sprintf(path, "%s/%s", dir, names[i].file);
         result_set rs = {0};
         if (load_results(path, &rs) == 0 && rs.fp[0] && strcmp(rs.fp[0], key) == 0) {
             int match = 1;
@@ -804,15 +836,15 @@ static int find_baseline(const char *dir, const result_set *nw, int force, resul
         rc = 0;
         fprintf(stderr, "mhabench: compare: baseline %s\n", *path_out);
     } else if (nn == 0) {
-        errorf("compare: no baseline for cpu '%s' in %s (expected %s/%s.json; run `mhabench "
-               "compare --save-baseline NEW.json` to add one)",
-               key, dir, dir, key);
+        errorf_esc("compare: no baseline for cpu '%s' in %s (expected %s/%s.json; run `mhabench "
+                   "compare --save-baseline NEW.json` to add one)",
+                   key, dir, dir, key);
     } else {
-        errorf("compare: %d baseline files for cpu '%s' in %s, none with a matching "
-               "fingerprint%s; pass --force to use the newest",
-               nn, key, dir, why);
+        errorf_esc("compare: %d baseline files for cpu '%s' in %s, none with a matching "
+                   "fingerprint%s; pass --force to use the newest",
+                   nn, key, dir, why);
     }
-    for (int i = 0; i < nn; i++) free(names[i]);
+    for (int i = 0; i < nn; i++) free(names[i].file);
     free(names);
     return rc;
 }
@@ -831,17 +863,17 @@ static int spawn_wait(char *const *argv, const char *log) {
                                          : posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     if (err != 0) {
-        errorf("compare: cannot run %s: %s", argv[0], strerror(err));
+        errorf_esc("compare: cannot run %s: %s", argv[0], strerror(err));
         return -1;
     }
     int status;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) {
-            errorf("compare: waiting for %s: %s", argv[0], strerror(errno));
+            errorf_esc("compare: waiting for %s: %s", argv[0], strerror(errno));
             return -1;
         }
     if (WIFSIGNALED(status)) {
-        errorf("compare: %s died from signal %d", argv[0], WTERMSIG(status));
+        errorf_esc("compare: %s died from signal %d", argv[0], WTERMSIG(status));
         return -1;
     }
     return WEXITSTATUS(status);
@@ -850,7 +882,8 @@ static int spawn_wait(char *const *argv, const char *log) {
 /* Prints the last part of a child's log to stderr. */
 static void show_log(const char *log) {
     size_t len = 0;
-    char *text = read_file(log, &len);
+    char why[512];
+    char *text = read_file(log, &len, why, sizeof why);
     if (!text) return;
     const size_t keep = 4000;
     fprintf(stderr, "---- its output%s ----\n%s", len > keep ? " (last part)" : "",
@@ -865,21 +898,22 @@ static int cmd_ab(const char *old_bin, const char *new_bin, int rounds, char **s
     const char *bins[2] = {old_bin, new_bin};
     for (int i = 0; i < nsweep; i++)
         if (strcmp(sweep_args[i], "--out") == 0 || strncmp(sweep_args[i], "--out=", 6) == 0) {
-            errorf("compare: --ab: the sweep arguments may not set --out (compare chooses the "
-                   "files)");
+            errorf_esc("compare: --ab: the sweep arguments may not set --out (compare chooses the "
+                       "files)");
             return EXIT_USAGE;
         }
     for (int i = 0; i < 2; i++)
         if (strchr(bins[i], '/') && access(bins[i], X_OK) != 0) {
-            errorf("compare: --ab: %s binary '%s' is not executable: %s", i ? "NEW" : "OLD",
-                   bins[i], strerror(errno));
+            errorf_esc("compare: --ab: %s binary '%s' is not executable: %s", i ? "NEW" : "OLD",
+                       bins[i], strerror(errno));
             return EXIT_USAGE;
         }
     const char *tmp = getenv("TMPDIR");
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/mhabench-ab.XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) {
-        errorf("compare: --ab: cannot create a temporary directory %s: %s", dir, strerror(errno));
+        errorf_esc("compare: --ab: cannot create a temporary directory %s: %s", dir,
+                   strerror(errno));
         return EXIT_USAGE;
     }
     char log[4200];
@@ -906,12 +940,12 @@ static int cmd_ab(const char *old_bin, const char *new_bin, int rounds, char **s
             const int st = spawn_wait(argv, log);
             if (st != 0) {
                 if (st > 0)
-                    errorf("compare: --ab: `%s sweep --preset ci` exited with status %d",
-                           bins[side], st);
+                    errorf_esc("compare: --ab: `%s sweep --preset ci` exited with status %d",
+                               bins[side], st);
                 show_log(log);
                 rc = EXIT_USAGE;
             } else if (access(out, R_OK) != 0) {
-                errorf("compare: --ab: `%s sweep` wrote no %s", bins[side], out);
+                errorf_esc("compare: --ab: `%s sweep` wrote no %s", bins[side], out);
                 show_log(log);
                 rc = EXIT_USAGE;
             } else if (load_results(out, &sets[side]) != 0) {
@@ -1017,24 +1051,24 @@ int cmd_compare(int argc, char **argv) {
     char **pos = argv + optind;
     const int npos = nargs - optind;
     if (mode_baseline + mode_save + mode_ab > 1) {
-        errorf("compare: --baseline, --save-baseline and --ab exclude each other");
+        errorf_esc("compare: --baseline, --save-baseline and --ab exclude each other");
         return EXIT_USAGE;
     }
     if (sweep_args && !mode_ab) {
-        errorf("compare: arguments after '--' are sweep arguments, only for --ab");
+        errorf_esc("compare: arguments after '--' are sweep arguments, only for --ab");
         return EXIT_USAGE;
     }
     if (nsweep > MAX_SWEEP_ARGS) {
-        errorf("compare: --ab: more than %d sweep arguments", MAX_SWEEP_ARGS);
+        errorf_esc("compare: --ab: more than %d sweep arguments", MAX_SWEEP_ARGS);
         return EXIT_USAGE;
     }
     const int want = mode_ab ? 2 : (mode_baseline || mode_save) ? 1 : 2;
     if (npos != want) {
-        errorf("compare: expected %s, got %d argument%s",
-               mode_ab                      ? "OLD_BINARY NEW_BINARY"
-               : mode_baseline || mode_save ? "one result file NEW.json"
-                                            : "two result files BASE.json NEW.json",
-               npos, npos == 1 ? "" : "s");
+        errorf_esc("compare: expected %s, got %d argument%s",
+                   mode_ab                      ? "OLD_BINARY NEW_BINARY"
+                   : mode_baseline || mode_save ? "one result file NEW.json"
+                                                : "two result files BASE.json NEW.json",
+                   npos, npos == 1 ? "" : "s");
         usage(stderr);
         return EXIT_USAGE;
     }

@@ -95,7 +95,10 @@ typedef void (*mha_gbench_report_fn)(const mha_gbench_result *r, void *user);
  * JSON file reporter writes there (as --benchmark_out; a --benchmark_out in
  * argv is overridden). report: called for every row (may be NULL; then
  * Google Benchmark's console reporter prints, or the --benchmark_format one).
- * Returns 0, or 2 on a bad flag (message printed). */
+ * Returns 0; MHA_GBENCH_NO_MATCH when no benchmark ran (the filter matched
+ * none); 2 on a bad flag or when Google Benchmark threw (message printed: no
+ * C++ exception ever reaches the caller). */
+enum { MHA_GBENCH_NO_MATCH = 3 };
 int mha_gbench_run(int argc, char **argv, const char *json_out, mha_gbench_report_fn report,
                    void *user);
 

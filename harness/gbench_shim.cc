@@ -2,13 +2,15 @@
 // Google Benchmark 1.7.1 (IREE's pattern). Benchmarks are lambdas calling a C
 // callback; two reporter wrappers give reports exact, stable names and, for
 // interleaved runs registered one repetition at a time, renumber the rows as
-// repetitions of one benchmark. Uses only the 1.7.1 API.
+// repetitions of one benchmark. Uses only the 1.7.1 API. No exception leaves
+// this file: every entry point that can throw turns it into a status.
 #include "gbench.h"
 
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <string>
@@ -200,7 +202,7 @@ extern "C" double mha_gbench_result_counter(const mha_gbench_result *r, const ch
     return fallback;
 }
 
-extern "C" int mha_gbench_register(const mha_gbench_def *def) {
+static int register_one(const mha_gbench_def *def) {
     if (!def || !def->name || !def->run || def->nargs < 0 || def->nargs > MHA_GBENCH_MAX_ARGS)
         return -1;
     const mha_gbench_fn fn = def->run;
@@ -233,8 +235,23 @@ extern "C" int mha_gbench_register(const mha_gbench_def *def) {
     return 0;
 }
 
+extern "C" int mha_gbench_register(const mha_gbench_def *def) {
+    try {
+        return register_one(def);
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "mhabench: cannot register a benchmark: %s\n", e.what());
+    } catch (...) {
+        std::fprintf(stderr, "mhabench: cannot register a benchmark (unknown exception)\n");
+    }
+    return -1;
+}
+
 extern "C" void mha_gbench_add_context(const char *key, const char *value) {
-    benchmark::AddCustomContext(key ? key : "", value ? value : "");
+    try {
+        benchmark::AddCustomContext(key ? key : "", value ? value : "");
+    } catch (...) {
+        std::fprintf(stderr, "mhabench: cannot add the context key '%s'\n", key ? key : "");
+    }
 }
 
 extern "C" void mha_gbench_clear(void) {
@@ -242,8 +259,10 @@ extern "C" void mha_gbench_clear(void) {
     registered().clear();
 }
 
-extern "C" int mha_gbench_run(int argc, char **argv, const char *json_out,
-                              mha_gbench_report_fn report, void *user) {
+namespace {
+
+int run_benchmarks(int argc, char **argv, const char *json_out, mha_gbench_report_fn report,
+                   void *user) {
     // Our flags go last so they win over the pass-through ones.
     std::vector<std::string> store;
     store.emplace_back(argc > 0 && argv[0] ? argv[0] : "mhabench");
@@ -263,15 +282,34 @@ extern "C" int mha_gbench_run(int argc, char **argv, const char *json_out,
             std::fprintf(stderr, "mhabench: unrecognised Google Benchmark flag '%s'\n", args[i]);
         return 2;
     }
+    // Not owned: Google Benchmark returns one static reporter to every caller.
     benchmark::BenchmarkReporter *inner =
         (!report || explicit_format) ? benchmark::CreateDefaultDisplayReporter() : nullptr;
     display_reporter display(inner, report, user);
+    size_t ran;
     if (json_out) {
         json_file_reporter file;
-        benchmark::RunSpecifiedBenchmarks(&display, &file);
+        ran = benchmark::RunSpecifiedBenchmarks(&display, &file);
     } else {
-        benchmark::RunSpecifiedBenchmarks(&display);
+        ran = benchmark::RunSpecifiedBenchmarks(&display);
     }
     benchmark::Shutdown();
-    return 0;
+    return ran == 0 ? MHA_GBENCH_NO_MATCH : 0;
+}
+
+} // namespace
+
+// No C++ exception may cross into C: Google Benchmark throws on some flag
+// values it accepts (std::length_error for --benchmark_repetitions=-1), and
+// the library can throw std::bad_alloc. They become status 2 and a message.
+extern "C" int mha_gbench_run(int argc, char **argv, const char *json_out,
+                              mha_gbench_report_fn report, void *user) {
+    try {
+        return run_benchmarks(argc, argv, json_out, report, user);
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "mhabench: Google Benchmark failed: %s\n", e.what());
+    } catch (...) {
+        std::fprintf(stderr, "mhabench: Google Benchmark failed (unknown exception)\n");
+    }
+    return 2;
 }

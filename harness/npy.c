@@ -1,18 +1,19 @@
 /* npy.c - NumPy .npy reader/writer for little-endian float32 C-order arrays.
  * Reads format 1.0/2.0 (and 3.0, whose header is UTF-8 but here plain ASCII),
- * rejects everything else with one line naming the file and the problem; writes
- * 1.0 headers padded to 64 bytes via a temporary file, fsync and rename. */
+ * rejects everything else with one line naming the file and the problem (file
+ * text escaped); writes 1.0 headers padded to 64 bytes through fileio's
+ * atomic writer (symlinks followed, only a regular file is replaced). */
 #include "npy.h"
 
+#include "fileio.h"
+
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <unistd.h>
 
 #define NPY_MAGIC "\x93NUMPY"
 #define NPY_MAGIC_LEN 6
@@ -21,17 +22,21 @@
 static mha_status fail(char *err, size_t errlen, mha_status st, const char *path, const char *fmt,
                        ...) __attribute__((format(printf, 5, 6)));
 
+/* The message quotes header text, which may hold any byte: it is escaped
+ * (mha_escape) so a file cannot put newlines or terminal controls on stderr. */
 static mha_status fail(char *err, size_t errlen, mha_status st, const char *path, const char *fmt,
                        ...) {
     if (err && errlen > 0) {
-        int n = snprintf(err, errlen, "%s: ", path);
+        char raw[1024];
+        int n = snprintf(raw, sizeof raw, "%s: ", path);
         if (n < 0) n = 0;
-        if ((size_t)n < errlen) {
+        if ((size_t)n < sizeof raw) {
             va_list ap;
             va_start(ap, fmt);
-            vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+            vsnprintf(raw + n, sizeof raw - (size_t)n, fmt, ap);
             va_end(ap);
         }
+        mha_escape(raw, strlen(raw), err, errlen);
     }
     return st;
 }
@@ -243,18 +248,15 @@ mha_status npy_read(const char *path, npy_array *out, char *err, size_t errlen) 
     memset(out, 0, sizeof *out);
     if (!path) return fail(err, errlen, MHA_EINVAL, "(null)", "no path given");
 
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, errlen, MHA_EIO, path, "cannot open: %s", strerror(errno));
+    char why[256];
+    FILE *f = mha_fopen_input(path, why, sizeof why);
+    if (!f) return fail(err, errlen, MHA_EIO, path, "%s", why);
     mha_status st = MHA_OK;
     char *text = NULL;
     float *data = NULL;
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0) {
         st = fail(err, errlen, MHA_EIO, path, "cannot stat: %s", strerror(errno));
-        goto done;
-    }
-    if (S_ISDIR(sb.st_mode)) {
-        st = fail(err, errlen, MHA_EIO, path, "cannot read: is a directory");
         goto done;
     }
     uint64_t fsize = (uint64_t)sb.st_size;
@@ -388,37 +390,6 @@ done:
 
 /* ---- writing ------------------------------------------------------------------------ */
 
-static int write_all(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return 0;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 1;
-}
-
-/* Best effort: makes the rename durable. Failure here is not an error. */
-static void fsync_parent(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-}
-
 mha_status npy_write(const char *path, const float *data, const int64_t *shape, int ndim, char *err,
                      size_t errlen) {
     if (err && errlen) err[0] = '\0';
@@ -466,47 +437,16 @@ mha_status npy_write(const char *path, const float *data, const int64_t *shape, 
     memset(head + pre + n, ' ', hlen - (size_t)n - 1);
     head[total - 1] = '\n';
 
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp) return fail(err, errlen, MHA_ENOMEM, path, "out of memory");
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp.XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        mha_status st =
-            fail(err, errlen, MHA_EIO, path, "cannot create temporary file: %s", strerror(errno));
-        free(tmp);
-        return st;
+    mha_out w;
+    char why[512];
+    if (mha_out_begin(&w, path, MHA_OUT_REPLACE, why, sizeof why) != MHA_OK)
+        return fail(err, errlen, MHA_EIO, path, "cannot write: %s", why);
+    if (mha_out_write(&w, head, total, why, sizeof why) != MHA_OK ||
+        (count > 0 && mha_out_write(&w, data, count * sizeof(float), why, sizeof why) != MHA_OK)) {
+        mha_out_abort(&w);
+        return fail(err, errlen, MHA_EIO, path, "%s", why);
     }
-    /* mkstemp makes the file 0600; give it the permissions open() would. */
-    mode_t mask = umask(0);
-    umask(mask);
-    (void)fchmod(fd, 0666 & ~mask);
-
-    const char *what = NULL;
-    int saved = 0;
-    if (!write_all(fd, head, total))
-        what = "write";
-    else if (count > 0 && !write_all(fd, data, count * sizeof(float)))
-        what = "write";
-    else if (fsync(fd) != 0)
-        what = "fsync";
-    if (what) saved = errno;
-    if (close(fd) != 0 && !what) {
-        what = "close";
-        saved = errno;
-    }
-    if (!what && rename(tmp, path) != 0) {
-        what = "rename";
-        saved = errno;
-    }
-    if (what) {
-        unlink(tmp);
-        free(tmp);
-        return fail(err, errlen, MHA_EIO, path, "cannot write (%s failed): %s", what,
-                    strerror(saved));
-    }
-    free(tmp);
-    fsync_parent(path);
+    if (mha_out_commit(&w, why, sizeof why) != MHA_OK)
+        return fail(err, errlen, MHA_EIO, path, "%s", why);
     return MHA_OK;
 }

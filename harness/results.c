@@ -1,11 +1,14 @@
 /* results.c - the fingerprint every result file carries (machine.c's facts,
  * measured FMA peaks and read bandwidth, compiler, flags, git revision, ISA
  * cap, binding, OMP environment) as mha_* key/values, hwloc thread pinning,
- * and atomic result-file writing under results/runs/. */
+ * run-file names under results/runs/ that never collide, and the rewrite
+ * that turns Google Benchmark's bare NaN / Infinity into JSON null. */
 #include "results.h"
 
+#include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
+#include <json-c/json.h>
+#include <math.h>
 #include <hwloc.h>
 #include <omp.h>
 #include <stdio.h>
@@ -229,7 +232,7 @@ void results_git_revision(char *out, size_t len) {
 #endif
 }
 
-int results_default_path(const char *dir, char *out, size_t len) {
+int results_run_path(const char *dir, time_t t, int attempt, char *out, size_t len) {
     char host[256] = "host";
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "host");
     host[sizeof host - 1] = '\0';
@@ -238,72 +241,119 @@ int results_default_path(const char *dir, char *out, size_t len) {
               *c == '-' || *c == '_' || *c == '.'))
             *c = '_';
     if (!host[0]) snprintf(host, sizeof host, "host");
-    const time_t t = time(NULL);
     struct tm tm;
     gmtime_r(&t, &tm);
-    char stamp[32];
+    char stamp[32], suffix[16] = "";
     strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
-    const int n = snprintf(out, len, "%s/%s-%s.json", dir ? dir : "results/runs", host, stamp);
+    if (attempt > 0) snprintf(suffix, sizeof suffix, "-%d", attempt + 1);
+    const int n =
+        snprintf(out, len, "%s/%s-%s%s.json", dir ? dir : "results/runs", host, stamp, suffix);
     return n > 0 && (size_t)n < len;
 }
 
-int results_make_parent_dirs(const char *path) {
-    char dir[4096];
-    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) {
-        errorf("path too long: '%s'", path);
-        return 0;
-    }
-    char *slash = strrchr(dir, '/');
-    if (!slash) return 1;
-    *slash = '\0';
-    for (char *p = dir + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-            errorf("cannot create directory '%s': %s", dir, strerror(errno));
-            return 0;
+mha_status results_commit_run(mha_out *w, const char *dir, time_t t, char *why, size_t len) {
+    char path[4096];
+    for (int attempt = 0; attempt < 10000; attempt++) {
+        if (attempt > 0) {
+            mha_status st = MHA_EINVAL;
+            if (!results_run_path(dir, t, attempt, path, sizeof path) ||
+                (st = mha_out_retarget(w, path, why, len)) != MHA_OK) {
+                mha_out_abort(w);
+                return st;
+            }
         }
-        *p = '/';
+        const mha_status st = mha_out_commit(w, why, len);
+        if (st == MHA_OK || !w->exists) return st;
     }
-    if (dir[0] && mkdir(dir, 0777) != 0 && errno != EEXIST) {
-        errorf("cannot create directory '%s': %s", dir, strerror(errno));
-        return 0;
-    }
-    return 1;
+    mha_out_abort(w);
+    snprintf(why, len, "no free run-file name in '%s'", dir ? dir : "results/runs");
+    return MHA_EIO;
 }
 
-int results_temp_path(const char *path, char *out, size_t len) {
-    const int n = snprintf(out, len, "%s.tmp.%ld", path, (long)getpid());
-    return n > 0 && (size_t)n < len;
+mha_status results_json_fix_nonfinite(int fd, char *why, size_t len) {
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        snprintf(why, len, "cannot stat the result file: %s", strerror(errno));
+        return MHA_EIO;
+    }
+    const size_t n = (size_t)sb.st_size;
+    /* null is one byte longer than NaN or inf: at most 4/3 of the input. */
+    char *in = malloc(n + 1), *out = malloc(n + n / 3 + 8);
+    if (!in || !out) {
+        free(in);
+        free(out);
+        snprintf(why, len, "out of memory reading the result file (%zu bytes)", n);
+        return MHA_ENOMEM;
+    }
+    size_t got = 0;
+    while (got < n) {
+        const ssize_t k = pread(fd, in + got, n - got, (off_t)got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    if (got != n) {
+        snprintf(why, len, "cannot read back the result file: %s",
+                 got < n ? "short read" : strerror(errno));
+        free(in);
+        free(out);
+        return MHA_EIO;
+    }
+    /* Outside strings, a bare NaN / Infinity token (any sign, any case of
+     * nan/inf) becomes null. */
+    static const char *const words[] = {"-Infinity", "Infinity", "-NaN", "NaN",
+                                        "-inf",      "inf",      "-nan", "nan"};
+    size_t o = 0;
+    int in_str = 0, changed = 0;
+    for (size_t i = 0; i < n;) {
+        const char c = in[i];
+        if (in_str) {
+            out[o++] = c;
+            i++;
+            if (c == '\\' && i < n)
+                out[o++] = in[i++];
+            else if (c == '"')
+                in_str = 0;
+            continue;
+        }
+        if (c == '"') in_str = 1;
+        size_t wl = 0;
+        const int boundary = i == 0 || !isalnum((unsigned char)in[i - 1]);
+        for (size_t k = 0; boundary && k < sizeof words / sizeof *words && !wl; k++) {
+            const size_t l = strlen(words[k]);
+            if (l <= n - i && memcmp(in + i, words[k], l) == 0 &&
+                (i + l == n || !isalnum((unsigned char)in[i + l])))
+                wl = l;
+        }
+        if (wl) {
+            memcpy(out + o, "null", 4);
+            o += 4;
+            i += wl;
+            changed = 1;
+            continue;
+        }
+        out[o++] = c;
+        i++;
+    }
+    mha_status st = MHA_OK;
+    if (changed) {
+        size_t put = 0;
+        while (put < o) {
+            const ssize_t k = pwrite(fd, out + put, o - put, (off_t)put);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) break;
+            put += (size_t)k;
+        }
+        if (put != o || ftruncate(fd, (off_t)o) != 0) {
+            snprintf(why, len, "cannot rewrite the result file: %s", strerror(errno));
+            st = MHA_EIO;
+        }
+    }
+    free(in);
+    free(out);
+    return st;
 }
 
-int results_commit(const char *tmp, const char *path) {
-    const int fd = open(tmp, O_RDONLY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    if (rename(tmp, path) != 0) {
-        errorf("cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        return 0;
-    }
-    return 1;
-}
-
-int results_write_atomic(const char *path, const char *data, size_t len) {
-    char tmp[4200];
-    if (!results_make_parent_dirs(path) || !results_temp_path(path, tmp, sizeof tmp)) return 0;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        errorf("cannot write '%s': %s", tmp, strerror(errno));
-        return 0;
-    }
-    const int ok = fwrite(data, 1, len, f) == len;
-    if (fclose(f) != 0 || !ok) {
-        errorf("cannot write '%s': %s", tmp, strerror(errno));
-        unlink(tmp);
-        return 0;
-    }
-    return results_commit(tmp, path);
+json_object *results_json_double(double v) {
+    return isfinite(v) ? json_object_new_double(v) : NULL;
 }

@@ -1,13 +1,16 @@
 /* results.h - what every result file carries and how it is written: the
  * machine fingerprint (machine.c's facts plus measured peaks and bandwidth)
- * as the mha_* context keys, thread pinning, the git revision, result-file
- * paths and atomic writes. Shared by sweep, tune and compare. */
+ * as the mha_* context keys, thread pinning, the git revision, run-file
+ * names that never collide, and valid JSON numbers. Shared by sweep, tune and
+ * compare. */
 #ifndef MHA_HARNESS_RESULTS_H
 #define MHA_HARNESS_RESULTS_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
+#include "fileio.h"
 #include "machine.h"
 #include "mha.h"
 
@@ -64,15 +67,21 @@ void results_context(const results_machine *rm, const results_run_info *ri, resu
  * tracked files differ; "unknown" outside a git checkout. */
 void results_git_revision(char *out, size_t len);
 
-/* dir/<host>-<UTC YYYYmmddTHHMMSSZ>.json; dir defaults to "results/runs". */
-int results_default_path(const char *dir, char *out, size_t len);
-/* mkdir -p of the directory part of path. Returns 1, or 0 with a message. */
-int results_make_parent_dirs(const char *path);
-/* A temporary name next to path (same directory, so rename is atomic). */
-int results_temp_path(const char *path, char *out, size_t len);
-/* fsyncs tmp and renames it to path; removes tmp on failure. Returns 1/0. */
-int results_commit(const char *tmp, const char *path);
-/* Writes data to path through a temporary file and rename. Returns 1/0. */
-int results_write_atomic(const char *path, const char *data, size_t len);
+/* The name of a run file: attempt 0 is dir/<host>-<UTC YYYYmmddTHHMMSSZ>.json
+ * for the time t, attempt n >= 1 the same with -<n+1> before .json (-2, -3,
+ * ...). dir defaults to "results/runs". Returns 1, or 0 when out is too small. */
+int results_run_path(const char *dir, time_t t, int attempt, char *out, size_t len);
+/* Commits w (begun with MHA_OUT_NOREPLACE on results_run_path(dir, t, 0)) under
+ * the first of those names that is free: a run file never replaces another,
+ * and two runs started in the same second both keep theirs. On MHA_OK
+ * w->target is the name written. */
+mha_status results_commit_run(mha_out *w, const char *dir, time_t t, char *why, size_t len);
+
+/* Google Benchmark writes non-finite doubles as bare NaN / Infinity, which is
+ * not JSON: rewrites the file behind fd (from its start) with null there.
+ * Returns MHA_OK, or MHA_EIO / MHA_ENOMEM with a reason. */
+mha_status results_json_fix_nonfinite(int fd, char *why, size_t len);
+/* A JSON number for v, or JSON null (NULL) when v is NaN or infinite. */
+struct json_object *results_json_double(double v);
 
 #endif

@@ -22,6 +22,25 @@
 #include "util.h"
 
 enum { MAX_LIST = 64, MAX_KERNELS = 64, MAX_REPS = 1000 };
+#define RUNS_DIR "results/runs"
+
+/* Every allocation in the sweep goes through here: n items of size bytes, or
+ * a message and exit 2. Exiting is safe at any point: the result file is an
+ * unnamed inode until its commit, so nothing is left behind. */
+static void *sweep_realloc(void *p, size_t n, size_t size) {
+    void *q = NULL;
+    if (size == 0 || n <= SIZE_MAX / size) q = realloc(p, n && size ? n * size : 1);
+    if (!q) {
+        errorf("sweep: out of memory (%zu x %zu bytes); try a smaller grid", n, size);
+        exit(EXIT_USAGE);
+    }
+    return q;
+}
+
+static char *sweep_strdup(const char *s) {
+    const size_t n = strlen(s) + 1;
+    return memcpy(sweep_realloc(NULL, n, 1), s, n);
+}
 
 static void usage(FILE *f) {
     fputs(
@@ -532,7 +551,7 @@ static void on_report(const mha_gbench_result *r, void *user) {
     const double pb = mha_gbench_result_counter(r, "pct_bw", -1);
     if (b->nres == b->cap) {
         b->cap = b->cap ? 2 * b->cap : 4;
-        b->gflops = realloc(b->gflops, (size_t)b->cap * sizeof *b->gflops);
+        b->gflops = sweep_realloc(b->gflops, (size_t)b->cap, sizeof *b->gflops);
     }
     b->gflops[b->nres++] = gf;
     char bw[48] = "";
@@ -665,9 +684,9 @@ static void note_add(note_list *l, const char *fmt, ...) {
     va_end(ap);
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 16;
-        l->items = realloc(l->items, (size_t)l->cap * sizeof *l->items);
+        l->items = sweep_realloc(l->items, (size_t)l->cap, sizeof *l->items);
     }
-    l->items[l->n++].text = strdup(buf);
+    l->items[l->n++].text = sweep_strdup(buf);
 }
 
 static void note_free(note_list *l) {
@@ -913,7 +932,12 @@ int cmd_sweep(int argc, char **argv) {
     for (int i = 0; i < npass; i++) {
         const char *a = pass[i];
         if (strncmp(a, "--benchmark_filter=", 19) == 0) filter = a + 19;
-        if (strncmp(a, "--benchmark_repetitions=", 24) == 0) gb_reps = atoi(a + 24);
+        if (strncmp(a, "--benchmark_repetitions=", 24) == 0) {
+            /* Google Benchmark itself aborts on a count below 1. */
+            int64_t r;
+            if (!parse_i64("--benchmark_repetitions", a + 24, 1, 1000000, &r)) return EXIT_USAGE;
+            gb_reps = (int)r;
+        }
         if (strncmp(a, "--benchmark_out=", 16) == 0) {
             if (out_path) {
                 errorf("sweep: both --out and --benchmark_out given; use one");
@@ -931,7 +955,7 @@ int cmd_sweep(int argc, char **argv) {
     const mha_kernel *kernels[MAX_KERNELS];
     int nk = 0;
     if (kernel_list) {
-        char *copy = strdup(kernel_list), *save = NULL;
+        char *copy = sweep_strdup(kernel_list), *save = NULL;
         for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
             if (strcmp(t, "auto") == 0) { /* mha_select's choice per shape: NULL here */
                 int dup = 0;
@@ -976,22 +1000,24 @@ int cmd_sweep(int argc, char **argv) {
         if (!pr.ci_kernels && nk < MAX_KERNELS) kernels[nk++] = NULL;
     }
 
-    /* The results path, checked before any measurement. */
-    char path[4096], tmp[4200];
+    /* The results file, created (unnamed) before any measurement: a bad --out
+     * fails here, and a killed sweep leaves nothing behind. A run file in
+     * results/runs never replaces another (a -2, -3 ... suffix instead); a
+     * user-named --out may replace a regular file. */
+    mha_out out;
+    char why[1024];
+    const time_t started = time(NULL);
+    char path[4096];
     if (out_path)
         snprintf(path, sizeof path, "%s", out_path);
-    else
-        results_default_path("results/runs", path, sizeof path);
-    if (!results_make_parent_dirs(path) || !results_temp_path(path, tmp, sizeof tmp))
+    else if (!results_run_path(RUNS_DIR, started, 0, path, sizeof path)) {
+        errorf("sweep: run-file name too long");
         return EXIT_USAGE;
-    {
-        FILE *f = fopen(tmp, "w");
-        if (!f) {
-            errorf("sweep: cannot write '%s': %m", tmp);
-            return EXIT_USAGE;
-        }
-        fclose(f);
-        unlink(tmp);
+    }
+    if (mha_out_begin(&out, path, (out_path ? MHA_OUT_REPLACE : MHA_OUT_NOREPLACE) | MHA_OUT_MKDIRS,
+                      why, sizeof why) != MHA_OK) {
+        errorf("sweep: --out: %s", why);
+        return EXIT_USAGE;
     }
 
     /* Machine: pin, then measure (the all-core bandwidth runs pinned). */
@@ -1047,7 +1073,7 @@ int cmd_sweep(int argc, char **argv) {
         }
     }
     int nshapes = 0, cap_shapes = 64;
-    shape *shapes = malloc((size_t)cap_shapes * sizeof *shapes);
+    shape *shapes = sweep_realloc(NULL, (size_t)cap_shapes, sizeof *shapes);
     note_list skipped = {0}, notes = {0};
     const int use_grid = !pr.extra_only || shape_axes_given;
     if (use_grid)
@@ -1065,7 +1091,8 @@ int cmd_sweep(int argc, char **argv) {
                             for (int is = 0; is < npairs; is++) {
                                 if (nshapes == cap_shapes) {
                                     cap_shapes *= 2;
-                                    shapes = realloc(shapes, (size_t)cap_shapes * sizeof *shapes);
+                                    shapes =
+                                        sweep_realloc(shapes, (size_t)cap_shapes, sizeof *shapes);
                                 }
                                 shapes[nshapes++] = (shape){
                                     batch[ib], heads[ih],       kv, sq_list[is], skv_list[is],
@@ -1076,7 +1103,7 @@ int cmd_sweep(int argc, char **argv) {
         for (int i = 0; i < pr.nextra; i++) {
             if (nshapes == cap_shapes) {
                 cap_shapes *= 2;
-                shapes = realloc(shapes, (size_t)cap_shapes * sizeof *shapes);
+                shapes = sweep_realloc(shapes, (size_t)cap_shapes, sizeof *shapes);
             }
             /* ci's causal shape keeps its mask; --causal filters the others. */
             int keep = pr.extra_only || !a_causal;
@@ -1088,7 +1115,9 @@ int cmd_sweep(int argc, char **argv) {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     const double mem_limit = pages > 0 && page > 0 ? 0.5 * (double)pages * (double)page : 1e12;
     int nbench = 0, ngroups = 0;
-    bench *benches = calloc((size_t)nshapes * (size_t)nthreads * (size_t)nk + 1, sizeof *benches);
+    const size_t nslots = (size_t)nshapes * (size_t)nthreads * (size_t)nk + 1;
+    bench *benches = sweep_realloc(NULL, nslots, sizeof *benches);
+    memset(benches, 0, nslots * sizeof *benches);
     for (int si = 0; si < nshapes; si++)
         for (int ti = 0; ti < nthreads; ti++) {
             const int group = ngroups++;
@@ -1208,7 +1237,7 @@ int cmd_sweep(int argc, char **argv) {
      * benchmark instead of biasing the ones that ran during it. */
     const int per_bench = interleaved ? repetitions : 1;
     int nreg = nbench * per_bench;
-    int *order = malloc((size_t)nreg * sizeof *order);
+    int *order = sweep_realloc(NULL, (size_t)nreg, sizeof *order);
     for (int i = 0; i < nreg; i++) order[i] = i / per_bench;
     if (interleaved) {
         uint64_t st = seed ^ 0x5eedull;
@@ -1222,7 +1251,7 @@ int cmd_sweep(int argc, char **argv) {
     if (interleaved && pr.by_shape) {
         /* roofline: shapes in their listed order, the shuffle kept within each
          * (a stable insertion sort by the shape's first benchmark) */
-        int *first = malloc((size_t)nbench * sizeof *first);
+        int *first = sweep_realloc(NULL, (size_t)nbench, sizeof *first);
         for (int i = 0; i < nbench; i++) {
             first[i] = i;
             for (int j = 0; j < i; j++)
@@ -1278,7 +1307,7 @@ int cmd_sweep(int argc, char **argv) {
     char a_min[64], a_reps[64];
     snprintf(a_min, sizeof a_min, "--benchmark_min_time=%g", min_time);
     snprintf(a_reps, sizeof a_reps, "--benchmark_repetitions=%d", interleaved ? 1 : repetitions);
-    char **gargv = calloc((size_t)npass + 4, sizeof *gargv);
+    char **gargv = sweep_realloc(NULL, (size_t)npass + 4, sizeof *gargv);
     int gargc = 0;
     gargv[gargc++] = (char *)"mhabench";
     gargv[gargc++] = a_min;
@@ -1295,23 +1324,32 @@ int cmd_sweep(int argc, char **argv) {
            interleaved ? "interleaved" : "grouped", min_time, skipped.n);
     fflush(stdout);
     const double t0 = now_s();
-    const int rc = mha_gbench_run(gargc, gargv, tmp, on_report, &rs);
+    const int rc = mha_gbench_run(gargc, gargv, out.name, on_report, &rs);
     free(gargv);
+    if (rc == MHA_GBENCH_NO_MATCH) {
+        errorf("sweep: no benchmark matched --benchmark_filter=%s; nothing written",
+               filter ? filter : "");
+        exit_code = EXIT_USAGE;
+        goto done;
+    }
     if (rc != 0) {
-        unlink(tmp);
         exit_code = EXIT_USAGE;
         goto done;
     }
     struct stat sb;
-    if (stat(tmp, &sb) != 0) {
-        errorf("sweep: Google Benchmark wrote no results (did --benchmark_filter match nothing?)");
+    if (fstat(out.fd, &sb) != 0 || sb.st_size == 0) {
+        errorf("sweep: Google Benchmark wrote no results to '%s'; nothing committed", out.target);
         exit_code = EXIT_USAGE;
         goto done;
     }
-    if (!results_commit(tmp, path)) {
+    if (results_json_fix_nonfinite(out.fd, why, sizeof why) != MHA_OK ||
+        (out_path ? mha_out_commit(&out, why, sizeof why)
+                  : results_commit_run(&out, RUNS_DIR, started, why, sizeof why)) != MHA_OK) {
+        errorf("sweep: %s", why);
         exit_code = EXIT_USAGE;
         goto done;
     }
+    snprintf(path, sizeof path, "%s", out.target);
 
     print_summary(benches, nbench, ngroups);
     int nerr = 0;
@@ -1330,6 +1368,7 @@ int cmd_sweep(int argc, char **argv) {
            path);
 
 done:
+    mha_out_abort(&out); /* no-op after a commit */
     for (int i = 0; i < nbench; i++) free(benches[i].gflops);
     free(benches);
     note_free(&skipped);

@@ -228,14 +228,14 @@ static void log_line(tune_ctx *tx, const class_data *cd, const mha_kernel *k, co
     json_object_object_add(shape, "causal", json_object_new_boolean(cd->p.causal));
     json_object_object_add(o, "shape", shape);
     json_object_object_add(o, "verify", json_object_new_string(verify));
-    json_object_object_add(o, "max_err", json_object_new_double(max_err));
-    json_object_object_add(o, "tolerance", json_object_new_double(tol));
+    json_object_object_add(o, "max_err", results_json_double(max_err));
+    json_object_object_add(o, "tolerance", results_json_double(tol));
     json_object *t = json_object_new_array();
-    for (int i = 0; i < reps; i++) json_object_array_add(t, json_object_new_double(times[i]));
+    for (int i = 0; i < reps; i++) json_object_array_add(t, results_json_double(times[i]));
     json_object_object_add(o, "times_s", t);
-    json_object_object_add(o, "median_s", json_object_new_double(median));
-    json_object_object_add(o, "gflops", json_object_new_double(pt->gflops));
-    json_object_object_add(o, "other_load", json_object_new_double(round(tx->other * 1000) / 1000));
+    json_object_object_add(o, "median_s", results_json_double(median));
+    json_object_object_add(o, "gflops", results_json_double(pt->gflops));
+    json_object_object_add(o, "other_load", results_json_double(round(tx->other * 1000) / 1000));
     fprintf(tx->log, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
     fflush(tx->log);
     json_object_put(o);
@@ -512,44 +512,44 @@ static json_object *choice_json(const mha_kernel *k, const point *pt) {
     json_object_object_add(o, "block_q", json_object_new_int(pt->bq));
     json_object_object_add(o, "block_kv", json_object_new_int(pt->bk));
     json_object_object_add(o, "split", json_object_new_int(pt->split));
-    json_object_object_add(o, "gflops", json_object_new_double(round(pt->gflops * 100) / 100));
+    json_object_object_add(o, "gflops", results_json_double(round(pt->gflops * 100) / 100));
     return o;
 }
 
-static int mkdirs(const char *path) {
-    char buf[4096];
-    fmt(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return 0;
-        *p = '/';
-    }
-    return mkdir(buf, 0777) == 0 || errno == EEXIST;
-}
-
-/* Writes root to path through a temporary file and rename(2): a reader sees
- * the old table or the new one, never half of one. */
-static int write_atomic(const char *path, json_object *root) {
-    char tmp[4200];
-    fmt(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        errorf("tune: cannot write %s: %s", tmp, strerror(errno));
-        return 0;
-    }
+/* Serialises root into w and commits it (a reader sees the old table or the
+ * new one, never half of one). Returns 1, or 0 with a message. */
+static int write_table(mha_out *w, json_object *root) {
+    char why[1024];
     const char *s = json_object_to_json_string_ext(
         root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE);
-    int ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
-    ok = fflush(f) == 0 && ok;
-    ok = fsync(fileno(f)) == 0 && ok;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        errorf("tune: cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
+    if (mha_out_write(w, s, strlen(s), why, sizeof why) != MHA_OK ||
+        mha_out_write(w, "\n", 1, why, sizeof why) != MHA_OK ||
+        mha_out_commit(w, why, sizeof why) != MHA_OK) {
+        mha_out_abort(w);
+        errorf("tune: %s", why);
         return 0;
     }
     return 1;
+}
+
+/* Commits the log under dir/<key>-<stamp>.jsonl, or -2, -3 ... when that
+ * name is taken: a log never replaces another. */
+static int commit_log(mha_out *w, const char *dir, const char *key, const char *stamp) {
+    char why[1024], path[4400];
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        if (attempt > 0) {
+            fmt(path, sizeof path, "%s/%s-%s-%d.jsonl", dir, key, stamp, attempt + 1);
+            if (mha_out_retarget(w, path, why, sizeof why) != MHA_OK) break;
+        }
+        if (mha_out_commit(w, why, sizeof why) == MHA_OK) return 1;
+        if (!w->exists) {
+            errorf("tune: log: %s", why);
+            return 0;
+        }
+    }
+    mha_out_abort(w);
+    errorf("tune: no free log name in %s", dir);
+    return 0;
 }
 
 static void usage_tune(FILE *f) {
@@ -734,16 +734,28 @@ int cmd_tune(int argc, char **argv) {
     strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
     strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
     fmt(log_path, sizeof log_path, "%s/log/%s-%s.jsonl", dir, key, stamp);
-    char logdir[4300];
+    char logdir[4300], why[1024];
     fmt(logdir, sizeof logdir, "%s/log", dir);
-    if (!mkdirs(logdir)) {
-        errorf("tune: cannot create %s: %s", logdir, strerror(errno));
+    /* Both files exist unnamed from here on: a bad --out fails before any
+     * measurement, and a killed tune leaves no partial table or log. */
+    mha_out table_out, log_out;
+    if (mha_out_begin(&table_out, out_path, MHA_OUT_REPLACE | MHA_OUT_MKDIRS, why, sizeof why) !=
+        MHA_OK) {
+        errorf("tune: --out: %s", why);
+        return EXIT_USAGE;
+    }
+    if (mha_out_begin(&log_out, log_path, MHA_OUT_NOREPLACE | MHA_OUT_MKDIRS, why, sizeof why) !=
+        MHA_OK) {
+        mha_out_abort(&table_out);
+        errorf("tune: log: %s", why);
         return EXIT_USAGE;
     }
     tune_ctx tx = {0};
-    tx.log = fopen(log_path, "w");
+    tx.log = mha_out_stream(&log_out);
     if (!tx.log) {
         errorf("tune: cannot write %s: %s", log_path, strerror(errno));
+        mha_out_abort(&table_out);
+        mha_out_abort(&log_out);
         return EXIT_USAGE;
     }
     const mha_isa act = mha_isa_active();
@@ -751,7 +763,7 @@ int cmd_tune(int argc, char **argv) {
 
     printf("tune: %d classes (%s), %d kernels, budget %.0f s, threads %s%s%d, cpu %s\n", ncls, set,
            nk, (double)budget, t1 ? "1" : "", t1 && tall ? "," : "", tall, key);
-    printf("tune: log %s\n", log_path);
+    printf("tune: log %s (named when the run ends)\n", log_path);
 
     json_object *jclasses = json_object_new_array();
     class_data cd = {0};
@@ -859,7 +871,7 @@ int cmd_tune(int argc, char **argv) {
         /* Other processes' share of the machine while this class was measured
          * (-1: too short to tell); above 0.10 the numbers are suspect. */
         json_object_object_add(e, "other_load",
-                               json_object_new_double(round(class_other * 100) / 100));
+                               results_json_double(round(class_other * 100) / 100));
         json_object *shape = json_object_new_object();
         json_object_object_add(shape, "batch", json_object_new_int64(cd.p.batch));
         json_object_object_add(shape, "heads", json_object_new_int64(cd.p.heads));
@@ -898,7 +910,11 @@ int cmd_tune(int argc, char **argv) {
         fflush(stdout);
     }
     class_data_free(&cd);
-    fclose(tx.log);
+    tx.log = NULL; /* the stream belongs to log_out */
+    if (commit_log(&log_out, logdir, key, stamp))
+        fmt(log_path, sizeof log_path, "%s", log_out.target);
+    else
+        rc = EXIT_USAGE;
     const double elapsed = now_s() - t_begin;
 
     /* The table: this run's classes, plus those of an existing table for the
@@ -926,17 +942,16 @@ int cmd_tune(int argc, char **argv) {
     json_object_object_add(root, "fingerprint", fp);
     json_object_object_add(root, "created", json_object_new_string(created));
     json_object_object_add(root, "class_set", json_object_new_string(set));
-    json_object_object_add(root, "budget_s", json_object_new_double(budget));
-    json_object_object_add(root, "elapsed_s", json_object_new_double(round(elapsed * 10) / 10));
+    json_object_object_add(root, "budget_s", results_json_double(budget));
+    json_object_object_add(root, "elapsed_s", results_json_double(round(elapsed * 10) / 10));
     json_object_object_add(root, "seed", json_object_new_int64(seed));
-    json_object_object_add(root, "load_avg_start", json_object_new_double(load0[0]));
+    json_object_object_add(root, "load_avg_start", results_json_double(load0[0]));
     json_object_object_add(root, "contended_classes", json_object_new_int(contended));
     char *lp = strrchr(log_path, '/');
     char rel[4300];
     fmt(rel, sizeof rel, "log/%s", lp ? lp + 1 : log_path);
     json_object_object_add(root, "log", json_object_new_string(rel));
     mha_table old;
-    char why[256];
     if (mha_table_load(out_path, &old, why, sizeof why) == MHA_OK) {
         if (strcmp(old.cpu_key, key) == 0 && strcmp(old.isa_active, mha_isa_name(act)) == 0) {
             json_object *oroot = json_object_from_file(out_path), *ocls;
@@ -967,7 +982,7 @@ int cmd_tune(int argc, char **argv) {
         mha_table_free(&old);
     }
     json_object_object_add(root, "classes", jclasses);
-    if (!write_atomic(out_path, root)) rc = EXIT_USAGE;
+    if (!write_table(&table_out, root)) rc = EXIT_USAGE;
     json_object_put(root);
     printf("tune: %d measurements, %d verification failures, %.1f s; table %s\n", tx.measurements,
            tx.failures, elapsed, out_path);

@@ -16,8 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "gbench.h"
 #include "npy.h"
 #include "testutil.h"
 
@@ -503,6 +505,253 @@ static void test_forward_bad_inputs(void **state) {
     expect_error(rc, "--heads", NULL, 0);
 }
 
+/* ---- sweep outputs -------------------------------------------------------------------- */
+
+static const char *const TINY[] = {"--kernels",  "naive",      "--seq",  "16",        "--heads",
+                                   "1",          "--head-dim", "16",     "--threads", "1",
+                                   "--min-time", "0.01",       "--bind", "none",      NULL};
+
+/* Runs `cd dir && [env] timeout 60 mhabench sweep TINY extra` through sh, so a
+ * default run file lands in dir/results/runs and a hang ends as exit 124. */
+static int sweep_in(const char *dir, const char *env, const char *extra) {
+    char cmd[4096];
+    size_t o = (size_t)snprintf(cmd, sizeof cmd, "cd '%s' && %s timeout 60 '%s' sweep", dir,
+                                env ? env : "", g_bench);
+    for (int i = 0; TINY[i]; i++) o += (size_t)snprintf(cmd + o, sizeof cmd - o, " %s", TINY[i]);
+    snprintf(cmd + o, sizeof cmd - o, " %s", extra ? extra : "");
+    const char *args[] = {"-c", cmd, NULL};
+    const int rc = tu_run("/bin/sh", args, g_tmp, g_out, sizeof g_out, g_err, sizeof g_err);
+    print_message("  sweep %s -> exit %d: %.300s\n", extra ? extra : "", rc, g_err);
+    return rc;
+}
+
+static void fresh_dir(char *out, size_t len, const char *name) {
+    tmp_path(out, len, name);
+    assert_int_equal(mkdir(out, 0755), 0);
+}
+
+static int runs_in(const char *dir) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/results/runs", dir);
+    const int n = tu_count_entries(p);
+    return n < 0 ? 0 : n;
+}
+
+/* A bad --out fails before anything is measured, and what is there is left. */
+static void test_sweep_bad_out(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char d[512], p[1024], extra[1200];
+    fresh_dir(d, sizeof d, "sweep-bad-out");
+    assert_int_equal(sweep_in(d, NULL, "--out ''"), 2);
+    assert_non_null(strstr(g_err, "empty"));
+    assert_null(strstr(g_out, "measuring"));
+
+    snprintf(p, sizeof p, "%s/fifo.json", d);
+    assert_int_equal(mkfifo(p, 0644), 0);
+    snprintf(extra, sizeof extra, "--out '%s'", p);
+    assert_int_equal(sweep_in(d, NULL, extra), 2);
+    assert_non_null(strstr(g_err, "FIFO"));
+    assert_non_null(strstr(g_err, p));
+    assert_null(strstr(g_out, "measuring"));
+    struct stat sb;
+    assert_int_equal(lstat(p, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+
+    snprintf(extra, sizeof extra, "--out '%s'", d);
+    assert_int_equal(sweep_in(d, NULL, extra), 2);
+    assert_non_null(strstr(g_err, "directory"));
+
+    /* a /dev/null of our own (root only) */
+    snprintf(p, sizeof p, "%s/null", d);
+    if (mknod(p, S_IFCHR | 0666, makedev(1, 3)) == 0) {
+        snprintf(extra, sizeof extra, "--out '%s'", p);
+        assert_int_equal(sweep_in(d, NULL, extra), 2);
+        assert_non_null(strstr(g_err, "character device"));
+        assert_int_equal(lstat(p, &sb), 0);
+        assert_true(S_ISCHR(sb.st_mode));
+    }
+    assert_int_equal(runs_in(d), 0);
+}
+
+/* Flags Google Benchmark cannot honour are errors with nothing committed or
+ * left behind (the file is an unnamed inode until the end). */
+static void test_sweep_gbench_errors(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char d[512];
+    fresh_dir(d, sizeof d, "sweep-gb");
+    assert_int_equal(sweep_in(d, NULL, "-- --benchmark_filter=NOMATCH"), 2);
+    assert_non_null(strstr(g_err, "NOMATCH"));
+    assert_int_equal(runs_in(d), 0);
+    assert_int_equal(sweep_in(d, NULL, "-- --benchmark_repetitions=-1"), 2);
+    assert_non_null(strstr(g_err, "repetitions"));
+    assert_int_equal(runs_in(d), 0);
+    assert_int_equal(sweep_in(d, NULL, "-- --benchmark_repetitions=0"), 2);
+    assert_int_equal(runs_in(d), 0);
+}
+
+/* Default run files: two sweeps at once both keep theirs (a -2 name when they
+ * share a second), each printed name exists, and the JSON is valid: the _cv
+ * rows' NaN became null. */
+static void test_sweep_run_files(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char d[512], cmd[4096], p[1024];
+    fresh_dir(d, sizeof d, "sweep-runs");
+    char one[1024];
+    snprintf(one, sizeof one, "timeout 60 '%s' sweep", g_bench);
+    size_t o = (size_t)snprintf(cmd, sizeof cmd, "cd '%s' && (%s", d, one);
+    for (int i = 0; TINY[i]; i++) o += (size_t)snprintf(cmd + o, sizeof cmd - o, " %s", TINY[i]);
+    o += (size_t)snprintf(cmd + o, sizeof cmd - o, " --repetitions 2 >out1 & %s", one);
+    for (int i = 0; TINY[i]; i++) o += (size_t)snprintf(cmd + o, sizeof cmd - o, " %s", TINY[i]);
+    snprintf(cmd + o, sizeof cmd - o, " --repetitions 2 >out2; wait)");
+    const char *args[] = {"-c", cmd, NULL};
+    assert_int_equal(tu_run("/bin/sh", args, g_tmp, g_out, sizeof g_out, g_err, sizeof g_err), 0);
+    assert_int_equal(runs_in(d), 2);
+    int printed = 0;
+    static char text[1 << 16];
+    for (int k = 1; k <= 2; k++) {
+        snprintf(p, sizeof p, "%s/out%d", d, k);
+        tu_slurp(p, text, sizeof text);
+        const char *r = strstr(text, "results: ");
+        assert_non_null(r);
+        char name[512];
+        assert_int_equal(sscanf(r + 9, "%511s", name), 1);
+        snprintf(p, sizeof p, "%s/%s", d, name);
+        print_message("  %s\n", name);
+        assert_int_equal(access(p, F_OK), 0);
+        tu_slurp(p, text, sizeof text);
+        assert_non_null(strstr(text, "null")); /* the _cv rows' NaN */
+        assert_null(strstr(text, "NaN"));
+        assert_null(strstr(text, "Infinity"));
+        printed++;
+    }
+    assert_int_equal(printed, 2);
+}
+
+/* --out through a symlink: the link stays, the file it names is replaced. */
+static void test_sweep_out_symlink(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char d[512], t[1024], l[1024], extra[1200];
+    fresh_dir(d, sizeof d, "sweep-link");
+    snprintf(t, sizeof t, "%s/target.json", d);
+    snprintf(l, sizeof l, "%s/link.json", d);
+    FILE *f = fopen(t, "w");
+    assert_non_null(f);
+    fputs("old", f);
+    fclose(f);
+    assert_int_equal(symlink("target.json", l), 0);
+    snprintf(extra, sizeof extra, "--out '%s'", l);
+    assert_int_equal(sweep_in(d, NULL, extra), 0);
+    struct stat sb;
+    assert_int_equal(lstat(l, &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+    char text[256];
+    tu_slurp(t, text, sizeof text);
+    assert_non_null(strstr(text, "\"context\""));
+    assert_int_equal(tu_count_entries(d), 2);
+}
+
+/* attend's --out: a FIFO is refused before computing and left as it was; a
+ * FIFO as --q is refused at once instead of blocking in open. */
+static void test_attend_special_files(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const int64_t shp[4] = {1, 1, 4, 8};
+    write_f4("sq.npy", shp, 4);
+    char q[512], fifo[512];
+    tmp_path(q, sizeof q, "sq.npy");
+    tmp_path(fifo, sizeof fifo, "attend.fifo");
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    int rc =
+        run_bench("attend", "--kernel", "naive", "--q", q, "--k", q, "--v", q, "--out", fifo, NULL);
+    print_message("  exit %d: %s", rc, g_err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(g_err, "FIFO"));
+    struct stat sb;
+    assert_int_equal(lstat(fifo, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    char cmd[4096], out[512];
+    tmp_path(out, sizeof out, "never.npy");
+    snprintf(cmd, sizeof cmd,
+             "timeout 20 '%s' attend --kernel naive --q '%s' --k '%s' --v '%s' --out '%s'", g_bench,
+             fifo, q, q, out);
+    const char *args[] = {"-c", cmd, NULL};
+    rc = tu_run("/bin/sh", args, g_tmp, g_out, sizeof g_out, g_err, sizeof g_err);
+    print_message("  exit %d: %s", rc, g_err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(g_err, "FIFO"));
+    assert_int_equal(access(out, F_OK), -1);
+}
+
+/* tune checks its table path before measuring: a FIFO or folder is refused
+ * at once and left as it was (the log is not created either). */
+static void test_tune_bad_out(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char d[512], p[1024];
+    fresh_dir(d, sizeof d, "tune-bad-out");
+    snprintf(p, sizeof p, "%s/fifo.json", d);
+    assert_int_equal(mkfifo(p, 0644), 0);
+    int rc = run_bench("tune", "--budget", "1", "--out", p, NULL);
+    print_message("  exit %d: %s", rc, g_err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(g_err, "FIFO"));
+    rc = run_bench("tune", "--budget", "1", "--out", d, NULL);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(g_err, "directory"));
+    struct stat sb;
+    assert_int_equal(lstat(p, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    assert_int_equal(tu_count_entries(d), 1);
+}
+
+static void spin(mha_gbench_state *st, void *user) {
+    (void)user;
+    while (mha_gbench_keep_running(st)) {
+    }
+}
+
+/* The shim turns Google Benchmark's exceptions into status 2 (it threw
+ * std::length_error through C and aborted the sweep), and reports a filter
+ * that matches nothing. */
+static void test_gbench_shim_errors(void **state) {
+    (void)state;
+    mha_gbench_clear();
+    mha_gbench_def d = {0};
+    d.name = "shim/spin";
+    d.run = spin;
+    d.iterations = 1;
+    assert_int_equal(mha_gbench_register(&d), 0);
+    char a0[] = "test", a1[] = "--benchmark_repetitions=-1", a2[] = "--benchmark_filter=NOMATCH";
+    char *bad[] = {a0, a1, NULL};
+    assert_int_equal(mha_gbench_run(2, bad, NULL, NULL, NULL), 2);
+    char *none[] = {a0, a2, NULL};
+    assert_int_equal(mha_gbench_run(2, none, NULL, NULL, NULL), MHA_GBENCH_NO_MATCH);
+    mha_gbench_clear();
+}
+
+/* MHA_TUNING naming a FIFO is reported (and, like any unusable table,
+ * ignored) at once instead of blocking in open. */
+static void test_tuning_fifo(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char d[512], p[1024], cmd[2048];
+    fresh_dir(d, sizeof d, "tuning-fifo");
+    snprintf(p, sizeof p, "%s/table.json", d);
+    assert_int_equal(mkfifo(p, 0644), 0);
+    snprintf(cmd, sizeof cmd,
+             "MHA_TUNING='%s' timeout 20 '%s' recommend --seq 64 --heads 2 --head-dim 16", p,
+             g_bench);
+    const char *args[] = {"-c", cmd, NULL};
+    const int rc = tu_run("/bin/sh", args, g_tmp, g_out, sizeof g_out, g_err, sizeof g_err);
+    print_message("  exit %d: %s%s\n", rc, g_out, g_err);
+    assert_int_not_equal(rc, 124);
+    assert_non_null(strstr(g_out, "FIFO"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
@@ -510,6 +759,14 @@ int main(void) {
         cmocka_unit_test(test_forward_torch),
         cmocka_unit_test(test_attend_bad_inputs),
         cmocka_unit_test(test_forward_bad_inputs),
+        cmocka_unit_test(test_sweep_bad_out),
+        cmocka_unit_test(test_sweep_gbench_errors),
+        cmocka_unit_test(test_sweep_run_files),
+        cmocka_unit_test(test_sweep_out_symlink),
+        cmocka_unit_test(test_tuning_fifo),
+        cmocka_unit_test(test_tune_bad_out),
+        cmocka_unit_test(test_attend_special_files),
+        cmocka_unit_test(test_gbench_shim_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -654,6 +654,94 @@ static void test_ab(void **state) {
     }
 }
 
+/* --json is JSON: a change that overflows (base median 1e-320 ns) is null,
+ * not Infinity; result files with Google Benchmark's bare NaN (old sweeps)
+ * or null (new ones) in the _cv rows are read alike. */
+static void test_nonfinite_json(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *a = tmp_path("nf_a.json"), *b = tmp_path("nf_b.json");
+    double ta[9], tb[9];
+    for (int i = 0; i < 9; i++) {
+        ta[i] = 1e-320 * (1 + i);
+        tb[i] = 1000 + i;
+    }
+    result_writer w = begin_results(a, FP_HERE);
+    add_bench(&w, "flash.avx2/x", 9, ta, "ns");
+    fprintf(w.f, ",\n    {\"name\": \"flash.avx2/x_cv\", \"run_type\": \"aggregate\", "
+                 "\"aggregate_name\": \"cv\", \"real_time\": NaN, \"time_unit\": \"ns\", "
+                 "\"GFLOPS\": -Infinity}");
+    end_results(&w);
+    w = begin_results(b, FP_HERE);
+    add_bench(&w, "flash.avx2/x", 9, tb, "ns");
+    fprintf(w.f, ",\n    {\"name\": \"flash.avx2/x_cv\", \"run_type\": \"aggregate\", "
+                 "\"aggregate_name\": \"cv\", \"real_time\": null, \"time_unit\": \"ns\"}");
+    end_results(&w);
+    EXPECT_EXIT(1, run_bench("compare", a, b, "--json", NULL));
+    if (strstr(g_out, "Infinity") || strstr(g_out, "NaN")) fail_msg("not JSON:\n%s", g_out);
+    json_object *r = parse_report();
+    json_object *e = bench_at(r, 0);
+    assert_true(json_object_is_type(get(e, "change_pct"), json_type_null));
+    json_object_put(r);
+}
+
+/* The newest baseline is chosen by stamp, then numeric suffix: <k>-S-10
+ * after <k>-S-2 after <k>-S after <k>; an empty folder is "no baseline". */
+static void test_baseline_order(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char dir[512], p[1024];
+    snprintf(dir, sizeof dir, "%s", tmp_path("bl_order"));
+    assert_int_equal(mkdir(dir, 0755), 0);
+    const char *n = tmp_path("bl_order_new.json");
+    write_simple(n, FP_HERE, 1, 9, ONES, TIGHT, "ns");
+    EXPECT_EXIT(2, run_bench("compare", "--baseline", n, "--baseline-dir", dir, NULL));
+    EXPECT_IN(g_err, "no baseline");
+    static const char *const suffix[] = {"", "-20260101T000000Z", "-20260101T000000Z-2",
+                                         "-20260101T000000Z-10", "-20251231T235959Z-99"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(p, sizeof p, "%s/%s%s.json", dir, FP_HERE.cpu_key, suffix[i]);
+        write_simple(p, FP_HERE, 1, 9, ONES, TIGHT, "ns");
+    }
+    EXPECT_EXIT(0, run_bench("compare", "--baseline", n, "--baseline-dir", dir, NULL));
+    EXPECT_IN(g_err, "-20260101T000000Z-10.json");
+    snprintf(p, sizeof p, "%s/%s-20260101T000000Z-10.json", dir, FP_HERE.cpu_key);
+    unlink(p);
+    EXPECT_EXIT(0, run_bench("compare", "--baseline", n, "--baseline-dir", dir, NULL));
+    EXPECT_IN(g_err, "-20260101T000000Z-2.json");
+    snprintf(p, sizeof p, "%s/%s-20260101T000000Z-2.json", dir, FP_HERE.cpu_key);
+    unlink(p);
+    EXPECT_EXIT(0, run_bench("compare", "--baseline", n, "--baseline-dir", dir, NULL));
+    EXPECT_IN(g_err, "-20260101T000000Z.json");
+}
+
+/* A FIFO as an input is refused at once (it blocked in open forever), and
+ * file text in messages is escaped (no raw control bytes on stderr). */
+static void test_special_inputs(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *fifo = tmp_path("in.fifo"), *b = tmp_path("sp_b.json");
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    write_simple(b, FP_HERE, 1, 9, ONES, TIGHT, "ns");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "timeout 20 '%s' compare '%s' '%s'", g_bench, fifo, b);
+    const char *args[] = {"-c", cmd, NULL};
+    const int rc = tu_run("/bin/sh", args, g_tmp, g_out, sizeof g_out, g_err, sizeof g_err);
+    EXPECT_EXIT(2, rc);
+    EXPECT_IN(g_err, "FIFO");
+    const char *bad = tmp_path("sp_esc.json");
+    FILE *f = fopen(bad, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"context\": {}, \"benchmarks\": [{\"name\": \"x\\u001b]0;pwned\\u0007\", "
+               "\"run_type\": \"iteration\", \"real_time\": 1, \"time_unit\": "
+               "\"\\u001b[2J\\n\"}]}");
+    assert_int_equal(fclose(f), 0);
+    EXPECT_EXIT(2, run_bench("compare", bad, b, NULL));
+    EXPECT_IN(g_err, "\\x1b]0;pwned");
+    for (const char *c = g_err; *c; c++)
+        if ((unsigned char)*c < 0x20 && *c != '\n') fail_msg("raw control byte in: %s", g_err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_same),
@@ -669,6 +757,9 @@ int main(void) {
         cmocka_unit_test(test_u_pvalues),
         cmocka_unit_test(test_baselines),
         cmocka_unit_test(test_ab),
+        cmocka_unit_test(test_nonfinite_json),
+        cmocka_unit_test(test_baseline_order),
+        cmocka_unit_test(test_special_inputs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

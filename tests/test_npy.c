@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -398,6 +399,81 @@ static void test_write_readonly_dir(void **state) {
     chmod(dir, 0755);
 }
 
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "blocked: npy_read on a FIFO did not return\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(3);
+}
+
+/* A FIFO as input is refused at once (it used to block in open forever). */
+static void test_read_fifo(void **state) {
+    (void)state;
+    char path[512];
+    path_in(path, sizeof path, "fifo.npy");
+    assert_int_equal(mkfifo(path, 0644), 0);
+    signal(SIGALRM, on_alarm);
+    alarm(5);
+    expect_fail(path, MHA_EIO, "FIFO", "not a regular file");
+    alarm(0);
+    unlink(path);
+}
+
+/* Header text is echoed escaped: no newline, escape or other control byte. */
+static void test_header_control_bytes(void **state) {
+    (void)state;
+    char path[512], err[512];
+    path_in(path, sizeof path, "escapes.npy");
+    write_npy_raw(path, 1,
+                  "{'descr': '<f4\x1b]0;pwned\x07\n\x1b[2J', 'fortran_order': False, "
+                  "'shape': (1,), }",
+                  1, 4);
+    npy_array a;
+    assert_int_equal(npy_read(path, &a, err, sizeof err), MHA_EFORMAT);
+    print_message("  %s\n", err);
+    for (const char *c = err; *c; c++) assert_true(*c >= 0x20 && *c < 0x7f);
+    assert_non_null(strstr(err, "\\x1b]0;pwned"));
+    path_in(path, sizeof path, "escapes2.npy");
+    write_npy_raw(path, 1, "{'\x9b\r': 1}", 1, 0);
+    assert_int_equal(npy_read(path, &a, err, sizeof err), MHA_EFORMAT);
+    print_message("  %s\n", err);
+    for (const char *c = err; *c; c++) assert_true(*c >= 0x20 && *c < 0x7f);
+}
+
+/* Writes follow a symlink (kept) to the file it names; a FIFO or a device is
+ * refused and left as it was. */
+static void test_write_special_targets(void **state) {
+    (void)state;
+    char path[512], link[512], err[512];
+    const float x[2] = {1, 2};
+    const int64_t shape[1] = {2};
+    path_in(path, sizeof path, "real.npy");
+    path_in(link, sizeof link, "link.npy");
+    assert_int_equal(npy_write(path, x, shape, 1, err, sizeof err), MHA_OK);
+    assert_int_equal(symlink("real.npy", link), 0);
+    const float y[3] = {3, 4, 5};
+    const int64_t sy[1] = {3};
+    assert_int_equal(npy_write(link, y, sy, 1, err, sizeof err), MHA_OK);
+    struct stat sb;
+    assert_int_equal(lstat(link, &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+    npy_array r;
+    assert_int_equal(npy_read(path, &r, err, sizeof err), MHA_OK);
+    assert_int_equal(r.count, 3);
+    npy_free(&r);
+
+    path_in(path, sizeof path, "out-fifo.npy");
+    assert_int_equal(mkfifo(path, 0644), 0);
+    int before = tu_count_entries(g_dir);
+    assert_int_equal(npy_write(path, x, shape, 1, err, sizeof err), MHA_EIO);
+    print_message("  %s\n", err);
+    assert_non_null(strstr(err, "FIFO"));
+    assert_int_equal(lstat(path, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    assert_int_equal(tu_count_entries(g_dir), before);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_ranks),
@@ -420,6 +496,9 @@ int main(void) {
         cmocka_unit_test(test_write_atomic_overwrite),
         cmocka_unit_test(test_write_failure_leaves_nothing),
         cmocka_unit_test(test_write_readonly_dir),
+        cmocka_unit_test(test_read_fifo),
+        cmocka_unit_test(test_header_control_bytes),
+        cmocka_unit_test(test_write_special_targets),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

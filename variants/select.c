@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "fileio.h"
 #include "internal.h"
 #include "select.h"
 
@@ -524,11 +525,9 @@ static mha_status parse_table(json_object *root, mha_table *t, char *why, size_t
 mha_status mha_table_load(const char *path, mha_table *t, char *why, size_t len) {
     memset(t, 0, sizeof *t);
     why[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(why, len, "cannot open: %s", strerror(errno));
-        return MHA_EIO;
-    }
+    /* A FIFO or device named by MHA_TUNING is refused, never waited on. */
+    FILE *f = mha_fopen_input(path, why, len);
+    if (!f) return MHA_EIO;
     char *buf = malloc(TABLE_MAX_BYTES + 1);
     size_t n = buf ? fread(buf, 1, TABLE_MAX_BYTES + 1, f) : 0;
     const int rerr = ferror(f);

@@ -363,7 +363,12 @@ mha_status mha_out_commit(mha_out *w, char *why, size_t len) {
             split_path(w->target, dir, sizeof dir, &base);
             int r = -1;
             for (int i = 0; i < 100 && r != 0; i++) {
-                snprintf(w->tmp, sizeof w->tmp, "%s/.%s.tmp.%ld.%d", dir, base, (long)getpid(), i);
+                const int n = snprintf(w->tmp, sizeof w->tmp, "%s/.%s.tmp.%ld.%d", dir, base,
+                                       (long)getpid(), i);
+                if (n < 0 || (size_t)n >= sizeof w->tmp) {
+                    errno = ENAMETOOLONG;
+                    break;
+                }
                 r = link_anonymous(w, w->tmp);
                 if (r != 0 && errno != EEXIST) break;
             }

@@ -101,7 +101,11 @@ ALWAYS_INLINE void tile_exp(const int R, const int NV, const int MASKED, int64_t
         const vf limit = vadd(mv, lazy); /* -inf while nothing is seen yet */
         if (vany_gt(tm, limit)) {
             const vf mn = vselect_gt(tm, limit, tm, mv);
-            const vf f = vexp2_nonpos(vsub(mv, mn)); /* 0 where m was -inf */
+            /* 0 where m was -inf and moves; 1 where m stays (also at -inf:
+             * -inf - -inf would be NaN, and a lane that has seen nothing
+             * must keep bsum = 0). m itself is never NaN (NaN > limit is
+             * false), so equal lanes are exactly the unmoved ones. */
+            const vf f = vexp2_nonpos(vselect_eq(mv, mn, vzero(), vsub(mv, mn)));
             for (int64_t rr = 0; rr < r0; rr++) {
                 float *row = c + (rr - r0) * ldc + v * VW;
                 vstore(row, vmul(vload(row), f));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh - sets up and runs every test: the unit tests natively and under
 # each MHA_ISA cap (tests for an ISA this CPU lacks skip), then the same
-# suite in an AddressSanitizer + UBSan build. Ends with "N passed, N failed".
+# suite in an AddressSanitizer + UBSan build, then a bounded libFuzzer run of
+# each reader (scripts/fuzz.sh, about a minute). Ends with "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh || { echo "0 passed, 1 failed"; exit 1; }
@@ -31,6 +32,16 @@ if meson compile -C build-asan >"$log" 2>&1; then
     tally "$log"
 else
     cat "$log"
+    fail=$((fail + 1))
+fi
+
+echo "== fuzz smoke: each libFuzzer target of tests/fuzz for 20 s (scripts/fuzz.sh)"
+if ./scripts/fuzz.sh 20 2>&1 | tee "$log"; then :; fi
+f_line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+if [ -n "$f_line" ]; then
+    pass=$((pass + $(echo "$f_line" | awk '{print $1}')))
+    fail=$((fail + $(echo "$f_line" | awk '{print $3}')))
+else
     fail=$((fail + 1))
 fi
 rm -f "$log"

@@ -1093,3 +1093,14 @@ out:
     free(base_path);
     return rc;
 }
+
+/* ---- entry for the fuzz target (tests/fuzz/fuzz_results.c) ---------------------- */
+
+#include "compare.h"
+
+int compare_load_for_fuzz(const char *path) {
+    result_set rs = {0};
+    const int rc = load_results(path, &rs);
+    result_free(&rs);
+    return rc;
+}

@@ -120,9 +120,12 @@ static void test_peak_invalid(void **state) {
     assert_int_equal(machine_fma_peak(MHA_ISA_SCALAR, 0.01, NULL), MHA_EINVAL);
 }
 
-/* For an ISA the active level covers: a positive rate within (0.5x, 1.5x) of
- * nominal. The machine may be busy with other tests, so up to three attempts
- * (an interruption only lowers a measurement). Above it: MHA_EUNSUPPORTED. */
+/* For an ISA the active level covers: a positive rate within (0.4x, 1.5x) of
+ * nominal. A core that splits 512-bit FMAs into two 256-bit halves (Zen 4,
+ * AMD family 25) measures 49-50% of the 2-pipe nominal (machine.c), so the
+ * lower bound sits below half. The machine may be busy with other tests, so
+ * up to three attempts (an interruption only lowers a measurement). Above
+ * it: MHA_EUNSUPPORTED. */
 static void check_peak(mha_isa isa) {
     machine_peak p;
     if (isa > mha_isa_active()) {
@@ -140,9 +143,9 @@ static void check_peak(mha_isa isa) {
         ratio = p.gflops / p.nominal_gflops;
         print_message("%s: %.1f GFLOP/s at %.3f GHz, nominal %.1f (%.0f%%)\n", mha_isa_name(isa),
                       p.gflops, p.ghz, p.nominal_gflops, 100 * ratio);
-        if (ratio > 0.5 && ratio < 1.5) break;
+        if (ratio > 0.4 && ratio < 1.5) break;
     }
-    assert_true(ratio > 0.5 && ratio < 1.5);
+    assert_true(ratio > 0.4 && ratio < 1.5);
 }
 
 static void test_peak_scalar(void **state) {

@@ -8,7 +8,7 @@
 # (nothing is written into the repository), keeps crash inputs in
 # build-fuzz/crashes/<target>/, and ends with "N passed, N failed".
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 secs=${1:-20}
 case $secs in
@@ -42,7 +42,7 @@ if [ ${#missing[@]} -gt 0 ]; then
             "${missing[@]}"; } || bail "cannot install ${missing[*]}"
 fi
 
-build=build-fuzz
+build="build-fuzz"
 if [ ! -f $build/build.ninja ]; then
     CC=clang CXX=clang++ meson setup $build -Dfuzz=true -Dcblas=disabled \
         -Db_sanitize=address,undefined -Db_lundef=false --buildtype=debugoptimized \
@@ -66,11 +66,11 @@ for t in "${targets[@]}"; do
     exe=$build/tests/fuzz/fuzz_$t
     crashes=$build/crashes/$t
     mkdir -p "$work/$t" "$crashes"
-    cp tests/fuzz/corpus/$t/* "$work/$t/"
+    cp "tests/fuzz/corpus/$t"/* "$work/$t/"
     # -close_fd_mask=2 silences the readers' messages (compare prints each
     # rejection); libFuzzer and the sanitizers still report on the real stderr.
     "$exe" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-        -dict=tests/fuzz/$t.dict -close_fd_mask=2 -print_final_stats=1 \
+        -dict="tests/fuzz/$t.dict" -close_fd_mask=2 -print_final_stats=1 \
         -artifact_prefix="$crashes/" "$work/$t" >"$work/$t.log" 2>&1
     rc=$?
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$t.log")
@@ -79,7 +79,7 @@ for t in "${targets[@]}"; do
     if [ $rc -eq 0 ]; then
         pass=$((pass + 1))
         echo "fuzz $t: ok, ${runs:-?} inputs in ${secs}s (${rate:-?}/s), ${cov:-cov: ?}," \
-            "corpus $(ls "$work/$t" | wc -l) files"
+            "corpus $(find "$work/$t" -type f | wc -l) files"
     else
         fail=$((fail + 1))
         tail -n 60 "$work/$t.log"

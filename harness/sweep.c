@@ -954,35 +954,10 @@ int cmd_sweep(int argc, char **argv) {
     /* Kernels. */
     const mha_kernel *kernels[MAX_KERNELS];
     int nk = 0;
-    if (kernel_list) {
-        char *copy = sweep_strdup(kernel_list), *save = NULL;
-        for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            if (strcmp(t, "auto") == 0) { /* mha_select's choice per shape: NULL here */
-                int dup = 0;
-                for (int i = 0; i < nk; i++) dup |= kernels[i] == NULL;
-                if (!dup && nk < MAX_KERNELS) kernels[nk++] = NULL;
-                continue;
-            }
-            const mha_kernel *k = mha_kernel_find(t);
-            if (!k) {
-                errorf("sweep: --kernels: %s", mha_last_error());
-                free(copy);
-                return EXIT_USAGE;
-            }
-            if (mha_kernel_supported(k) != MHA_OK) {
-                errorf("sweep: --kernels: %s", mha_last_error());
-                free(copy);
-                return EXIT_USAGE;
-            }
-            int dup = 0;
-            for (int i = 0; i < nk; i++) dup |= kernels[i] == k;
-            if (!dup && nk < MAX_KERNELS) kernels[nk++] = k;
-        }
-        free(copy);
-        if (nk == 0) {
-            errorf("sweep: --kernels: empty list");
-            return EXIT_USAGE;
-        }
+    if (kernel_list) { /* "auto" (NULL here) is mha_select's choice per shape */
+        nk = parse_kernel_list("sweep: --kernels", kernel_list, KL_AUTO | KL_SUPPORTED, kernels,
+                               MAX_KERNELS);
+        if (nk < 0) return EXIT_USAGE;
     } else {
         for (int i = 0; i < mha_kernel_count() && nk < MAX_KERNELS; i++) {
             const mha_kernel *k = mha_kernel_at(i);
@@ -1342,7 +1317,7 @@ int cmd_sweep(int argc, char **argv) {
         exit_code = EXIT_USAGE;
         goto done;
     }
-    if (results_json_fix_nonfinite(out.fd, why, sizeof why) != MHA_OK ||
+    if (results_json_fix_nonfinite(&out, why, sizeof why) != MHA_OK ||
         (out_path ? mha_out_commit(&out, why, sizeof why)
                   : results_commit_run(&out, RUNS_DIR, started, why, sizeof why)) != MHA_OK) {
         errorf("sweep: %s", why);

@@ -684,16 +684,10 @@ int cmd_tune(int argc, char **argv) {
     kernel_result kr[32];
     int nk = 0;
     if (kernels_s) {
-        char *copy = strdup(kernels_s), *save = NULL;
-        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-            const mha_kernel *k = lookup_kernel(tok);
-            if (!k) {
-                free(copy);
-                return EXIT_USAGE;
-            }
-            if (nk < 32) kr[nk++] = (kernel_result){.k = k};
-        }
-        free(copy);
+        const mha_kernel *ks[32];
+        if ((nk = parse_kernel_list("tune: --kernels", kernels_s, KL_SUPPORTED, ks, 32)) < 0)
+            return EXIT_USAGE;
+        for (int i = 0; i < nk; i++) kr[i] = (kernel_result){.k = ks[i]};
     } else {
         /* Every algorithm at the active ISA, except the seed's naive one; lower
          * ISAs of the same algorithm never win a compute-bound class, but the

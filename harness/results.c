@@ -270,7 +270,8 @@ mha_status results_commit_run(mha_out *w, const char *dir, time_t t, char *why, 
     return MHA_EIO;
 }
 
-mha_status results_json_fix_nonfinite(int fd, char *why, size_t len) {
+mha_status results_json_fix_nonfinite(mha_out *w, char *why, size_t len) {
+    const int fd = w->fd;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         snprintf(why, len, "cannot stat the result file: %s", strerror(errno));
@@ -336,16 +337,11 @@ mha_status results_json_fix_nonfinite(int fd, char *why, size_t len) {
         i++;
     }
     mha_status st = MHA_OK;
-    if (changed) {
-        size_t put = 0;
-        while (put < o) {
-            const ssize_t k = pwrite(fd, out + put, o - put, (off_t)put);
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0) break;
-            put += (size_t)k;
-        }
-        if (put != o || ftruncate(fd, (off_t)o) != 0) {
-            snprintf(why, len, "cannot rewrite the result file: %s", strerror(errno));
+    if (changed) { /* null is shorter than Infinity: truncate after the rewrite */
+        if (lseek(fd, 0, SEEK_SET) != 0 || (st = mha_out_write(w, out, o, why, len)) != MHA_OK ||
+            ftruncate(fd, (off_t)o) != 0) {
+            if (st == MHA_OK)
+                snprintf(why, len, "cannot rewrite the result file: %s", strerror(errno));
             st = MHA_EIO;
         }
     }

@@ -78,9 +78,9 @@ int results_run_path(const char *dir, time_t t, int attempt, char *out, size_t l
 mha_status results_commit_run(mha_out *w, const char *dir, time_t t, char *why, size_t len);
 
 /* Google Benchmark writes non-finite doubles as bare NaN / Infinity, which is
- * not JSON: rewrites the file behind fd (from its start) with null there.
+ * not JSON: rewrites the output file of w (from its start) with null there.
  * Returns MHA_OK, or MHA_EIO / MHA_ENOMEM with a reason. */
-mha_status results_json_fix_nonfinite(int fd, char *why, size_t len);
+mha_status results_json_fix_nonfinite(mha_out *w, char *why, size_t len);
 /* A JSON number for v, or JSON null (NULL) when v is NaN or infinite. */
 struct json_object *results_json_double(double v);
 

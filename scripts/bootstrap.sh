@@ -12,17 +12,7 @@ cd "$(dirname "$0")/.."
 # regenerate tests/data, python3-matplotlib to plot; neither is installed here.
 packages=(meson ninja-build pkg-config gcc g++ libhwloc-dev libcmocka-dev libbenchmark-dev
     libjson-c-dev libopenblas-dev)
-missing=()
-for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    echo "bootstrap: installing ${missing[*]}"
-    $sudo apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+./scripts/install-missing.sh "${packages[@]}"
 
 if [ -f build/build.ninja ]; then
     meson setup --reconfigure build >/dev/null

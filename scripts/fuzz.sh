@@ -29,18 +29,7 @@ bail() { # setup failed: every target counts as failed
 # bootstrap.sh installs for the build, less gcc and OpenBLAS (not built here).
 packages=(meson ninja-build pkg-config clang libclang-rt-14-dev libomp-14-dev libhwloc-dev
     libcmocka-dev libbenchmark-dev libjson-c-dev)
-missing=()
-for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    echo "fuzz: installing ${missing[*]}"
-    { $sudo apt-get update -q &&
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
-            "${missing[@]}"; } || bail "cannot install ${missing[*]}"
-fi
+./scripts/install-missing.sh "${packages[@]}" || bail "cannot install ${packages[*]}"
 
 build="build-fuzz"
 if [ ! -f $build/build.ninja ]; then

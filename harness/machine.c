@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "peak.h"
+#include "ops.h"
 #include "select.h"
 
 #define KIB ((uint64_t)1024)
@@ -183,12 +183,6 @@ static double time_add_chain(int64_t iters) {
 }
 
 typedef double (*peak_fn)(int64_t iters);
-static const peak_fn peak_loops[MHA_ISA_COUNT] = {
-    mha_fma_peak_loop__scalar,
-    mha_fma_peak_loop__avx2,
-    mha_fma_peak_loop__avx512,
-};
-static const int peak_lanes[MHA_ISA_COUNT] = {1, 8, 16};
 
 /* Iterations of f that take about `seconds` (timed through `timed`), found by
  * doubling from `iters` until one run lasts >= 2 ms (which also warms up). */
@@ -230,7 +224,8 @@ mha_status machine_fma_peak(mha_isa isa, double seconds_budget, machine_peak *ou
     if (!(seconds_budget > 0.01)) seconds_budget = 0.01; /* also catches NaN */
     if (seconds_budget > 60) seconds_budget = 60;
 
-    const peak_fn f = peak_loops[isa];
+    const mha_isa_ops *ops = mha_ops_for(isa);
+    const peak_fn f = ops->fma_peak_loop;
     const double warm = 0.1 * seconds_budget;
     const double per_trial = 0.9 * seconds_budget / PEAK_TRIALS;
     int64_t peak_iters = calibrate(timed_peak, f, 1024, 0.8 * per_trial);
@@ -251,7 +246,7 @@ mha_status machine_fma_peak(mha_isa isa, double seconds_budget, machine_peak *ou
     }
     out->gflops = best_gflops;
     out->ghz = best_ghz;
-    out->nominal_gflops = 2.0 * peak_lanes[isa] * 2.0 * best_ghz;
+    out->nominal_gflops = 2.0 * ops->lanes * 2.0 * best_ghz;
     return MHA_OK;
 }
 
@@ -260,19 +255,6 @@ mha_status machine_fma_peak(mha_isa isa, double seconds_budget, machine_peak *ou
 /* 256 MiB: 8x the 32 MiB L3 of this class of machine and far beyond any L3
  * object we clamp to, so every pass streams from DRAM. */
 #define BW_BYTES (256 * MIB)
-
-/* Sum of a slice with the widest loads the active ISA has (kernels/peak.c):
- * a baseline SSE2 loop leaves one core short of the memory's bandwidth. */
-static uint64_t sum_slice(const uint64_t *p, size_t n) {
-    switch (mha_isa_active()) {
-    case MHA_ISA_AVX512:
-        return mha_read_sum__avx512(p, n);
-    case MHA_ISA_AVX2:
-        return mha_read_sum__avx2(p, n);
-    default:
-        return mha_read_sum__scalar(p, n);
-    }
-}
 
 static volatile uint64_t bw_sink;
 
@@ -284,6 +266,9 @@ double machine_read_bandwidth(int threads, double seconds_budget) {
     while (bytes >= 32 * MIB && !(buf = aligned_alloc(4096, bytes))) bytes /= 2;
     if (!buf) return 0.0;
     const size_t n = bytes / sizeof *buf;
+    /* Slices summed with the widest loads the active ISA has (kernels/peak.c):
+     * a baseline SSE2 loop leaves one core short of the memory's bandwidth. */
+    uint64_t (*const sum_slice)(const uint64_t *, size_t) = mha_ops_for(mha_isa_active())->read_sum;
 
     double best = 0.0;
     uint64_t total = 0;

@@ -8,6 +8,8 @@
 #include <strings.h>
 
 #include "mha.h"
+#include "mha_isa_list.h"
+#include "ops.h"
 
 static uint64_t read_xcr0(void) {
     uint32_t lo, hi;
@@ -31,7 +33,23 @@ static mha_isa detect(void) {
     return MHA_ISA_AVX2;
 }
 
-static const char *const isa_names[MHA_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+/* The levels meson builds (its isa_flags dict, in enum order): their names
+ * and their ops tables (kernels/ops.h). */
+#define MHA_ISA_LEVEL(isa) #isa,
+static const char *const isa_names[] = {MHA_ISA_LIST};
+#undef MHA_ISA_LEVEL
+_Static_assert(sizeof isa_names / sizeof isa_names[0] == MHA_ISA_COUNT,
+               "meson's isa_flags and mha.h's mha_isa enum must list the same ISA levels");
+#define MHA_ISA_LEVEL(isa) extern const mha_isa_ops mha_ops__##isa;
+MHA_ISA_LIST
+#undef MHA_ISA_LEVEL
+#define MHA_ISA_LEVEL(isa) &mha_ops__##isa,
+static const mha_isa_ops *const isa_ops[] = {MHA_ISA_LIST};
+#undef MHA_ISA_LEVEL
+
+const mha_isa_ops *mha_ops_for(mha_isa isa) {
+    return (unsigned)isa < MHA_ISA_COUNT ? isa_ops[isa] : NULL;
+}
 
 const char *mha_isa_name(mha_isa isa) {
     return (unsigned)isa < MHA_ISA_COUNT ? isa_names[isa] : "unknown";

@@ -9,8 +9,8 @@
  * overflow) however long the loop runs, while the hardware does the full work. */
 #include <stdint.h>
 
-#include "isa.h"
 #include "peak.h"
+#include "vec.h" /* VW: the loop below is chosen by vector width, not by ISA name */
 
 /* Where the reduced accumulators go, so the chains' results are consumed. */
 static volatile float peak_sink;
@@ -21,7 +21,7 @@ static volatile float peak_sink;
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-#if defined(MHA_BUILD_AVX512)
+#if VW == 16
 
 /* 16 chains of 512-bit FMAs in zmm0-15, m and c in zmm16/17: 2 pipes x
  * 4-cycle latency needs >= 8 in flight; 16 covers a 5-6 cycle latency
@@ -62,7 +62,7 @@ double MHA_SYM(fma_peak_loop)(int64_t iters) {
     return (double)iters * PEAK_ACCS * PEAK_LANES * 2.0;
 }
 
-#elif defined(MHA_BUILD_AVX2)
+#elif VW == 8
 
 /* 12 chains of 256-bit FMAs in ymm0-11 (>= 2 pipes x 4-5 cycles), m and c in
  * ymm12/13. */
@@ -101,7 +101,7 @@ double MHA_SYM(fma_peak_loop)(int64_t iters) {
     return (double)iters * PEAK_ACCS * PEAK_LANES * 2.0;
 }
 
-#elif defined(MHA_BUILD_SCALAR)
+#else
 
 /* Baseline x86-64 has no FMA instruction: each chain is mulss then addss in
  * xmm0-13, m and c in xmm14/15. A chain's latency is mul + add (about 3 + 3
@@ -149,14 +149,11 @@ double MHA_SYM(fma_peak_loop)(int64_t iters) {
  * as many misses in flight as it can: the read-bandwidth probe behind
  * `mhabench info` and the sweeps' % of bandwidth. */
 #include <stddef.h>
-#if defined(MHA_BUILD_AVX512) || defined(MHA_BUILD_AVX2)
-#include <immintrin.h>
-#endif
 
 uint64_t MHA_SYM(read_sum)(const uint64_t *p, size_t n) {
     size_t i = 0;
     uint64_t tail = 0;
-#if defined(MHA_BUILD_AVX512)
+#if VW == 16
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
     for (; i + 32 <= n; i += 32) {
         a0 = _mm512_add_epi64(a0, _mm512_loadu_si512((const void *)(p + i)));
@@ -166,7 +163,7 @@ uint64_t MHA_SYM(read_sum)(const uint64_t *p, size_t n) {
     }
     tail = (uint64_t)_mm512_reduce_add_epi64(
         _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
-#elif defined(MHA_BUILD_AVX2)
+#elif VW == 8
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
     for (; i + 16 <= n; i += 16) {
         a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + i)));

@@ -126,7 +126,8 @@ static void test_peak_invalid(void **state) {
  * lower bound sits below half. The machine may be busy with other tests, so
  * up to three attempts (an interruption only lowers a measurement). Above
  * it: MHA_EUNSUPPORTED. */
-static void check_peak(mha_isa isa) {
+static void test_peak(void **state) {
+    const mha_isa isa = (mha_isa)(intptr_t)*state;
     machine_peak p;
     if (isa > mha_isa_active()) {
         assert_int_equal(machine_fma_peak(isa, 0.02, &p), MHA_EUNSUPPORTED);
@@ -148,23 +149,11 @@ static void check_peak(mha_isa isa) {
     assert_true(ratio > 0.4 && ratio < 1.5);
 }
 
-static void test_peak_scalar(void **state) {
-    (void)state;
-    check_peak(MHA_ISA_SCALAR);
-}
-static void test_peak_avx2(void **state) {
-    (void)state;
-    check_peak(MHA_ISA_AVX2);
-}
-static void test_peak_avx512(void **state) {
-    (void)state;
-    check_peak(MHA_ISA_AVX512);
-}
-
 /* MHA_EUNSUPPORTED above the active level, tested here even when the CPU has
  * the ISA by capping MHA_ISA one level below it (mha_isa_active() reads the
  * variable on each call); skipped visibly if the cap cannot be applied. */
-static void check_unsupported(mha_isa isa) {
+static void test_unsupported(void **state) {
+    const mha_isa isa = (mha_isa)(intptr_t)*state;
     machine_peak p;
     if (isa > mha_isa_active()) {
         assert_int_equal(machine_fma_peak(isa, 0.02, &p), MHA_EUNSUPPORTED);
@@ -187,15 +176,6 @@ static void check_unsupported(mha_isa isa) {
     assert_int_equal(st, MHA_EUNSUPPORTED);
 }
 
-static void test_unsupported_avx2(void **state) {
-    (void)state;
-    check_unsupported(MHA_ISA_AVX2);
-}
-static void test_unsupported_avx512(void **state) {
-    (void)state;
-    check_unsupported(MHA_ISA_AVX512);
-}
-
 static void test_read_bandwidth(void **state) {
     (void)state;
     const double gbs = machine_read_bandwidth(1, 0.02);
@@ -204,12 +184,23 @@ static void test_read_bandwidth(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_describe),           cmocka_unit_test(test_cpu_key_here),
-        cmocka_unit_test(test_cpu_key_brands),     cmocka_unit_test(test_peak_invalid),
-        cmocka_unit_test(test_peak_scalar),        cmocka_unit_test(test_peak_avx2),
-        cmocka_unit_test(test_peak_avx512),        cmocka_unit_test(test_unsupported_avx2),
-        cmocka_unit_test(test_unsupported_avx512), cmocka_unit_test(test_read_bandwidth),
+    /* Per ISA level: its peak, and "unsupported" above the cap (levels > 0). */
+    enum { N = 5 + 2 * MHA_ISA_COUNT - 1 };
+    struct CMUnitTest tests[N] = {
+        cmocka_unit_test(test_describe),       cmocka_unit_test(test_cpu_key_here),
+        cmocka_unit_test(test_cpu_key_brands), cmocka_unit_test(test_peak_invalid),
+        cmocka_unit_test(test_read_bandwidth),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    static char names[N][40];
+    int n = 5;
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        snprintf(names[n], sizeof names[n], "test_peak_%s", mha_isa_name((mha_isa)i));
+        tests[n] = (struct CMUnitTest){names[n], test_peak, NULL, NULL, (void *)(intptr_t)i};
+        n++;
+        if (i == 0) continue;
+        snprintf(names[n], sizeof names[n], "test_unsupported_%s", mha_isa_name((mha_isa)i));
+        tests[n] = (struct CMUnitTest){names[n], test_unsupported, NULL, NULL, (void *)(intptr_t)i};
+        n++;
+    }
+    return _cmocka_run_group_tests("machine", tests, (size_t)n, NULL, NULL);
 }

@@ -10,27 +10,16 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
 #include "mha.h"
+#include "ops.h"
 
-#define SCORES_ARGS                                                                                \
-    int64_t, int64_t, int64_t, const float *, int64_t, const float *, int64_t, float *, int64_t,   \
-        float *, float *, float *, int, int64_t
-typedef void (*scores_fn)(SCORES_ARGS);
-void mha_scores_exp__scalar(SCORES_ARGS);
-void mha_scores_exp__avx2(SCORES_ARGS);
-void mha_scores_exp__avx512(SCORES_ARGS);
-
-static const struct {
-    mha_isa isa;
-    scores_fn fn;
-    int vw;
-} isas[] = {{MHA_ISA_SCALAR, mha_scores_exp__scalar, 1},
-            {MHA_ISA_AVX2, mha_scores_exp__avx2, 8},
-            {MHA_ISA_AVX512, mha_scores_exp__avx512, 16}};
+/* Every ISA level through its ops table: a test's state is the level. */
+#define OPS(t) mha_ops_for((mha_isa)(t))
 
 enum { ROWS = 41, COLS = 80, D = 9, LD = 96, LAZY = 8 };
 
@@ -43,9 +32,9 @@ static double score(const float *k, const float *qt, int j, int i) {
 /* One block from scratch (m = -inf), then a second block on the first's m. */
 static void test_lazy_max(void **state) {
     const int t = (int)(intptr_t)*state;
-    if (isas[t].isa > mha_isa_active()) {
+    if ((mha_isa)t > mha_isa_active()) {
         print_message("skipping %s: not available here (or capped by MHA_ISA)\n",
-                      mha_isa_name(isas[t].isa));
+                      mha_isa_name((mha_isa)t));
         skip();
     }
     /* The kernel's layout contract: 64-byte aligned rows of LD floats. */
@@ -70,7 +59,7 @@ static void test_lazy_max(void **state) {
             bsum[i] = 0.0f;
             alpha[i] = 1.0f;
         }
-        isas[t].fn(ROWS, COLS, D, kb, D, qt, LD, c, LD, m, bsum, alpha, 0, 0);
+        OPS(t)->scores_exp(ROWS, COLS, D, kb, D, qt, LD, c, LD, m, bsum, alpha, 0, 0);
         for (int i = 0; i < COLS; i++) {
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j < ROWS; j++) mx = fmax(mx, score(kb, qt, j, i));
@@ -106,7 +95,7 @@ static void test_lazy_max(void **state) {
  * rows past the last column are wholly masked. */
 static void test_masked(void **state) {
     const int t = (int)(intptr_t)*state;
-    if (isas[t].isa > mha_isa_active()) skip();
+    if ((mha_isa)t > mha_isa_active()) skip();
     float *k = malloc(ROWS * D * sizeof *k), *qt = aligned_alloc(64, D * LD * sizeof *qt);
     float *c = aligned_alloc(64, ROWS * LD * sizeof *c);
     _Alignas(64) float m[LD], bsum[LD], alpha[LD];
@@ -124,7 +113,7 @@ static void test_masked(void **state) {
             bsum[i] = 0.0f;
             alpha[i] = 1.0f;
         }
-        isas[t].fn(ROWS, COLS, D, k, D, qt, LD, c, LD, m, bsum, alpha, 1, t0);
+        OPS(t)->scores_exp(ROWS, COLS, D, k, D, qt, LD, c, LD, m, bsum, alpha, 1, t0);
         for (int i = 0; i < COLS; i++) {
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j < ROWS && i >= t0 + j; j++) mx = fmax(mx, score(k, qt, j, i));
@@ -153,16 +142,10 @@ static void test_masked(void **state) {
 
 /* pack_transpose: dst[c][i] = scale * src[i][c] for i < n, 0 up to ldd, for
  * sizes around the vector width (odd n, d not a multiple of VW). */
-typedef void (*pack_fn)(int64_t, int64_t, const float *, int64_t, float, float *, int64_t);
-void mha_pack_transpose__scalar(int64_t, int64_t, const float *, int64_t, float, float *, int64_t);
-void mha_pack_transpose__avx2(int64_t, int64_t, const float *, int64_t, float, float *, int64_t);
-void mha_pack_transpose__avx512(int64_t, int64_t, const float *, int64_t, float, float *, int64_t);
-static const pack_fn packs[] = {mha_pack_transpose__scalar, mha_pack_transpose__avx2,
-                                mha_pack_transpose__avx512};
 
 static void test_pack_transpose(void **state) {
     const int t = (int)(intptr_t)*state;
-    if (isas[t].isa > mha_isa_active()) skip();
+    if ((mha_isa)t > mha_isa_active()) skip();
     static const int ns[] = {1, 7, 16, 33}, ds[] = {1, 5, 16, 24, 40};
     enum { LDS = 45 };
     float *src = malloc(33 * LDS * sizeof *src), *dst = malloc(41 * 64 * sizeof *dst);
@@ -171,7 +154,7 @@ static void test_pack_transpose(void **state) {
         for (size_t b = 0; b < sizeof ds / sizeof *ds; b++) {
             const int n = ns[a], d = ds[b], ldd = (n + 15) / 16 * 16 + 16; /* spare padding */
             for (int i = 0; i < 41 * 64; i++) dst[i] = NAN;
-            packs[t](n, d, src, LDS, 0.5f, dst, ldd);
+            OPS(t)->pack_transpose(n, d, src, LDS, 0.5f, dst, ldd);
             for (int c = 0; c < d; c++)
                 for (int i = 0; i < ldd; i++)
                     assert_true(dst[c * ldd + i] == (i < n ? 0.5f * src[i * LDS + c] : 0.0f));
@@ -182,16 +165,20 @@ static void test_pack_transpose(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_prestate(test_lazy_max, (void *)(intptr_t)0),
-        cmocka_unit_test_prestate(test_lazy_max, (void *)(intptr_t)1),
-        cmocka_unit_test_prestate(test_lazy_max, (void *)(intptr_t)2),
-        cmocka_unit_test_prestate(test_masked, (void *)(intptr_t)0),
-        cmocka_unit_test_prestate(test_masked, (void *)(intptr_t)1),
-        cmocka_unit_test_prestate(test_masked, (void *)(intptr_t)2),
-        cmocka_unit_test_prestate(test_pack_transpose, (void *)(intptr_t)0),
-        cmocka_unit_test_prestate(test_pack_transpose, (void *)(intptr_t)1),
-        cmocka_unit_test_prestate(test_pack_transpose, (void *)(intptr_t)2),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    enum { N = 3 * MHA_ISA_COUNT };
+    struct CMUnitTest tests[N];
+    static char names[N][40];
+    static const struct {
+        const char *name;
+        CMUnitTestFunction fn;
+    } kinds[3] = {{"lazy_max", test_lazy_max},
+                  {"masked", test_masked},
+                  {"pack_transpose", test_pack_transpose}};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < MHA_ISA_COUNT; i++) {
+            const int t = k * MHA_ISA_COUNT + i;
+            snprintf(names[t], sizeof names[t], "%s_%s", kinds[k].name, mha_isa_name((mha_isa)i));
+            tests[t] = (struct CMUnitTest){names[t], kinds[k].fn, NULL, NULL, (void *)(intptr_t)i};
+        }
+    return _cmocka_run_group_tests("ukernels", tests, N, NULL, NULL);
 }

@@ -7,26 +7,16 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
 #include "mha.h"
+#include "ops.h"
 
-typedef void (*array_fn)(const float *, float *, int64_t);
-void mha_vexp_array__scalar(const float *, float *, int64_t);
-void mha_vexp_array__avx2(const float *, float *, int64_t);
-void mha_vexp_array__avx512(const float *, float *, int64_t);
-void mha_vexp2_array__scalar(const float *, float *, int64_t);
-void mha_vexp2_array__avx2(const float *, float *, int64_t);
-void mha_vexp2_array__avx512(const float *, float *, int64_t);
-
-static const struct {
-    mha_isa isa;
-    array_fn exp_fn, exp2_fn;
-} isas[] = {{MHA_ISA_SCALAR, mha_vexp_array__scalar, mha_vexp2_array__scalar},
-            {MHA_ISA_AVX2, mha_vexp_array__avx2, mha_vexp2_array__avx2},
-            {MHA_ISA_AVX512, mha_vexp_array__avx512, mha_vexp2_array__avx512}};
+/* Every ISA level through its ops table: state is the level. */
+#define OPS(i) mha_ops_for((mha_isa)(i))
 
 /* Distance in units of the last place of the true (double) value, in float. */
 static double ulp_err(float got, double want) {
@@ -43,11 +33,11 @@ static void measure(int i, double *exp_ulp, double *exp2_ulp) {
     enum { N = 200003 };
     float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
     for (int j = 0; j < N; j++) x[j] = (float)(-87.0 * j / (N - 1)); /* exp normal range */
-    isas[i].exp_fn(x, y, N);
+    OPS(i)->vexp_array(x, y, N);
     *exp_ulp = 0;
     for (int j = 0; j < N; j++) *exp_ulp = fmax(*exp_ulp, ulp_err(y[j], exp((double)x[j])));
     for (int j = 0; j < N; j++) x[j] = (float)(-126.0 * j / (N - 1));
-    isas[i].exp2_fn(x, y, N);
+    OPS(i)->vexp2_array(x, y, N);
     *exp2_ulp = 0;
     for (int j = 0; j < N; j++) *exp2_ulp = fmax(*exp2_ulp, ulp_err(y[j], exp2((double)x[j])));
     free(x);
@@ -56,15 +46,15 @@ static void measure(int i, double *exp_ulp, double *exp2_ulp) {
 
 static void test_accuracy(void **state) {
     const int i = (int)(intptr_t)*state;
-    if (isas[i].isa > mha_isa_active()) {
+    if ((mha_isa)i > mha_isa_active()) {
         print_message("skipping %s: not available here (or capped by MHA_ISA)\n",
-                      mha_isa_name(isas[i].isa));
+                      mha_isa_name((mha_isa)i));
         skip();
     }
     double e, e2;
     measure(i, &e, &e2);
     print_message("%s: exp max %.2f ulp over [-87, 0], exp2 max %.2f ulp over [-126, 0]\n",
-                  mha_isa_name(isas[i].isa), e, e2);
+                  mha_isa_name((mha_isa)i), e, e2);
     /* Documented bounds (measured ~1-2 ulp; polynomial error 1.7e-7 relative). */
     assert_true(e <= 4.0);
     assert_true(e2 <= 4.0);
@@ -72,11 +62,11 @@ static void test_accuracy(void **state) {
 
 static void test_edges(void **state) {
     const int i = (int)(intptr_t)*state;
-    if (isas[i].isa > mha_isa_active()) skip();
+    if ((mha_isa)i > mha_isa_active()) skip();
     const float x[] = {-INFINITY, -1000.0f, -150.0f, -104.0f, 0.0f, -0.0f, -1e-30f, 1.0f, -88.0f};
     float y[9], y2[9];
-    isas[i].exp_fn(x, y, 9); /* odd length: the masked tail path too */
-    isas[i].exp2_fn(x, y2, 9);
+    OPS(i)->vexp_array(x, y, 9); /* odd length: the masked tail path too */
+    OPS(i)->vexp2_array(x, y2, 9);
     assert_true(y[0] == 0.0f && y2[0] == 0.0f);
     assert_true(y[1] == 0.0f && y2[1] == 0.0f);
     assert_true(y[2] == 0.0f && y2[2] == 0.0f);
@@ -89,14 +79,34 @@ static void test_edges(void **state) {
     assert_true(y[8] == 0.0f || ulp_err(y[8], exp(-88.0)) <= 4);
 }
 
-int main(void) {
-    struct CMUnitTest tests[6];
-    static const char *const names[6] = {"accuracy_scalar", "accuracy_avx2", "accuracy_avx512",
-                                         "edges_scalar",    "edges_avx2",    "edges_avx512"};
-    for (int i = 0; i < 3; i++) {
-        tests[i] = (struct CMUnitTest){names[i], test_accuracy, NULL, NULL, (void *)(intptr_t)i};
-        tests[3 + i] =
-            (struct CMUnitTest){names[3 + i], test_edges, NULL, NULL, (void *)(intptr_t)i};
+/* The ops table: one row per level, in enum order, every entry filled. */
+static void test_ops_table(void **state) {
+    (void)state;
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        const mha_isa_ops *o = OPS(i);
+        assert_non_null(o);
+        assert_int_equal(o->isa, i);
+        assert_true(o->lanes >= 1 && o->tile_rows >= 1 && o->tile_width % o->lanes == 0);
+        assert_true(o->linear && o->linear_pack_floats && o->softmax_columns && o->pack_transpose &&
+                    o->scores_exp && o->vexp_array && o->vexp2_array && o->fma_peak_loop &&
+                    o->read_sum);
+        if (i > 0) assert_true(o->lanes >= OPS(i - 1)->lanes);
     }
-    return _cmocka_run_group_tests("vec", tests, 6, NULL, NULL);
+    assert_null(mha_ops_for((mha_isa)MHA_ISA_COUNT));
+    assert_null(mha_ops_for((mha_isa)-1));
+}
+
+int main(void) {
+    enum { N = 2 * MHA_ISA_COUNT + 1 };
+    struct CMUnitTest tests[N];
+    static char names[N][32];
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        snprintf(names[i], sizeof names[i], "accuracy_%s", mha_isa_name((mha_isa)i));
+        snprintf(names[MHA_ISA_COUNT + i], sizeof names[0], "edges_%s", mha_isa_name((mha_isa)i));
+        tests[i] = (struct CMUnitTest){names[i], test_accuracy, NULL, NULL, (void *)(intptr_t)i};
+        tests[MHA_ISA_COUNT + i] = (struct CMUnitTest){names[MHA_ISA_COUNT + i], test_edges, NULL,
+                                                       NULL, (void *)(intptr_t)i};
+    }
+    tests[N - 1] = (struct CMUnitTest){"ops_table", test_ops_table, NULL, NULL, NULL};
+    return _cmocka_run_group_tests("vec", tests, N, NULL, NULL);
 }

@@ -11,23 +11,6 @@
 
 #define LOG2E 1.44269504088896341f
 
-/* The softmax micro-kernel of the active ISA (kernels/softmax.c, per ISA). */
-typedef void (*softmax_columns_fn)(int64_t, int64_t, float *, int64_t, float *, float *);
-void mha_softmax_columns__scalar(int64_t, int64_t, float *, int64_t, float *, float *);
-void mha_softmax_columns__avx2(int64_t, int64_t, float *, int64_t, float *, float *);
-void mha_softmax_columns__avx512(int64_t, int64_t, float *, int64_t, float *, float *);
-
-static softmax_columns_fn softmax_for_active_isa(void) {
-    switch (mha_isa_active()) {
-    case MHA_ISA_AVX512:
-        return mha_softmax_columns__avx512;
-    case MHA_ISA_AVX2:
-        return mha_softmax_columns__avx2;
-    default:
-        return mha_softmax_columns__scalar;
-    }
-}
-
 /* Columns padded to 16 floats so every ISA's vector softmax reads whole vectors. */
 static int64_t padded_q(const mha_problem *p) {
     return (p->seq_q + 15) / 16 * 16;
@@ -64,7 +47,9 @@ mha_status mha_blas_run(const mha_problem *p, const mha_options *o, int threads,
                              "blas.cblas: a dimension or stride (%lld) exceeds INT_MAX",
                              (long long)big);
     openblas_set_num_threads(1); /* parallelism is ours: OpenMP over heads */
-    const softmax_columns_fn softmax = softmax_for_active_isa();
+    /* the softmax micro-kernel of the active ISA (kernels/softmax.c) */
+    void (*const softmax)(int64_t, int64_t, float *, int64_t, float *, float *) =
+        mha_ops_for(mha_isa_active())->softmax_columns;
     const int64_t H = p->heads, group = p->heads / p->kv_heads, Nq = p->seq_q, Nkv = p->seq_kv;
     const int64_t d = p->head_dim, nqp = padded_q(p), off = Nkv - Nq, pairs = p->batch * H;
     const size_t pt = per_thread(p),

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "mha.h"
+#include "ops.h"
 
 /* The one kernel signature. Arguments are validated by mha_attend before the
  * call; workspace is aligned and large enough; threads is resolved (>= 1). */
@@ -32,20 +33,6 @@ struct mha_kernel {
     size_t sym##_workspace(const mha_problem *, const mha_options *, int);
 #include "kernels.inc"
 #undef MHA_KERNEL
-
-/* Per-ISA linear layer: Y[M,N] = X[M,K] W^T + bias, W in nn.Linear layout
- * [N,K] with row stride ldw; pack is scratch of linear_pack_floats(N,K). */
-typedef void (*mha_linear_fn)(int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx,
-                              const float *w, int64_t ldw, const float *bias, float *y, int64_t ldy,
-                              float *pack, int threads);
-typedef size_t (*mha_linear_pack_fn)(int64_t N, int64_t K);
-#define MHA_DECLARE_LINEAR(suffix)                                                                 \
-    void mha_linear__##suffix(int64_t, int64_t, int64_t, const float *, int64_t, const float *,    \
-                              int64_t, const float *, float *, int64_t, float *, int);             \
-    size_t mha_linear_pack_floats__##suffix(int64_t, int64_t);
-MHA_DECLARE_LINEAR(scalar)
-MHA_DECLARE_LINEAR(avx2)
-MHA_DECLARE_LINEAR(avx512)
 
 /* Sets this thread's detailed error message and returns st. */
 mha_status mha_set_error(mha_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

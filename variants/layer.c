@@ -6,24 +6,11 @@
 
 #include "internal.h"
 
-typedef struct {
-    mha_linear_fn linear;
-    mha_linear_pack_fn pack_floats;
-} linear_impl;
-
 /* The projections run on the attention kernel's ISA, so a layer timed with
  * flash.avx2 is all AVX2 (its % of peak means something); blas.cblas, whose
  * BLAS and softmax follow the active ISA, gets the active ISA's GEMM. */
-static linear_impl linear_for(const mha_kernel *k) {
-    const mha_isa isa = strcmp(k->algorithm, "blas") == 0 ? mha_isa_active() : k->isa;
-    switch (isa) {
-    case MHA_ISA_AVX512:
-        return (linear_impl){mha_linear__avx512, mha_linear_pack_floats__avx512};
-    case MHA_ISA_AVX2:
-        return (linear_impl){mha_linear__avx2, mha_linear_pack_floats__avx2};
-    default:
-        return (linear_impl){mha_linear__scalar, mha_linear_pack_floats__scalar};
-    }
+static const mha_isa_ops *linear_for(const mha_kernel *k) {
+    return mha_ops_for(strcmp(k->algorithm, "blas") == 0 ? mha_isa_active() : k->isa);
 }
 
 /* Checks the layer's dims (and, for a forward call, its weights) and builds
@@ -68,10 +55,10 @@ static mha_status plan(const mha_kernel *k, const mha_problem *p, const mha_opti
     lp->a = lp->q;
     /* The largest pack any ISA needs, so the size cannot change under MHA_ISA. */
     size_t pk = 0;
-    const mha_linear_pack_fn fns[] = {mha_linear_pack_floats__scalar, mha_linear_pack_floats__avx2,
-                                      mha_linear_pack_floats__avx512};
-    for (int i = 0; i < 3; i++) {
-        size_t a = fns[i](d_model, d_model), b = fns[i]((int64_t)dkv, d_model);
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        const mha_isa_ops *ops = mha_ops_for((mha_isa)i);
+        size_t a = ops->linear_pack_floats(d_model, d_model),
+               b = ops->linear_pack_floats((int64_t)dkv, d_model);
         pk = a > pk ? a : pk;
         pk = b > pk ? b : pk;
     }
@@ -127,7 +114,7 @@ mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_
                              MHA_WORKSPACE_ALIGN);
 
     const int threads = mha_resolve_threads(o);
-    const linear_impl lin = linear_for(k);
+    const mha_isa_ops *lin = linear_for(k);
     const int64_t dm = L->d_model, dk = p.head_dim, dkv = p.kv_heads * dk;
     const int64_t Mq = p.batch * p.seq_q, Mkv = p.batch * p.seq_kv;
     char *ws = workspace;
@@ -135,9 +122,9 @@ mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_
     float *A = (float *)(ws + lp.q + 2 * lp.kv), *pack = (float *)(ws + lp.q + 2 * lp.kv + lp.a);
     void *attn_ws = ws + lp.q + 2 * lp.kv + lp.a + lp.pack;
 
-    lin.linear(Mq, dm, dm, query, dm, L->w_q, dm, L->b_q, Qp, dm, pack, threads);
-    lin.linear(Mkv, dkv, dm, key, dm, L->w_k, dm, L->b_k, Kp, dkv, pack, threads);
-    lin.linear(Mkv, dkv, dm, value, dm, L->w_v, dm, L->b_v, Vp, dkv, pack, threads);
+    lin->linear(Mq, dm, dm, query, dm, L->w_q, dm, L->b_q, Qp, dm, pack, threads);
+    lin->linear(Mkv, dkv, dm, key, dm, L->w_k, dm, L->b_k, Kp, dkv, pack, threads);
+    lin->linear(Mkv, dkv, dm, value, dm, L->w_v, dm, L->b_v, Vp, dkv, pack, threads);
 
     const mha_tensor qv = mha_view_bnhd(Qp, p.heads, p.seq_q, dk);
     const mha_tensor kv = mha_view_bnhd(Kp, p.kv_heads, p.seq_kv, dk);
@@ -146,6 +133,6 @@ mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_
     st = mha_attend(k, &p, o, &qv, &kv, &vv, &av, attn_ws, lp.attn);
     if (st != MHA_OK) return st;
 
-    lin.linear(Mq, dm, dm, A, dm, L->w_o, dm, L->b_o, out, dm, pack, threads);
+    lin->linear(Mq, dm, dm, A, dm, L->w_o, dm, L->b_o, out, dm, pack, threads);
     return MHA_OK;
 }

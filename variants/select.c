@@ -189,15 +189,9 @@ void mha_cache_sizes(uint64_t *l1d, uint64_t *l2, uint64_t *l1d_raw, uint64_t *l
     if (l2_raw) *l2_raw = cache_l2_raw;
 }
 
-int mha_tile_width(mha_isa isa) {
-    switch (isa) {
-    case MHA_ISA_AVX512:
-        return 64; /* 4 zmm x 16 lanes */
-    case MHA_ISA_AVX2:
-        return 24; /* 3 ymm x 8 lanes */
-    default:
-        return 4; /* 4 scalar columns */
-    }
+int mha_tile_width(mha_isa isa) { /* 4 zmm x 16 lanes, 3 ymm x 8, 4 scalar columns */
+    const mha_isa_ops *ops = mha_ops_for(isa);
+    return ops ? ops->tile_width : 1;
 }
 
 /* ---- the cache model ----------------------------------------------------------------
@@ -261,7 +255,8 @@ void mha_default_blocks(const mha_problem *p, const char *algorithm, mha_isa isa
      * than 32 per thread the last ones leave threads idle (measured: (1,12,
      * 197,64) on 2 threads scales 1.78x at bq 64, 1.96x at 32). Halve bq down
      * to two vectors of queries, below which the tiles lose more than that. */
-    const uint64_t lanes = isa == MHA_ISA_AVX512 ? 16 : (isa == MHA_ISA_AVX2 ? 8 : 1);
+    const mha_isa_ops *ops = mha_ops_for(isa);
+    const uint64_t lanes = ops ? (uint64_t)ops->lanes : 1;
     if (p && threads > 1 && !(algorithm && strcmp(algorithm, "tiled") == 0)) {
         const uint64_t bh = (uint64_t)(p->batch * p->heads), nq = (uint64_t)p->seq_q;
         while (bq > 2 * lanes && bh * ((nq + bq - 1) / bq) < 32 * (uint64_t)threads)

@@ -1,0 +1,43 @@
+/* ops.h - what differs by instruction set, in one place: each per-ISA
+ * library exports one const table (mha_ops__<isa>, kernels/ops.c compiled per
+ * ISA) and mha_ops_for() finds it by level. Code outside the per-ISA files asks
+ * this table; it never switches on the ISA or names a suffixed symbol. The
+ * list of ISA levels itself comes from meson's isa_flags dict
+ * (mha_isa_list.h, generated). */
+#ifndef MHA_KERNELS_OPS_H
+#define MHA_KERNELS_OPS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mha.h"
+
+typedef struct {
+    mha_isa isa;
+    int lanes;      /* floats per vector (VW) */
+    int tile_rows;  /* micro-tile rows (MHA_MR) */
+    int tile_width; /* micro-tile columns (MHA_NR = vectors x lanes) */
+    /* The linear layer: Y[M,N] = X[M,K] W^T + bias (kernels/gemm.c), and the
+     * floats of packing scratch it needs for N x K weights. */
+    void (*linear)(int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx, const float *w,
+                   int64_t ldw, const float *bias, float *y, int64_t ldy, float *pack, int threads);
+    size_t (*linear_pack_floats)(int64_t N, int64_t K);
+    /* Micro-kernels other algorithms and the tests reach (kernels/ukernels.h). */
+    void (*softmax_columns)(int64_t n, int64_t ncols, float *s, int64_t ld, float *m, float *l);
+    void (*pack_transpose)(int64_t n, int64_t d, const float *src, int64_t ld, float scale,
+                           float *dst, int64_t ldd);
+    void (*scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
+                       const float *b, int64_t ldb, float *c, int64_t ldc, float *m, float *bsum,
+                       float *alpha, int masked, int64_t t0);
+    void (*vexp_array)(const float *x, float *y, int64_t n);
+    void (*vexp2_array)(const float *x, float *y, int64_t n);
+    /* Machine probes (kernels/peak.c): the FMA peak loop (returns FLOPs) and
+     * a sum with the widest loads (read bandwidth). */
+    double (*fma_peak_loop)(int64_t iters);
+    uint64_t (*read_sum)(const uint64_t *p, size_t n);
+} mha_isa_ops;
+
+/* The table of ISA level isa, or NULL if none was built (or isa is out of
+ * range). Every level from scalar to MHA_ISA_COUNT - 1 is built. */
+const mha_isa_ops *mha_ops_for(mha_isa isa);
+
+#endif

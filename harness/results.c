@@ -36,13 +36,8 @@ void results_measure_machine(results_machine *rm, double budget_s) {
                                              : rm->read_bw_1t;
 }
 
-mha_isa results_kernel_peak_isa(const mha_kernel *k) {
-    if (strcmp(mha_kernel_algorithm(k), "blas") == 0) return mha_isa_active();
-    return mha_kernel_isa(k);
-}
-
 double results_kernel_peak(const results_machine *rm, const mha_kernel *k) {
-    return rm->peak_gflops[results_kernel_peak_isa(k)];
+    return rm->peak_gflops[mha_kernel_run_isa(k)];
 }
 
 double results_read_bw(const results_machine *rm, int threads) {

@@ -30,10 +30,8 @@ typedef struct {
  * bandwidth runs pinned like the benchmarks. */
 void results_measure_machine(results_machine *rm, double budget_s);
 
-/* The ISA whose peak a kernel is held to: its own, except the BLAS baseline
- * (listed scalar, but OpenBLAS and its softmax run at the active ISA). */
-mha_isa results_kernel_peak_isa(const mha_kernel *k);
-/* Single-thread peak for that ISA (GFLOP/s). */
+/* Single-thread peak (GFLOP/s) of the ISA whose code k runs (mha_kernel_run_isa:
+ * its own, or the active one for the BLAS baseline). */
 double results_kernel_peak(const results_machine *rm, const mha_kernel *k);
 /* Read bandwidth (GB/s) for a thread count: the 1-thread figure for 1, the
  * all-core one otherwise, scaled down linearly below the all-core count. */

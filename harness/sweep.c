@@ -599,8 +599,8 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
                 autob = b;
                 continue;
             }
-            if (strcmp(mha_kernel_name(b->k), "naive") == 0) naive = b;
-            if (strcmp(mha_kernel_name(b->k), "blas.cblas") == 0) blas = b;
+            if (mha_kernel_traits(b->k) & MHA_KT_REFERENCE) naive = b;
+            if (mha_kernel_traits(b->k) & MHA_KT_BASELINE) blas = b;
             if (!best || gf > best_gf) {
                 best = b;
                 best_gf = gf;
@@ -962,11 +962,10 @@ int cmd_sweep(int argc, char **argv) {
         for (int i = 0; i < mha_kernel_count() && nk < MAX_KERNELS; i++) {
             const mha_kernel *k = mha_kernel_at(i);
             if (mha_kernel_supported(k) != MHA_OK) continue;
-            const char *alg = mha_kernel_algorithm(k);
-            /* ci: the project's SIMD kernels only. The baseline-ISA ones take
-             * most of the time and add nothing a regression run needs. */
-            if (pr.ci_kernels && ((strcmp(alg, "flash") != 0 && strcmp(alg, "tiled") != 0 &&
-                                   strcmp(alg, "decode") != 0) ||
+            /* ci: the project's SIMD kernels only (no reference, no library
+             * baseline). The baseline-ISA ones take most of the time and add
+             * nothing a regression run needs. */
+            if (pr.ci_kernels && ((mha_kernel_traits(k) & (MHA_KT_REFERENCE | MHA_KT_BASELINE)) ||
                                   mha_kernel_isa(k) == MHA_ISA_SCALAR))
                 continue;
             kernels[nk++] = k;
@@ -1109,7 +1108,7 @@ int cmd_sweep(int argc, char **argv) {
                  * with the decode shape, flash/tiled with the prefill ones (a
                  * memory-bound kernel on the wrong shape only adds noise). */
                 if (pr.ci_kernels && !kernel_list && b->k &&
-                    (strcmp(mha_kernel_algorithm(b->k), "decode") == 0) != (s->nq == 1))
+                    ((mha_kernel_traits(b->k) & MHA_KT_DECODE) != 0) != (s->nq == 1))
                     continue;
                 const mha_problem p = problem_of(s);
                 const char *kname = b->k ? mha_kernel_name(b->k) : "auto";
@@ -1168,10 +1167,10 @@ int cmd_sweep(int argc, char **argv) {
                              need / (1024.0 * 1024 * 1024));
                     continue;
                 }
-                /* Per-head parallel kernels use at most B*H threads; flash also
-                 * splits query blocks. */
+                /* Per-head parallel kernels use at most B*H threads; those
+                 * with a split (flash) also split query blocks. */
                 double par = b->threads;
-                if (strcmp(mha_kernel_algorithm(b->k), "flash") != 0 && (double)(s->b * s->h) < par)
+                if (!(mha_kernel_traits(b->k) & MHA_KT_SPLIT) && (double)(s->b * s->h) < par)
                     par = (double)(s->b * s->h);
                 const double est = krate > 0 ? b->flops / (krate * 1e9 * par) : 1e30;
                 if (est > max_seconds) {

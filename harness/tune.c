@@ -391,7 +391,7 @@ static void search_kernel(tune_ctx *tx, class_data *cd, kernel_result *kr, doubl
     const mha_kernel *k = kr->k;
     const int w = mha_tile_width(mha_kernel_isa(k));
     int dq = 0, dk = 0;
-    mha_default_blocks(&cd->p, mha_kernel_algorithm(k), mha_kernel_isa(k), tx->threads, &dq, &dk);
+    mha_default_blocks(&cd->p, mha_kernel_traits(k), mha_kernel_isa(k), tx->threads, &dq, &dk);
     /* knob-less kernels are recorded with 0 (= default) knobs */
     kr->prior = kr->tunable ? (point){.bq = dq, .bk = dk, .split = 0} : (point){0};
     point_set set = {.n = 0};
@@ -575,19 +575,14 @@ static void usage_tune(FILE *f) {
  * (per-head tasks vs (head, query block) tasks); with one thread or one
  * query row there is nothing to split. */
 static int split_searched(const mha_kernel *k, const mha_shape_class *c) {
-    return strcmp(mha_kernel_algorithm(k), "flash") == 0 && c->threads != 1 && !c->decode;
+    return (mha_kernel_traits(k) & MHA_KT_SPLIT) && c->threads != 1 && !c->decode;
 }
 
 /* Another kernel of k's algorithm at the active ISA exists (then k, at a
  * lower ISA, is not worth timing by default). */
 static int has_active_twin(const mha_kernel *k) {
-    for (int i = 0; i < mha_kernel_count(); i++) {
-        const mha_kernel *o = mha_kernel_at(i);
-        if (strcmp(mha_kernel_algorithm(o), mha_kernel_algorithm(k)) == 0 &&
-            mha_kernel_isa(o) == mha_isa_active() && mha_kernel_supported(o) == MHA_OK)
-            return 1;
-    }
-    return 0;
+    const mha_kernel *o = mha_kernel_twin(k, mha_isa_active());
+    return o && mha_kernel_supported(o) == MHA_OK;
 }
 
 int cmd_tune(int argc, char **argv) {
@@ -695,18 +690,15 @@ int cmd_tune(int argc, char **argv) {
          * at 1 thread here), so their SIMD twins stay in. */
         for (int i = 0; i < mha_kernel_count(); i++) {
             const mha_kernel *k = mha_kernel_at(i);
-            if (mha_kernel_supported(k) != MHA_OK || strcmp(mha_kernel_algorithm(k), "naive") == 0)
+            if (mha_kernel_supported(k) != MHA_OK || (mha_kernel_traits(k) & MHA_KT_REFERENCE))
                 continue;
-            const int bw_bound = strcmp(mha_kernel_algorithm(k), "decode") == 0 &&
-                                 mha_kernel_isa(k) != MHA_ISA_SCALAR;
+            const int bw_bound =
+                (mha_kernel_traits(k) & MHA_KT_DECODE) && mha_kernel_isa(k) != MHA_ISA_SCALAR;
             if (mha_kernel_isa(k) != mha_isa_active() && has_active_twin(k) && !bw_bound) continue;
             if (nk < 32) kr[nk++] = (kernel_result){.k = k};
         }
     }
-    for (int i = 0; i < nk; i++) {
-        const char *alg = mha_kernel_algorithm(kr[i].k);
-        kr[i].tunable = strcmp(alg, "flash") == 0 || strcmp(alg, "tiled") == 0;
-    }
+    for (int i = 0; i < nk; i++) kr[i].tunable = (mha_kernel_traits(kr[i].k) & MHA_KT_BLOCKS) != 0;
     if (nk == 0 || ncls == 0) {
         errorf("tune: nothing to do (%d kernels, %d classes)", nk, ncls);
         return EXIT_USAGE;
@@ -887,8 +879,8 @@ int cmd_tune(int argc, char **argv) {
             dp = dres->prior;
             if (same_knobs(&dres->best, &dp)) dp = dres->best; /* its latest measurement */
         } else if (dkern) {
-            mha_default_blocks(&cd.p, mha_kernel_algorithm(dkern), mha_kernel_isa(dkern),
-                               tx.threads, &dp.bq, &dp.bk);
+            mha_default_blocks(&cd.p, mha_kernel_traits(dkern), mha_kernel_isa(dkern), tx.threads,
+                               &dp.bq, &dp.bk);
             measure(&tx, &cd, dkern, &dp, 0, 0, "default");
         }
         if (dkern && dp.status == 1) json_object_object_add(e, "default", choice_json(dkern, &dp));

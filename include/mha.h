@@ -108,6 +108,27 @@ const char *mha_kernel_summary(const mha_kernel *k);
  * MHA_EUNSUPPORTED with a message naming the missing ISA. */
 mha_status mha_kernel_supported(const mha_kernel *k);
 
+/* What a kernel can do: the traits column of the kernel list
+ * (variants/kernels.inc). Code outside the registry asks these; it never
+ * compares algorithm names. */
+enum {
+    MHA_KT_BLOCKS = 1 << 0,       /* block_q / block_kv change how it runs: worth tuning */
+    MHA_KT_SPLIT = 1 << 1,        /* options.split picks per-head or (head, query block) tasks */
+    MHA_KT_DECODE = 1 << 2,       /* made for a few query rows per KV head over a long cache */
+    MHA_KT_MATERIALISED = 1 << 3, /* block model: tiled's (blocks tile a materialised score
+                                     matrix); else flash's streamed one */
+    MHA_KT_BASELINE = 1 << 4,     /* a library's attention (BLAS): the baseline to beat; its
+                                     code follows the active ISA whatever its row's ISA */
+    MHA_KT_REFERENCE = 1 << 5,    /* the seed's math: a yardstick, never selected or tuned */
+};
+unsigned mha_kernel_traits(const mha_kernel *k);
+/* Preference among kernels that fit a shape (lower first; ties: higher ISA). */
+int mha_kernel_rank(const mha_kernel *k);
+/* The ISA whose code k runs now: its own, or the active one (MHA_KT_BASELINE). */
+mha_isa mha_kernel_run_isa(const mha_kernel *k);
+/* The kernel of k's algorithm at ISA level isa, or NULL. */
+const mha_kernel *mha_kernel_twin(const mha_kernel *k, mha_isa isa);
+
 #define MHA_WORKSPACE_ALIGN 64
 /* Bytes of workspace a call needs (0 is possible). */
 mha_status mha_workspace_size(const mha_kernel *k, const mha_problem *p, const mha_options *o,
@@ -149,12 +170,13 @@ typedef struct {
  * key), else cache-model defaults. MHA_VERBOSE=1 prints the choice and why. */
 mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection *out);
 
-/* Cache-model default block sizes (from hwloc's L1/L2, clamped) for an
- * algorithm ("flash", "tiled") at an ISA and thread count (with several
- * threads and few (batch, head, query block) tasks, flash gets smaller query
- * blocks so the threads stay balanced). mha_attend and mha_workspace_size
- * resolve options left at 0 through this. */
-void mha_default_blocks(const mha_problem *p, const char *algorithm, mha_isa isa, int threads,
+/* Cache-model default block sizes (from hwloc's L1/L2, clamped) for a block
+ * model (traits: MHA_KT_MATERIALISED = tiled's, else the streamed one of
+ * flash) at an ISA and thread count (with several threads and few (batch,
+ * head, query block) tasks, the streamed model gets smaller query blocks so
+ * the threads stay balanced). mha_attend and mha_workspace_size resolve
+ * options left at 0 through this. */
+void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int threads,
                         int *block_q, int *block_kv);
 
 /* ---- instrumentation ------------------------------------------------------------ */

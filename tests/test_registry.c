@@ -50,6 +50,38 @@ static void test_names(void **state) {
     assert_string_equal(mha_kernel_algorithm(mha_kernel_find("tiled.avx512")), "tiled");
 }
 
+/* The traits column: what callers ask instead of comparing names. Every
+ * kernel with blocks is tunable; the block model, split, decode shape,
+ * baseline and reference bits sit where the algorithms need them; a twin is
+ * the same algorithm at another level. */
+static void test_traits(void **state) {
+    (void)state;
+    int references = 0;
+    for (int i = 0; i < mha_kernel_count(); i++) {
+        const mha_kernel *k = mha_kernel_at(i);
+        const unsigned t = mha_kernel_traits(k);
+        const char *alg = mha_kernel_algorithm(k);
+        assert_int_equal(!!(t & MHA_KT_BLOCKS),
+                         strcmp(alg, "flash") == 0 || strcmp(alg, "tiled") == 0);
+        assert_int_equal(!!(t & MHA_KT_SPLIT), strcmp(alg, "flash") == 0);
+        assert_int_equal(!!(t & MHA_KT_MATERIALISED), strcmp(alg, "tiled") == 0);
+        assert_int_equal(!!(t & MHA_KT_DECODE), strcmp(alg, "decode") == 0);
+        assert_int_equal(!!(t & MHA_KT_BASELINE), strcmp(alg, "blas") == 0);
+        references += !!(t & MHA_KT_REFERENCE);
+        assert_true(mha_kernel_rank(k) >= 1);
+        assert_ptr_equal(mha_kernel_twin(k, mha_kernel_isa(k)), k);
+        if (t & MHA_KT_BASELINE)
+            assert_int_equal(mha_kernel_run_isa(k), mha_isa_active());
+        else
+            assert_int_equal(mha_kernel_run_isa(k), mha_kernel_isa(k));
+    }
+    assert_int_equal(references, 1); /* naive: the fallback of every selection */
+    assert_ptr_equal(mha_kernel_twin(mha_kernel_find("flash.scalar"), MHA_ISA_AVX512),
+                     mha_kernel_find("flash.avx512"));
+    assert_null(mha_kernel_twin(mha_kernel_find("naive"), MHA_ISA_AVX2));
+    assert_int_equal(mha_kernel_traits(NULL), 0);
+}
+
 static void test_unknown(void **state) {
     (void)state;
     assert_null(mha_kernel_find("flash.avx1024"));
@@ -112,6 +144,7 @@ static void test_isa_names(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_traits),
         cmocka_unit_test(test_unknown),
         cmocka_unit_test_setup_teardown(test_isa_cap, save_env, restore_env),
         cmocka_unit_test_setup_teardown(test_unsupported_refused, save_env, restore_env),

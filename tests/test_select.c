@@ -96,9 +96,14 @@ static void select_ok(const mha_problem *p, int threads, mha_selection *s) {
 }
 
 /* ---- cache model -------------------------------------------------------------------- */
+/* The two block models, as flash and tiled declare them in kernels.inc. */
+#define FLASH (MHA_KT_BLOCKS | MHA_KT_SPLIT)
+#define TILED (MHA_KT_BLOCKS | MHA_KT_MATERIALISED)
+
 static void test_default_blocks(void **state) {
     (void)state;
-    static const char *const algs[] = {"flash", "tiled", "decode", "other"};
+    static const unsigned models[] = {MHA_KT_BLOCKS | MHA_KT_SPLIT,
+                                      MHA_KT_BLOCKS | MHA_KT_MATERIALISED, MHA_KT_DECODE, 0};
     static const int64_t dims[] = {1, 32, 64, 80, 96, 128, 256, 1024, 1 << 20};
     for (int isa = 0; isa < MHA_ISA_COUNT; isa++) {
         const int w = mha_tile_width((mha_isa)isa);
@@ -107,23 +112,23 @@ static void test_default_blocks(void **state) {
             for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
                 const mha_problem p = {1, 8, 8, 8192, 8192, dims[i], 1, 0.0f};
                 int bq = -1, bk = -1;
-                mha_default_blocks(&p, algs[a], (mha_isa)isa, 1, &bq, &bk);
+                mha_default_blocks(&p, models[a], (mha_isa)isa, 1, &bq, &bk);
                 assert_in_range(bq, w, 512);
                 assert_int_equal(bq % (w >= 64 ? w / 2 : w), 0); /* whole tiles, or 1.5 */
                 assert_in_range(bk, 16, 1024);
                 /* the same inputs, the same answer */
                 int bq2, bk2;
-                mha_default_blocks(&p, algs[a], (mha_isa)isa, 1, &bq2, &bk2);
+                mha_default_blocks(&p, models[a], (mha_isa)isa, 1, &bq2, &bk2);
                 assert_int_equal(bq, bq2);
                 assert_int_equal(bk, bk2);
             }
         /* Tiny problems: clamped to the problem, never 0. */
         const mha_problem tiny = {1, 1, 1, 1, 3, 64, 0, 0.0f};
         int bq, bk;
-        mha_default_blocks(&tiny, "flash", (mha_isa)isa, 1, &bq, &bk);
+        mha_default_blocks(&tiny, FLASH, (mha_isa)isa, 1, &bq, &bk);
         assert_int_equal(bq, 1);
         assert_int_equal(bk, 3);
-        mha_default_blocks(NULL, "flash", (mha_isa)isa, 1, &bq, &bk);
+        mha_default_blocks(NULL, FLASH, (mha_isa)isa, 1, &bq, &bk);
         assert_in_range(bq, 1, 4096);
         assert_in_range(bk, 1, 4096);
     }
@@ -135,7 +140,7 @@ static void test_default_blocks(void **state) {
     for (int64_t d = 32; d <= 128; d *= 2) {
         const mha_problem p = {1, 8, 8, 4096, 4096, d, 0, 0.0f};
         int bq, bk;
-        mha_default_blocks(&p, "flash", MHA_ISA_AVX512, 1, &bq, &bk);
+        mha_default_blocks(&p, FLASH, MHA_ISA_AVX512, 1, &bq, &bk);
         assert_true((uint64_t)(2 * d + bk) * (uint64_t)bq * 4 <= l2 / 2);
     }
     /* With threads and few tasks, flash's query blocks shrink (never below two
@@ -143,15 +148,29 @@ static void test_default_blocks(void **state) {
     const mha_problem vit = {1, 12, 12, 197, 197, 64, 0, 0.0f},
                       big = {1, 32, 32, 2048, 2048, 64, 0, 0.0f};
     int bq1, bq2, bk;
-    mha_default_blocks(&vit, "flash", MHA_ISA_AVX512, 1, &bq1, &bk);
-    mha_default_blocks(&vit, "flash", MHA_ISA_AVX512, 2, &bq2, &bk);
+    mha_default_blocks(&vit, FLASH, MHA_ISA_AVX512, 1, &bq1, &bk);
+    mha_default_blocks(&vit, FLASH, MHA_ISA_AVX512, 2, &bq2, &bk);
     assert_true(bq2 < bq1 && bq2 >= 32 && bq2 % 16 == 0);
-    mha_default_blocks(&vit, "tiled", MHA_ISA_AVX512, 1, &bq1, &bk);
-    mha_default_blocks(&vit, "tiled", MHA_ISA_AVX512, 2, &bq2, &bk);
+    mha_default_blocks(&vit, TILED, MHA_ISA_AVX512, 1, &bq1, &bk);
+    mha_default_blocks(&vit, TILED, MHA_ISA_AVX512, 2, &bq2, &bk);
     assert_int_equal(bq1, bq2);
-    mha_default_blocks(&big, "flash", MHA_ISA_AVX512, 1, &bq1, &bk);
-    mha_default_blocks(&big, "flash", MHA_ISA_AVX512, 2, &bq2, &bk);
+    mha_default_blocks(&big, FLASH, MHA_ISA_AVX512, 1, &bq1, &bk);
+    mha_default_blocks(&big, FLASH, MHA_ISA_AVX512, 2, &bq2, &bk);
     assert_int_equal(bq1, bq2);
+}
+
+/* The cache-model default: the best-ranked kernel that runs here for the
+ * shape class, at the highest level the cap allows (decode for a few query
+ * rows per KV head, flash otherwise), never the reference. */
+static void test_default_kernel(void **state) {
+    (void)state;
+    const mha_problem decode = {1, 32, 8, 1, 4096, 128, 0, 0.0f},
+                      prefill = {1, 8, 8, 512, 512, 64, 1, 0.0f};
+    char want[32];
+    snprintf(want, sizeof want, "decode.%s", mha_isa_name(mha_isa_active()));
+    assert_string_equal(mha_kernel_name(mha_default_kernel(&decode)), want);
+    snprintf(want, sizeof want, "flash.%s", mha_isa_name(mha_isa_active()));
+    assert_string_equal(mha_kernel_name(mha_default_kernel(&prefill)), want);
 }
 
 /* mha_attend / mha_workspace_size resolve 0 through the model: the same bytes
@@ -163,7 +182,7 @@ static void test_workspace_resolves_defaults(void **state) {
         const mha_kernel *k = mha_kernel_find(names[i]);
         assert_non_null(k);
         int bq, bk;
-        mha_default_blocks(&P1024, mha_kernel_algorithm(k), mha_kernel_isa(k), 1, &bq, &bk);
+        mha_default_blocks(&P1024, mha_kernel_traits(k), mha_kernel_isa(k), 1, &bq, &bk);
         const mha_options zero = {.threads = 2},
                           expl = {.threads = 2, .block_q = bq, .block_kv = bk};
         size_t a = 0, b = 0;
@@ -227,7 +246,7 @@ static void test_no_table_defaults(void **state) {
     assert_non_null(strstr(s.reason, "no tuning table"));
     assert_true(s.expected_gflops == 0);
     int bq, bk;
-    mha_default_blocks(&P1024, "flash", mha_isa_active(), 1, &bq, &bk);
+    mha_default_blocks(&P1024, FLASH, mha_isa_active(), 1, &bq, &bk);
     assert_int_equal(s.options.block_q, bq);
     assert_int_equal(s.options.block_kv, bk);
 }
@@ -461,6 +480,7 @@ static void test_table_malformed(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_blocks),
+        cmocka_unit_test(test_default_kernel),
         cmocka_unit_test(test_workspace_resolves_defaults),
         cmocka_unit_test(test_cpu_key_agrees),
         cmocka_unit_test(test_classes),

@@ -178,7 +178,7 @@ static mha_options resolve_options(const mha_kernel *k, const mha_problem *p,
     mha_options r = o ? *o : (mha_options){0};
     if (r.block_q == 0 || r.block_kv == 0) {
         int bq, bk;
-        mha_default_blocks(p, k->algorithm, k->isa, mha_resolve_threads(&r), &bq, &bk);
+        mha_default_blocks(p, k->traits, k->isa, mha_resolve_threads(&r), &bq, &bk);
         if (r.block_q == 0) r.block_q = bq;
         if (r.block_kv == 0) r.block_kv = bk;
     }

@@ -22,12 +22,14 @@ struct mha_kernel {
     const char *name;
     const char *algorithm;
     mha_isa isa;
+    unsigned traits; /* MHA_KT_* */
+    int rank;
     const char *summary;
     mha_attend_fn run;
     mha_workspace_fn workspace;
 };
 
-#define MHA_KERNEL(name, alg, isa, sym, summary)                                                   \
+#define MHA_KERNEL(name, alg, isa, sym, traits, rank, summary)                                                   \
     mha_status sym##_run(const mha_problem *, const mha_options *, int, const mha_tensor *,        \
                          const mha_tensor *, const mha_tensor *, const mha_tensor_mut *, void *);  \
     size_t sym##_workspace(const mha_problem *, const mha_options *, int);

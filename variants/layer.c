@@ -10,7 +10,7 @@
  * flash.avx2 is all AVX2 (its % of peak means something); blas.cblas, whose
  * BLAS and softmax follow the active ISA, gets the active ISA's GEMM. */
 static const mha_isa_ops *linear_for(const mha_kernel *k) {
-    return mha_ops_for(strcmp(k->algorithm, "blas") == 0 ? mha_isa_active() : k->isa);
+    return mha_ops_for(mha_kernel_run_isa(k));
 }
 
 /* Checks the layer's dims (and, for a forward call, its weights) and builds

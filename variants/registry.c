@@ -6,8 +6,8 @@
 #include "internal.h"
 
 static const mha_kernel kernels[] = {
-#define MHA_KERNEL(name, alg, isa, sym, summary)                                                   \
-    {name, alg, isa, summary, sym##_run, sym##_workspace},
+#define MHA_KERNEL(name, alg, isa, sym, traits, rank, summary)                                     \
+    {name, alg, isa, traits, rank, summary, sym##_run, sym##_workspace},
 #include "kernels.inc"
 #undef MHA_KERNEL
 };
@@ -41,6 +41,24 @@ mha_isa mha_kernel_isa(const mha_kernel *k) {
 }
 const char *mha_kernel_summary(const mha_kernel *k) {
     return k ? k->summary : "";
+}
+unsigned mha_kernel_traits(const mha_kernel *k) {
+    return k ? k->traits : 0;
+}
+int mha_kernel_rank(const mha_kernel *k) {
+    return k ? k->rank : 0;
+}
+mha_isa mha_kernel_run_isa(const mha_kernel *k) {
+    if (!k) return MHA_ISA_SCALAR;
+    return k->traits & MHA_KT_BASELINE ? mha_isa_active() : k->isa;
+}
+
+const mha_kernel *mha_kernel_twin(const mha_kernel *k, mha_isa isa) {
+    if (k)
+        for (int i = 0; i < n_kernels; i++)
+            if (kernels[i].isa == isa && strcmp(kernels[i].algorithm, k->algorithm) == 0)
+                return &kernels[i];
+    return NULL;
 }
 
 mha_status mha_kernel_supported(const mha_kernel *k) {

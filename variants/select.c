@@ -221,8 +221,9 @@ static int pow2_floor(uint64_t v) {
     return r;
 }
 
-void mha_default_blocks(const mha_problem *p, const char *algorithm, mha_isa isa, int threads,
+void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int threads,
                         int *block_q, int *block_kv) {
+    const int tiled = (traits & MHA_KT_MATERIALISED) != 0;
     uint64_t l1, l2;
     mha_cache_sizes(&l1, &l2, NULL, NULL);
     const uint64_t w = (uint64_t)mha_tile_width(isa), f = sizeof(float);
@@ -230,7 +231,7 @@ void mha_default_blocks(const mha_problem *p, const char *algorithm, mha_isa isa
     uint64_t bk = (uint64_t)pow2_floor(l1 * 3 / 4 / (64 * f));
     bk = bk < 32 ? 32 : bk > 256 ? 256 : bk;
     uint64_t bq;
-    if (algorithm && strcmp(algorithm, "tiled") == 0) {
+    if (tiled) {
         bq = l1 / (2 * d * f) / w * w;
     } else {
         while (bk > 16 && (2 * d + bk) * w * f + 2 * bk * d * f > l2 / 2) bk /= 2;
@@ -246,8 +247,7 @@ void mha_default_blocks(const mha_problem *p, const char *algorithm, mha_isa isa
      * block softmax and rescale are amortised over twice the keys. Used where
      * the L2 holds that working set four times over. The coordinate-descent
      * tuner cannot reach this point from 64 x 128 (neither move alone pays). */
-    if (!(algorithm && strcmp(algorithm, "tiled") == 0) && w >= 64 && d <= 64 &&
-        (2 * d + 256) * (w * 3 / 2) * f * 4 <= l2) {
+    if (!tiled && w >= 64 && d <= 64 && (2 * d + 256) * (w * 3 / 2) * f * 4 <= l2) {
         bq = w * 3 / 2;
         bk = 256;
     }
@@ -257,7 +257,7 @@ void mha_default_blocks(const mha_problem *p, const char *algorithm, mha_isa isa
      * to two vectors of queries, below which the tiles lose more than that. */
     const mha_isa_ops *ops = mha_ops_for(isa);
     const uint64_t lanes = ops ? (uint64_t)ops->lanes : 1;
-    if (p && threads > 1 && !(algorithm && strcmp(algorithm, "tiled") == 0)) {
+    if (p && threads > 1 && !tiled) {
         const uint64_t bh = (uint64_t)(p->batch * p->heads), nq = (uint64_t)p->seq_q;
         while (bq > 2 * lanes && bh * ((nq + bq - 1) / bq) < 32 * (uint64_t)threads)
             bq = (bq / 2 + lanes - 1) / lanes * lanes;
@@ -694,7 +694,7 @@ static int choice_usable(const mha_table_choice *c, const mha_kernel **k, char *
 /* Fills block_q / block_kv left at 0 from the cache model. */
 static void fill_blocks(const mha_problem *p, const mha_kernel *k, mha_options *o) {
     int bq, bk;
-    mha_default_blocks(p, k->algorithm, k->isa, mha_resolve_threads(o), &bq, &bk);
+    mha_default_blocks(p, k->traits, k->isa, mha_resolve_threads(o), &bq, &bk);
     if (o->block_q == 0) o->block_q = bq;
     if (o->block_kv == 0) o->block_kv = bk;
 }
@@ -704,14 +704,20 @@ static void fill_blocks(const mha_problem *p, const mha_kernel *k, mha_options *
  * else flash. */
 const mha_kernel *mha_default_kernel(const mha_problem *p) {
     const int few_rows = p->seq_q * (p->heads / p->kv_heads) <= 8;
-    for (int isa = (int)mha_isa_active(); isa >= 0; isa--) {
-        char name[32];
-        put(name, sizeof name, "%s.%s", few_rows ? "decode" : "flash", mha_isa_name((mha_isa)isa));
-        const mha_kernel *k = mha_kernel_find(name);
-        if (k && mha_kernel_supported(k) == MHA_OK) return k;
+    const mha_kernel *best = NULL, *reference = NULL;
+    for (int i = 0; i < mha_kernel_count(); i++) {
+        const mha_kernel *k = mha_kernel_at(i);
+        if (mha_kernel_supported(k) != MHA_OK) continue;
+        if (k->traits & MHA_KT_REFERENCE) {
+            if (!reference) reference = k;
+            continue;
+        }
+        if (((k->traits & MHA_KT_DECODE) != 0) != few_rows) continue;
+        if (!best || k->rank < best->rank || (k->rank == best->rank && k->isa > best->isa))
+            best = k;
     }
     mha_clear_error();
-    return mha_kernel_find("naive");
+    return best ? best : reference;
 }
 
 /* The table step; returns 1 and fills out when the table decides, else 0

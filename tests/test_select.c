@@ -162,15 +162,25 @@ static void test_default_blocks(void **state) {
 /* The cache-model default: the best-ranked kernel that runs here for the
  * shape class, at the highest level the cap allows (decode for a few query
  * rows per KV head, flash otherwise), never the reference. */
+static const mha_kernel *highest_running(const char *algorithm) {
+    const mha_kernel *best = NULL;
+    for (int i = 0; i < mha_kernel_count(); i++) {
+        const mha_kernel *k = mha_kernel_at(i);
+        if (strcmp(mha_kernel_algorithm(k), algorithm) == 0 && mha_kernel_supported(k) == MHA_OK &&
+            (!best || mha_kernel_isa(k) > mha_kernel_isa(best)))
+            best = k;
+    }
+    return best;
+}
+
 static void test_default_kernel(void **state) {
     (void)state;
     const mha_problem decode = {1, 32, 8, 1, 4096, 128, 0, 0.0f},
                       prefill = {1, 8, 8, 512, 512, 64, 1, 0.0f};
-    char want[32];
-    snprintf(want, sizeof want, "decode.%s", mha_isa_name(mha_isa_active()));
-    assert_string_equal(mha_kernel_name(mha_default_kernel(&decode)), want);
-    snprintf(want, sizeof want, "flash.%s", mha_isa_name(mha_isa_active()));
-    assert_string_equal(mha_kernel_name(mha_default_kernel(&prefill)), want);
+    assert_non_null(highest_running("decode"));
+    assert_non_null(highest_running("flash"));
+    assert_ptr_equal(mha_default_kernel(&decode), highest_running("decode"));
+    assert_ptr_equal(mha_default_kernel(&prefill), highest_running("flash"));
 }
 
 /* mha_attend / mha_workspace_size resolve 0 through the model: the same bytes

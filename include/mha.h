@@ -7,6 +7,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* What libmha.so exports: exactly the functions declared MHA_API here (the
+ * library is built with -fvisibility=hidden; tests/check_exports.sh checks
+ * the list). Internals the harness and tests use are reached through the
+ * static mha_internal library and variants/mha_private.h, never through the
+ * shared library. */
+#if defined(__GNUC__)
+#define MHA_API __attribute__((visibility("default")))
+#else
+#define MHA_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -22,22 +33,22 @@ typedef enum {
 } mha_status;
 
 /* Short generic text for a status ("invalid argument"). */
-const char *mha_status_str(mha_status s);
+MHA_API const char *mha_status_str(mha_status s);
 /* The detailed message of the last failing call on this thread, naming the
  * bad value ("problem.seq_q = 0: must be >= 1"). Empty when none. */
-const char *mha_last_error(void);
+MHA_API const char *mha_last_error(void);
 
 /* ---- instruction sets ---------------------------------------------------- */
 typedef enum { MHA_ISA_SCALAR = 0, MHA_ISA_AVX2 = 1, MHA_ISA_AVX512 = 2 } mha_isa;
 #define MHA_ISA_COUNT 3
 
-const char *mha_isa_name(mha_isa isa); /* "scalar", "avx2", "avx512" */
-mha_status mha_isa_parse(const char *s, mha_isa *out);
-mha_isa mha_isa_detected(void); /* best ISA the CPU + OS support */
+MHA_API const char *mha_isa_name(mha_isa isa); /* "scalar", "avx2", "avx512" */
+MHA_API mha_status mha_isa_parse(const char *s, mha_isa *out);
+MHA_API mha_isa mha_isa_detected(void); /* best ISA the CPU + OS support */
 /* The active level: min(detected, MHA_ISA cap). A malformed MHA_ISA value caps
  * to scalar (the safe choice) and mha_isa_env_status() reports it. */
-mha_isa mha_isa_active(void);
-mha_status mha_isa_env_status(void);
+MHA_API mha_isa mha_isa_active(void);
+MHA_API mha_status mha_isa_env_status(void);
 
 /* ---- problem and tensors --------------------------------------------------- */
 typedef struct {
@@ -64,18 +75,18 @@ typedef struct {
 } mha_tensor_mut;
 
 /* Contiguous [B,H,N,d] and interleaved [B,N,H,d] (= [B,N,H*d]) views. */
-mha_tensor mha_view_bhnd(const float *data, int64_t heads, int64_t seq, int64_t head_dim);
-mha_tensor mha_view_bnhd(const float *data, int64_t heads, int64_t seq, int64_t head_dim);
-mha_tensor_mut mha_view_bhnd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim);
-mha_tensor_mut mha_view_bnhd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim);
+MHA_API mha_tensor mha_view_bhnd(const float *data, int64_t heads, int64_t seq, int64_t head_dim);
+MHA_API mha_tensor mha_view_bnhd(const float *data, int64_t heads, int64_t seq, int64_t head_dim);
+MHA_API mha_tensor_mut mha_view_bhnd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim);
+MHA_API mha_tensor_mut mha_view_bnhd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim);
 
 /* Effective scale (resolves scale == 0). */
-float mha_problem_scale(const mha_problem *p);
+MHA_API float mha_problem_scale(const mha_problem *p);
 /* Rejects dims <= 0, kv_heads not dividing heads, non-finite scale and element
  * or byte counts that overflow. */
-mha_status mha_problem_validate(const mha_problem *p);
+MHA_API mha_status mha_problem_validate(const mha_problem *p);
 /* FLOPs by the DESIGN convention: 4*d per (query, key) pair the mask allows. */
-double mha_problem_flops(const mha_problem *p);
+MHA_API double mha_problem_flops(const mha_problem *p);
 
 /* ---- options ----------------------------------------------------------------- */
 typedef enum { MHA_SPLIT_AUTO = 0, MHA_SPLIT_HEADS = 1, MHA_SPLIT_QBLOCKS = 2 } mha_split;
@@ -92,21 +103,21 @@ typedef struct {
 } mha_options;
 
 /* Threads a call will use: options->threads, or every processor when 0. */
-int mha_resolve_threads(const mha_options *o);
+MHA_API int mha_resolve_threads(const mha_options *o);
 
 /* ---- kernels ------------------------------------------------------------------ */
 typedef struct mha_kernel mha_kernel;
 
-int mha_kernel_count(void);
-const mha_kernel *mha_kernel_at(int index);
-const mha_kernel *mha_kernel_find(const char *name);   /* NULL (and last_error) if unknown */
-const char *mha_kernel_name(const mha_kernel *k);      /* "flash.avx512" */
-const char *mha_kernel_algorithm(const mha_kernel *k); /* "flash" */
-mha_isa mha_kernel_isa(const mha_kernel *k);
-const char *mha_kernel_summary(const mha_kernel *k);
+MHA_API int mha_kernel_count(void);
+MHA_API const mha_kernel *mha_kernel_at(int index);
+MHA_API const mha_kernel *mha_kernel_find(const char *name); /* NULL (and last_error) if unknown */
+MHA_API const char *mha_kernel_name(const mha_kernel *k);    /* "flash.avx512" */
+MHA_API const char *mha_kernel_algorithm(const mha_kernel *k); /* "flash" */
+MHA_API mha_isa mha_kernel_isa(const mha_kernel *k);
+MHA_API const char *mha_kernel_summary(const mha_kernel *k);
 /* MHA_OK if the kernel runs here (its ISA <= mha_isa_active()), else
  * MHA_EUNSUPPORTED with a message naming the missing ISA. */
-mha_status mha_kernel_supported(const mha_kernel *k);
+MHA_API mha_status mha_kernel_supported(const mha_kernel *k);
 
 /* What a kernel can do: the traits column of the kernel list
  * (variants/kernels.inc). Code outside the registry asks these; it never
@@ -121,34 +132,34 @@ enum {
                                      code follows the active ISA whatever its row's ISA */
     MHA_KT_REFERENCE = 1 << 5,    /* the seed's math: a yardstick, never selected or tuned */
 };
-unsigned mha_kernel_traits(const mha_kernel *k);
+MHA_API unsigned mha_kernel_traits(const mha_kernel *k);
 /* Preference among kernels that fit a shape (lower first; ties: higher ISA). */
-int mha_kernel_rank(const mha_kernel *k);
+MHA_API int mha_kernel_rank(const mha_kernel *k);
 /* The ISA whose code k runs now: its own, or the active one (MHA_KT_BASELINE). */
-mha_isa mha_kernel_run_isa(const mha_kernel *k);
+MHA_API mha_isa mha_kernel_run_isa(const mha_kernel *k);
 /* The kernel of k's algorithm at ISA level isa, or NULL. */
-const mha_kernel *mha_kernel_twin(const mha_kernel *k, mha_isa isa);
+MHA_API const mha_kernel *mha_kernel_twin(const mha_kernel *k, mha_isa isa);
 
 #define MHA_WORKSPACE_ALIGN 64
 /* Bytes of workspace a call needs (0 is possible). */
-mha_status mha_workspace_size(const mha_kernel *k, const mha_problem *p, const mha_options *o,
-                              size_t *bytes);
+MHA_API mha_status mha_workspace_size(const mha_kernel *k, const mha_problem *p,
+                                      const mha_options *o, size_t *bytes);
 /* 64-byte aligned allocation for workspace; NULL on failure. Free with mha_free. */
-void *mha_alloc(size_t bytes);
-void mha_free(void *ptr);
+MHA_API void *mha_alloc(size_t bytes);
+MHA_API void mha_free(void *ptr);
 
 /* The attention core: out = softmax(scale * q k^T + mask) v per (batch, head).
  * q: [B,H,Nq,d], k/v: [B,kv_heads,Nkv,d], out: [B,H,Nq,d], all as views.
  * workspace: MHA_WORKSPACE_ALIGN aligned, at least mha_workspace_size bytes.
  * Never allocates, prints or locks. */
-mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
-                      const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
-                      const mha_tensor_mut *out, void *workspace, size_t workspace_size);
+MHA_API mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
+                              const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
+                              const mha_tensor_mut *out, void *workspace, size_t workspace_size);
 
 /* The float64 oracle: the same math in double, never optimised. out is a
  * contiguous [B,H,Nq,d] double array. Allocates its own scratch. */
-mha_status mha_reference(const mha_problem *p, const mha_tensor *q, const mha_tensor *k,
-                         const mha_tensor *v, double *out);
+MHA_API mha_status mha_reference(const mha_problem *p, const mha_tensor *q, const mha_tensor *k,
+                                 const mha_tensor *v, double *out);
 
 /* ---- selection ------------------------------------------------------------------ */
 typedef enum {
@@ -168,7 +179,7 @@ typedef struct {
 /* Picks the kernel and knobs for p: MHA_KERNEL if set, else the tuning table
  * matching this CPU (MHA_TUNING path, else the committed table for this CPU
  * key), else cache-model defaults. MHA_VERBOSE=1 prints the choice and why. */
-mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection *out);
+MHA_API mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection *out);
 
 /* Cache-model default block sizes (from hwloc's L1/L2, clamped) for a block
  * model (traits: MHA_KT_MATERIALISED = tiled's, else the streamed one of
@@ -176,15 +187,15 @@ mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection 
  * head, query block) tasks, the streamed model gets smaller query blocks so
  * the threads stay balanced). mha_attend and mha_workspace_size resolve
  * options left at 0 through this. */
-void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int threads,
-                        int *block_q, int *block_kv);
+MHA_API void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int threads,
+                                int *block_q, int *block_kv);
 
 /* ---- instrumentation ------------------------------------------------------------ */
 /* With the meson option phase_timing, the SIMD kernels count cycles per phase:
  * out[0] packing and output, out[1] Q.K^T, out[2] softmax (mask, max, exp,
  * sum), out[3] P.V, summed over threads since the last reset. Returns 0 (and
  * zeros) in normal builds. */
-int mha_phase_cycles(uint64_t out[4], int reset);
+MHA_API int mha_phase_cycles(uint64_t out[4], int reset);
 
 /* ---- the full layer ------------------------------------------------------------- */
 /* nn.Linear layout: weight [out_features, in_features], y = x W^T + b.
@@ -204,16 +215,17 @@ typedef struct {
     float scale; /* 0 = 1/sqrt(head_dim) */
 } mha_layer_shape;
 
-mha_status mha_forward_workspace_size(const mha_kernel *k, const mha_layer *L,
-                                      const mha_layer_shape *s, const mha_options *o,
-                                      size_t *bytes);
+MHA_API mha_status mha_forward_workspace_size(const mha_kernel *k, const mha_layer *L,
+                                              const mha_layer_shape *s, const mha_options *o,
+                                              size_t *bytes);
 /* query [B,Nq,d_model]; key, value [B,Nkv,d_model] (may be the same pointer as
  * query for self-attention); out [B,Nq,d_model]. */
-mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_shape *s,
-                       const mha_options *o, const float *query, const float *key,
-                       const float *value, float *out, void *workspace, size_t workspace_size);
+MHA_API mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_shape *s,
+                               const mha_options *o, const float *query, const float *key,
+                               const float *value, float *out, void *workspace,
+                               size_t workspace_size);
 /* FLOPs of the layer: attention core plus 2*B*(Nq + 2*Nkv + Nq)*d_model^2. */
-double mha_forward_flops(const mha_layer *L, const mha_layer_shape *s);
+MHA_API double mha_forward_flops(const mha_layer *L, const mha_layer_shape *s);
 
 #ifdef __cplusplus
 }

@@ -709,7 +709,7 @@ int cmd_tune(int argc, char **argv) {
     if (out_s)
         fmt(out_path, sizeof out_path, "%s", out_s);
     else
-        mha_table_cpu_path(out_path, sizeof out_path);
+        mha_table_cpu_path(mha_table_write_dir(), out_path, sizeof out_path);
     char dir[4096], tmpd[4096];
     fmt(tmpd, sizeof tmpd, "%s", out_path);
     fmt(dir, sizeof dir, "%s", dirname(tmpd));

@@ -326,7 +326,7 @@ static void test_table_match(void **state) {
     unsetenv("MHA_TUNING");
     setenv("MHA_TUNING_DIR", tmpdir, 1);
     char cpu_path[512];
-    mha_table_cpu_path(cpu_path, sizeof cpu_path);
+    mha_table_cpu_path(mha_table_dir(), cpu_path, sizeof cpu_path);
     assert_int_equal(strncmp(cpu_path, tmpdir, strlen(tmpdir)), 0);
     assert_int_equal(rename(path, cpu_path), 0);
     select_ok(&P1024, 1, &s);

@@ -23,6 +23,9 @@
 #ifndef MHA_SOURCE_DIR
 #define MHA_SOURCE_DIR "."
 #endif
+#ifndef MHA_DATA_DIR
+#define MHA_DATA_DIR MHA_SOURCE_DIR "/results"
+#endif
 
 #define KIB ((uint64_t)1024)
 #define MIB (1024 * KIB)
@@ -395,19 +398,33 @@ void mha_cpu_key(char *out, size_t len) {
 
 /* ---- tuning tables ------------------------------------------------------------------------ */
 
+static int is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 const char *mha_table_dir(void) {
+    const char *dir = getenv("MHA_TUNING_DIR");
+    if (dir && *dir) return dir;
+    /* An installed library reads the tables meson installed; a build that
+     * was never installed reads the source tree's. */
+    return is_dir(MHA_DATA_DIR "/tuning") ? MHA_DATA_DIR "/tuning"
+                                          : MHA_SOURCE_DIR "/results/tuning";
+}
+
+const char *mha_table_write_dir(void) {
     const char *dir = getenv("MHA_TUNING_DIR");
     return dir && *dir ? dir : MHA_SOURCE_DIR "/results/tuning";
 }
 
-void mha_table_cpu_path(char *out, size_t len) {
+void mha_table_cpu_path(const char *dir, char *out, size_t len) {
     char key[96];
     mha_cpu_key(key, sizeof key);
     const mha_isa act = mha_isa_active();
     if (act == mha_isa_detected())
-        snprintf(out, len, "%s/%s.json", mha_table_dir(), key);
+        snprintf(out, len, "%s/%s.json", dir, key);
     else /* a table tuned under an MHA_ISA cap must not replace the native one */
-        snprintf(out, len, "%s/%s-cap-%s.json", mha_table_dir(), key, mha_isa_name(act));
+        snprintf(out, len, "%s/%s-cap-%s.json", dir, key, mha_isa_name(act));
 }
 
 void mha_table_default_path(char *out, size_t len) {
@@ -415,7 +432,7 @@ void mha_table_default_path(char *out, size_t len) {
     if (file && *file)
         snprintf(out, len, "%s", file);
     else
-        mha_table_cpu_path(out, len);
+        mha_table_cpu_path(mha_table_dir(), out, len);
 }
 
 void mha_table_free(mha_table *t) {

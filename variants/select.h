@@ -107,15 +107,19 @@ typedef struct {
  * into why. Free with mha_table_free. */
 mha_status mha_table_load(const char *path, mha_table *t, char *why, size_t len);
 void mha_table_free(mha_table *t);
-/* This CPU's table: <dir>/<cpu key>.json, or <cpu key>-cap-<isa>.json when
- * MHA_ISA caps the active ISA below the detected one (the fingerprint holds
- * both, so the capped table never stands in for the native one). */
-void mha_table_cpu_path(char *out, size_t len);
-/* The table mha_select consults: MHA_TUNING, else mha_table_cpu_path. */
+/* This CPU's table in dir: <dir>/<cpu key>.json, or <cpu key>-cap-<isa>.json
+ * when MHA_ISA caps the active ISA below the detected one (the fingerprint
+ * holds both, so the capped table never stands in for the native one). */
+void mha_table_cpu_path(const char *dir, char *out, size_t len);
+/* The table mha_select consults: MHA_TUNING, else mha_table_cpu_path in
+ * mha_table_dir. */
 void mha_table_default_path(char *out, size_t len);
-/* The directory committed tables live in (MHA_TUNING_DIR or the source's
- * results/tuning). */
+/* Where mha_select reads tables: MHA_TUNING_DIR, else the installed
+ * <datadir>/mhabench/tuning when it exists, else the source's results/tuning. */
 const char *mha_table_dir(void);
+/* Where `mhabench tune` writes: MHA_TUNING_DIR, else the source's
+ * results/tuning (tables are committed there; `meson install` ships them). */
+const char *mha_table_write_dir(void);
 
 /* The kernel mha_select falls back to without a table (tune's "default"). */
 const mha_kernel *mha_default_kernel(const mha_problem *p);

@@ -151,12 +151,10 @@ const mha_kernel *resolve_kernel(const char *name, const mha_problem *p, mha_opt
         return sel.kernel;
     }
     const mha_kernel *k = lookup_kernel(name);
-    if (k && (o->block_q == 0 || o->block_kv == 0)) {
-        int bq, bk;
-        mha_default_blocks(p, mha_kernel_traits(k), mha_kernel_isa(k), mha_resolve_threads(o), &bq,
-                           &bk);
-        if (o->block_q == 0) o->block_q = bq;
-        if (o->block_kv == 0) o->block_kv = bk;
+    const mha_options req = *o;
+    if (k && mha_resolve_options(k, p, &req, o) != MHA_OK) {
+        errorf("%s", mha_last_error());
+        return NULL;
     }
     return k;
 }

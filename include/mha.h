@@ -140,6 +140,15 @@ MHA_API mha_isa mha_kernel_run_isa(const mha_kernel *k);
 /* The kernel of k's algorithm at ISA level isa, or NULL. */
 MHA_API const mha_kernel *mha_kernel_twin(const mha_kernel *k, mha_isa isa);
 
+/* The options k runs with for p: o validated (MHA_EINVAL naming a bad
+ * value), threads kept as given, block_q / block_kv left at 0 filled from the
+ * cache model (mha_default_blocks for k's block model and ISA). The one
+ * resolution mha_workspace_size, mha_attend, mha_select and mhabench use, so
+ * what a report names is what runs (a kernel may still round a block to its
+ * granule: see mha_options). */
+MHA_API mha_status mha_resolve_options(const mha_kernel *k, const mha_problem *p,
+                                       const mha_options *o, mha_options *out);
+
 #define MHA_WORKSPACE_ALIGN 64
 /* Bytes of workspace a call needs (0 is possible). */
 MHA_API mha_status mha_workspace_size(const mha_kernel *k, const mha_problem *p,

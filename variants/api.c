@@ -1,9 +1,9 @@
-/* api.c - the library's argument checking and plumbing: status texts, the
- * per-thread error message, tensor views, problem validation, workspace
- * queries and mha_attend, which validates everything before a kernel runs. */
+/* api.c - the library's argument checking and plumbing: tensor views,
+ * problem and option validation, the one resolution of options left at 0,
+ * workspace queries and mha_attend, which validates everything before a
+ * kernel runs. (Status texts and the error message: error.c.) */
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -27,42 +27,6 @@ int mha_phase_cycles(uint64_t out[4], int reset) {
     (void)reset;
     return 0;
 #endif
-}
-
-static _Thread_local char errbuf[512];
-
-mha_status mha_set_error(mha_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, sizeof errbuf, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-void mha_clear_error(void) {
-    errbuf[0] = 0;
-}
-
-const char *mha_last_error(void) {
-    return errbuf;
-}
-
-const char *mha_status_str(mha_status s) {
-    switch (s) {
-    case MHA_OK:
-        return "ok";
-    case MHA_EINVAL:
-        return "invalid argument";
-    case MHA_EUNSUPPORTED:
-        return "not supported on this CPU";
-    case MHA_ENOMEM:
-        return "out of memory";
-    case MHA_EIO:
-        return "I/O error";
-    case MHA_EFORMAT:
-        return "malformed file";
-    }
-    return "unknown status";
 }
 
 mha_tensor mha_view_bhnd(const float *data, int64_t heads, int64_t seq, int64_t head_dim) {
@@ -183,6 +147,16 @@ static mha_options resolve_options(const mha_kernel *k, const mha_problem *p,
         if (r.block_kv == 0) r.block_kv = bk;
     }
     return r;
+}
+
+mha_status mha_resolve_options(const mha_kernel *k, const mha_problem *p, const mha_options *o,
+                               mha_options *out) {
+    mha_status st;
+    if (!k || !out) return mha_set_error(MHA_EINVAL, "kernel or out is NULL");
+    if ((st = mha_problem_validate(p)) != MHA_OK) return st;
+    if ((st = check_options(o)) != MHA_OK) return st;
+    *out = resolve_options(k, p, o);
+    return MHA_OK;
 }
 
 mha_status mha_workspace_size(const mha_kernel *k, const mha_problem *p, const mha_options *o,

@@ -1,6 +1,7 @@
 /* select.h - the internals of kernel selection that `mhabench tune` and the
- * tests share with the library (variants/select.c): the shape classes, the
- * cache model's inputs, the library's CPU key and the tuning-table reader.
+ * tests share with the library: the shape classes (classes.c), the machine's
+ * caches and CPU key (cpuinfo.c), the cache model (cachemodel.c), the
+ * tuning-table reader (tables.c) and mha_select's default (select.c).
  * Not installed; the public side is mha_select / mha_default_blocks. */
 #ifndef MHA_VARIANTS_SELECT_H
 #define MHA_VARIANTS_SELECT_H
@@ -107,6 +108,13 @@ typedef struct {
  * into why. Free with mha_table_free. */
 mha_status mha_table_load(const char *path, mha_table *t, char *why, size_t len);
 void mha_table_free(mha_table *t);
+/* The entry for the first of the class names names[0..nnames) found in the
+ * table at path (parsed once per process and re-read when the file changes),
+ * with the table's CPU key and active ISA. Returns MHA_OK with *found = 0/1,
+ * or the load status with why. */
+mha_status mha_table_lookup(const char *path, const char *const *names, int nnames,
+                            mha_table_entry *entry, int *found, char *key, size_t keylen, char *isa,
+                            size_t isalen, char *why, size_t len);
 /* This CPU's table in dir: <dir>/<cpu key>.json, or <cpu key>-cap-<isa>.json
  * when MHA_ISA caps the active ISA below the detected one (the fingerprint
  * holds both, so the capped table never stands in for the native one). */

@@ -1,0 +1,89 @@
+/* cachemodel.c - the cache model: default block sizes per block model, ISA
+ * and thread count from the per-core cache sizes (cpuinfo.c), used whenever
+ * block_q / block_kv are left at 0 and no tuning table decides. Built without
+ * SIMD flags. */
+#include <stdint.h>
+
+#include "internal.h"
+#include "select.h"
+
+int mha_tile_width(mha_isa isa) { /* 4 zmm x 16 lanes, 3 ymm x 8, 4 scalar columns */
+    const mha_isa_ops *ops = mha_ops_for(isa);
+    return ops ? ops->tile_width : 1;
+}
+
+/* ---- the cache model ----------------------------------------------------------------
+ * Both algorithms compute S^T = K Q^T and O = P V with one micro-kernel:
+ * for S^T its loaded operand is a panel of tile-width query columns, Q^T
+ * (d x w), while K rows stream past; for O the P^T block (bk x w) is
+ * broadcast element by element while V rows stream past.
+ *  - block_kv: the P^T panel (bk x 64 floats) may take up to 3/4 of the L1d
+ *    (the accumulators live in registers, so little else competes); larger
+ *    blocks amortise flash's
+ *    per-block softmax and rescale. A power of two in [32, 256].
+ *  - flash block_q: the per-thread working set Q^T + S^T + O = (2d + bk) bq
+ *    floats within the L1d (it is touched every KV block), as a multiple of
+ *    the tile width, at least one tile; with the streamed K and V blocks
+ *    (2 bk d floats) within half the L2, shrinking bk first.
+ *  - tiled block_q: S^T is materialised whole (Nkv x Nq: the L2/L3's problem,
+ *    not the blocks'); per query block the Q^T and O panels (2 d bq floats)
+ *    are reused across every KV block, so they get the L1d. Small query
+ *    blocks also skip more of the causal triangle.
+ * Measured on the reference machine (Zen 5: 48 KiB L1d, 1 MiB L2; `mhabench
+ * tune` logs in results/tuning/log): this gives 64 x 128 for both at d = 64
+ * and 128, where bk = 128 beat the earlier fixed 64 by 2-5% and tiled's bq 64
+ * beat its fixed 256 by up to 40% under a causal mask. */
+static int pow2_floor(uint64_t v) {
+    int r = 1;
+    while ((uint64_t)r * 2 <= v && r < (1 << 20)) r *= 2;
+    return r;
+}
+
+void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int threads,
+                        int *block_q, int *block_kv) {
+    const int tiled = (traits & MHA_KT_MATERIALISED) != 0;
+    uint64_t l1, l2;
+    mha_cache_sizes(&l1, &l2, NULL, NULL);
+    const uint64_t w = (uint64_t)mha_tile_width(isa), f = sizeof(float);
+    const uint64_t d = p && p->head_dim > 0 ? (uint64_t)p->head_dim : 64;
+    uint64_t bk = (uint64_t)pow2_floor(l1 * 3 / 4 / (64 * f));
+    bk = bk < 32 ? 32 : bk > 256 ? 256 : bk;
+    uint64_t bq;
+    if (tiled) {
+        bq = l1 / (2 * d * f) / w * w;
+    } else {
+        while (bk > 16 && (2 * d + bk) * w * f + 2 * bk * d * f > l2 / 2) bk /= 2;
+        bq = l1 / ((2 * d + bk) * f) / w * w;
+    }
+    if (bq < w) bq = w;
+    if (bq > 512) bq = 512 / w * w;
+    /* Measured on Zen 5 (AVX-512, 1 MiB L2): at head_dim <= 64 flash runs
+     * 1-4% faster with 1.5-tile query blocks and 256-key blocks than with the
+     * L1 fit above ((1,8,512,64) 215.7 -> 223.1 GFLOP/s, (1,12,512,64) 214.2
+     * -> 222.4, (1,8,4096,64) 212.1 -> 216.4; equal at d = 128): S^T then
+     * lives in the L2, which feeds the tile loads fast enough, and the per-
+     * block softmax and rescale are amortised over twice the keys. Used where
+     * the L2 holds that working set four times over. The coordinate-descent
+     * tuner cannot reach this point from 64 x 128 (neither move alone pays). */
+    if (!tiled && w >= 64 && d <= 64 && (2 * d + 256) * (w * 3 / 2) * f * 4 <= l2) {
+        bq = w * 3 / 2;
+        bk = 256;
+    }
+    /* Load balance: flash's tasks are (batch, head, query block); with fewer
+     * than 32 per thread the last ones leave threads idle (measured: (1,12,
+     * 197,64) on 2 threads scales 1.78x at bq 64, 1.96x at 32). Halve bq down
+     * to two vectors of queries, below which the tiles lose more than that. */
+    const mha_isa_ops *ops = mha_ops_for(isa);
+    const uint64_t lanes = ops ? (uint64_t)ops->lanes : 1;
+    if (p && threads > 1 && !tiled) {
+        const uint64_t bh = (uint64_t)(p->batch * p->heads), nq = (uint64_t)p->seq_q;
+        while (bq > 2 * lanes && bh * ((nq + bq - 1) / bq) < 32 * (uint64_t)threads)
+            bq = (bq / 2 + lanes - 1) / lanes * lanes;
+    }
+    /* Tiny problems: no block larger than the problem (the kernels clamp the
+     * same way, so workspace sizes and runs agree either way). */
+    if (p && p->seq_q > 0 && (int64_t)bq > p->seq_q) bq = (uint64_t)p->seq_q;
+    if (p && p->seq_kv > 0 && (int64_t)bk > p->seq_kv) bk = (uint64_t)p->seq_kv;
+    *block_q = bq < 1 ? 1 : (int)bq;
+    *block_kv = bk < 1 ? 1 : (int)bk;
+}

@@ -9,13 +9,8 @@
 
 #include "commands.h"
 #include "results.h"
+#include "stats.h"
 #include "util.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void usage(FILE *f) {
     fputs(
@@ -145,12 +140,12 @@ int cmd_profile(int argc, char **argv) {
     uint64_t cyc[4];
     mha_phase_cycles(cyc, 1);
     int calls = 0;
-    const double t0 = now();
+    const double t0 = now_s();
     double t;
     do {
         mha_attend(k, &p, &o, &qt, &kt, &vt, &ot, ws, ws_bytes);
         calls++;
-    } while ((t = now() - t0) < seconds);
+    } while ((t = now_s() - t0) < seconds);
     const int have = mha_phase_cycles(cyc, 1);
     const double gf = mha_problem_flops(&p) * calls / t * 1e-9;
     printf(

@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "gbench.h"
 #include "results.h"
+#include "stats.h"
 #include "util.h"
 
 enum { MAX_LIST = 64, MAX_KERNELS = 64, MAX_REPS = 1000 };
@@ -243,13 +244,6 @@ static uint64_t g_seed = 1;
 static void *g_ws;
 static size_t g_ws_size;
 
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Uniform [-1, 1), chunked so the fill runs in parallel and is the same for
  * any thread count. */
 static void fill(float *p, size_t n, uint64_t seed) {
@@ -259,8 +253,7 @@ static void fill(float *p, size_t n, uint64_t seed) {
     for (long c = 0; c < nchunks; c++) {
         uint64_t st = seed ^ ((uint64_t)c * 0xd1b54a32d192ed03ull);
         const size_t lo = (size_t)c * chunk, hi = lo + chunk < n ? lo + chunk : n;
-        for (size_t i = lo; i < hi; i++)
-            p[i] = (float)((double)(splitmix(&st) >> 40) * (2.0 / 16777216.0) - 1.0);
+        for (size_t i = lo; i < hi; i++) p[i] = uniform_pm1(&st);
     }
 }
 
@@ -429,12 +422,6 @@ static mha_status do_call(const mha_kernel *k, call *c) {
     return mha_attend(k, &c->p, &c->o, &c->q, &c->k, &c->v, &c->out, c->ws, c->ws_size);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- the benchmark body --------------------------------------------------- */
 
 static void bench_body(mha_gbench_state *st, void *user) {
@@ -568,16 +555,8 @@ static void on_report(const mha_gbench_result *r, void *user) {
     fflush(stdout);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double bench_median(bench *b) {
-    if (b->nres == 0) return 0;
-    qsort(b->gflops, (size_t)b->nres, sizeof *b->gflops, cmp_double);
-    return b->nres % 2 ? b->gflops[b->nres / 2]
-                       : 0.5 * (b->gflops[b->nres / 2 - 1] + b->gflops[b->nres / 2]);
+    return median_inplace(b->gflops, b->nres);
 }
 
 static void print_summary(bench *benches, int nbench, int ngroups) {
@@ -1217,7 +1196,7 @@ int cmd_sweep(int argc, char **argv) {
     if (interleaved) {
         uint64_t st = seed ^ 0x5eedull;
         for (int i = nreg - 1; i > 0; i--) {
-            const int j = (int)(splitmix(&st) % (uint64_t)(i + 1));
+            const int j = (int)(splitmix64(&st) % (uint64_t)(i + 1));
             const int t = order[i];
             order[i] = order[j];
             order[j] = t;

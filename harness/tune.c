@@ -22,6 +22,7 @@
 #include "commands.h"
 #include "machine.h"
 #include "select.h"
+#include "stats.h"
 #include "results.h"
 #include "util.h"
 
@@ -37,12 +38,6 @@
 /* Kernels whose search best is within this fraction of the top one take
  * part in the final round (the others cannot win it). */
 #define FINAL_FRACTION 0.85
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* snprintf for paths: an over-long path is cut (and then fails to open
  * with a message), which is all a command line tool can do. */
@@ -101,13 +96,6 @@ static double other_share(const load_mark *a, const load_mark *b) {
     return share < 0 ? 0 : share;
 }
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* ---- one class's data: timing inputs and the verification case --------------------- */
 typedef struct {
     mha_problem p;  /* timed */
@@ -134,8 +122,7 @@ static void class_data_free(class_data *cd) {
 static float *random_floats(size_t n, uint64_t *rng) {
     float *p = mha_alloc(n * sizeof(float));
     if (p)
-        for (size_t i = 0; i < n; i++)
-            p[i] = (float)((double)(splitmix(rng) >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+        for (size_t i = 0; i < n; i++) p[i] = uniform_pm1(rng);
     return p;
 }
 
@@ -165,7 +152,7 @@ static int class_data_prepare(class_data *cd, const mha_shape_class *c, uint64_t
     cd->out = mha_alloc(nq * sizeof(float));
     const check_case cc = {.p = vp, .input = INPUT_UNIFORM, .layout = LAYOUT_BHND, .tag = "tune"};
     if (!cd->q || !cd->k || !cd->v || !cd->out) return 0;
-    if (check_prepare(&cc, splitmix(&rng), &cd->vd) != MHA_OK) return 0;
+    if (check_prepare(&cc, splitmix64(&rng), &cd->vd) != MHA_OK) return 0;
     cd->have_vd = 1;
     cd->vout = mha_alloc(cd->vd.out_floats * sizeof(float));
     return cd->vout != NULL;
@@ -194,11 +181,6 @@ typedef struct {
     int measurements;
     double other; /* other processes' share during the last timed repetitions, -1 unknown */
 } tune_ctx;
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void log_line(tune_ctx *tx, const class_data *cd, const mha_kernel *k, const point *pt,
                      const char *verify, double max_err, double tol, const double *times, int reps,
@@ -315,9 +297,7 @@ static void measure(tune_ctx *tx, class_data *cd, const mha_kernel *k, point *pt
     tx->other = other_share(&m0, &m1);
     double sorted[MAX_REPS];
     memcpy(sorted, times, (size_t)reps * sizeof(double));
-    qsort(sorted, (size_t)reps, sizeof(double), cmp_double);
-    const double median =
-        reps % 2 ? sorted[reps / 2] : 0.5 * (sorted[reps / 2 - 1] + sorted[reps / 2]);
+    const double median = median_inplace(sorted, reps);
     pt->gflops = median > 0 ? mha_problem_flops(p) / median * 1e-9 : 0;
     pt->status = 1;
     log_line(tx, cd, k, pt, verdict, max_err, cd->vd.tol, times, reps, median, phase);
@@ -493,9 +473,7 @@ static double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, po
     for (int i = 0; i < n; i++) {
         double sorted[MAX_REPS];
         memcpy(sorted, times[i], (size_t)reps * sizeof(double));
-        qsort(sorted, (size_t)reps, sizeof(double), cmp_double);
-        const double median =
-            reps % 2 ? sorted[reps / 2] : 0.5 * (sorted[reps / 2 - 1] + sorted[reps / 2]);
+        const double median = median_inplace(sorted, reps);
         pts[i]->gflops = median > 0 ? mha_problem_flops(p) / median * 1e-9 : 0;
         tx->measurements++;
         log_line(tx, cd, ks[i], pts[i], "skipped (passed before)", 0, cd->vd.tol, times[i], reps,

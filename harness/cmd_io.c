@@ -13,7 +13,7 @@
 #include "mha.h"
 #include "fileio.h"
 #include "npy.h"
-#include "stats.h"
+#include "measure.h"
 #include "util.h"
 
 /* --out is checked before any input is read or computed: a folder, FIFO or
@@ -245,9 +245,9 @@ int cmd_attend(int argc, char **argv) {
     }
     mha_tensor_mut to = mha_view_bhnd_mut(out, p.heads, p.seq_q, p.head_dim);
 
-    double t0 = now_s();
-    st = mha_attend(kern, &p, &opt, &tq, &tk, &tv, &to, ws, wbytes);
-    double dt = now_s() - t0;
+    const meas_call call = meas_call_attend(kern, &p, &opt, &tq, &tk, &tv, &to, ws, wbytes);
+    double dt;
+    st = meas_sample(&call, &dt);
     if (st != MHA_OK) {
         report_mha(st, mha_kernel_name(kern));
         goto done;
@@ -551,9 +551,10 @@ int cmd_forward(int argc, char **argv) {
     }
     const float *key = kpath ? xk.data : x.data, *value = kpath ? xv.data : x.data;
 
-    double t0 = now_s();
-    st = mha_forward(kern, &L, &shp, &opt, x.data, key, value, out, ws, wbytes);
-    double dt = now_s() - t0;
+    const meas_call call =
+        meas_call_forward(kern, &L, &shp, &opt, x.data, key, value, out, ws, wbytes);
+    double dt;
+    st = meas_sample(&call, &dt);
     if (st != MHA_OK) {
         report_mha(st, mha_kernel_name(kern));
         goto done;

@@ -18,6 +18,7 @@
 
 #include "commands.h"
 #include "gbench.h"
+#include "measure.h"
 #include "results.h"
 #include "stats.h"
 #include "util.h"
@@ -94,13 +95,7 @@ static void usage(FILE *f) {
 
 /* ---- the grid ----------------------------------------------------------- */
 
-/* layer = 1: the full MHA layer (mha_forward) with d_model = h * d, self-
- * attention over nq = nkv tokens; the weights live in the k buffer. */
-typedef struct {
-    int64_t b, h, kv, nq, nkv, d;
-    int causal;
-    int layer;
-} shape;
+typedef meas_shape shape; /* measure.h: attention core or the full layer */
 
 typedef struct {
     const char *name;
@@ -228,206 +223,16 @@ typedef struct {
     char *text;
 } note;
 
-/* ---- inputs and workspace (allocated and touched outside timed loops) -------- */
+/* ---- inputs and workspace: the measurement core's pool -------------------- */
 
-typedef struct {
-    shape s;
-    float *q, *k, *v, *o;
-    size_t bytes;
-    uint64_t last_use;
-} input_set;
-
-enum { INPUT_CACHE = 4 };
-static input_set g_inputs[INPUT_CACHE];
-static uint64_t g_use_clock;
-static uint64_t g_seed = 1;
-static void *g_ws;
-static size_t g_ws_size;
-
-/* Uniform [-1, 1), chunked so the fill runs in parallel and is the same for
- * any thread count. */
-static void fill(float *p, size_t n, uint64_t seed) {
-    const size_t chunk = (size_t)1 << 16;
-    const long nchunks = (long)((n + chunk - 1) / chunk);
-#pragma omp parallel for schedule(static)
-    for (long c = 0; c < nchunks; c++) {
-        uint64_t st = seed ^ ((uint64_t)c * 0xd1b54a32d192ed03ull);
-        const size_t lo = (size_t)c * chunk, hi = lo + chunk < n ? lo + chunk : n;
-        for (size_t i = lo; i < hi; i++) p[i] = uniform_pm1(&st);
-    }
-}
-
-static void input_free(input_set *in) {
-    mha_free(in->q);
-    mha_free(in->k);
-    mha_free(in->v);
-    mha_free(in->o);
-    memset(in, 0, sizeof *in);
-}
-
-static size_t shape_elems_q(const shape *s) {
-    return (size_t)(s->b * s->h * s->nq * s->d);
-}
-static size_t shape_elems_kv(const shape *s) {
-    return (size_t)(s->b * s->kv * s->nkv * s->d);
-}
-/* The k buffer: K, or for a layer its four weights and four biases. */
-static size_t shape_elems_k(const shape *s) {
-    const size_t dm = (size_t)(s->h * s->d);
-    return s->layer ? 4 * dm * dm + 4 * dm : shape_elems_kv(s);
-}
-static size_t shape_input_bytes(const shape *s) {
-    return sizeof(float) * (2 * shape_elems_q(s) + shape_elems_k(s) + shape_elems_kv(s));
-}
-
-/* The inputs of a shape: cached (a few shapes, least recently used goes), so
- * grouped runs fill each shape once and interleaved ones do not refill. */
-static input_set *inputs_for(const shape *s) {
-    input_set *slot = NULL;
-    for (int i = 0; i < INPUT_CACHE; i++)
-        if (g_inputs[i].q && memcmp(&g_inputs[i].s, s, sizeof *s) == 0) {
-            g_inputs[i].last_use = ++g_use_clock;
-            return &g_inputs[i];
-        }
-    for (int i = 0; i < INPUT_CACHE; i++)
-        if (!slot || !g_inputs[i].q || (slot->q && g_inputs[i].last_use < slot->last_use))
-            slot = &g_inputs[i];
-    input_free(slot);
-    const size_t nq = shape_elems_q(s), nkv = shape_elems_kv(s), nk = shape_elems_k(s);
-    slot->q = mha_alloc(nq * sizeof(float));
-    slot->k = mha_alloc(nk * sizeof(float));
-    slot->v = mha_alloc(nkv * sizeof(float));
-    slot->o = mha_alloc(nq * sizeof(float));
-    if (!slot->q || !slot->k || !slot->v || !slot->o) {
-        input_free(slot);
-        return NULL;
-    }
-    uint64_t h = g_seed;
-    const int64_t dims[] = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, s->layer};
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) h = h * 1000003u + (uint64_t)dims[i];
-    fill(slot->q, nq, h ^ 1);
-    fill(slot->k, nk, h ^ 2);
-    if (s->layer) { /* weights ~ U(-1,1)/sqrt(d_model): activations stay O(1) */
-        const float g = 1.0f / sqrtf((float)(s->h * s->d));
-        for (size_t i = 0; i < nk; i++) slot->k[i] *= g;
-    }
-    fill(slot->v, nkv, h ^ 3);
-    memset(slot->o, 0, nq * sizeof(float));
-    slot->s = *s;
-    slot->bytes = shape_input_bytes(s);
-    slot->last_use = ++g_use_clock;
-    return slot;
-}
-
-/* Grow-only workspace, zeroed (touched) whenever it grows. */
-static void *workspace_for(size_t bytes) {
-    if (bytes == 0) bytes = MHA_WORKSPACE_ALIGN;
-    if (bytes <= g_ws_size) return g_ws;
-    mha_free(g_ws);
-    g_ws = mha_alloc(bytes);
-    g_ws_size = g_ws ? bytes : 0;
-    if (g_ws) memset(g_ws, 0, bytes);
-    return g_ws;
-}
-
-static void release_buffers(void) {
-    for (int i = 0; i < INPUT_CACHE; i++) input_free(&g_inputs[i]);
-    mha_free(g_ws);
-    g_ws = NULL;
-    g_ws_size = 0;
-}
-
-static mha_problem problem_of(const shape *s) {
-    mha_problem p = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, 0.0f};
-    return p;
-}
-
-/* Prepares one call: inputs, views, workspace. Returns NULL on success, else
- * a message (static). */
-typedef struct {
-    mha_problem p;
-    mha_options o;
-    mha_tensor q, k, v;
-    mha_tensor_mut out;
-    void *ws;
-    size_t ws_size;
-    int layer; /* mha_forward on x = q.data, weights in the k buffer */
-    mha_layer L;
-    mha_layer_shape ls;
-} call;
-
-/* The layer of a layer shape, its weights carved from the k buffer (w NULL:
- * no weights, enough for workspace and FLOP queries). */
-static mha_layer layer_of(const shape *s, const float *w) {
-    const int64_t dm = s->h * s->d, m2 = dm * dm;
-    if (!w) return (mha_layer){dm, s->h, s->kv, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    return (mha_layer){dm,
-                       s->h,
-                       s->kv,
-                       w,
-                       w + m2,
-                       w + 2 * m2,
-                       w + 3 * m2,
-                       w + 4 * m2,
-                       w + 4 * m2 + dm,
-                       w + 4 * m2 + 2 * dm,
-                       w + 4 * m2 + 3 * dm};
-}
-
-static const char *prepare_call(const mha_kernel *k, const shape *s, const mha_options *o,
-                                call *c) {
-    static char msg[256];
-    memset(c, 0, sizeof *c);
-    c->p = problem_of(s);
-    c->o = *o;
-    if (s->layer) {
-        c->layer = 1;
-        c->ls = (mha_layer_shape){s->b, s->nq, s->nkv, s->causal, 0.0f};
-        c->L = layer_of(s, NULL);
-        if (mha_forward_workspace_size(k, &c->L, &c->ls, &c->o, &c->ws_size) != MHA_OK) {
-            snprintf(msg, sizeof msg, "workspace size: %s", mha_last_error());
-            return msg;
-        }
-    } else if (mha_workspace_size(k, &c->p, &c->o, &c->ws_size) != MHA_OK) {
-        snprintf(msg, sizeof msg, "workspace size: %s", mha_last_error());
-        return msg;
-    }
-    input_set *in = inputs_for(s);
-    if (!in) {
-        snprintf(msg, sizeof msg, "cannot allocate %zu bytes of inputs", shape_input_bytes(s));
-        return msg;
-    }
-    c->ws = workspace_for(c->ws_size);
-    if (!c->ws) {
-        snprintf(msg, sizeof msg, "cannot allocate %zu bytes of workspace", c->ws_size);
-        return msg;
-    }
-    if (s->layer) {
-        c->L = layer_of(s, in->k);
-        c->q = mha_view_bhnd(in->q, s->h, s->nq, s->d); /* x, [B, N, d_model] */
-        c->out = mha_view_bhnd_mut(in->o, s->h, s->nq, s->d);
-        return NULL;
-    }
-    c->q = mha_view_bhnd(in->q, s->h, s->nq, s->d);
-    c->k = mha_view_bhnd(in->k, s->kv, s->nkv, s->d);
-    c->v = mha_view_bhnd(in->v, s->kv, s->nkv, s->d);
-    c->out = mha_view_bhnd_mut(in->o, s->h, s->nq, s->d);
-    return NULL;
-}
-
-static mha_status do_call(const mha_kernel *k, call *c) {
-    if (c->layer)
-        return mha_forward(k, &c->L, &c->ls, &c->o, c->q.data, c->q.data, c->q.data, c->out.data,
-                           c->ws, c->ws_size);
-    return mha_attend(k, &c->p, &c->o, &c->q, &c->k, &c->v, &c->out, c->ws, c->ws_size);
-}
+static meas_pool g_pool;
 
 /* ---- the benchmark body --------------------------------------------------- */
 
 static void bench_body(mha_gbench_state *st, void *user) {
     bench *b = user;
-    call c;
-    const char *err = prepare_call(b->k, &b->s, &b->opts, &c);
+    meas_call c;
+    const char *err = meas_prepare(&g_pool, b->k, &b->s, &b->opts, &c);
     if (err) {
         mha_gbench_skip_with_error(st, err);
         return;
@@ -435,16 +240,15 @@ static void bench_body(mha_gbench_state *st, void *user) {
     /* One untimed call the first time round: checks the status and warms
      * caches, pages and the OpenMP team (the first gbench trial is timed). */
     if (!b->warmed) {
-        const mha_status s = do_call(b->k, &c);
+        const mha_status s = meas_run(&c);
         if (s != MHA_OK) {
             mha_gbench_skip_with_error(st, mha_last_error());
             return;
         }
         b->warmed = 1;
     }
-    mha_status status = MHA_OK;
-    while (mha_gbench_keep_running(st)) status |= do_call(b->k, &c);
-    if (status != MHA_OK) mha_gbench_skip_with_error(st, "mha_attend failed in the timed loop");
+    if (meas_gbench(st, &c) != MHA_OK)
+        mha_gbench_skip_with_error(st, "mha_attend failed in the timed loop");
     const int64_t iters = mha_gbench_iterations(st);
     mha_gbench_counter(st, "GFLOPS", b->flops * 1e-9, MHA_GBENCH_PER_ITER_RATE);
     mha_gbench_counter(st, "pct_peak", b->peak > 0 ? 100.0 * b->flops * 1e-9 / b->peak : 0,
@@ -465,18 +269,15 @@ static void bench_body(mha_gbench_state *st, void *user) {
  * calls after a warm-up; the basis of the time estimates. 0 on failure. */
 static double probe_rate(const mha_kernel *k) {
     const shape s = {1, 1, 1, 256, 256, 64, 0, 0};
-    call c;
+    meas_call c;
     const mha_options one = {.threads = 1};
-    if (prepare_call(k, &s, &one, &c) || do_call(k, &c) != MHA_OK) return 0;
-    const mha_problem p = problem_of(&s);
+    if (meas_prepare(&g_pool, k, &s, &one, &c) || meas_run(&c) != MHA_OK) return 0;
+    const mha_problem p = meas_problem(&s);
     const double flops = mha_problem_flops(&p);
-    double best = 1e30, t_start = now_s();
-    for (int i = 0; i < 20 && (i < 3 || now_s() - t_start < 0.03); i++) {
-        const double t0 = now_s();
-        do_call(k, &c);
-        const double dt = now_s() - t0;
-        if (dt < best) best = dt;
-    }
+    double times[20], best = 1e30;
+    const int n = meas_repeat(&c, times, 3, 20, 0.03, NULL);
+    for (int i = 0; i < n; i++)
+        if (times[i] < best) best = times[i];
     return flops / (best > 1e-9 ? best : 1e-9) * 1e-9;
 }
 
@@ -841,7 +642,7 @@ int cmd_sweep(int argc, char **argv) {
         errorf("sweep: --preset '%s': expected quick, full, ci or roofline", preset_name);
         return EXIT_USAGE;
     }
-    g_seed = seed;
+    meas_pool_init(&g_pool, seed);
 
     machine_info mi;
     machine_describe(&mi);
@@ -1090,7 +891,7 @@ int cmd_sweep(int argc, char **argv) {
                 if (pr.ci_kernels && !kernel_list && b->k &&
                     (strcmp(mha_kernel_algorithm(b->k), "decode") == 0) != (s->nq == 1))
                     continue;
-                const mha_problem p = problem_of(s);
+                const mha_problem p = meas_problem(s);
                 const char *kname = b->k ? mha_kernel_name(b->k) : "auto";
                 double krate = rate[ki];
                 if (!b->k) { /* auto: what mha_select picks here, knobs included */
@@ -1128,10 +929,10 @@ int cmd_sweep(int argc, char **argv) {
                     note_add(&skipped, "%s (invalid problem: %s)", b->name, mha_last_error());
                     continue;
                 }
-                const mha_layer lay = layer_of(s, NULL);
+                const mha_layer lay = meas_layer(s, NULL);
                 const mha_layer_shape lsh = {s->b, s->nq, s->nkv, s->causal, 0.0f};
                 b->flops = s->layer ? mha_forward_flops(&lay, &lsh) : mha_problem_flops(&p);
-                b->kv_bytes = 2.0 * (double)shape_elems_kv(s) * sizeof(float);
+                b->kv_bytes = 2.0 * (double)meas_elems_kv(s) * sizeof(float);
                 b->peak = results_kernel_peak(&rm, b->k) * b->threads;
                 b->bw = results_read_bw(&rm, b->threads);
                 mha_options o = b->opts;
@@ -1141,7 +942,7 @@ int cmd_sweep(int argc, char **argv) {
                     note_add(&skipped, "%s (%s)", b->name, mha_last_error());
                     continue;
                 }
-                const double need = (double)shape_input_bytes(s) + (double)ws;
+                const double need = (double)meas_input_bytes(s) + (double)ws;
                 if (need > mem_limit) {
                     note_add(&skipped, "%s (needs %.1f GiB, more than half of memory)", b->name,
                              need / (1024.0 * 1024 * 1024));
@@ -1327,7 +1128,7 @@ done:
     free(benches);
     note_free(&skipped);
     note_free(&notes);
-    release_buffers();
+    meas_pool_release(&g_pool);
     mha_gbench_clear();
     return exit_code;
 }

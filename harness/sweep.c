@@ -99,7 +99,7 @@ typedef meas_shape shape; /* measure.h: attention core or the full layer */
 
 typedef struct {
     const char *name;
-    int64_t seq[MAX_LIST], heads[MAX_LIST], dims[MAX_LIST], batch[MAX_LIST], causal[2];
+    int64_t seq[16], heads[16], dims[16], batch[16], causal[2];
     int nseq, nheads, ndims, nbatch, ncausal;
     int threads_full_range; /* 1..all instead of 1,all */
     shape extra[16];        /* decode and layer shapes (or the whole list: ci, roofline) */
@@ -112,90 +112,101 @@ typedef struct {
     int ci_kernels;  /* ci: SIMD flash/tiled/decode only, each on its own shapes, no auto */
 } preset;
 
-/* Copies a preset's axis values and sets their count from the array itself. */
-#define SET_AXIS(dst, count, src)                                                                  \
-    do {                                                                                           \
-        memcpy(dst, src, sizeof src);                                                              \
-        count = (int)(sizeof src / sizeof src[0]);                                                 \
-    } while (0)
+/* An axis of a preset: the values and their count (field and n<field>). */
+#define AXIS(field, ...)                                                                           \
+    .field = {__VA_ARGS__}, .n##field = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t))
 
-static int preset_get(const char *name, preset *p) {
-    memset(p, 0, sizeof *p);
-    p->name = name;
-    p->batch[0] = 1;
-    p->nbatch = 1;
-    p->causal[0] = 0;
-    p->causal[1] = 1;
-    p->ncausal = 2;
-    p->repetitions = 1;
-    const shape decode = {1, 32, 32, 1, 4096, 128, 0, 0};
-    /* The layer shapes of issue 6: BERT-base and GPT-2 (causal), d_model 768. */
-    const shape bert = {1, 12, 12, 512, 512, 64, 0, 1}, gpt2 = {1, 12, 12, 1024, 1024, 64, 1, 1};
-    if (strcmp(name, "quick") == 0) {
-        const int64_t seq[] = {128, 512, 2048}, heads[] = {8, 12}, dims[] = {64, 128};
-        SET_AXIS(p->seq, p->nseq, seq);
-        SET_AXIS(p->heads, p->nheads, heads);
-        SET_AXIS(p->dims, p->ndims, dims);
-        p->extra[p->nextra++] = decode;
-        p->extra[p->nextra++] = bert;
-        p->extra[p->nextra++] = gpt2;
+#define DECODE                                                                                     \
+    { 1, 32, 32, 1, 4096, 128, 0, 0 }
+/* The layer shapes of issue 6: BERT-base and GPT-2 (causal), d_model 768. */
+#define BERT                                                                                       \
+    { 1, 12, 12, 512, 512, 64, 0, 1 }
+#define GPT2                                                                                       \
+    { 1, 12, 12, 1024, 1024, 64, 1, 1 }
+
+/* The presets, as data: `--preset NAME` is a row of this table. */
+static const preset PRESETS[] = {
+    {
+        .name = "quick",
+        AXIS(seq, 128, 512, 2048),
+        AXIS(heads, 8, 12),
+        AXIS(dims, 64, 128),
+        AXIS(batch, 1),
+        AXIS(causal, 0, 1),
+        .extra = {DECODE, BERT, GPT2},
+        .nextra = 3,
         /* 0.05 s: every kernel x 50 shapes in about 2.5 minutes on 2 cores;
          * the estimate-based skip bounds the slow calls. */
-        p->min_time = 0.05;
-        return 1;
-    }
-    if (strcmp(name, "full") == 0) {
-        const int64_t seq[] = {64, 128, 197, 256, 512, 1024, 2048, 4096, 8192};
-        const int64_t heads[] = {1, 4, 8, 12, 16, 32}, dims[] = {32, 64, 80, 128}, batch[] = {1, 4};
-        SET_AXIS(p->seq, p->nseq, seq);
-        SET_AXIS(p->heads, p->nheads, heads);
-        SET_AXIS(p->dims, p->ndims, dims);
-        SET_AXIS(p->batch, p->nbatch, batch);
-        p->threads_full_range = 1;
-        p->extra[p->nextra++] = decode;
-        p->extra[p->nextra++] = (shape){1, 32, 8, 1, 4096, 128, 0, 0};
-        p->extra[p->nextra++] = (shape){1, 32, 32, 1, 16384, 128, 0, 0};
-        p->extra[p->nextra++] = (shape){4, 32, 8, 1, 16384, 128, 0, 0};
-        p->extra[p->nextra++] = bert;
-        p->extra[p->nextra++] = gpt2;
-        p->min_time = 0.2;
-        return 1;
-    }
-    if (strcmp(name, "roofline") == 0) {
+        .min_time = 0.05,
+        .repetitions = 1,
+    },
+    {
+        .name = "full",
+        AXIS(seq, 64, 128, 197, 256, 512, 1024, 2048, 4096, 8192),
+        AXIS(heads, 1, 4, 8, 12, 16, 32),
+        AXIS(dims, 32, 64, 80, 128),
+        AXIS(batch, 1, 4),
+        AXIS(causal, 0, 1),
+        .threads_full_range = 1,
+        .extra = {DECODE,
+                  {1, 32, 8, 1, 4096, 128, 0, 0},
+                  {1, 32, 32, 1, 16384, 128, 0, 0},
+                  {4, 32, 8, 1, 16384, 128, 0, 0},
+                  BERT,
+                  GPT2},
+        .nextra = 6,
+        .min_time = 0.2,
+        .repetitions = 1,
+    },
+    {
         /* The shapes of the roofline targets (issue 6): prefill, decode with
          * MHA and GQA caches, and the BERT-base / GPT-2 layers. */
-        const shape list[] = {{1, 8, 8, 4096, 4096, 64, 0, 0},
-                              {1, 12, 12, 512, 512, 64, 0, 0},
-                              {1, 8, 8, 512, 512, 64, 0, 0},
-                              {1, 32, 32, 2048, 2048, 128, 0, 0},
-                              {1, 32, 32, 2048, 2048, 128, 1, 0},
-                              {1, 12, 12, 1024, 1024, 64, 1, 0},
-                              {1, 12, 12, 197, 197, 64, 0, 0},
-                              {1, 12, 12, 128, 128, 64, 0, 0},
-                              decode,
-                              {1, 32, 8, 1, 4096, 128, 0, 0},
-                              bert,
-                              gpt2};
-        for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) p->extra[p->nextra++] = list[i];
-        p->extra_only = 1;
-        p->min_time = 0.3;
-        p->repetitions = 5;
-        p->interleaved = 1; /* a burst of host load hits every kernel of a shape alike */
-        p->by_shape = 1;
-        return 1;
-    }
-    if (strcmp(name, "ci") == 0) {
-        p->extra[p->nextra++] = (shape){1, 8, 8, 512, 512, 64, 0, 0};
-        p->extra[p->nextra++] = (shape){1, 12, 12, 1024, 1024, 64, 1, 0};
-        p->extra[p->nextra++] = decode;
-        p->extra_only = 1;
-        p->min_time = 0.05;
-        p->repetitions = 9;
-        p->interleaved = 1;
-        p->ci_kernels = 1;
-        return 1;
-    }
-    return 0;
+        .name = "roofline",
+        AXIS(batch, 1),
+        AXIS(causal, 0, 1),
+        .extra = {{1, 8, 8, 4096, 4096, 64, 0, 0},
+                  {1, 12, 12, 512, 512, 64, 0, 0},
+                  {1, 8, 8, 512, 512, 64, 0, 0},
+                  {1, 32, 32, 2048, 2048, 128, 0, 0},
+                  {1, 32, 32, 2048, 2048, 128, 1, 0},
+                  {1, 12, 12, 1024, 1024, 64, 1, 0},
+                  {1, 12, 12, 197, 197, 64, 0, 0},
+                  {1, 12, 12, 128, 128, 64, 0, 0},
+                  DECODE,
+                  {1, 32, 8, 1, 4096, 128, 0, 0},
+                  BERT,
+                  GPT2},
+        .nextra = 12,
+        .extra_only = 1,
+        .min_time = 0.3,
+        .repetitions = 5,
+        .interleaved = 1, /* a burst of host load hits every kernel of a shape alike */
+        .by_shape = 1,
+    },
+    {
+        .name = "ci",
+        AXIS(batch, 1),
+        AXIS(causal, 0, 1),
+        .extra = {{1, 8, 8, 512, 512, 64, 0, 0}, {1, 12, 12, 1024, 1024, 64, 1, 0}, DECODE},
+        .nextra = 3,
+        .extra_only = 1,
+        .min_time = 0.05,
+        .repetitions = 9,
+        .interleaved = 1,
+        .ci_kernels = 1,
+    },
+};
+
+#undef AXIS
+#undef DECODE
+#undef BERT
+#undef GPT2
+
+/* The preset called name, or NULL. */
+static const preset *preset_find(const char *name) {
+    for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
+        if (strcmp(PRESETS[i].name, name) == 0) return &PRESETS[i];
+    return NULL;
 }
 
 /* One benchmark: a kernel on a shape at a thread count. For the `auto`
@@ -637,11 +648,12 @@ int cmd_sweep(int argc, char **argv) {
     }
     if (!check_isa_env()) return EXIT_USAGE;
 
-    preset pr;
-    if (!preset_get(preset_name, &pr)) {
+    const preset *prp = preset_find(preset_name);
+    if (!prp) {
         errorf("sweep: --preset '%s': expected quick, full, ci or roofline", preset_name);
         return EXIT_USAGE;
     }
+    const preset pr = *prp;
     meas_pool_init(&g_pool, seed);
 
     machine_info mi;

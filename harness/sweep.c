@@ -509,6 +509,201 @@ static int count_filtered(const bench *benches, int n, const char *filter) {
     return count;
 }
 
+/* What the benchmark list is made from. */
+typedef struct {
+    const preset *pr;
+    const mha_kernel *const *kernels; /* NULL: auto */
+    const double *rate;               /* per kernel, GFLOP/s at 1 thread */
+    int nk;
+    const int64_t *threads;
+    int nthreads;
+    int kernels_given; /* --kernels: ci's pairing of algorithms and shapes is off */
+    const results_machine *rm;
+    double max_seconds, min_time;
+} bench_plan;
+
+/* The benchmarks, grouped by (shape, threads), estimated and maybe skipped
+ * (each skip a note in skipped). Returns the array (*nbench of them, in
+ * *ngroups groups). */
+static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshapes,
+                           note_list *skipped, int *nbench_out, int *ngroups_out) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const double mem_limit = pages > 0 && page > 0 ? 0.5 * (double)pages * (double)page : 1e12;
+    int nbench = 0, ngroups = 0;
+    const size_t nslots = (size_t)nshapes * (size_t)pl->nthreads * (size_t)pl->nk + 1;
+    bench *benches = sweep_realloc(NULL, nslots, sizeof *benches);
+    memset(benches, 0, nslots * sizeof *benches);
+    for (int si = 0; si < nshapes; si++)
+        for (int ti = 0; ti < pl->nthreads; ti++) {
+            const int group = ngroups++;
+            for (int ki = 0; ki < pl->nk; ki++) {
+                bench *b = &benches[nbench];
+                memset(b, 0, sizeof *b);
+                b->k = pl->kernels[ki];
+                b->s = shapes[si];
+                b->threads = (int)pl->threads[ti];
+                b->group = group;
+                b->opts = (mha_options){.threads = b->threads};
+                const shape *s = &b->s;
+                /* ci pairs each algorithm with the shapes it is for: decode
+                 * with the decode shape, flash/tiled with the prefill ones (a
+                 * memory-bound kernel on the wrong shape only adds noise). */
+                if (pl->pr->ci_kernels && !pl->kernels_given && b->k &&
+                    (strcmp(mha_kernel_algorithm(b->k), "decode") == 0) != (s->nq == 1))
+                    continue;
+                const mha_problem p = meas_problem(s);
+                const char *kname = b->k ? mha_kernel_name(b->k) : "auto";
+                double krate = pl->rate[ki];
+                if (!b->k) { /* auto: what mha_select picks here, knobs included */
+                    mha_selection sel;
+                    if (mha_select(&p, &b->opts, &sel) != MHA_OK) {
+                        note_add(skipped, "auto on %s (mha_select: %s)", b->name, mha_last_error());
+                        continue;
+                    }
+                    b->is_auto = 1;
+                    b->k = sel.kernel;
+                    b->opts = sel.options;
+                    snprintf(b->label, sizeof b->label, "%s bq=%d bk=%d split=%d (%s)",
+                             mha_kernel_name(sel.kernel), sel.options.block_q, sel.options.block_kv,
+                             sel.options.split,
+                             sel.source == MHA_CHOICE_TABLE
+                                 ? "table"
+                                 : (sel.source == MHA_CHOICE_FORCED ? "forced" : "default"));
+                    for (int kj = 0; kj < pl->nk; kj++)
+                        if (pl->kernels[kj] == b->k) krate = pl->rate[kj];
+                    if (krate <= 0) krate = probe_rate(b->k);
+                }
+                if (s->layer)
+                    snprintf(b->name, sizeof b->name,
+                             "layer/%s/B:%lld/N:%lld/dm:%lld/H:%lld/causal:%d/threads:%d", kname,
+                             (long long)s->b, (long long)s->nq, (long long)(s->h * s->d),
+                             (long long)s->h, s->causal, b->threads);
+                else
+                    snprintf(
+                        b->name, sizeof b->name,
+                        "%s/B:%lld/H:%lld/KV:%lld/Nq:%lld/Nkv:%lld/d:%lld/causal:%d/threads:%d",
+                        kname, (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
+                        (long long)s->nkv, (long long)s->d, s->causal, b->threads);
+                if (mha_problem_validate(&p) != MHA_OK) {
+                    note_add(skipped, "%s (invalid problem: %s)", b->name, mha_last_error());
+                    continue;
+                }
+                const mha_layer lay = meas_layer(s, NULL);
+                const mha_layer_shape lsh = {s->b, s->nq, s->nkv, s->causal, 0.0f};
+                b->flops = s->layer ? mha_forward_flops(&lay, &lsh) : mha_problem_flops(&p);
+                b->kv_bytes = 2.0 * (double)meas_elems_kv(s) * sizeof(float);
+                b->peak = results_kernel_peak(pl->rm, b->k) * b->threads;
+                b->bw = results_read_bw(pl->rm, b->threads);
+                mha_options o = b->opts;
+                size_t ws = 0;
+                if ((s->layer ? mha_forward_workspace_size(b->k, &lay, &lsh, &o, &ws)
+                              : mha_workspace_size(b->k, &p, &o, &ws)) != MHA_OK) {
+                    note_add(skipped, "%s (%s)", b->name, mha_last_error());
+                    continue;
+                }
+                const double need = (double)meas_input_bytes(s) + (double)ws;
+                if (need > mem_limit) {
+                    note_add(skipped, "%s (needs %.1f GiB, more than half of memory)", b->name,
+                             need / (1024.0 * 1024 * 1024));
+                    continue;
+                }
+                /* Per-head parallel kernels use at most B*H threads; flash also
+                 * splits query blocks. */
+                double par = b->threads;
+                if (strcmp(mha_kernel_algorithm(b->k), "flash") != 0 && (double)(s->b * s->h) < par)
+                    par = (double)(s->b * s->h);
+                const double est = krate > 0 ? b->flops / (krate * 1e9 * par) : 1e30;
+                if (est > pl->max_seconds) {
+                    char msg[64];
+                    snprintf(msg, sizeof msg, "estimated %.1f s per call > --max-seconds %g", est,
+                             pl->max_seconds);
+                    printf("skip %s (%s)\n", b->name, msg);
+                    note_add(skipped, "%s (%s)", b->name, msg);
+                    continue;
+                }
+                /* The untimed warm-up call (and status check) only where it is
+                 * cheap: a call longer than the min time is its own 1-iteration
+                 * run, its inputs are shared with the kernels before it and the
+                 * workspace is touched, so a cold start is a small part of it. */
+                b->warmed = est >= pl->min_time;
+                nbench++;
+            }
+        }
+    *nbench_out = nbench;
+    *ngroups_out = ngroups;
+    return benches;
+}
+
+/* Registers the benchmarks with Google Benchmark. Returns 0, or -1 after a
+ * message. */
+static int register_benches(bench *benches, int nbench, int interleaved, int by_shape,
+                            int repetitions, uint64_t seed) {
+    /* Registration. Grouped: each benchmark once, repeated by Google
+     * Benchmark (--benchmark_repetitions), so the file has one row per
+     * repetition plus the _mean/_median/_stddev/_cv aggregates. Interleaved
+     * (ci): every (benchmark, repetition) pair is registered on its own, in
+     * an order shuffled with the seed, each a one-repetition run; the shim's
+     * reporters then number the rows of a name as repetitions 0..n-1 with one
+     * family_index, so the file holds n per-repetition rows of each exact name
+     * (no aggregate rows) as compare.py and mhabench compare expect. A slow
+     * drift of the machine (clock, other load) then spreads over every
+     * benchmark instead of biasing the ones that ran during it. */
+    const int per_bench = interleaved ? repetitions : 1;
+    int nreg = nbench * per_bench;
+    int *order = sweep_realloc(NULL, (size_t)nreg, sizeof *order);
+    for (int i = 0; i < nreg; i++) order[i] = i / per_bench;
+    if (interleaved) {
+        uint64_t st = seed ^ 0x5eedull;
+        for (int i = nreg - 1; i > 0; i--) {
+            const int j = (int)(splitmix64(&st) % (uint64_t)(i + 1));
+            const int t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+    }
+    if (interleaved && by_shape) {
+        /* roofline: shapes in their listed order, the shuffle kept within each
+         * (a stable insertion sort by the shape's first benchmark) */
+        int *first = sweep_realloc(NULL, (size_t)nbench, sizeof *first);
+        for (int i = 0; i < nbench; i++) {
+            first[i] = i;
+            for (int j = 0; j < i; j++)
+                if (memcmp(&benches[j].s, &benches[i].s, sizeof benches[i].s) == 0) {
+                    first[i] = first[j];
+                    break;
+                }
+        }
+        for (int i = 1; i < nreg; i++)
+            for (int j = i; j > 0 && first[order[j - 1]] > first[order[j]]; j--) {
+                const int t = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = t;
+            }
+        free(first);
+    }
+    mha_gbench_clear();
+    for (int i = 0; i < nreg; i++) {
+        bench *b = &benches[order[i]];
+        mha_gbench_def d;
+        memset(&d, 0, sizeof d);
+        d.name = b->name;
+        d.run = bench_body;
+        d.user = b;
+        d.real_time = 1;
+        if (interleaved) {
+            d.repetitions = 1;
+            d.report_as_repetitions = repetitions;
+        }
+        if (mha_gbench_register(&d) != 0) {
+            errorf("sweep: cannot register %s", b->name);
+            free(order);
+            return -1;
+        }
+    }
+    free(order);
+    return 0;
+}
+
 int cmd_sweep(int argc, char **argv) {
     enum {
         O_PRESET = 256,
@@ -878,110 +1073,10 @@ int cmd_sweep(int argc, char **argv) {
             if (keep) shapes[nshapes++] = pr.extra[i];
         }
 
-    /* The benchmarks, grouped by (shape, threads), estimated and maybe skipped. */
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const double mem_limit = pages > 0 && page > 0 ? 0.5 * (double)pages * (double)page : 1e12;
     int nbench = 0, ngroups = 0;
-    const size_t nslots = (size_t)nshapes * (size_t)nthreads * (size_t)nk + 1;
-    bench *benches = sweep_realloc(NULL, nslots, sizeof *benches);
-    memset(benches, 0, nslots * sizeof *benches);
-    for (int si = 0; si < nshapes; si++)
-        for (int ti = 0; ti < nthreads; ti++) {
-            const int group = ngroups++;
-            for (int ki = 0; ki < nk; ki++) {
-                bench *b = &benches[nbench];
-                memset(b, 0, sizeof *b);
-                b->k = kernels[ki];
-                b->s = shapes[si];
-                b->threads = (int)threads[ti];
-                b->group = group;
-                b->opts = (mha_options){.threads = b->threads};
-                const shape *s = &b->s;
-                /* ci pairs each algorithm with the shapes it is for: decode
-                 * with the decode shape, flash/tiled with the prefill ones (a
-                 * memory-bound kernel on the wrong shape only adds noise). */
-                if (pr.ci_kernels && !kernel_list && b->k &&
-                    (strcmp(mha_kernel_algorithm(b->k), "decode") == 0) != (s->nq == 1))
-                    continue;
-                const mha_problem p = meas_problem(s);
-                const char *kname = b->k ? mha_kernel_name(b->k) : "auto";
-                double krate = rate[ki];
-                if (!b->k) { /* auto: what mha_select picks here, knobs included */
-                    mha_selection sel;
-                    if (mha_select(&p, &b->opts, &sel) != MHA_OK) {
-                        note_add(&skipped, "auto on %s (mha_select: %s)", b->name,
-                                 mha_last_error());
-                        continue;
-                    }
-                    b->is_auto = 1;
-                    b->k = sel.kernel;
-                    b->opts = sel.options;
-                    snprintf(b->label, sizeof b->label, "%s bq=%d bk=%d split=%d (%s)",
-                             mha_kernel_name(sel.kernel), sel.options.block_q, sel.options.block_kv,
-                             sel.options.split,
-                             sel.source == MHA_CHOICE_TABLE
-                                 ? "table"
-                                 : (sel.source == MHA_CHOICE_FORCED ? "forced" : "default"));
-                    for (int kj = 0; kj < nk; kj++)
-                        if (kernels[kj] == b->k) krate = rate[kj];
-                    if (krate <= 0) krate = probe_rate(b->k);
-                }
-                if (s->layer)
-                    snprintf(b->name, sizeof b->name,
-                             "layer/%s/B:%lld/N:%lld/dm:%lld/H:%lld/causal:%d/threads:%d", kname,
-                             (long long)s->b, (long long)s->nq, (long long)(s->h * s->d),
-                             (long long)s->h, s->causal, b->threads);
-                else
-                    snprintf(
-                        b->name, sizeof b->name,
-                        "%s/B:%lld/H:%lld/KV:%lld/Nq:%lld/Nkv:%lld/d:%lld/causal:%d/threads:%d",
-                        kname, (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
-                        (long long)s->nkv, (long long)s->d, s->causal, b->threads);
-                if (mha_problem_validate(&p) != MHA_OK) {
-                    note_add(&skipped, "%s (invalid problem: %s)", b->name, mha_last_error());
-                    continue;
-                }
-                const mha_layer lay = meas_layer(s, NULL);
-                const mha_layer_shape lsh = {s->b, s->nq, s->nkv, s->causal, 0.0f};
-                b->flops = s->layer ? mha_forward_flops(&lay, &lsh) : mha_problem_flops(&p);
-                b->kv_bytes = 2.0 * (double)meas_elems_kv(s) * sizeof(float);
-                b->peak = results_kernel_peak(&rm, b->k) * b->threads;
-                b->bw = results_read_bw(&rm, b->threads);
-                mha_options o = b->opts;
-                size_t ws = 0;
-                if ((s->layer ? mha_forward_workspace_size(b->k, &lay, &lsh, &o, &ws)
-                              : mha_workspace_size(b->k, &p, &o, &ws)) != MHA_OK) {
-                    note_add(&skipped, "%s (%s)", b->name, mha_last_error());
-                    continue;
-                }
-                const double need = (double)meas_input_bytes(s) + (double)ws;
-                if (need > mem_limit) {
-                    note_add(&skipped, "%s (needs %.1f GiB, more than half of memory)", b->name,
-                             need / (1024.0 * 1024 * 1024));
-                    continue;
-                }
-                /* Per-head parallel kernels use at most B*H threads; flash also
-                 * splits query blocks. */
-                double par = b->threads;
-                if (strcmp(mha_kernel_algorithm(b->k), "flash") != 0 && (double)(s->b * s->h) < par)
-                    par = (double)(s->b * s->h);
-                const double est = krate > 0 ? b->flops / (krate * 1e9 * par) : 1e30;
-                if (est > max_seconds) {
-                    char msg[64];
-                    snprintf(msg, sizeof msg, "estimated %.1f s per call > --max-seconds %g", est,
-                             max_seconds);
-                    printf("skip %s (%s)\n", b->name, msg);
-                    note_add(&skipped, "%s (%s)", b->name, msg);
-                    continue;
-                }
-                /* The untimed warm-up call (and status check) only where it is
-                 * cheap: a call longer than the min time is its own 1-iteration
-                 * run, its inputs are shared with the kernels before it and the
-                 * workspace is touched, so a cold start is a small part of it. */
-                b->warmed = est >= min_time;
-                nbench++;
-            }
-        }
+    const bench_plan plan = {&pr, kernels,     rate,    nk, threads, nthreads, kernel_list != NULL,
+                             &rm, max_seconds, min_time};
+    bench *benches = plan_benches(&plan, shapes, nshapes, &skipped, &nbench, &ngroups);
     free(shapes);
     for (int i = 0; i < notes.n; i++) printf("note: %s\n", notes.items[i].text);
 
@@ -992,70 +1087,10 @@ int cmd_sweep(int argc, char **argv) {
         goto done;
     }
 
-    /* Registration. Grouped: each benchmark once, repeated by Google
-     * Benchmark (--benchmark_repetitions), so the file has one row per
-     * repetition plus the _mean/_median/_stddev/_cv aggregates. Interleaved
-     * (ci): every (benchmark, repetition) pair is registered on its own, in
-     * an order shuffled with the seed, each a one-repetition run; the shim's
-     * reporters then number the rows of a name as repetitions 0..n-1 with one
-     * family_index, so the file holds n per-repetition rows of each exact name
-     * (no aggregate rows) as compare.py and mhabench compare expect. A slow
-     * drift of the machine (clock, other load) then spreads over every
-     * benchmark instead of biasing the ones that ran during it. */
-    const int per_bench = interleaved ? repetitions : 1;
-    int nreg = nbench * per_bench;
-    int *order = sweep_realloc(NULL, (size_t)nreg, sizeof *order);
-    for (int i = 0; i < nreg; i++) order[i] = i / per_bench;
-    if (interleaved) {
-        uint64_t st = seed ^ 0x5eedull;
-        for (int i = nreg - 1; i > 0; i--) {
-            const int j = (int)(splitmix64(&st) % (uint64_t)(i + 1));
-            const int t = order[i];
-            order[i] = order[j];
-            order[j] = t;
-        }
+    if (register_benches(benches, nbench, interleaved, pr.by_shape, repetitions, seed) != 0) {
+        exit_code = EXIT_USAGE;
+        goto done;
     }
-    if (interleaved && pr.by_shape) {
-        /* roofline: shapes in their listed order, the shuffle kept within each
-         * (a stable insertion sort by the shape's first benchmark) */
-        int *first = sweep_realloc(NULL, (size_t)nbench, sizeof *first);
-        for (int i = 0; i < nbench; i++) {
-            first[i] = i;
-            for (int j = 0; j < i; j++)
-                if (memcmp(&benches[j].s, &benches[i].s, sizeof benches[i].s) == 0) {
-                    first[i] = first[j];
-                    break;
-                }
-        }
-        for (int i = 1; i < nreg; i++)
-            for (int j = i; j > 0 && first[order[j - 1]] > first[order[j]]; j--) {
-                const int t = order[j];
-                order[j] = order[j - 1];
-                order[j - 1] = t;
-            }
-        free(first);
-    }
-    mha_gbench_clear();
-    for (int i = 0; i < nreg; i++) {
-        bench *b = &benches[order[i]];
-        mha_gbench_def d;
-        memset(&d, 0, sizeof d);
-        d.name = b->name;
-        d.run = bench_body;
-        d.user = b;
-        d.real_time = 1;
-        if (interleaved) {
-            d.repetitions = 1;
-            d.report_as_repetitions = repetitions;
-        }
-        if (mha_gbench_register(&d) != 0) {
-            errorf("sweep: cannot register %s", b->name);
-            free(order);
-            exit_code = EXIT_USAGE;
-            goto done;
-        }
-    }
-    free(order);
 
     int max_threads = 1;
     for (int i = 0; i < nthreads; i++)

@@ -704,6 +704,26 @@ static int register_benches(bench *benches, int nbench, int interleaved, int by_
     return 0;
 }
 
+/* The closing report: the summary, what was skipped and what failed, and
+ * the run's totals. Returns the number of failed runs. */
+static int report_sweep(bench *benches, int nbench, int ngroups, const note_list *skipped, int done,
+                        double t0, const char *path) {
+    print_summary(benches, nbench, ngroups);
+    int nerr = 0;
+    for (int i = 0; i < nbench; i++) nerr += benches[i].errors;
+    if (skipped->n) {
+        printf("\nskipped (%d):\n", skipped->n);
+        for (int i = 0; i < skipped->n; i++) printf("  %s\n", skipped->items[i].text);
+    }
+    if (nerr) {
+        printf("\nfailed (%d):\n", nerr);
+        for (int i = 0; i < nbench; i++)
+            if (benches[i].errors) printf("  %s\n", benches[i].name);
+    }
+    printf("\n%d run%s in %.1f s; results: %s\n", done, done == 1 ? "" : "s", now_s() - t0, path);
+    return nerr;
+}
+
 int cmd_sweep(int argc, char **argv) {
     enum {
         O_PRESET = 256,
@@ -1153,21 +1173,8 @@ int cmd_sweep(int argc, char **argv) {
     }
     snprintf(path, sizeof path, "%s", out.target);
 
-    print_summary(benches, nbench, ngroups);
-    int nerr = 0;
-    for (int i = 0; i < nbench; i++) nerr += benches[i].errors;
-    if (skipped.n) {
-        printf("\nskipped (%d):\n", skipped.n);
-        for (int i = 0; i < skipped.n; i++) printf("  %s\n", skipped.items[i].text);
-    }
-    if (nerr) {
-        printf("\nfailed (%d):\n", nerr);
-        for (int i = 0; i < nbench; i++)
-            if (benches[i].errors) printf("  %s\n", benches[i].name);
+    if (report_sweep(benches, nbench, ngroups, &skipped, rs.done, t0, path) > 0)
         exit_code = EXIT_CHECK_FAILED;
-    }
-    printf("\n%d run%s in %.1f s; results: %s\n", rs.done, rs.done == 1 ? "" : "s", now_s() - t0,
-           path);
 
 done:
     mha_out_abort(&out); /* no-op after a commit */

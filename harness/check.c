@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "stats.h"
 
 /* ---- tolerance -------------------------------------------------------------
  * The output is a convex combination of V rows, so |out| <= mag = max|V| and
@@ -32,19 +33,9 @@
 enum { GUARD = 64 }; /* floats of guard zone before and after every output */
 static const uint32_t SENTINEL = 0x7fc5a5a5u; /* a quiet NaN nobody computes */
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float uniform(uint64_t *s) { /* [-1, 1) */
-    return (float)((double)(splitmix(s) >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-}
-
 uint64_t check_case_seed(uint64_t seed, int index) {
     uint64_t s = seed ^ (0x632be59bd9b4e019ull * (uint64_t)(index + 1));
-    return splitmix(&s);
+    return splitmix64(&s);
 }
 
 /* ---- cases ------------------------------------------------------------------ */
@@ -166,7 +157,8 @@ static mha_status make_input(const check_case *c, int64_t H, int64_t N, float **
             for (int64_t i = 0; i < N; i++)
                 for (int64_t k = 0; k < d; k++) {
                     float *e = p + b * s.sb + h * s.sh + i * s.sn + k;
-                    *e = (equal_rows && i > 0) ? p[b * s.sb + h * s.sh + k] : gain * uniform(rng);
+                    *e = (equal_rows && i > 0) ? p[b * s.sb + h * s.sh + k]
+                                               : gain * uniform_pm1(rng);
                 }
     *buf = p;
     *view = (mha_tensor){p, s.sb, s.sh, s.sn};

@@ -13,6 +13,7 @@
 #include "mha.h"
 #include "fileio.h"
 #include "npy.h"
+#include "measure.h"
 #include "util.h"
 
 /* --out is checked before any input is read or computed: a folder, FIFO or
@@ -26,12 +27,6 @@ static int out_usable(const char *path) {
     }
     mha_out_abort(&w);
     return 1;
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* "[2, 4, 5, 8]" */
@@ -250,9 +245,9 @@ int cmd_attend(int argc, char **argv) {
     }
     mha_tensor_mut to = mha_view_bhnd_mut(out, p.heads, p.seq_q, p.head_dim);
 
-    double t0 = now_seconds();
-    st = mha_attend(kern, &p, &opt, &tq, &tk, &tv, &to, ws, wbytes);
-    double dt = now_seconds() - t0;
+    const meas_call call = meas_call_attend(kern, &p, &opt, &tq, &tk, &tv, &to, ws, wbytes);
+    double dt;
+    st = meas_sample(&call, &dt);
     if (st != MHA_OK) {
         report_mha(st, mha_kernel_name(kern));
         goto done;
@@ -556,9 +551,10 @@ int cmd_forward(int argc, char **argv) {
     }
     const float *key = kpath ? xk.data : x.data, *value = kpath ? xv.data : x.data;
 
-    double t0 = now_seconds();
-    st = mha_forward(kern, &L, &shp, &opt, x.data, key, value, out, ws, wbytes);
-    double dt = now_seconds() - t0;
+    const meas_call call =
+        meas_call_forward(kern, &L, &shp, &opt, x.data, key, value, out, ws, wbytes);
+    double dt;
+    st = meas_sample(&call, &dt);
     if (st != MHA_OK) {
         report_mha(st, mha_kernel_name(kern));
         goto done;

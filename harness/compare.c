@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "fileio.h"
 #include "results.h"
+#include "stats.h"
 #include "util.h"
 
 /* Every compare message goes through here: they quote file content (benchmark
@@ -366,16 +367,6 @@ static int fingerprints_match(const result_set *a, const result_set *b, int forc
 }
 
 /* ---- statistics -------------------------------------------------------------------- */
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median of a sorted sample. */
-static double median_sorted(const double *x, int n) {
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 typedef struct {
     double u;  /* Mann-Whitney U of the NEW sample: pairs new > base, ties count 1/2 */

@@ -17,16 +17,11 @@
 
 #include "ops.h"
 #include "select.h"
+#include "stats.h"
 
 #define KIB ((uint64_t)1024)
 #define MIB (1024 * KIB)
 #define GIB (1024 * MIB)
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- cpuid ------------------------------------------------------------- */
 

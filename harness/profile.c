@@ -8,14 +8,9 @@
 #include <time.h>
 
 #include "commands.h"
+#include "measure.h"
 #include "results.h"
 #include "util.h"
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void usage(FILE *f) {
     fputs(
@@ -117,40 +112,24 @@ int cmd_profile(int argc, char **argv) {
         errorf("profile: %s", mha_last_error());
         return EXIT_USAGE;
     }
-    const size_t nq = (size_t)(B * H * N * d), nkv = (size_t)(B * p.kv_heads * p.seq_kv * d);
-    float *q = mha_alloc(nq * 4), *kk = mha_alloc(nkv * 4), *v = mha_alloc(nkv * 4),
-          *out = mha_alloc(nq * 4);
-    void *ws = mha_alloc(ws_bytes ? ws_bytes : 64);
+    meas_pool pool;
+    meas_pool_init(&pool, 12345);
+    meas_call call;
     int rc = EXIT_USAGE;
-    if (!q || !kk || !v || !out || !ws) {
+    const meas_shape shp = meas_shape_of(&p);
+    if (meas_prepare(&pool, k, &shp, &o, &call)) {
         errorf("profile: cannot allocate inputs and %zu bytes of workspace", ws_bytes);
         goto done;
     }
-    uint32_t s = 12345;
-    for (size_t i = 0; i < nq; i++)
-        q[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
-    for (size_t i = 0; i < nkv; i++) {
-        kk[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
-        v[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
-    }
-    memset(ws, 0, ws_bytes);
-    const mha_tensor qt = mha_view_bhnd(q, H, N, d),
-                     kt = mha_view_bhnd(kk, p.kv_heads, p.seq_kv, d),
-                     vt = mha_view_bhnd(v, p.kv_heads, p.seq_kv, d);
-    const mha_tensor_mut ot = mha_view_bhnd_mut(out, H, N, d);
-    if (mha_attend(k, &p, &o, &qt, &kt, &vt, &ot, ws, ws_bytes) != MHA_OK) { /* warm-up */
+    if (meas_run(&call) != MHA_OK) { /* warm-up */
         errorf("profile: %s", mha_last_error());
         goto done;
     }
     uint64_t cyc[4];
     mha_phase_cycles(cyc, 1);
     int calls = 0;
-    const double t0 = now();
     double t;
-    do {
-        mha_attend(k, &p, &o, &qt, &kt, &vt, &ot, ws, ws_bytes);
-        calls++;
-    } while ((t = now() - t0) < seconds);
+    meas_for(&call, seconds, &calls, &t);
     const int have = mha_phase_cycles(cyc, 1);
     const double gf = mha_problem_flops(&p) * calls / t * 1e-9;
     printf(
@@ -170,6 +149,6 @@ int cmd_profile(int argc, char **argv) {
     }
     rc = 0;
 done:
-    mha_free(q), mha_free(kk), mha_free(v), mha_free(out), mha_free(ws);
+    meas_pool_release(&pool);
     return rc;
 }

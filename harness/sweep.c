@@ -18,7 +18,9 @@
 
 #include "commands.h"
 #include "gbench.h"
+#include "measure.h"
 #include "results.h"
+#include "stats.h"
 #include "util.h"
 
 enum { MAX_LIST = 64, MAX_KERNELS = 64, MAX_REPS = 1000 };
@@ -93,17 +95,11 @@ static void usage(FILE *f) {
 
 /* ---- the grid ----------------------------------------------------------- */
 
-/* layer = 1: the full MHA layer (mha_forward) with d_model = h * d, self-
- * attention over nq = nkv tokens; the weights live in the k buffer. */
-typedef struct {
-    int64_t b, h, kv, nq, nkv, d;
-    int causal;
-    int layer;
-} shape;
+typedef meas_shape shape; /* measure.h: attention core or the full layer */
 
 typedef struct {
     const char *name;
-    int64_t seq[MAX_LIST], heads[MAX_LIST], dims[MAX_LIST], batch[MAX_LIST], causal[2];
+    int64_t seq[16], heads[16], dims[16], batch[16], causal[2];
     int nseq, nheads, ndims, nbatch, ncausal;
     int threads_full_range; /* 1..all instead of 1,all */
     shape extra[16];        /* decode and layer shapes (or the whole list: ci, roofline) */
@@ -116,90 +112,101 @@ typedef struct {
     int ci_kernels;  /* ci: SIMD flash/tiled/decode only, each on its own shapes, no auto */
 } preset;
 
-/* Copies a preset's axis values and sets their count from the array itself. */
-#define SET_AXIS(dst, count, src)                                                                  \
-    do {                                                                                           \
-        memcpy(dst, src, sizeof src);                                                              \
-        count = (int)(sizeof src / sizeof src[0]);                                                 \
-    } while (0)
+/* An axis of a preset: the values and their count (field and n<field>). */
+#define AXIS(field, ...)                                                                           \
+    .field = {__VA_ARGS__}, .n##field = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t))
 
-static int preset_get(const char *name, preset *p) {
-    memset(p, 0, sizeof *p);
-    p->name = name;
-    p->batch[0] = 1;
-    p->nbatch = 1;
-    p->causal[0] = 0;
-    p->causal[1] = 1;
-    p->ncausal = 2;
-    p->repetitions = 1;
-    const shape decode = {1, 32, 32, 1, 4096, 128, 0, 0};
-    /* The layer shapes of issue 6: BERT-base and GPT-2 (causal), d_model 768. */
-    const shape bert = {1, 12, 12, 512, 512, 64, 0, 1}, gpt2 = {1, 12, 12, 1024, 1024, 64, 1, 1};
-    if (strcmp(name, "quick") == 0) {
-        const int64_t seq[] = {128, 512, 2048}, heads[] = {8, 12}, dims[] = {64, 128};
-        SET_AXIS(p->seq, p->nseq, seq);
-        SET_AXIS(p->heads, p->nheads, heads);
-        SET_AXIS(p->dims, p->ndims, dims);
-        p->extra[p->nextra++] = decode;
-        p->extra[p->nextra++] = bert;
-        p->extra[p->nextra++] = gpt2;
+#define DECODE                                                                                     \
+    { 1, 32, 32, 1, 4096, 128, 0, 0 }
+/* The layer shapes of issue 6: BERT-base and GPT-2 (causal), d_model 768. */
+#define BERT                                                                                       \
+    { 1, 12, 12, 512, 512, 64, 0, 1 }
+#define GPT2                                                                                       \
+    { 1, 12, 12, 1024, 1024, 64, 1, 1 }
+
+/* The presets, as data: `--preset NAME` is a row of this table. */
+static const preset PRESETS[] = {
+    {
+        .name = "quick",
+        AXIS(seq, 128, 512, 2048),
+        AXIS(heads, 8, 12),
+        AXIS(dims, 64, 128),
+        AXIS(batch, 1),
+        AXIS(causal, 0, 1),
+        .extra = {DECODE, BERT, GPT2},
+        .nextra = 3,
         /* 0.05 s: every kernel x 50 shapes in about 2.5 minutes on 2 cores;
          * the estimate-based skip bounds the slow calls. */
-        p->min_time = 0.05;
-        return 1;
-    }
-    if (strcmp(name, "full") == 0) {
-        const int64_t seq[] = {64, 128, 197, 256, 512, 1024, 2048, 4096, 8192};
-        const int64_t heads[] = {1, 4, 8, 12, 16, 32}, dims[] = {32, 64, 80, 128}, batch[] = {1, 4};
-        SET_AXIS(p->seq, p->nseq, seq);
-        SET_AXIS(p->heads, p->nheads, heads);
-        SET_AXIS(p->dims, p->ndims, dims);
-        SET_AXIS(p->batch, p->nbatch, batch);
-        p->threads_full_range = 1;
-        p->extra[p->nextra++] = decode;
-        p->extra[p->nextra++] = (shape){1, 32, 8, 1, 4096, 128, 0, 0};
-        p->extra[p->nextra++] = (shape){1, 32, 32, 1, 16384, 128, 0, 0};
-        p->extra[p->nextra++] = (shape){4, 32, 8, 1, 16384, 128, 0, 0};
-        p->extra[p->nextra++] = bert;
-        p->extra[p->nextra++] = gpt2;
-        p->min_time = 0.2;
-        return 1;
-    }
-    if (strcmp(name, "roofline") == 0) {
+        .min_time = 0.05,
+        .repetitions = 1,
+    },
+    {
+        .name = "full",
+        AXIS(seq, 64, 128, 197, 256, 512, 1024, 2048, 4096, 8192),
+        AXIS(heads, 1, 4, 8, 12, 16, 32),
+        AXIS(dims, 32, 64, 80, 128),
+        AXIS(batch, 1, 4),
+        AXIS(causal, 0, 1),
+        .threads_full_range = 1,
+        .extra = {DECODE,
+                  {1, 32, 8, 1, 4096, 128, 0, 0},
+                  {1, 32, 32, 1, 16384, 128, 0, 0},
+                  {4, 32, 8, 1, 16384, 128, 0, 0},
+                  BERT,
+                  GPT2},
+        .nextra = 6,
+        .min_time = 0.2,
+        .repetitions = 1,
+    },
+    {
         /* The shapes of the roofline targets (issue 6): prefill, decode with
          * MHA and GQA caches, and the BERT-base / GPT-2 layers. */
-        const shape list[] = {{1, 8, 8, 4096, 4096, 64, 0, 0},
-                              {1, 12, 12, 512, 512, 64, 0, 0},
-                              {1, 8, 8, 512, 512, 64, 0, 0},
-                              {1, 32, 32, 2048, 2048, 128, 0, 0},
-                              {1, 32, 32, 2048, 2048, 128, 1, 0},
-                              {1, 12, 12, 1024, 1024, 64, 1, 0},
-                              {1, 12, 12, 197, 197, 64, 0, 0},
-                              {1, 12, 12, 128, 128, 64, 0, 0},
-                              decode,
-                              {1, 32, 8, 1, 4096, 128, 0, 0},
-                              bert,
-                              gpt2};
-        for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) p->extra[p->nextra++] = list[i];
-        p->extra_only = 1;
-        p->min_time = 0.3;
-        p->repetitions = 5;
-        p->interleaved = 1; /* a burst of host load hits every kernel of a shape alike */
-        p->by_shape = 1;
-        return 1;
-    }
-    if (strcmp(name, "ci") == 0) {
-        p->extra[p->nextra++] = (shape){1, 8, 8, 512, 512, 64, 0, 0};
-        p->extra[p->nextra++] = (shape){1, 12, 12, 1024, 1024, 64, 1, 0};
-        p->extra[p->nextra++] = decode;
-        p->extra_only = 1;
-        p->min_time = 0.05;
-        p->repetitions = 9;
-        p->interleaved = 1;
-        p->ci_kernels = 1;
-        return 1;
-    }
-    return 0;
+        .name = "roofline",
+        AXIS(batch, 1),
+        AXIS(causal, 0, 1),
+        .extra = {{1, 8, 8, 4096, 4096, 64, 0, 0},
+                  {1, 12, 12, 512, 512, 64, 0, 0},
+                  {1, 8, 8, 512, 512, 64, 0, 0},
+                  {1, 32, 32, 2048, 2048, 128, 0, 0},
+                  {1, 32, 32, 2048, 2048, 128, 1, 0},
+                  {1, 12, 12, 1024, 1024, 64, 1, 0},
+                  {1, 12, 12, 197, 197, 64, 0, 0},
+                  {1, 12, 12, 128, 128, 64, 0, 0},
+                  DECODE,
+                  {1, 32, 8, 1, 4096, 128, 0, 0},
+                  BERT,
+                  GPT2},
+        .nextra = 12,
+        .extra_only = 1,
+        .min_time = 0.3,
+        .repetitions = 5,
+        .interleaved = 1, /* a burst of host load hits every kernel of a shape alike */
+        .by_shape = 1,
+    },
+    {
+        .name = "ci",
+        AXIS(batch, 1),
+        AXIS(causal, 0, 1),
+        .extra = {{1, 8, 8, 512, 512, 64, 0, 0}, {1, 12, 12, 1024, 1024, 64, 1, 0}, DECODE},
+        .nextra = 3,
+        .extra_only = 1,
+        .min_time = 0.05,
+        .repetitions = 9,
+        .interleaved = 1,
+        .ci_kernels = 1,
+    },
+};
+
+#undef AXIS
+#undef DECODE
+#undef BERT
+#undef GPT2
+
+/* The preset called name, or NULL. */
+static const preset *preset_find(const char *name) {
+    for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
+        if (strcmp(PRESETS[i].name, name) == 0) return &PRESETS[i];
+    return NULL;
 }
 
 /* One benchmark: a kernel on a shape at a thread count. For the `auto`
@@ -227,220 +234,16 @@ typedef struct {
     char *text;
 } note;
 
-/* ---- inputs and workspace (allocated and touched outside timed loops) -------- */
+/* ---- inputs and workspace: the measurement core's pool -------------------- */
 
-typedef struct {
-    shape s;
-    float *q, *k, *v, *o;
-    size_t bytes;
-    uint64_t last_use;
-} input_set;
-
-enum { INPUT_CACHE = 4 };
-static input_set g_inputs[INPUT_CACHE];
-static uint64_t g_use_clock;
-static uint64_t g_seed = 1;
-static void *g_ws;
-static size_t g_ws_size;
-
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform [-1, 1), chunked so the fill runs in parallel and is the same for
- * any thread count. */
-static void fill(float *p, size_t n, uint64_t seed) {
-    const size_t chunk = (size_t)1 << 16;
-    const long nchunks = (long)((n + chunk - 1) / chunk);
-#pragma omp parallel for schedule(static)
-    for (long c = 0; c < nchunks; c++) {
-        uint64_t st = seed ^ ((uint64_t)c * 0xd1b54a32d192ed03ull);
-        const size_t lo = (size_t)c * chunk, hi = lo + chunk < n ? lo + chunk : n;
-        for (size_t i = lo; i < hi; i++)
-            p[i] = (float)((double)(splitmix(&st) >> 40) * (2.0 / 16777216.0) - 1.0);
-    }
-}
-
-static void input_free(input_set *in) {
-    mha_free(in->q);
-    mha_free(in->k);
-    mha_free(in->v);
-    mha_free(in->o);
-    memset(in, 0, sizeof *in);
-}
-
-static size_t shape_elems_q(const shape *s) {
-    return (size_t)(s->b * s->h * s->nq * s->d);
-}
-static size_t shape_elems_kv(const shape *s) {
-    return (size_t)(s->b * s->kv * s->nkv * s->d);
-}
-/* The k buffer: K, or for a layer its four weights and four biases. */
-static size_t shape_elems_k(const shape *s) {
-    const size_t dm = (size_t)(s->h * s->d);
-    return s->layer ? 4 * dm * dm + 4 * dm : shape_elems_kv(s);
-}
-static size_t shape_input_bytes(const shape *s) {
-    return sizeof(float) * (2 * shape_elems_q(s) + shape_elems_k(s) + shape_elems_kv(s));
-}
-
-/* The inputs of a shape: cached (a few shapes, least recently used goes), so
- * grouped runs fill each shape once and interleaved ones do not refill. */
-static input_set *inputs_for(const shape *s) {
-    input_set *slot = NULL;
-    for (int i = 0; i < INPUT_CACHE; i++)
-        if (g_inputs[i].q && memcmp(&g_inputs[i].s, s, sizeof *s) == 0) {
-            g_inputs[i].last_use = ++g_use_clock;
-            return &g_inputs[i];
-        }
-    for (int i = 0; i < INPUT_CACHE; i++)
-        if (!slot || !g_inputs[i].q || (slot->q && g_inputs[i].last_use < slot->last_use))
-            slot = &g_inputs[i];
-    input_free(slot);
-    const size_t nq = shape_elems_q(s), nkv = shape_elems_kv(s), nk = shape_elems_k(s);
-    slot->q = mha_alloc(nq * sizeof(float));
-    slot->k = mha_alloc(nk * sizeof(float));
-    slot->v = mha_alloc(nkv * sizeof(float));
-    slot->o = mha_alloc(nq * sizeof(float));
-    if (!slot->q || !slot->k || !slot->v || !slot->o) {
-        input_free(slot);
-        return NULL;
-    }
-    uint64_t h = g_seed;
-    const int64_t dims[] = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, s->layer};
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) h = h * 1000003u + (uint64_t)dims[i];
-    fill(slot->q, nq, h ^ 1);
-    fill(slot->k, nk, h ^ 2);
-    if (s->layer) { /* weights ~ U(-1,1)/sqrt(d_model): activations stay O(1) */
-        const float g = 1.0f / sqrtf((float)(s->h * s->d));
-        for (size_t i = 0; i < nk; i++) slot->k[i] *= g;
-    }
-    fill(slot->v, nkv, h ^ 3);
-    memset(slot->o, 0, nq * sizeof(float));
-    slot->s = *s;
-    slot->bytes = shape_input_bytes(s);
-    slot->last_use = ++g_use_clock;
-    return slot;
-}
-
-/* Grow-only workspace, zeroed (touched) whenever it grows. */
-static void *workspace_for(size_t bytes) {
-    if (bytes == 0) bytes = MHA_WORKSPACE_ALIGN;
-    if (bytes <= g_ws_size) return g_ws;
-    mha_free(g_ws);
-    g_ws = mha_alloc(bytes);
-    g_ws_size = g_ws ? bytes : 0;
-    if (g_ws) memset(g_ws, 0, bytes);
-    return g_ws;
-}
-
-static void release_buffers(void) {
-    for (int i = 0; i < INPUT_CACHE; i++) input_free(&g_inputs[i]);
-    mha_free(g_ws);
-    g_ws = NULL;
-    g_ws_size = 0;
-}
-
-static mha_problem problem_of(const shape *s) {
-    mha_problem p = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, 0.0f};
-    return p;
-}
-
-/* Prepares one call: inputs, views, workspace. Returns NULL on success, else
- * a message (static). */
-typedef struct {
-    mha_problem p;
-    mha_options o;
-    mha_tensor q, k, v;
-    mha_tensor_mut out;
-    void *ws;
-    size_t ws_size;
-    int layer; /* mha_forward on x = q.data, weights in the k buffer */
-    mha_layer L;
-    mha_layer_shape ls;
-} call;
-
-/* The layer of a layer shape, its weights carved from the k buffer (w NULL:
- * no weights, enough for workspace and FLOP queries). */
-static mha_layer layer_of(const shape *s, const float *w) {
-    const int64_t dm = s->h * s->d, m2 = dm * dm;
-    if (!w) return (mha_layer){dm, s->h, s->kv, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    return (mha_layer){dm,
-                       s->h,
-                       s->kv,
-                       w,
-                       w + m2,
-                       w + 2 * m2,
-                       w + 3 * m2,
-                       w + 4 * m2,
-                       w + 4 * m2 + dm,
-                       w + 4 * m2 + 2 * dm,
-                       w + 4 * m2 + 3 * dm};
-}
-
-static const char *prepare_call(const mha_kernel *k, const shape *s, const mha_options *o,
-                                call *c) {
-    static char msg[256];
-    memset(c, 0, sizeof *c);
-    c->p = problem_of(s);
-    c->o = *o;
-    if (s->layer) {
-        c->layer = 1;
-        c->ls = (mha_layer_shape){s->b, s->nq, s->nkv, s->causal, 0.0f};
-        c->L = layer_of(s, NULL);
-        if (mha_forward_workspace_size(k, &c->L, &c->ls, &c->o, &c->ws_size) != MHA_OK) {
-            snprintf(msg, sizeof msg, "workspace size: %s", mha_last_error());
-            return msg;
-        }
-    } else if (mha_workspace_size(k, &c->p, &c->o, &c->ws_size) != MHA_OK) {
-        snprintf(msg, sizeof msg, "workspace size: %s", mha_last_error());
-        return msg;
-    }
-    input_set *in = inputs_for(s);
-    if (!in) {
-        snprintf(msg, sizeof msg, "cannot allocate %zu bytes of inputs", shape_input_bytes(s));
-        return msg;
-    }
-    c->ws = workspace_for(c->ws_size);
-    if (!c->ws) {
-        snprintf(msg, sizeof msg, "cannot allocate %zu bytes of workspace", c->ws_size);
-        return msg;
-    }
-    if (s->layer) {
-        c->L = layer_of(s, in->k);
-        c->q = mha_view_bhnd(in->q, s->h, s->nq, s->d); /* x, [B, N, d_model] */
-        c->out = mha_view_bhnd_mut(in->o, s->h, s->nq, s->d);
-        return NULL;
-    }
-    c->q = mha_view_bhnd(in->q, s->h, s->nq, s->d);
-    c->k = mha_view_bhnd(in->k, s->kv, s->nkv, s->d);
-    c->v = mha_view_bhnd(in->v, s->kv, s->nkv, s->d);
-    c->out = mha_view_bhnd_mut(in->o, s->h, s->nq, s->d);
-    return NULL;
-}
-
-static mha_status do_call(const mha_kernel *k, call *c) {
-    if (c->layer)
-        return mha_forward(k, &c->L, &c->ls, &c->o, c->q.data, c->q.data, c->q.data, c->out.data,
-                           c->ws, c->ws_size);
-    return mha_attend(k, &c->p, &c->o, &c->q, &c->k, &c->v, &c->out, c->ws, c->ws_size);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static meas_pool g_pool;
 
 /* ---- the benchmark body --------------------------------------------------- */
 
 static void bench_body(mha_gbench_state *st, void *user) {
     bench *b = user;
-    call c;
-    const char *err = prepare_call(b->k, &b->s, &b->opts, &c);
+    meas_call c;
+    const char *err = meas_prepare(&g_pool, b->k, &b->s, &b->opts, &c);
     if (err) {
         mha_gbench_skip_with_error(st, err);
         return;
@@ -448,16 +251,15 @@ static void bench_body(mha_gbench_state *st, void *user) {
     /* One untimed call the first time round: checks the status and warms
      * caches, pages and the OpenMP team (the first gbench trial is timed). */
     if (!b->warmed) {
-        const mha_status s = do_call(b->k, &c);
+        const mha_status s = meas_run(&c);
         if (s != MHA_OK) {
             mha_gbench_skip_with_error(st, mha_last_error());
             return;
         }
         b->warmed = 1;
     }
-    mha_status status = MHA_OK;
-    while (mha_gbench_keep_running(st)) status |= do_call(b->k, &c);
-    if (status != MHA_OK) mha_gbench_skip_with_error(st, "mha_attend failed in the timed loop");
+    if (meas_gbench(st, &c) != MHA_OK)
+        mha_gbench_skip_with_error(st, "mha_attend failed in the timed loop");
     const int64_t iters = mha_gbench_iterations(st);
     mha_gbench_counter(st, "GFLOPS", b->flops * 1e-9, MHA_GBENCH_PER_ITER_RATE);
     mha_gbench_counter(st, "pct_peak", b->peak > 0 ? 100.0 * b->flops * 1e-9 / b->peak : 0,
@@ -478,18 +280,15 @@ static void bench_body(mha_gbench_state *st, void *user) {
  * calls after a warm-up; the basis of the time estimates. 0 on failure. */
 static double probe_rate(const mha_kernel *k) {
     const shape s = {1, 1, 1, 256, 256, 64, 0, 0};
-    call c;
+    meas_call c;
     const mha_options one = {.threads = 1};
-    if (prepare_call(k, &s, &one, &c) || do_call(k, &c) != MHA_OK) return 0;
-    const mha_problem p = problem_of(&s);
+    if (meas_prepare(&g_pool, k, &s, &one, &c) || meas_run(&c) != MHA_OK) return 0;
+    const mha_problem p = meas_problem(&s);
     const double flops = mha_problem_flops(&p);
-    double best = 1e30, t_start = now_s();
-    for (int i = 0; i < 20 && (i < 3 || now_s() - t_start < 0.03); i++) {
-        const double t0 = now_s();
-        do_call(k, &c);
-        const double dt = now_s() - t0;
-        if (dt < best) best = dt;
-    }
+    double times[20], best = 1e30;
+    const int n = meas_repeat(&c, times, 3, 20, 0.03, NULL);
+    for (int i = 0; i < n; i++)
+        if (times[i] < best) best = times[i];
     return flops / (best > 1e-9 ? best : 1e-9) * 1e-9;
 }
 
@@ -568,16 +367,8 @@ static void on_report(const mha_gbench_result *r, void *user) {
     fflush(stdout);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double bench_median(bench *b) {
-    if (b->nres == 0) return 0;
-    qsort(b->gflops, (size_t)b->nres, sizeof *b->gflops, cmp_double);
-    return b->nres % 2 ? b->gflops[b->nres / 2]
-                       : 0.5 * (b->gflops[b->nres / 2 - 1] + b->gflops[b->nres / 2]);
+    return median_inplace(b->gflops, b->nres);
 }
 
 static void print_summary(bench *benches, int nbench, int ngroups) {
@@ -716,6 +507,221 @@ static int count_filtered(const bench *benches, int n, const char *filter) {
     }
     regfree(&re);
     return count;
+}
+
+/* What the benchmark list is made from. */
+typedef struct {
+    const preset *pr;
+    const mha_kernel *const *kernels; /* NULL: auto */
+    const double *rate;               /* per kernel, GFLOP/s at 1 thread */
+    int nk;
+    const int64_t *threads;
+    int nthreads;
+    int kernels_given; /* --kernels: ci's pairing of algorithms and shapes is off */
+    const results_machine *rm;
+    double max_seconds, min_time;
+} bench_plan;
+
+/* The benchmarks, grouped by (shape, threads), estimated and maybe skipped
+ * (each skip a note in skipped). Returns the array (*nbench of them, in
+ * *ngroups groups). */
+static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshapes,
+                           note_list *skipped, int *nbench_out, int *ngroups_out) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const double mem_limit = pages > 0 && page > 0 ? 0.5 * (double)pages * (double)page : 1e12;
+    int nbench = 0, ngroups = 0;
+    const size_t nslots = (size_t)nshapes * (size_t)pl->nthreads * (size_t)pl->nk + 1;
+    bench *benches = sweep_realloc(NULL, nslots, sizeof *benches);
+    memset(benches, 0, nslots * sizeof *benches);
+    for (int si = 0; si < nshapes; si++)
+        for (int ti = 0; ti < pl->nthreads; ti++) {
+            const int group = ngroups++;
+            for (int ki = 0; ki < pl->nk; ki++) {
+                bench *b = &benches[nbench];
+                memset(b, 0, sizeof *b);
+                b->k = pl->kernels[ki];
+                b->s = shapes[si];
+                b->threads = (int)pl->threads[ti];
+                b->group = group;
+                b->opts = (mha_options){.threads = b->threads};
+                const shape *s = &b->s;
+                /* ci pairs each algorithm with the shapes it is for: decode
+                 * with the decode shape, flash/tiled with the prefill ones (a
+                 * memory-bound kernel on the wrong shape only adds noise). */
+                if (pl->pr->ci_kernels && !pl->kernels_given && b->k &&
+                    ((mha_kernel_traits(b->k) & MHA_KT_DECODE) != 0) != (s->nq == 1))
+                    continue;
+                const mha_problem p = meas_problem(s);
+                const char *kname = b->k ? mha_kernel_name(b->k) : "auto";
+                double krate = pl->rate[ki];
+                if (!b->k) { /* auto: what mha_select picks here, knobs included */
+                    mha_selection sel;
+                    if (mha_select(&p, &b->opts, &sel) != MHA_OK) {
+                        note_add(skipped, "auto on %s (mha_select: %s)", b->name, mha_last_error());
+                        continue;
+                    }
+                    b->is_auto = 1;
+                    b->k = sel.kernel;
+                    b->opts = sel.options;
+                    snprintf(b->label, sizeof b->label, "%s bq=%d bk=%d split=%d (%s)",
+                             mha_kernel_name(sel.kernel), sel.options.block_q, sel.options.block_kv,
+                             sel.options.split,
+                             sel.source == MHA_CHOICE_TABLE
+                                 ? "table"
+                                 : (sel.source == MHA_CHOICE_FORCED ? "forced" : "default"));
+                    for (int kj = 0; kj < pl->nk; kj++)
+                        if (pl->kernels[kj] == b->k) krate = pl->rate[kj];
+                    if (krate <= 0) krate = probe_rate(b->k);
+                }
+                if (s->layer)
+                    snprintf(b->name, sizeof b->name,
+                             "layer/%s/B:%lld/N:%lld/dm:%lld/H:%lld/causal:%d/threads:%d", kname,
+                             (long long)s->b, (long long)s->nq, (long long)(s->h * s->d),
+                             (long long)s->h, s->causal, b->threads);
+                else
+                    snprintf(
+                        b->name, sizeof b->name,
+                        "%s/B:%lld/H:%lld/KV:%lld/Nq:%lld/Nkv:%lld/d:%lld/causal:%d/threads:%d",
+                        kname, (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
+                        (long long)s->nkv, (long long)s->d, s->causal, b->threads);
+                if (mha_problem_validate(&p) != MHA_OK) {
+                    note_add(skipped, "%s (invalid problem: %s)", b->name, mha_last_error());
+                    continue;
+                }
+                const mha_layer lay = meas_layer(s, NULL);
+                const mha_layer_shape lsh = {s->b, s->nq, s->nkv, s->causal, 0.0f};
+                b->flops = s->layer ? mha_forward_flops(&lay, &lsh) : mha_problem_flops(&p);
+                b->kv_bytes = 2.0 * (double)meas_elems_kv(s) * sizeof(float);
+                b->peak = results_kernel_peak(pl->rm, b->k) * b->threads;
+                b->bw = results_read_bw(pl->rm, b->threads);
+                mha_options o = b->opts;
+                size_t ws = 0;
+                if ((s->layer ? mha_forward_workspace_size(b->k, &lay, &lsh, &o, &ws)
+                              : mha_workspace_size(b->k, &p, &o, &ws)) != MHA_OK) {
+                    note_add(skipped, "%s (%s)", b->name, mha_last_error());
+                    continue;
+                }
+                const double need = (double)meas_input_bytes(s) + (double)ws;
+                if (need > mem_limit) {
+                    note_add(skipped, "%s (needs %.1f GiB, more than half of memory)", b->name,
+                             need / (1024.0 * 1024 * 1024));
+                    continue;
+                }
+                /* Per-head parallel kernels use at most B*H threads; those
+                 * with a split (flash) also split query blocks. */
+                double par = b->threads;
+                if (!(mha_kernel_traits(b->k) & MHA_KT_SPLIT) && (double)(s->b * s->h) < par)
+                    par = (double)(s->b * s->h);
+                const double est = krate > 0 ? b->flops / (krate * 1e9 * par) : 1e30;
+                if (est > pl->max_seconds) {
+                    char msg[64];
+                    snprintf(msg, sizeof msg, "estimated %.1f s per call > --max-seconds %g", est,
+                             pl->max_seconds);
+                    printf("skip %s (%s)\n", b->name, msg);
+                    note_add(skipped, "%s (%s)", b->name, msg);
+                    continue;
+                }
+                /* The untimed warm-up call (and status check) only where it is
+                 * cheap: a call longer than the min time is its own 1-iteration
+                 * run, its inputs are shared with the kernels before it and the
+                 * workspace is touched, so a cold start is a small part of it. */
+                b->warmed = est >= pl->min_time;
+                nbench++;
+            }
+        }
+    *nbench_out = nbench;
+    *ngroups_out = ngroups;
+    return benches;
+}
+
+/* Registers the benchmarks with Google Benchmark. Returns 0, or -1 after a
+ * message. */
+static int register_benches(bench *benches, int nbench, int interleaved, int by_shape,
+                            int repetitions, uint64_t seed) {
+    /* Registration. Grouped: each benchmark once, repeated by Google
+     * Benchmark (--benchmark_repetitions), so the file has one row per
+     * repetition plus the _mean/_median/_stddev/_cv aggregates. Interleaved
+     * (ci): every (benchmark, repetition) pair is registered on its own, in
+     * an order shuffled with the seed, each a one-repetition run; the shim's
+     * reporters then number the rows of a name as repetitions 0..n-1 with one
+     * family_index, so the file holds n per-repetition rows of each exact name
+     * (no aggregate rows) as compare.py and mhabench compare expect. A slow
+     * drift of the machine (clock, other load) then spreads over every
+     * benchmark instead of biasing the ones that ran during it. */
+    const int per_bench = interleaved ? repetitions : 1;
+    int nreg = nbench * per_bench;
+    int *order = sweep_realloc(NULL, (size_t)nreg, sizeof *order);
+    for (int i = 0; i < nreg; i++) order[i] = i / per_bench;
+    if (interleaved) {
+        uint64_t st = seed ^ 0x5eedull;
+        for (int i = nreg - 1; i > 0; i--) {
+            const int j = (int)(splitmix64(&st) % (uint64_t)(i + 1));
+            const int t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+    }
+    if (interleaved && by_shape) {
+        /* roofline: shapes in their listed order, the shuffle kept within each
+         * (a stable insertion sort by the shape's first benchmark) */
+        int *first = sweep_realloc(NULL, (size_t)nbench, sizeof *first);
+        for (int i = 0; i < nbench; i++) {
+            first[i] = i;
+            for (int j = 0; j < i; j++)
+                if (memcmp(&benches[j].s, &benches[i].s, sizeof benches[i].s) == 0) {
+                    first[i] = first[j];
+                    break;
+                }
+        }
+        for (int i = 1; i < nreg; i++)
+            for (int j = i; j > 0 && first[order[j - 1]] > first[order[j]]; j--) {
+                const int t = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = t;
+            }
+        free(first);
+    }
+    mha_gbench_clear();
+    for (int i = 0; i < nreg; i++) {
+        bench *b = &benches[order[i]];
+        mha_gbench_def d;
+        memset(&d, 0, sizeof d);
+        d.name = b->name;
+        d.run = bench_body;
+        d.user = b;
+        d.real_time = 1;
+        if (interleaved) {
+            d.repetitions = 1;
+            d.report_as_repetitions = repetitions;
+        }
+        if (mha_gbench_register(&d) != 0) {
+            errorf("sweep: cannot register %s", b->name);
+            free(order);
+            return -1;
+        }
+    }
+    free(order);
+    return 0;
+}
+
+/* The closing report: the summary, what was skipped and what failed, and
+ * the run's totals. Returns the number of failed runs. */
+static int report_sweep(bench *benches, int nbench, int ngroups, const note_list *skipped, int done,
+                        double t0, const char *path) {
+    print_summary(benches, nbench, ngroups);
+    int nerr = 0;
+    for (int i = 0; i < nbench; i++) nerr += benches[i].errors;
+    if (skipped->n) {
+        printf("\nskipped (%d):\n", skipped->n);
+        for (int i = 0; i < skipped->n; i++) printf("  %s\n", skipped->items[i].text);
+    }
+    if (nerr) {
+        printf("\nfailed (%d):\n", nerr);
+        for (int i = 0; i < nbench; i++)
+            if (benches[i].errors) printf("  %s\n", benches[i].name);
+    }
+    printf("\n%d run%s in %.1f s; results: %s\n", done, done == 1 ? "" : "s", now_s() - t0, path);
+    return nerr;
 }
 
 int cmd_sweep(int argc, char **argv) {
@@ -857,12 +863,13 @@ int cmd_sweep(int argc, char **argv) {
     }
     if (!check_isa_env()) return EXIT_USAGE;
 
-    preset pr;
-    if (!preset_get(preset_name, &pr)) {
+    const preset *prp = preset_find(preset_name);
+    if (!prp) {
         errorf("sweep: --preset '%s': expected quick, full, ci or roofline", preset_name);
         return EXIT_USAGE;
     }
-    g_seed = seed;
+    const preset pr = *prp;
+    meas_pool_init(&g_pool, seed);
 
     machine_info mi;
     machine_describe(&mi);
@@ -1085,110 +1092,10 @@ int cmd_sweep(int argc, char **argv) {
             if (keep) shapes[nshapes++] = pr.extra[i];
         }
 
-    /* The benchmarks, grouped by (shape, threads), estimated and maybe skipped. */
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const double mem_limit = pages > 0 && page > 0 ? 0.5 * (double)pages * (double)page : 1e12;
     int nbench = 0, ngroups = 0;
-    const size_t nslots = (size_t)nshapes * (size_t)nthreads * (size_t)nk + 1;
-    bench *benches = sweep_realloc(NULL, nslots, sizeof *benches);
-    memset(benches, 0, nslots * sizeof *benches);
-    for (int si = 0; si < nshapes; si++)
-        for (int ti = 0; ti < nthreads; ti++) {
-            const int group = ngroups++;
-            for (int ki = 0; ki < nk; ki++) {
-                bench *b = &benches[nbench];
-                memset(b, 0, sizeof *b);
-                b->k = kernels[ki];
-                b->s = shapes[si];
-                b->threads = (int)threads[ti];
-                b->group = group;
-                b->opts = (mha_options){.threads = b->threads};
-                const shape *s = &b->s;
-                /* ci pairs each algorithm with the shapes it is for: decode
-                 * with the decode shape, flash/tiled with the prefill ones (a
-                 * memory-bound kernel on the wrong shape only adds noise). */
-                if (pr.ci_kernels && !kernel_list && b->k &&
-                    ((mha_kernel_traits(b->k) & MHA_KT_DECODE) != 0) != (s->nq == 1))
-                    continue;
-                const mha_problem p = problem_of(s);
-                const char *kname = b->k ? mha_kernel_name(b->k) : "auto";
-                double krate = rate[ki];
-                if (!b->k) { /* auto: what mha_select picks here, knobs included */
-                    mha_selection sel;
-                    if (mha_select(&p, &b->opts, &sel) != MHA_OK) {
-                        note_add(&skipped, "auto on %s (mha_select: %s)", b->name,
-                                 mha_last_error());
-                        continue;
-                    }
-                    b->is_auto = 1;
-                    b->k = sel.kernel;
-                    b->opts = sel.options;
-                    snprintf(b->label, sizeof b->label, "%s bq=%d bk=%d split=%d (%s)",
-                             mha_kernel_name(sel.kernel), sel.options.block_q, sel.options.block_kv,
-                             sel.options.split,
-                             sel.source == MHA_CHOICE_TABLE
-                                 ? "table"
-                                 : (sel.source == MHA_CHOICE_FORCED ? "forced" : "default"));
-                    for (int kj = 0; kj < nk; kj++)
-                        if (kernels[kj] == b->k) krate = rate[kj];
-                    if (krate <= 0) krate = probe_rate(b->k);
-                }
-                if (s->layer)
-                    snprintf(b->name, sizeof b->name,
-                             "layer/%s/B:%lld/N:%lld/dm:%lld/H:%lld/causal:%d/threads:%d", kname,
-                             (long long)s->b, (long long)s->nq, (long long)(s->h * s->d),
-                             (long long)s->h, s->causal, b->threads);
-                else
-                    snprintf(
-                        b->name, sizeof b->name,
-                        "%s/B:%lld/H:%lld/KV:%lld/Nq:%lld/Nkv:%lld/d:%lld/causal:%d/threads:%d",
-                        kname, (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
-                        (long long)s->nkv, (long long)s->d, s->causal, b->threads);
-                if (mha_problem_validate(&p) != MHA_OK) {
-                    note_add(&skipped, "%s (invalid problem: %s)", b->name, mha_last_error());
-                    continue;
-                }
-                const mha_layer lay = layer_of(s, NULL);
-                const mha_layer_shape lsh = {s->b, s->nq, s->nkv, s->causal, 0.0f};
-                b->flops = s->layer ? mha_forward_flops(&lay, &lsh) : mha_problem_flops(&p);
-                b->kv_bytes = 2.0 * (double)shape_elems_kv(s) * sizeof(float);
-                b->peak = results_kernel_peak(&rm, b->k) * b->threads;
-                b->bw = results_read_bw(&rm, b->threads);
-                mha_options o = b->opts;
-                size_t ws = 0;
-                if ((s->layer ? mha_forward_workspace_size(b->k, &lay, &lsh, &o, &ws)
-                              : mha_workspace_size(b->k, &p, &o, &ws)) != MHA_OK) {
-                    note_add(&skipped, "%s (%s)", b->name, mha_last_error());
-                    continue;
-                }
-                const double need = (double)shape_input_bytes(s) + (double)ws;
-                if (need > mem_limit) {
-                    note_add(&skipped, "%s (needs %.1f GiB, more than half of memory)", b->name,
-                             need / (1024.0 * 1024 * 1024));
-                    continue;
-                }
-                /* Per-head parallel kernels use at most B*H threads; those
-                 * with a split (flash) also split query blocks. */
-                double par = b->threads;
-                if (!(mha_kernel_traits(b->k) & MHA_KT_SPLIT) && (double)(s->b * s->h) < par)
-                    par = (double)(s->b * s->h);
-                const double est = krate > 0 ? b->flops / (krate * 1e9 * par) : 1e30;
-                if (est > max_seconds) {
-                    char msg[64];
-                    snprintf(msg, sizeof msg, "estimated %.1f s per call > --max-seconds %g", est,
-                             max_seconds);
-                    printf("skip %s (%s)\n", b->name, msg);
-                    note_add(&skipped, "%s (%s)", b->name, msg);
-                    continue;
-                }
-                /* The untimed warm-up call (and status check) only where it is
-                 * cheap: a call longer than the min time is its own 1-iteration
-                 * run, its inputs are shared with the kernels before it and the
-                 * workspace is touched, so a cold start is a small part of it. */
-                b->warmed = est >= min_time;
-                nbench++;
-            }
-        }
+    const bench_plan plan = {&pr, kernels,     rate,    nk, threads, nthreads, kernel_list != NULL,
+                             &rm, max_seconds, min_time};
+    bench *benches = plan_benches(&plan, shapes, nshapes, &skipped, &nbench, &ngroups);
     free(shapes);
     for (int i = 0; i < notes.n; i++) printf("note: %s\n", notes.items[i].text);
 
@@ -1199,70 +1106,10 @@ int cmd_sweep(int argc, char **argv) {
         goto done;
     }
 
-    /* Registration. Grouped: each benchmark once, repeated by Google
-     * Benchmark (--benchmark_repetitions), so the file has one row per
-     * repetition plus the _mean/_median/_stddev/_cv aggregates. Interleaved
-     * (ci): every (benchmark, repetition) pair is registered on its own, in
-     * an order shuffled with the seed, each a one-repetition run; the shim's
-     * reporters then number the rows of a name as repetitions 0..n-1 with one
-     * family_index, so the file holds n per-repetition rows of each exact name
-     * (no aggregate rows) as compare.py and mhabench compare expect. A slow
-     * drift of the machine (clock, other load) then spreads over every
-     * benchmark instead of biasing the ones that ran during it. */
-    const int per_bench = interleaved ? repetitions : 1;
-    int nreg = nbench * per_bench;
-    int *order = sweep_realloc(NULL, (size_t)nreg, sizeof *order);
-    for (int i = 0; i < nreg; i++) order[i] = i / per_bench;
-    if (interleaved) {
-        uint64_t st = seed ^ 0x5eedull;
-        for (int i = nreg - 1; i > 0; i--) {
-            const int j = (int)(splitmix(&st) % (uint64_t)(i + 1));
-            const int t = order[i];
-            order[i] = order[j];
-            order[j] = t;
-        }
+    if (register_benches(benches, nbench, interleaved, pr.by_shape, repetitions, seed) != 0) {
+        exit_code = EXIT_USAGE;
+        goto done;
     }
-    if (interleaved && pr.by_shape) {
-        /* roofline: shapes in their listed order, the shuffle kept within each
-         * (a stable insertion sort by the shape's first benchmark) */
-        int *first = sweep_realloc(NULL, (size_t)nbench, sizeof *first);
-        for (int i = 0; i < nbench; i++) {
-            first[i] = i;
-            for (int j = 0; j < i; j++)
-                if (memcmp(&benches[j].s, &benches[i].s, sizeof benches[i].s) == 0) {
-                    first[i] = first[j];
-                    break;
-                }
-        }
-        for (int i = 1; i < nreg; i++)
-            for (int j = i; j > 0 && first[order[j - 1]] > first[order[j]]; j--) {
-                const int t = order[j];
-                order[j] = order[j - 1];
-                order[j - 1] = t;
-            }
-        free(first);
-    }
-    mha_gbench_clear();
-    for (int i = 0; i < nreg; i++) {
-        bench *b = &benches[order[i]];
-        mha_gbench_def d;
-        memset(&d, 0, sizeof d);
-        d.name = b->name;
-        d.run = bench_body;
-        d.user = b;
-        d.real_time = 1;
-        if (interleaved) {
-            d.repetitions = 1;
-            d.report_as_repetitions = repetitions;
-        }
-        if (mha_gbench_register(&d) != 0) {
-            errorf("sweep: cannot register %s", b->name);
-            free(order);
-            exit_code = EXIT_USAGE;
-            goto done;
-        }
-    }
-    free(order);
 
     int max_threads = 1;
     for (int i = 0; i < nthreads; i++)
@@ -1325,21 +1172,8 @@ int cmd_sweep(int argc, char **argv) {
     }
     snprintf(path, sizeof path, "%s", out.target);
 
-    print_summary(benches, nbench, ngroups);
-    int nerr = 0;
-    for (int i = 0; i < nbench; i++) nerr += benches[i].errors;
-    if (skipped.n) {
-        printf("\nskipped (%d):\n", skipped.n);
-        for (int i = 0; i < skipped.n; i++) printf("  %s\n", skipped.items[i].text);
-    }
-    if (nerr) {
-        printf("\nfailed (%d):\n", nerr);
-        for (int i = 0; i < nbench; i++)
-            if (benches[i].errors) printf("  %s\n", benches[i].name);
+    if (report_sweep(benches, nbench, ngroups, &skipped, rs.done, t0, path) > 0)
         exit_code = EXIT_CHECK_FAILED;
-    }
-    printf("\n%d run%s in %.1f s; results: %s\n", rs.done, rs.done == 1 ? "" : "s", now_s() - t0,
-           path);
 
 done:
     mha_out_abort(&out); /* no-op after a commit */
@@ -1347,7 +1181,7 @@ done:
     free(benches);
     note_free(&skipped);
     note_free(&notes);
-    release_buffers();
+    meas_pool_release(&g_pool);
     mha_gbench_clear();
     return exit_code;
 }

@@ -19,9 +19,11 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "measure.h"
 #include "commands.h"
 #include "machine.h"
 #include "select.h"
+#include "stats.h"
 #include "results.h"
 #include "util.h"
 
@@ -37,12 +39,6 @@
 /* Kernels whose search best is within this fraction of the top one take
  * part in the final round (the others cannot win it). */
 #define FINAL_FRACTION 0.85
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* snprintf for paths: an over-long path is cut (and then fails to open
  * with a message), which is all a command line tool can do. */
@@ -101,42 +97,21 @@ static double other_share(const load_mark *a, const load_mark *b) {
     return share < 0 ? 0 : share;
 }
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* ---- one class's data: timing inputs and the verification case --------------------- */
 typedef struct {
     mha_problem p;  /* timed */
     mha_problem vp; /* verified */
-    float *q, *k, *v, *out;
+    meas_pool pool; /* the timed problem's inputs and every workspace */
     check_data vd;
     int have_vd;
     float *vout;
-    void *ws;
-    size_t ws_cap;
 } class_data;
 
 static void class_data_free(class_data *cd) {
-    mha_free(cd->q);
-    mha_free(cd->k);
-    mha_free(cd->v);
-    mha_free(cd->out);
+    meas_pool_release(&cd->pool);
     mha_free(cd->vout);
-    mha_free(cd->ws);
     if (cd->have_vd) check_release(&cd->vd);
     memset(cd, 0, sizeof *cd);
-}
-
-static float *random_floats(size_t n, uint64_t *rng) {
-    float *p = mha_alloc(n * sizeof(float));
-    if (p)
-        for (size_t i = 0; i < n; i++)
-            p[i] = (float)((double)(splitmix(rng) >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-    return p;
 }
 
 static int same_problem(const mha_problem *a, const mha_problem *b) {
@@ -151,32 +126,20 @@ static int class_data_prepare(class_data *cd, const mha_shape_class *c, uint64_t
     mha_problem p, vp;
     mha_class_problem(c, &p);
     mha_class_verify_problem(c, &vp);
-    if (cd->q && same_problem(&p, &cd->p) && same_problem(&vp, &cd->vp)) return 1;
+    if (cd->vout && same_problem(&p, &cd->p) && same_problem(&vp, &cd->vp)) return 1;
     class_data_free(cd);
     cd->p = p;
     cd->vp = vp;
     uint64_t rng = seed ^ ((uint64_t)p.head_dim << 40) ^ ((uint64_t)p.seq_kv << 8) ^
                    (uint64_t)(p.causal + 2 * (p.seq_q == 1));
-    const size_t nq = (size_t)(p.batch * p.heads * p.seq_q * p.head_dim);
-    const size_t nkv = (size_t)(p.batch * p.kv_heads * p.seq_kv * p.head_dim);
-    cd->q = random_floats(nq, &rng);
-    cd->k = random_floats(nkv, &rng);
-    cd->v = random_floats(nkv, &rng);
-    cd->out = mha_alloc(nq * sizeof(float));
+    /* The timed inputs come from the measurement core (filled from the seed
+     * and the shape when first used). */
+    meas_pool_init(&cd->pool, seed);
     const check_case cc = {.p = vp, .input = INPUT_UNIFORM, .layout = LAYOUT_BHND, .tag = "tune"};
-    if (!cd->q || !cd->k || !cd->v || !cd->out) return 0;
-    if (check_prepare(&cc, splitmix(&rng), &cd->vd) != MHA_OK) return 0;
+    if (check_prepare(&cc, splitmix64(&rng), &cd->vd) != MHA_OK) return 0;
     cd->have_vd = 1;
     cd->vout = mha_alloc(cd->vd.out_floats * sizeof(float));
     return cd->vout != NULL;
-}
-
-static void *workspace(class_data *cd, size_t bytes) {
-    if (bytes <= cd->ws_cap && cd->ws) return cd->ws;
-    mha_free(cd->ws);
-    cd->ws = mha_alloc(bytes);
-    cd->ws_cap = cd->ws ? bytes : 0;
-    return cd->ws;
 }
 
 /* ---- measuring one candidate ----------------------------------------------------------- */
@@ -194,11 +157,6 @@ typedef struct {
     int measurements;
     double other; /* other processes' share during the last timed repetitions, -1 unknown */
 } tune_ctx;
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void log_line(tune_ctx *tx, const class_data *cd, const mha_kernel *k, const point *pt,
                      const char *verify, double max_err, double tol, const double *times, int reps,
@@ -259,9 +217,13 @@ static void measure(tune_ctx *tx, class_data *cd, const mha_kernel *k, point *pt
         mha_tensor_mut ov = mha_view_bhnd_mut(cd->vout, vp->heads, vp->seq_q, vp->head_dim);
         void *ws = NULL;
         mha_status st = mha_workspace_size(k, vp, &o, &ws_bytes);
-        if (st == MHA_OK && ws_bytes && !(ws = workspace(cd, ws_bytes))) st = MHA_ENOMEM;
-        if (st == MHA_OK)
-            st = mha_attend(k, vp, &o, &cd->vd.qv, &cd->vd.kv, &cd->vd.vv, &ov, ws, ws_bytes);
+        if (st == MHA_OK && ws_bytes && !(ws = meas_workspace(&cd->pool, ws_bytes)))
+            st = MHA_ENOMEM;
+        if (st == MHA_OK) {
+            const meas_call vc =
+                meas_call_attend(k, vp, &o, &cd->vd.qv, &cd->vd.kv, &cd->vd.vv, &ov, ws, ws_bytes);
+            st = meas_run(&vc);
+        }
         if (st != MHA_OK) {
             errorf("tune: %s block_q=%d block_kv=%d split=%d on the verification case: %s",
                    mha_kernel_name(k), pt->bq, pt->bk, pt->split, mha_last_error());
@@ -284,40 +246,29 @@ static void measure(tune_ctx *tx, class_data *cd, const mha_kernel *k, point *pt
         }
     }
     const mha_problem *p = &cd->p;
-    void *ws = NULL;
-    if (mha_workspace_size(k, p, &o, &ws_bytes) != MHA_OK ||
-        (ws_bytes && !(ws = workspace(cd, ws_bytes)))) {
-        errorf("tune: %s: no workspace for %s (%zu bytes)", mha_kernel_name(k), tx->cls, ws_bytes);
+    const meas_shape shp = meas_shape_of(p);
+    meas_call call;
+    if (meas_prepare(&cd->pool, k, &shp, &o, &call)) {
+        errorf("tune: %s: no workspace for %s (%zu bytes)", mha_kernel_name(k), tx->cls,
+               call.ws_size);
         log_line(tx, cd, k, pt, "error", 0, 0, NULL, 0, 0, phase);
         return;
     }
-    const mha_tensor tq = mha_view_bhnd(cd->q, p->heads, p->seq_q, p->head_dim);
-    const mha_tensor tk = mha_view_bhnd(cd->k, p->kv_heads, p->seq_kv, p->head_dim);
-    const mha_tensor tv = mha_view_bhnd(cd->v, p->kv_heads, p->seq_kv, p->head_dim);
-    const mha_tensor_mut to = mha_view_bhnd_mut(cd->out, p->heads, p->seq_q, p->head_dim);
     double times[MAX_REPS];
-    int reps = 0;
     /* warm-up: caches, page faults of a fresh workspace, the OpenMP pool */
-    if (mha_attend(k, p, &o, &tq, &tk, &tv, &to, ws, ws_bytes) != MHA_OK) {
+    if (meas_run(&call) != MHA_OK) {
         errorf("tune: %s on %s: %s", mha_kernel_name(k), tx->cls, mha_last_error());
         log_line(tx, cd, k, pt, "error", max_err, cd->vd.tol, NULL, 0, 0, phase);
         return;
     }
-    const double t_start = now_s();
     load_mark m0, m1;
     load_mark_now(&m0);
-    while (reps < MAX_REPS && (reps < MIN_REPS || now_s() - t_start < time_cap)) {
-        const double t0 = now_s();
-        mha_attend(k, p, &o, &tq, &tk, &tv, &to, ws, ws_bytes);
-        times[reps++] = now_s() - t0;
-    }
+    const int reps = meas_repeat(&call, times, MIN_REPS, MAX_REPS, time_cap, NULL);
     load_mark_now(&m1);
     tx->other = other_share(&m0, &m1);
     double sorted[MAX_REPS];
     memcpy(sorted, times, (size_t)reps * sizeof(double));
-    qsort(sorted, (size_t)reps, sizeof(double), cmp_double);
-    const double median =
-        reps % 2 ? sorted[reps / 2] : 0.5 * (sorted[reps / 2 - 1] + sorted[reps / 2]);
+    const double median = median_inplace(sorted, reps);
     pt->gflops = median > 0 ? mha_problem_flops(p) / median * 1e-9 : 0;
     pt->status = 1;
     log_line(tx, cd, k, pt, verdict, max_err, cd->vd.tol, times, reps, median, phase);
@@ -458,44 +409,30 @@ static int same_knobs(const point *a, const point *b) {
 static double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, point **pts, int n,
                          double time_cap) {
     const mha_problem *p = &cd->p;
-    size_t need = 0;
-    mha_options o[64];
-    for (int i = 0; i < n; i++) {
-        o[i] = (mha_options){.threads = tx->threads,
-                             .block_q = pts[i]->bq,
-                             .block_kv = pts[i]->bk,
-                             .split = pts[i]->split};
-        size_t b = 0;
-        if (mha_workspace_size(ks[i], p, &o[i], &b) == MHA_OK && b > need) need = b;
-    }
-    void *ws = need ? workspace(cd, need) : NULL;
-    if (need && !ws) return -1; /* keep the search's numbers */
-    const mha_tensor tq = mha_view_bhnd(cd->q, p->heads, p->seq_q, p->head_dim);
-    const mha_tensor tk = mha_view_bhnd(cd->k, p->kv_heads, p->seq_kv, p->head_dim);
-    const mha_tensor tv = mha_view_bhnd(cd->v, p->kv_heads, p->seq_kv, p->head_dim);
-    const mha_tensor_mut to = mha_view_bhnd_mut(cd->out, p->heads, p->seq_q, p->head_dim);
+    const meas_shape shp = meas_shape_of(p);
+    meas_call calls[64];
+    /* Twice: the first pass grows the shared workspace to the largest need
+     * (moving it), the second binds every call to where it ended up. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            const mha_options o = {.threads = tx->threads,
+                                   .block_q = pts[i]->bq,
+                                   .block_kv = pts[i]->bk,
+                                   .split = pts[i]->split};
+            if (meas_prepare(&cd->pool, ks[i], &shp, &o, &calls[i]))
+                return -1; /* keep the search's numbers */
+        }
     static double times[64][MAX_REPS];
-    for (int i = 0; i < n; i++) mha_attend(ks[i], p, &o[i], &tq, &tk, &tv, &to, ws, need);
-    const double t_start = now_s();
+    for (int i = 0; i < n; i++) meas_run(&calls[i]);
     load_mark m0, m1;
     load_mark_now(&m0);
-    int reps = 0;
-    while (reps < MAX_REPS && (reps < MIN_REPS || now_s() - t_start < time_cap)) {
-        for (int i = 0; i < n; i++) {
-            const double t0 = now_s();
-            mha_attend(ks[i], p, &o[i], &tq, &tk, &tv, &to, ws, need);
-            times[i][reps] = now_s() - t0;
-        }
-        reps++;
-    }
+    const int reps = meas_interleave(calls, n, &times[0][0], MIN_REPS, MAX_REPS, time_cap);
     load_mark_now(&m1);
     tx->other = other_share(&m0, &m1);
     for (int i = 0; i < n; i++) {
         double sorted[MAX_REPS];
         memcpy(sorted, times[i], (size_t)reps * sizeof(double));
-        qsort(sorted, (size_t)reps, sizeof(double), cmp_double);
-        const double median =
-            reps % 2 ? sorted[reps / 2] : 0.5 * (sorted[reps / 2 - 1] + sorted[reps / 2]);
+        const double median = median_inplace(sorted, reps);
         pts[i]->gflops = median > 0 ? mha_problem_flops(p) / median * 1e-9 : 0;
         tx->measurements++;
         log_line(tx, cd, ks[i], pts[i], "skipped (passed before)", 0, cd->vd.tol, times[i], reps,

@@ -21,6 +21,12 @@
 
 #include "testutil.h"
 
+/* json_object_array_sort's comparator for an array of strings. */
+static int json_strcmp(const void *a, const void *b) {
+    return strcmp(json_object_get_string(*(json_object *const *)a),
+                  json_object_get_string(*(json_object *const *)b));
+}
+
 static const char *g_bench; /* $MHABENCH */
 static char g_tmp[256];
 static char g_err[8192]; /* stderr of the last run */
@@ -271,6 +277,116 @@ static void test_passthrough_filter(void **state) {
     json_object_put(root);
 }
 
+/* The keys a quick sweep writes, against tests/data/sweep_keys.txt (taken
+ * from the tree before the measurement core): the quick preset's grid and
+ * its decode and layer shapes, flash.scalar and auto at 1 thread, filtered
+ * to the cheap shapes so it takes seconds. Context keys (per-ISA peaks but
+ * scalar's depend on the CPU), benchmark names in file order, and the union
+ * of the rows' fields must all be the same. */
+static int keep_context_key(const char *k) {
+    return strncmp(k, "mha_peak_gflops_", 16) != 0 || strcmp(k, "mha_peak_gflops_scalar") == 0;
+}
+
+static void test_keys_unchanged(void **state) {
+    (void)state;
+    REQUIRE_BENCH();
+    const char *data = getenv("MHA_TEST_DATA");
+    if (!data) {
+        print_message("MHA_TEST_DATA is not set: skipping (run through meson test)\n");
+        skip();
+    }
+    char out[512], listp[1024];
+    snprintf(out, sizeof out, "%s/keys.json", g_tmp);
+    snprintf(listp, sizeof listp, "%s/sweep_keys.txt", data);
+    const char *args[] = {"sweep",
+                          "--preset",
+                          "quick",
+                          "--kernels",
+                          "flash.scalar,auto",
+                          "--threads",
+                          "1",
+                          "--min-time",
+                          "0.001",
+                          "--max-seconds",
+                          "1000", /* no estimate-based skips: a loaded machine drops none */
+                          "--out",
+                          out,
+                          "--",
+                          "--benchmark_filter=(/Nq:128/|/Nkv:4096/|^layer/.*/N:512/)",
+                          NULL};
+    const int rc = run_bench(args);
+    if (rc != 0) print_error("exit %d, stderr:\n%s\n", rc, g_err);
+    assert_int_equal(rc, 0);
+    json_object *root = json_object_from_file(out);
+    assert_non_null(root);
+
+    /* What the file holds, in the list's form: sorted context keys, names in
+     * file order, sorted union of the row fields. */
+    json_object *got = json_object_new_array(), *fields = json_object_new_object();
+    json_object *ctx = field(root, "context"), *benches = field(root, "benchmarks");
+    json_object *ckeys = json_object_new_array();
+    json_object_object_foreach(ctx, ck, cv) {
+        (void)cv;
+        if (keep_context_key(ck)) json_object_array_add(ckeys, json_object_new_string(ck));
+    }
+    json_object_array_sort(ckeys, json_strcmp);
+    for (size_t i = 0; i < json_object_array_length(ckeys); i++) {
+        char line[512];
+        snprintf(line, sizeof line, "context %s",
+                 json_object_get_string(json_object_array_get_idx(ckeys, i)));
+        json_object_array_add(got, json_object_new_string(line));
+    }
+    for (size_t i = 0; i < json_object_array_length(benches); i++) {
+        json_object *b = json_object_array_get_idx(benches, i);
+        char line[512];
+        snprintf(line, sizeof line, "name %s", json_object_get_string(field(b, "name")));
+        json_object_array_add(got, json_object_new_string(line));
+        json_object_object_foreach(b, bk, bv) {
+            (void)bv;
+            json_object_object_add(fields, bk, NULL);
+        }
+    }
+    json_object *fkeys = json_object_new_array();
+    json_object_object_foreach(fields, fk, fv) {
+        (void)fv;
+        json_object_array_add(fkeys, json_object_new_string(fk));
+    }
+    json_object_array_sort(fkeys, json_strcmp);
+    for (size_t i = 0; i < json_object_array_length(fkeys); i++) {
+        char line[512];
+        snprintf(line, sizeof line, "field %s",
+                 json_object_get_string(json_object_array_get_idx(fkeys, i)));
+        json_object_array_add(got, json_object_new_string(line));
+    }
+
+    FILE *f = fopen(listp, "r");
+    assert_non_null(f);
+    char line[512];
+    size_t n = 0;
+    int bad = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (line[0] == '#' || line[0] == '\0') continue;
+        const char *g = n < json_object_array_length(got)
+                            ? json_object_get_string(json_object_array_get_idx(got, n))
+                            : "(nothing)";
+        if (strcmp(g, line) != 0 && bad++ < 5)
+            print_error("entry %zu: the sweep wrote '%s', the list says '%s'\n", n + 1, g, line);
+        n++;
+    }
+    fclose(f);
+    if (n != json_object_array_length(got))
+        print_error("the sweep wrote %zu entries, the list has %zu\n",
+                    json_object_array_length(got), n);
+    assert_int_equal(bad, 0);
+    assert_int_equal(n, json_object_array_length(got));
+    json_object_put(got);
+    json_object_put(fields);
+    json_object_put(ckeys);
+    json_object_put(fkeys);
+    json_object_put(root);
+}
+
 static void expect_usage_error(const char *const *args, const char *mention) {
     const int rc = run_bench(args);
     if (rc != 2 || !strstr(g_err, mention))
@@ -312,6 +428,7 @@ int main(void) {
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_interleaved),
         cmocka_unit_test(test_passthrough_filter),
+        cmocka_unit_test(test_keys_unchanged),
         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

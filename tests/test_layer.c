@@ -13,6 +13,7 @@
 
 #include "mha.h"
 #include "npy.h"
+#include "stats.h"
 
 static const char *data_dir(void) {
     return getenv("MHA_TEST_DATA");
@@ -117,9 +118,8 @@ static void linear64(int64_t M, int64_t N, int64_t K, const double *x, const flo
         }
 }
 
-static float frand(uint64_t *s) {
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(*s >> 40) / (double)(1ull << 24) - 0.5);
+static float frand(uint64_t *s) { /* [-0.5, 0.5) */
+    return 0.5f * uniform_pm1(s);
 }
 
 static void test_grouped_layer(void **state) {

@@ -17,6 +17,7 @@
 
 #include "mha.h"
 #include "ops.h"
+#include "stats.h"
 
 /* Every ISA level through its ops table: a test's state is the level. */
 #define OPS(t) mha_ops_for((mha_isa)(t))
@@ -41,11 +42,9 @@ static void test_lazy_max(void **state) {
     float *k = calloc(2 * ROWS * D, sizeof *k), *qt = aligned_alloc(64, D * LD * sizeof *qt);
     float *c = aligned_alloc(64, ROWS * LD * sizeof *c);
     _Alignas(64) float m[LD], bsum[LD], alpha[LD], m1[LD];
-    uint32_t s = 7;
-    for (int i = 0; i < 2 * ROWS * D; i++)
-        k[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
-    for (int i = 0; i < D * LD; i++)
-        qt[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    uint64_t s = 7;
+    for (int i = 0; i < 2 * ROWS * D; i++) k[i] = 0.5f * uniform_pm1(&s);
+    for (int i = 0; i < D * LD; i++) qt[i] = 0.5f * uniform_pm1(&s);
     /* Dimension 0 makes the scores climb: +2.5 per key in the first block (a
      * rise of 15 > LAZY per 6-row tile), flat in the second, lane by lane
      * slopes differ so lanes move m at different tiles. */
@@ -99,11 +98,9 @@ static void test_masked(void **state) {
     float *k = malloc(ROWS * D * sizeof *k), *qt = aligned_alloc(64, D * LD * sizeof *qt);
     float *c = aligned_alloc(64, ROWS * LD * sizeof *c);
     _Alignas(64) float m[LD], bsum[LD], alpha[LD];
-    uint32_t s = 11;
-    for (int i = 0; i < ROWS * D; i++)
-        k[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
-    for (int i = 0; i < D * LD; i++)
-        qt[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    uint64_t s = 11;
+    for (int i = 0; i < ROWS * D; i++) k[i] = 0.5f * uniform_pm1(&s);
+    for (int i = 0; i < D * LD; i++) qt[i] = 0.5f * uniform_pm1(&s);
     for (int j = 0; j < ROWS; j++) k[j * D] = 2.5f * (float)j; /* climbing, as above */
     for (int i = 0; i < COLS; i++) qt[i] = 1.0f + 0.01f * (float)(i % 7);
     for (int t0 = -20; t0 <= 60; t0 += 20) {

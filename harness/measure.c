@@ -1,0 +1,265 @@
+/* measure.c - the measurement core (measure.h): inputs and workspace owned
+ * by a pool, prepared calls, and the harness's timing loops. */
+#include "measure.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "stats.h"
+
+void meas_pool_init(meas_pool *m, uint64_t seed) {
+    memset(m, 0, sizeof *m);
+    m->seed = seed;
+}
+
+static void inputs_free(meas_inputs *in) {
+    mha_free(in->q);
+    mha_free(in->k);
+    mha_free(in->v);
+    mha_free(in->o);
+    memset(in, 0, sizeof *in);
+}
+
+void meas_pool_release(meas_pool *m) {
+    for (int i = 0; i < MEAS_INPUT_CACHE; i++) inputs_free(&m->in[i]);
+    mha_free(m->ws);
+    m->ws = NULL;
+    m->ws_size = 0;
+}
+
+mha_problem meas_problem(const meas_shape *s) {
+    mha_problem p = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, 0.0f};
+    return p;
+}
+
+meas_shape meas_shape_of(const mha_problem *p) {
+    return (meas_shape){p->batch,  p->heads,    p->kv_heads, p->seq_q,
+                        p->seq_kv, p->head_dim, p->causal,   0};
+}
+
+size_t meas_elems_q(const meas_shape *s) {
+    return (size_t)(s->b * s->h * s->nq * s->d);
+}
+
+size_t meas_elems_kv(const meas_shape *s) {
+    return (size_t)(s->b * s->kv * s->nkv * s->d);
+}
+
+/* The k buffer: K, or for a layer its four weights and four biases. */
+static size_t elems_k(const meas_shape *s) {
+    const size_t dm = (size_t)(s->h * s->d);
+    return s->layer ? 4 * dm * dm + 4 * dm : meas_elems_kv(s);
+}
+
+size_t meas_input_bytes(const meas_shape *s) {
+    return sizeof(float) * (2 * meas_elems_q(s) + elems_k(s) + meas_elems_kv(s));
+}
+
+mha_layer meas_layer(const meas_shape *s, const float *w) {
+    const int64_t dm = s->h * s->d, m2 = dm * dm;
+    if (!w) return (mha_layer){dm, s->h, s->kv, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    return (mha_layer){dm,
+                       s->h,
+                       s->kv,
+                       w,
+                       w + m2,
+                       w + 2 * m2,
+                       w + 3 * m2,
+                       w + 4 * m2,
+                       w + 4 * m2 + dm,
+                       w + 4 * m2 + 2 * dm,
+                       w + 4 * m2 + 3 * dm};
+}
+
+/* Uniform [-1, 1), chunked so the fill runs in parallel and is the same for
+ * any thread count. */
+static void fill(float *p, size_t n, uint64_t seed) {
+    const size_t chunk = (size_t)1 << 16;
+    const long nchunks = (long)((n + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < nchunks; c++) {
+        uint64_t st = seed ^ ((uint64_t)c * 0xd1b54a32d192ed03ull);
+        const size_t lo = (size_t)c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+        for (size_t i = lo; i < hi; i++) p[i] = uniform_pm1(&st);
+    }
+}
+
+/* The inputs of a shape: cached (a few shapes, least recently used goes), so
+ * grouped runs fill each shape once and interleaved ones do not refill. */
+static meas_inputs *inputs_for(meas_pool *m, const meas_shape *s) {
+    meas_inputs *slot = NULL;
+    for (int i = 0; i < MEAS_INPUT_CACHE; i++)
+        if (m->in[i].q && memcmp(&m->in[i].s, s, sizeof *s) == 0) {
+            m->in[i].last_use = ++m->use_clock;
+            return &m->in[i];
+        }
+    for (int i = 0; i < MEAS_INPUT_CACHE; i++)
+        if (!slot || !m->in[i].q || (slot->q && m->in[i].last_use < slot->last_use))
+            slot = &m->in[i];
+    inputs_free(slot);
+    const size_t nq = meas_elems_q(s), nkv = meas_elems_kv(s), nk = elems_k(s);
+    slot->q = mha_alloc(nq * sizeof(float));
+    slot->k = mha_alloc(nk * sizeof(float));
+    slot->v = mha_alloc(nkv * sizeof(float));
+    slot->o = mha_alloc(nq * sizeof(float));
+    if (!slot->q || !slot->k || !slot->v || !slot->o) {
+        inputs_free(slot);
+        return NULL;
+    }
+    uint64_t h = m->seed;
+    const int64_t dims[] = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, s->layer};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) h = h * 1000003u + (uint64_t)dims[i];
+    fill(slot->q, nq, h ^ 1);
+    fill(slot->k, nk, h ^ 2);
+    if (s->layer) { /* weights ~ U(-1,1)/sqrt(d_model): activations stay O(1) */
+        const float g = 1.0f / sqrtf((float)(s->h * s->d));
+        for (size_t i = 0; i < nk; i++) slot->k[i] *= g;
+    }
+    fill(slot->v, nkv, h ^ 3);
+    memset(slot->o, 0, nq * sizeof(float));
+    slot->s = *s;
+    slot->bytes = meas_input_bytes(s);
+    slot->last_use = ++m->use_clock;
+    return slot;
+}
+
+void *meas_workspace(meas_pool *m, size_t bytes) {
+    if (bytes == 0) bytes = MHA_WORKSPACE_ALIGN;
+    if (bytes <= m->ws_size) return m->ws;
+    mha_free(m->ws);
+    m->ws = mha_alloc(bytes);
+    m->ws_size = m->ws ? bytes : 0;
+    if (m->ws) memset(m->ws, 0, bytes); /* touched: no page faults in a timed call */
+    return m->ws;
+}
+
+const char *meas_prepare(meas_pool *m, const mha_kernel *k, const meas_shape *s,
+                         const mha_options *o, meas_call *c) {
+    static char msg[256];
+    memset(c, 0, sizeof *c);
+    c->kernel = k;
+    c->p = meas_problem(s);
+    c->o = *o;
+    if (s->layer) {
+        c->layer = 1;
+        c->ls = (mha_layer_shape){s->b, s->nq, s->nkv, s->causal, 0.0f};
+        c->L = meas_layer(s, NULL);
+        if (mha_forward_workspace_size(k, &c->L, &c->ls, &c->o, &c->ws_size) != MHA_OK) {
+            snprintf(msg, sizeof msg, "workspace size: %s", mha_last_error());
+            return msg;
+        }
+    } else if (mha_workspace_size(k, &c->p, &c->o, &c->ws_size) != MHA_OK) {
+        snprintf(msg, sizeof msg, "workspace size: %s", mha_last_error());
+        return msg;
+    }
+    meas_inputs *in = inputs_for(m, s);
+    if (!in) {
+        snprintf(msg, sizeof msg, "cannot allocate %zu bytes of inputs", meas_input_bytes(s));
+        return msg;
+    }
+    c->ws = meas_workspace(m, c->ws_size);
+    if (!c->ws) {
+        snprintf(msg, sizeof msg, "cannot allocate %zu bytes of workspace", c->ws_size);
+        return msg;
+    }
+    c->out = mha_view_bhnd_mut(in->o, s->h, s->nq, s->d);
+    c->q = mha_view_bhnd(in->q, s->h, s->nq, s->d); /* a layer's x, [B, N, d_model] */
+    if (s->layer) {
+        c->L = meas_layer(s, in->k);
+        c->k = c->v = c->q; /* self-attention */
+        return NULL;
+    }
+    c->k = mha_view_bhnd(in->k, s->kv, s->nkv, s->d);
+    c->v = mha_view_bhnd(in->v, s->kv, s->nkv, s->d);
+    return NULL;
+}
+
+meas_call meas_call_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
+                           const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
+                           const mha_tensor_mut *out, void *ws, size_t ws_size) {
+    return (meas_call){.kernel = k,
+                       .p = *p,
+                       .o = *o,
+                       .q = *q,
+                       .k = *kt,
+                       .v = *v,
+                       .out = *out,
+                       .ws = ws,
+                       .ws_size = ws_size};
+}
+
+meas_call meas_call_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_shape *ls,
+                            const mha_options *o, const float *x, const float *key,
+                            const float *value, float *out, void *ws, size_t ws_size) {
+    return (meas_call){.kernel = k,
+                       .o = *o,
+                       .q = {.data = x},
+                       .k = {.data = key},
+                       .v = {.data = value},
+                       .out = {.data = out},
+                       .ws = ws,
+                       .ws_size = ws_size,
+                       .layer = 1,
+                       .L = *L,
+                       .ls = *ls};
+}
+
+mha_status meas_run(const meas_call *c) {
+    if (c->layer)
+        return mha_forward(c->kernel, &c->L, &c->ls, &c->o, c->q.data, c->k.data, c->v.data,
+                           c->out.data, c->ws, c->ws_size);
+    return mha_attend(c->kernel, &c->p, &c->o, &c->q, &c->k, &c->v, &c->out, c->ws, c->ws_size);
+}
+
+mha_status meas_sample(const meas_call *c, double *seconds) {
+    const double t0 = now_s();
+    const mha_status st = meas_run(c);
+    *seconds = now_s() - t0;
+    return st;
+}
+
+int meas_repeat(const meas_call *c, double *times, int min_reps, int max_reps, double time_cap,
+                mha_status *status) {
+    mha_status all = MHA_OK;
+    int reps = 0;
+    const double t_start = now_s();
+    while (reps < max_reps && (reps < min_reps || now_s() - t_start < time_cap)) {
+        const mha_status st = meas_sample(c, &times[reps++]);
+        if (st != MHA_OK) all = st;
+    }
+    if (status) *status = all;
+    return reps;
+}
+
+int meas_interleave(const meas_call *c, int n, double *times, int min_reps, int max_reps,
+                    double time_cap) {
+    int reps = 0;
+    const double t_start = now_s();
+    while (reps < max_reps && (reps < min_reps || now_s() - t_start < time_cap)) {
+        for (int i = 0; i < n; i++) meas_sample(&c[i], &times[(size_t)i * max_reps + reps]);
+        reps++;
+    }
+    return reps;
+}
+
+mha_status meas_for(const meas_call *c, double seconds, int *calls, double *elapsed) {
+    mha_status all = MHA_OK;
+    int n = 0;
+    const double t0 = now_s();
+    double t;
+    do {
+        const mha_status st = meas_run(c);
+        if (st != MHA_OK) all = st;
+        n++;
+    } while ((t = now_s() - t0) < seconds);
+    *calls = n;
+    *elapsed = t;
+    return all;
+}
+
+mha_status meas_gbench(mha_gbench_state *st, const meas_call *c) {
+    mha_status status = MHA_OK;
+    while (mha_gbench_keep_running(st)) status |= meas_run(c);
+    return status;
+}

@@ -1,0 +1,123 @@
+/* measure.h - the harness's measurement core. A pool owns the inputs (filled
+ * and touched before any timing, a few shapes cached) and one grow-only
+ * workspace; a call binds a kernel, its options and a problem (the attention
+ * core or the full layer) to them; and every timing loop of the harness is
+ * here: Google Benchmark's (sweep), a fixed count of timed samples (tune,
+ * the sweep's rate probe, attend, forward), round-robin samples of several
+ * calls (tune's final round) and a time budget (profile). meas_run is the
+ * one place that calls a kernel inside a timed region; nothing in a timed
+ * region allocates, prints or locks. */
+#ifndef MHA_HARNESS_MEASURE_H
+#define MHA_HARNESS_MEASURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gbench.h"
+#include "mha.h"
+
+/* A problem to time. layer = 1: the full MHA layer (mha_forward) with
+ * d_model = h * d, self-attention over nq = nkv tokens; its weights live in
+ * the k buffer. */
+typedef struct {
+    int64_t b, h, kv, nq, nkv, d;
+    int causal;
+    int layer;
+} meas_shape;
+
+enum { MEAS_INPUT_CACHE = 4 };
+
+typedef struct {
+    meas_shape s;
+    float *q, *k, *v, *o;
+    size_t bytes;
+    uint64_t last_use;
+} meas_inputs;
+
+/* Inputs (least recently used shape goes) and the workspace. Zero it, or use
+ * meas_pool_init; meas_pool_release frees everything. */
+typedef struct {
+    uint64_t seed;
+    meas_inputs in[MEAS_INPUT_CACHE];
+    uint64_t use_clock;
+    void *ws;
+    size_t ws_size;
+} meas_pool;
+
+/* One prepared call. For a layer, q.data, k.data and v.data are the query,
+ * key and value inputs of mha_forward and out.data its output. */
+typedef struct {
+    const mha_kernel *kernel;
+    mha_problem p;
+    mha_options o;
+    mha_tensor q, k, v;
+    mha_tensor_mut out;
+    void *ws;
+    size_t ws_size;
+    int layer;
+    mha_layer L;
+    mha_layer_shape ls;
+} meas_call;
+
+void meas_pool_init(meas_pool *m, uint64_t seed);
+void meas_pool_release(meas_pool *m);
+
+mha_problem meas_problem(const meas_shape *s);
+meas_shape meas_shape_of(const mha_problem *p);
+size_t meas_elems_q(const meas_shape *s);
+size_t meas_elems_kv(const meas_shape *s);
+/* Bytes of Q, K (or the layer's weights and biases), V and O. */
+size_t meas_input_bytes(const meas_shape *s);
+/* The layer of a layer shape, its weights carved from w (NULL: no weights,
+ * enough for workspace and FLOP queries). */
+mha_layer meas_layer(const meas_shape *s, const float *w);
+
+/* The pool's workspace, at least bytes (grown and zeroed when needed, which
+ * moves it: calls prepared before then hold the old pointer). NULL when out
+ * of memory. */
+void *meas_workspace(meas_pool *m, size_t bytes);
+
+/* Prepares c: the shape's inputs (uniform [-1, 1) from the pool's seed and
+ * the shape; layer weights scaled by 1/sqrt(d_model)), views, the workspace
+ * from mha_workspace_size or mha_forward_workspace_size. Returns NULL, or a
+ * message (static storage). c stays valid until the next meas_prepare or
+ * meas_workspace on the same pool. */
+const char *meas_prepare(meas_pool *m, const mha_kernel *k, const meas_shape *s,
+                         const mha_options *o, meas_call *c);
+
+/* A call over buffers the caller owns (attend, forward): views, output and
+ * workspace as given. */
+meas_call meas_call_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
+                           const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
+                           const mha_tensor_mut *out, void *ws, size_t ws_size);
+meas_call meas_call_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_shape *ls,
+                            const mha_options *o, const float *x, const float *key,
+                            const float *value, float *out, void *ws, size_t ws_size);
+
+/* One call, untimed (warm-ups, checks). */
+mha_status meas_run(const meas_call *c);
+
+/* One timed call: *seconds is its wall time. */
+mha_status meas_sample(const meas_call *c, double *seconds);
+
+/* Timed samples of one call into times[]: at least min_reps, then more while
+ * less than time_cap seconds have passed since the first, at most max_reps.
+ * Returns the count; *status (may be NULL) is MHA_OK unless a call failed. */
+int meas_repeat(const meas_call *c, double *times, int min_reps, int max_reps, double time_cap,
+                mha_status *status);
+
+/* The same for n calls round-robin (a burst of other load hits them alike):
+ * a round times each call once; times[i * max_reps + r] is call i's sample
+ * in round r. Returns the rounds. */
+int meas_interleave(const meas_call *c, int n, double *times, int min_reps, int max_reps,
+                    double time_cap);
+
+/* Calls c back to back until seconds have passed: *calls calls in *elapsed
+ * seconds (clock read after each call). */
+mha_status meas_for(const meas_call *c, double seconds, int *calls, double *elapsed);
+
+/* Google Benchmark's timed loop over c (the state keeps its own iteration
+ * count and clock). */
+mha_status meas_gbench(mha_gbench_state *st, const meas_call *c);
+
+#endif

@@ -1,0 +1,39 @@
+/* stats.c - the harness's clock, generator and median (stats.h). */
+#include "stats.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+float uniform_pm1(uint64_t *state) {
+    /* x / 2^24 * 2 - 1 is exact in double for x < 2^24, so this is the same
+     * number whichever way the scaling is written. */
+    return (float)((double)(splitmix64(state) >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+}
+
+int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double median_sorted(const double *x, int n) {
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+double median_inplace(double *x, int n) {
+    if (n <= 0) return 0;
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return median_sorted(x, n);
+}

@@ -341,10 +341,11 @@ static void search_kernel(tune_ctx *tx, class_data *cd, kernel_result *kr, doubl
                           int use_split) {
     const mha_kernel *k = kr->k;
     const int w = mha_tile_width(mha_kernel_isa(k));
-    int dq = 0, dk = 0;
-    mha_default_blocks(&cd->p, mha_kernel_traits(k), mha_kernel_isa(k), tx->threads, &dq, &dk);
+    mha_options def = {.threads = tx->threads}; /* the cache model's blocks */
+    (void)mha_resolve_options(k, &cd->p, &def, &def);
     /* knob-less kernels are recorded with 0 (= default) knobs */
-    kr->prior = kr->tunable ? (point){.bq = dq, .bk = dk, .split = 0} : (point){0};
+    kr->prior =
+        kr->tunable ? (point){.bq = def.block_q, .bk = def.block_kv, .split = 0} : (point){0};
     point_set set = {.n = 0};
     const double n_est = 12; /* a typical descent's measurements: sizes the reps */
     const double cap = (deadline - now_s()) / n_est / (MIN_REPS + 1);
@@ -356,8 +357,8 @@ static void search_kernel(tune_ctx *tx, class_data *cd, kernel_result *kr, doubl
     if (!kr->tunable || cur.status != 1) return;
 
     int vq[MAX_VALUES], vk[MAX_VALUES];
-    const int nq = axis_values(vq, w, 512, w, dq, cd->p.seq_q);
-    const int nk = axis_values(vk, 16, 1024, w, dk, cd->p.seq_kv);
+    const int nq = axis_values(vq, w, 512, w, def.block_q, cd->p.seq_q);
+    const int nk = axis_values(vk, 16, 1024, w, def.block_kv, cd->p.seq_kv);
     const int vs[3] = {0, MHA_SPLIT_HEADS, MHA_SPLIT_QBLOCKS};
     const int ns = use_split ? 3 : 1;
     int improved = 1;
@@ -816,8 +817,10 @@ int cmd_tune(int argc, char **argv) {
             dp = dres->prior;
             if (same_knobs(&dres->best, &dp)) dp = dres->best; /* its latest measurement */
         } else if (dkern) {
-            mha_default_blocks(&cd.p, mha_kernel_traits(dkern), mha_kernel_isa(dkern), tx.threads,
-                               &dp.bq, &dp.bk);
+            mha_options def = {.threads = tx.threads};
+            (void)mha_resolve_options(dkern, &cd.p, &def, &def);
+            dp.bq = def.block_q;
+            dp.bk = def.block_kv;
             measure(&tx, &cd, dkern, &dp, 0, 0, "default");
         }
         if (dkern && dp.status == 1) json_object_object_add(e, "default", choice_json(dkern, &dp));

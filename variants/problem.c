@@ -1,0 +1,77 @@
+/* problem.c - the attention problem itself: tensor views, the default scale,
+ * validation (every bad dimension named) and the FLOP count. The kernels,
+ * the oracle and the entry points call in; it calls only error.c. */
+#include <math.h>
+
+#include "internal.h"
+
+mha_tensor mha_view_bhnd(const float *data, int64_t heads, int64_t seq, int64_t head_dim) {
+    return (mha_tensor){data, heads * seq * head_dim, seq * head_dim, head_dim};
+}
+mha_tensor mha_view_bnhd(const float *data, int64_t heads, int64_t seq, int64_t head_dim) {
+    return (mha_tensor){data, seq * heads * head_dim, head_dim, heads * head_dim};
+}
+mha_tensor_mut mha_view_bhnd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim) {
+    return (mha_tensor_mut){data, heads * seq * head_dim, seq * head_dim, head_dim};
+}
+mha_tensor_mut mha_view_bnhd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim) {
+    return (mha_tensor_mut){data, seq * heads * head_dim, head_dim, heads * head_dim};
+}
+
+float mha_problem_scale(const mha_problem *p) {
+    return p->scale != 0.0f ? p->scale : (float)(1.0 / sqrt((double)p->head_dim));
+}
+
+/* Elements of an [a,b,c,d] tensor, or -1 if the byte count overflows. */
+static int64_t elems4(int64_t a, int64_t b, int64_t c, int64_t d) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r) || __builtin_mul_overflow(r, c, &r) ||
+        __builtin_mul_overflow(r, d, &r) || r > (int64_t)(SIZE_MAX / 8) || r > INT64_MAX / 8)
+        return -1;
+    return r;
+}
+
+mha_status mha_problem_validate(const mha_problem *p) {
+    if (!p) return mha_set_error(MHA_EINVAL, "problem is NULL");
+    const struct {
+        const char *name;
+        int64_t v;
+    } dims[] = {{"batch", p->batch}, {"heads", p->heads},   {"kv_heads", p->kv_heads},
+                {"seq_q", p->seq_q}, {"seq_kv", p->seq_kv}, {"head_dim", p->head_dim}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].v <= 0)
+            return mha_set_error(MHA_EINVAL, "problem.%s = %lld: must be >= 1", dims[i].name,
+                                 (long long)dims[i].v);
+    if (p->kv_heads > p->heads || p->heads % p->kv_heads != 0)
+        return mha_set_error(MHA_EINVAL, "problem.kv_heads = %lld does not divide heads = %lld",
+                             (long long)p->kv_heads, (long long)p->heads);
+    /* int32 indices are never used, but keep every per-head extent sane. */
+    if (p->seq_q > (int64_t)1 << 31 || p->seq_kv > (int64_t)1 << 31 || p->head_dim > 1 << 20)
+        return mha_set_error(MHA_EINVAL,
+                             "problem dims too large (seq_q %lld, seq_kv %lld, head_dim %lld)",
+                             (long long)p->seq_q, (long long)p->seq_kv, (long long)p->head_dim);
+    if (elems4(p->batch, p->heads, p->seq_q, p->head_dim) < 0 ||
+        elems4(p->batch, p->kv_heads, p->seq_kv, p->head_dim) < 0 ||
+        elems4(p->batch, p->heads, p->seq_q, p->seq_kv) < 0)
+        return mha_set_error(
+            MHA_ENOMEM,
+            "problem sizes overflow: batch %lld x heads %lld x seq_q %lld x seq_kv "
+            "%lld x head_dim %lld bytes do not fit in size_t",
+            (long long)p->batch, (long long)p->heads, (long long)p->seq_q, (long long)p->seq_kv,
+            (long long)p->head_dim);
+    if (!isfinite(p->scale) || p->scale < 0)
+        return mha_set_error(MHA_EINVAL,
+                             "problem.scale = %g: must be finite and >= 0 (0 = 1/sqrt(d))",
+                             (double)p->scale);
+    return MHA_OK;
+}
+
+double mha_problem_flops(const mha_problem *p) {
+    double pairs = 0;
+    if (!p->causal) {
+        pairs = (double)p->seq_q * (double)p->seq_kv;
+    } else {
+        for (int64_t i = 0; i < p->seq_q; i++) pairs += (double)mha_kv_end(p, i);
+    }
+    return 4.0 * (double)p->batch * (double)p->heads * pairs * (double)p->head_dim;
+}

@@ -4,7 +4,6 @@
  * Built without SIMD flags like the rest of the harness. */
 #include "machine.h"
 
-#include <cpuid.h>
 #include <ctype.h>
 #include <hwloc.h>
 #include <omp.h>
@@ -21,88 +20,21 @@
 
 #define KIB ((uint64_t)1024)
 #define MIB (1024 * KIB)
-#define GIB (1024 * MIB)
 
 /* ---- cpuid ------------------------------------------------------------- */
-
-typedef struct {
-    unsigned leaf, subleaf;
-    int reg; /* 0 eax, 1 ebx, 2 ecx, 3 edx */
-    int bit;
-    const char *name;
-} cpu_flag;
-
-/* The flags that matter to attention kernels and their fast paths, in the
- * names Linux's /proc/cpuinfo uses. All of them fit machine_info.flags. */
-static const cpu_flag cpu_flags[] = {
-    {1, 0, 3, 26, "sse2"},        {1, 0, 2, 0, "sse3"},        {1, 0, 2, 9, "ssse3"},
-    {1, 0, 2, 19, "sse4_1"},      {1, 0, 2, 20, "sse4_2"},     {1, 0, 2, 28, "avx"},
-    {7, 0, 1, 5, "avx2"},         {1, 0, 2, 12, "fma"},        {1, 0, 2, 29, "f16c"},
-    {7, 0, 1, 8, "bmi2"},         {7, 0, 1, 16, "avx512f"},    {7, 0, 1, 17, "avx512dq"},
-    {7, 0, 1, 28, "avx512cd"},    {7, 0, 1, 30, "avx512bw"},   {7, 0, 1, 31, "avx512vl"},
-    {7, 0, 1, 21, "avx512ifma"},  {7, 0, 2, 1, "avx512_vbmi"}, {7, 0, 2, 6, "avx512_vbmi2"},
-    {7, 0, 2, 11, "avx512_vnni"}, {7, 1, 0, 5, "avx512_bf16"}, {7, 0, 3, 23, "avx512_fp16"},
-    {7, 1, 0, 4, "avx_vnni"},     {7, 0, 3, 24, "amx_tile"},   {7, 0, 3, 22, "amx_bf16"},
-    {7, 0, 3, 25, "amx_int8"},
-};
 
 static void describe_cpuid(machine_info *m) {
     mha_cpu_id id;
     mha_cpu_identity(&id);
     snprintf(m->vendor, sizeof m->vendor, "%s", id.vendor);
     snprintf(m->model, sizeof m->model, "%s", id.model);
+    snprintf(m->flags, sizeof m->flags, "%s", id.flags);
     m->family = id.family;
     m->model_id = id.model_id;
     m->stepping = id.stepping;
-
-    unsigned r[4];
-    if (!__get_cpuid(0, &r[0], &r[1], &r[2], &r[3])) return;
-    const unsigned max_leaf = r[0];
-
-    /* The three leaves the flags live in; absent leaves read as all zero
-     * (leaf 7 subleaf 1 exists only when subleaf 0's eax says so). */
-    unsigned l1[4] = {0}, l70[4] = {0}, l71[4] = {0};
-    if (max_leaf >= 1) __get_cpuid(1, &l1[0], &l1[1], &l1[2], &l1[3]);
-    if (max_leaf >= 7) __get_cpuid_count(7, 0, &l70[0], &l70[1], &l70[2], &l70[3]);
-    if (max_leaf >= 7 && l70[0] >= 1) __get_cpuid_count(7, 1, &l71[0], &l71[1], &l71[2], &l71[3]);
-    size_t o = 0;
-    for (size_t i = 0; i < sizeof cpu_flags / sizeof cpu_flags[0]; i++) {
-        const cpu_flag *f = &cpu_flags[i];
-        const unsigned *regs = f->leaf == 1 ? l1 : f->subleaf == 0 ? l70 : l71;
-        if (!((regs[f->reg] >> f->bit) & 1)) continue;
-        const size_t n = strlen(f->name);
-        if (o + n + 2 > sizeof m->flags) break;
-        if (o) m->flags[o++] = ' ';
-        memcpy(m->flags + o, f->name, n);
-        o += n;
-    }
-    m->flags[o] = '\0';
 }
 
-/* ---- hwloc topology and cache clamping ----------------------------------- */
-
-/* Plausible per-object cache sizes. hwloc reports what the (virtual) firmware
- * says, and VMs say odd things: L3 = 0, an L3 of the whole host or smaller than
- * the L2, L2 = 0 or 16 MiB. The cache models only need the right order of
- * magnitude, so out-of-range values are clamped to the nearest bound and
- * unknown (0) ones get a typical size; both set the *_clamped flag and the raw
- * value is kept for the record.
- *   L1d [16 KiB, 256 KiB]: 16 KiB (Bulldozer) is the smallest x86 L1d since
- *     2011; today's cores have 32-48 KiB, Apple-class cores 128 KiB; 256 KiB
- *     leaves headroom. Unknown -> 32 KiB.
- *   L2 [128 KiB, 8 MiB]: per-core L2s run 256 KiB - 3 MiB and the shared L2 of
- *     an Atom cluster 4 MiB; below 128 KiB or above 8 MiB is a misreport.
- *     Unknown -> 1 MiB.
- *   L3 [1 MiB, 1 GiB] and >= L2: one L3 object (one CCD on AMD, one socket's
- *     mesh on Intel) is 2 MiB - 128 MiB (96 MiB on V-Cache parts; 1 GiB is far
- *     above anything shipped), and an L3 smaller than the L2 it backs is a
- *     misreport. Unknown -> 8 MiB (or the L2 when larger). */
-static uint64_t clamp_cache(uint64_t raw, uint64_t lo, uint64_t hi, uint64_t unknown,
-                            int *clamped) {
-    uint64_t v = raw == 0 ? unknown : raw < lo ? lo : raw > hi ? hi : raw;
-    *clamped = v != raw;
-    return v;
-}
+/* ---- hwloc topology ------------------------------------------------------ */
 
 static void describe_hwloc(machine_info *m) {
     hwloc_topology_t topo;
@@ -116,7 +48,6 @@ static void describe_hwloc(machine_info *m) {
         m->pus = pus > 0 ? pus : 0;
         m->packages = packages > 0 ? packages : 0;
         m->numa_nodes = numa > 0 ? numa : 0;
-        m->l3_raw = mha_hwloc_cache_size(topo, HWLOC_OBJ_L3CACHE);
     }
     hwloc_topology_destroy(topo);
 }
@@ -132,15 +63,14 @@ void machine_describe(machine_info *m) {
     }
     if (m->cores <= 0 || m->cores > m->pus) m->cores = m->pus;
 
-    /* L1d and L2: the library's reading and clamp (the cache model's inputs). */
-    mha_cache_sizes(&m->l1d, &m->l2, &m->l1d_raw, &m->l2_raw);
-    m->l1d_clamped = m->l1d != m->l1d_raw;
-    m->l2_clamped = m->l2 != m->l2_raw;
-    m->l3 = clamp_cache(m->l3_raw, 1 * MIB, 1 * GIB, 8 * MIB, &m->l3_clamped);
-    if (m->l3 < m->l2) {
-        m->l3 = m->l2;
-        m->l3_clamped = 1;
-    }
+    /* Caches: the library's one reading and clamp (the cache model's inputs). */
+    mha_caches c;
+    mha_caches_get(&c);
+    m->l1d = c.l1d, m->l2 = c.l2, m->l3 = c.l3;
+    m->l1d_raw = c.l1d_raw, m->l2_raw = c.l2_raw, m->l3_raw = c.l3_raw;
+    m->l1d_clamped = c.l1d != c.l1d_raw;
+    m->l2_clamped = c.l2 != c.l2_raw;
+    m->l3_clamped = c.l3 != c.l3_raw;
 }
 
 /* ---- clock and FMA peak ------------------------------------------------- */

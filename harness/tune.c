@@ -847,8 +847,9 @@ int cmd_tune(int argc, char **argv) {
      * same CPU that this run did not cover (quick then full accumulates). */
     json_object *root = json_object_new_object();
     json_object *fp = json_object_new_object();
-    uint64_t l1, l2, l1r, l2r;
-    mha_cache_sizes(&l1, &l2, &l1r, &l2r);
+    mha_caches cs;
+    mha_caches_get(&cs);
+    const uint64_t l1 = cs.l1d, l2 = cs.l2, l1r = cs.l1d_raw, l2r = cs.l2_raw;
     json_object_object_add(fp, "cpu_key", json_object_new_string(key));
     json_object_object_add(fp, "cpu_model", json_object_new_string(mi.model));
     json_object_object_add(fp, "vendor", json_object_new_string(mi.vendor));

@@ -133,8 +133,9 @@ static void test_default_blocks(void **state) {
         assert_in_range(bk, 1, 4096);
     }
     /* The flash working set Q^T + S^T + O^T stays within the L2 for usual head dims. */
-    uint64_t l1, l2;
-    mha_cache_sizes(&l1, &l2, NULL, NULL);
+    mha_caches cs;
+    mha_caches_get(&cs);
+    const uint64_t l1 = cs.l1d, l2 = cs.l2;
     assert_in_range(l1, 16 * 1024, 256 * 1024);
     assert_in_range(l2, 128 * 1024, 8 * 1024 * 1024);
     for (int64_t d = 32; d <= 128; d *= 2) {

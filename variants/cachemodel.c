@@ -42,8 +42,9 @@ static int pow2_floor(uint64_t v) {
 void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int threads,
                         int *block_q, int *block_kv) {
     const int tiled = (traits & MHA_KT_MATERIALISED) != 0;
-    uint64_t l1, l2;
-    mha_cache_sizes(&l1, &l2, NULL, NULL);
+    mha_caches c;
+    mha_caches_get(&c);
+    const uint64_t l1 = c.l1d, l2 = c.l2;
     const uint64_t w = (uint64_t)mha_tile_width(isa), f = sizeof(float);
     const uint64_t d = p && p->head_dim > 0 ? (uint64_t)p->head_dim : 64;
     uint64_t bk = (uint64_t)pow2_floor(l1 * 3 / 4 / (64 * f));

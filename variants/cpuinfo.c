@@ -19,19 +19,32 @@
 #define MIB (1024 * KIB)
 
 /* ---- cache sizes (hwloc, once) ------------------------------------------------------
- * Clamped (reasoning in harness/machine.c, which reports these same values):
- * L1d to [16 KiB, 256 KiB] (unknown: 32 KiB), L2 to [128 KiB, 8 MiB]
- * (unknown: 1 MiB).
- * The model needs only the order of magnitude; a VM's odd report must not
- * produce absurd blocks. */
+ * Plausible per-object cache sizes. hwloc reports what the (virtual) firmware
+ * says, and VMs say odd things: L3 = 0, an L3 of the whole host or smaller than
+ * the L2, L2 = 0 or 16 MiB. The cache model needs only the right order of
+ * magnitude, so out-of-range values are clamped to the nearest bound and
+ * unknown (0) ones get a typical size; the raw value is kept for the record
+ * (`mhabench info` and every result file report both).
+ *   L1d [16 KiB, 256 KiB]: 16 KiB (Bulldozer) is the smallest x86 L1d since
+ *     2011; today's cores have 32-48 KiB, Apple-class cores 128 KiB; 256 KiB
+ *     leaves headroom. Unknown -> 32 KiB.
+ *   L2 [128 KiB, 8 MiB]: per-core L2s run 256 KiB - 3 MiB and the shared L2 of
+ *     an Atom cluster 4 MiB; below 128 KiB or above 8 MiB is a misreport.
+ *     Unknown -> 1 MiB.
+ *   L3 [1 MiB, 1 GiB] and >= L2: one L3 object (one CCD on AMD, one socket's
+ *     mesh on Intel) is 2 MiB - 128 MiB (96 MiB on V-Cache parts; 1 GiB is far
+ *     above anything shipped), and an L3 smaller than the L2 it backs is a
+ *     misreport. Unknown -> 8 MiB (or the L2 when larger). */
+#define GIB (1024 * MIB)
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
-static uint64_t cache_l1d, cache_l2, cache_l1d_raw, cache_l2_raw;
+static mha_caches caches;
 
 static uint64_t clamp_cache(uint64_t raw, uint64_t lo, uint64_t hi, uint64_t unknown) {
     return raw == 0 ? unknown : raw < lo ? lo : raw > hi ? hi : raw;
 }
 
-uint64_t mha_hwloc_cache_size(hwloc_topology_t topo, hwloc_obj_type_t type) {
+/* Size of the first data or unified cache object of this type (0 if none). */
+static uint64_t hwloc_cache_size(hwloc_topology_t topo, hwloc_obj_type_t type) {
     const int n = hwloc_get_nbobjs_by_type(topo, type);
     for (int i = 0; i < n; i++) {
         hwloc_obj_t o = hwloc_get_obj_by_type(topo, type, (unsigned)i);
@@ -46,22 +59,43 @@ static void cache_init(void) {
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) == 0) {
         if (hwloc_topology_load(topo) == 0) {
-            cache_l1d_raw = mha_hwloc_cache_size(topo, HWLOC_OBJ_L1CACHE);
-            cache_l2_raw = mha_hwloc_cache_size(topo, HWLOC_OBJ_L2CACHE);
+            caches.l1d_raw = hwloc_cache_size(topo, HWLOC_OBJ_L1CACHE);
+            caches.l2_raw = hwloc_cache_size(topo, HWLOC_OBJ_L2CACHE);
+            caches.l3_raw = hwloc_cache_size(topo, HWLOC_OBJ_L3CACHE);
         }
         hwloc_topology_destroy(topo);
     }
-    cache_l1d = clamp_cache(cache_l1d_raw, 16 * KIB, 256 * KIB, 32 * KIB);
-    cache_l2 = clamp_cache(cache_l2_raw, 128 * KIB, 8 * MIB, 1 * MIB);
+    caches.l1d = clamp_cache(caches.l1d_raw, 16 * KIB, 256 * KIB, 32 * KIB);
+    caches.l2 = clamp_cache(caches.l2_raw, 128 * KIB, 8 * MIB, 1 * MIB);
+    caches.l3 = clamp_cache(caches.l3_raw, 1 * MIB, 1 * GIB, 8 * MIB);
+    if (caches.l3 < caches.l2) caches.l3 = caches.l2;
 }
 
-void mha_cache_sizes(uint64_t *l1d, uint64_t *l2, uint64_t *l1d_raw, uint64_t *l2_raw) {
+void mha_caches_get(mha_caches *c) {
     pthread_once(&cache_once, cache_init);
-    if (l1d) *l1d = cache_l1d;
-    if (l2) *l2 = cache_l2;
-    if (l1d_raw) *l1d_raw = cache_l1d_raw;
-    if (l2_raw) *l2_raw = cache_l2_raw;
+    *c = caches;
 }
+
+typedef struct {
+    unsigned leaf, subleaf;
+    int reg; /* 0 eax, 1 ebx, 2 ecx, 3 edx */
+    int bit;
+    const char *name;
+} cpu_flag;
+
+/* The flags that matter to attention kernels and their fast paths, in the
+ * names Linux's /proc/cpuinfo uses. All of them fit machine_info.flags. */
+static const cpu_flag cpu_flags[] = {
+    {1, 0, 3, 26, "sse2"},        {1, 0, 2, 0, "sse3"},        {1, 0, 2, 9, "ssse3"},
+    {1, 0, 2, 19, "sse4_1"},      {1, 0, 2, 20, "sse4_2"},     {1, 0, 2, 28, "avx"},
+    {7, 0, 1, 5, "avx2"},         {1, 0, 2, 12, "fma"},        {1, 0, 2, 29, "f16c"},
+    {7, 0, 1, 8, "bmi2"},         {7, 0, 1, 16, "avx512f"},    {7, 0, 1, 17, "avx512dq"},
+    {7, 0, 1, 28, "avx512cd"},    {7, 0, 1, 30, "avx512bw"},   {7, 0, 1, 31, "avx512vl"},
+    {7, 0, 1, 21, "avx512ifma"},  {7, 0, 2, 1, "avx512_vbmi"}, {7, 0, 2, 6, "avx512_vbmi2"},
+    {7, 0, 2, 11, "avx512_vnni"}, {7, 1, 0, 5, "avx512_bf16"}, {7, 0, 3, 23, "avx512_fp16"},
+    {7, 1, 0, 4, "avx_vnni"},     {7, 0, 3, 24, "amx_tile"},   {7, 0, 3, 22, "amx_bf16"},
+    {7, 0, 3, 25, "amx_int8"},
+};
 
 /* ---- CPU key --------------------------------------------------------------------------
  * vendor, up to four brand-string words without marks and noise,
@@ -141,6 +175,24 @@ void mha_cpu_identity(mha_cpu_id *id) {
         brand[48] = '\0';
         mha_copy_trimmed(id->model, sizeof id->model, brand);
     }
+    /* The three leaves the flags live in; absent leaves read as all zero
+     * (leaf 7 subleaf 1 exists only when subleaf 0's eax says so). */
+    unsigned l1[4] = {0}, l70[4] = {0}, l71[4] = {0};
+    if (max_leaf >= 1) __get_cpuid(1, &l1[0], &l1[1], &l1[2], &l1[3]);
+    if (max_leaf >= 7) __get_cpuid_count(7, 0, &l70[0], &l70[1], &l70[2], &l70[3]);
+    if (max_leaf >= 7 && l70[0] >= 1) __get_cpuid_count(7, 1, &l71[0], &l71[1], &l71[2], &l71[3]);
+    size_t o = 0;
+    for (size_t i = 0; i < sizeof cpu_flags / sizeof cpu_flags[0]; i++) {
+        const cpu_flag *f = &cpu_flags[i];
+        const unsigned *regs = f->leaf == 1 ? l1 : f->subleaf == 0 ? l70 : l71;
+        if (!((regs[f->reg] >> f->bit) & 1)) continue;
+        const size_t n = strlen(f->name);
+        if (o + n + 2 > sizeof id->flags) break;
+        if (o) id->flags[o++] = ' ';
+        memcpy(id->flags + o, f->name, n);
+        o += n;
+    }
+    id->flags[o] = '\0';
 }
 
 static void key_init(void) {

@@ -51,12 +51,14 @@ void mha_class_problem(const mha_shape_class *c, mha_problem *p);
 void mha_class_verify_problem(const mha_shape_class *c, mha_problem *p);
 
 /* ---- the cache model's inputs ------------------------------------------------------ */
-/* Per-core L1d and L2 in bytes as hwloc reports them (raw, 0 = unknown) and
- * clamped to plausible ranges (the same bounds as harness/machine.c). hwloc is
- * queried once per process. */
-void mha_cache_sizes(uint64_t *l1d, uint64_t *l2, uint64_t *l1d_raw, uint64_t *l2_raw);
-/* Size of the first data or unified cache object of this type (0 if none). */
-uint64_t mha_hwloc_cache_size(hwloc_topology_t topo, hwloc_obj_type_t type);
+/* Per-core L1d and L2 and the L3 object in bytes, as hwloc reports them (raw,
+ * 0 = unknown) and clamped to plausible ranges (cpuinfo.c says why). hwloc is
+ * queried once per process; the cache model and `mhabench info` read this. */
+typedef struct {
+    uint64_t l1d, l2, l3;             /* clamped */
+    uint64_t l1d_raw, l2_raw, l3_raw; /* as reported, 0 = unknown */
+} mha_caches;
+void mha_caches_get(mha_caches *c);
 /* Columns of the ISA's GEMM micro-tile (MHA_NR in kernels/vec_*.h): block_q
  * is efficient as a multiple of it. */
 int mha_tile_width(mha_isa isa);
@@ -70,6 +72,7 @@ typedef struct {
     char vendor[16];
     char model[64];
     int family, model_id, stepping;
+    char flags[256]; /* the ISA flags that matter here, /proc/cpuinfo names: "sse2 avx ..." */
 } mha_cpu_id;
 void mha_cpu_identity(mha_cpu_id *id);
 /* The stable per-CPU key, computed exactly as harness/machine.c's

@@ -724,7 +724,26 @@ static int report_sweep(bench *benches, int nbench, int ngroups, const note_list
     return nerr;
 }
 
-int cmd_sweep(int argc, char **argv) {
+/* ---- cmd_sweep, in steps ------------------------------------------------------------
+ * Each step returns 0, or -1 after printing a message (a usage or input
+ * error); only cmd_sweep turns that into an exit code. */
+
+/* The command line as given. */
+typedef struct {
+    const char *preset_name, *kernel_list, *out_path;
+    const char *seq, *seq_q, *seq_kv, *heads, *kv, *dims, *batch, *causal, *threads;
+    double max_seconds, min_time; /* min_time < 0: the preset's */
+    int64_t reps;                 /* 0: the preset's */
+    int bind;
+    uint64_t seed;
+    char **pass; /* after "--": Google Benchmark's */
+    int npass;
+    const char *filter; /* read from pass */
+    int gb_reps;        /* --benchmark_repetitions, 0 if not given */
+} sweep_args;
+
+/* Returns 0, 1 when --help was printed, or -1. */
+static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
     enum {
         O_PRESET = 256,
         O_KERNELS,
@@ -765,265 +784,236 @@ int cmd_sweep(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    const char *preset_name = "quick", *kernel_list = NULL, *out_path = NULL;
-    const char *a_seq = NULL, *a_seq_q = NULL, *a_seq_kv = NULL, *a_heads = NULL, *a_kv = NULL,
-               *a_dims = NULL, *a_batch = NULL, *a_causal = NULL, *a_threads = NULL;
-    double max_seconds = 2.0, min_time = -1;
-    int64_t reps = 0, v;
-    int bind = 1;
-    uint64_t seed = 1;
+    *a = (sweep_args){
+        .preset_name = "quick", .max_seconds = 2.0, .min_time = -1, .bind = 1, .seed = 1};
+    int64_t v;
     optind = 1;
     opterr = 0;
     for (int c; (c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1;) {
         switch (c) {
         case O_PRESET:
-            preset_name = optarg;
+            a->preset_name = optarg;
             break;
         case O_KERNELS:
-            kernel_list = optarg;
+            a->kernel_list = optarg;
             break;
         case O_SEQ:
-            a_seq = optarg;
+            a->seq = optarg;
             break;
         case O_SEQ_Q:
-            a_seq_q = optarg;
+            a->seq_q = optarg;
             break;
         case O_SEQ_KV:
-            a_seq_kv = optarg;
+            a->seq_kv = optarg;
             break;
         case O_HEADS:
-            a_heads = optarg;
+            a->heads = optarg;
             break;
         case O_KV_HEADS:
-            a_kv = optarg;
+            a->kv = optarg;
             break;
         case O_HEAD_DIM:
-            a_dims = optarg;
+            a->dims = optarg;
             break;
         case O_BATCH:
-            a_batch = optarg;
+            a->batch = optarg;
             break;
         case O_CAUSAL:
-            a_causal = optarg;
+            a->causal = optarg;
             break;
         case O_THREADS:
-            a_threads = optarg;
+            a->threads = optarg;
             break;
         case O_MAX_SECONDS:
-            if (!parse_double("--max-seconds", optarg, 1e-6, 86400, 0, &max_seconds))
-                return EXIT_USAGE;
+            if (!parse_double("--max-seconds", optarg, 1e-6, 86400, 0, &a->max_seconds)) return -1;
             break;
         case O_MIN_TIME:
-            if (!parse_double("--min-time", optarg, 1e-6, 86400, 0, &min_time)) return EXIT_USAGE;
+            if (!parse_double("--min-time", optarg, 1e-6, 86400, 0, &a->min_time)) return -1;
             break;
         case O_REPS:
-            if (!parse_i64("--repetitions", optarg, 1, MAX_REPS, &reps)) return EXIT_USAGE;
+            if (!parse_i64("--repetitions", optarg, 1, MAX_REPS, &a->reps)) return -1;
             break;
         case O_BIND:
             if (strcmp(optarg, "cores") == 0)
-                bind = 1;
+                a->bind = 1;
             else if (strcmp(optarg, "none") == 0)
-                bind = 0;
+                a->bind = 0;
             else {
                 errorf("sweep: --bind '%s': expected cores or none", optarg);
-                return EXIT_USAGE;
+                return -1;
             }
             break;
         case O_OUT:
-            out_path = optarg;
+            a->out_path = optarg;
             break;
         case O_SEED:
-            if (!parse_i64("--seed", optarg, 0, INT64_MAX, &v)) return EXIT_USAGE;
-            seed = (uint64_t)v;
+            if (!parse_i64("--seed", optarg, 0, INT64_MAX, &v)) return -1;
+            a->seed = (uint64_t)v;
             break;
         case 'h':
             usage(stdout);
-            return 0;
+            return 1;
         case ':':
             errorf("sweep: option '%s' needs a value", argv[optind - 1]);
-            return EXIT_USAGE;
+            return -1;
         default:
             errorf("sweep: unknown option '%s' (Google Benchmark flags go after --)",
                    argv[optind - 1]);
             usage(stderr);
-            return EXIT_USAGE;
+            return -1;
         }
     }
     /* Everything after "--" is for Google Benchmark. */
-    int npass = 0;
-    char **pass = NULL;
     if (optind < argc) {
         if (strcmp(argv[optind - 1], "--") != 0) {
             errorf("sweep: unexpected argument '%s' (Google Benchmark flags go after --)",
                    argv[optind]);
-            return EXIT_USAGE;
+            return -1;
         }
-        pass = argv + optind;
-        npass = argc - optind;
+        a->pass = argv + optind;
+        a->npass = argc - optind;
     }
-    if (!check_isa_env()) return EXIT_USAGE;
-
-    const preset *prp = preset_find(preset_name);
-    if (!prp) {
-        errorf("sweep: --preset '%s': expected quick, full, ci or roofline", preset_name);
-        return EXIT_USAGE;
-    }
-    const preset pr = *prp;
-    meas_pool_init(&g_pool, seed);
-
-    machine_info mi;
-    machine_describe(&mi);
-    const int all = mi.cores > 0 ? mi.cores : 1;
-
-    /* Axes: the preset's, replaced by any given. */
-    int64_t seq[MAX_LIST], seq_q[MAX_LIST], seq_kv[MAX_LIST], heads[MAX_LIST], kvh[MAX_LIST],
-        dims[MAX_LIST], batch[MAX_LIST], causal[MAX_LIST], threads[MAX_LIST];
-    int nseq = pr.nseq, nsq = 0, nskv = 0, nheads = pr.nheads, nkv = 0, ndims = pr.ndims,
-        nbatch = pr.nbatch, ncausal = pr.ncausal, nthreads = 0;
-    memcpy(seq, pr.seq, sizeof pr.seq);
-    memcpy(heads, pr.heads, sizeof pr.heads);
-    memcpy(dims, pr.dims, sizeof pr.dims);
-    memcpy(batch, pr.batch, sizeof pr.batch);
-    causal[0] = 0;
-    causal[1] = 1;
-    const int64_t big = (int64_t)1 << 24;
-    if ((a_seq && (nseq = parse_i64_list("--seq", a_seq, 1, big, seq, MAX_LIST)) < 0) ||
-        (a_seq_q && (nsq = parse_i64_list("--seq-q", a_seq_q, 1, big, seq_q, MAX_LIST)) < 0) ||
-        (a_seq_kv && (nskv = parse_i64_list("--seq-kv", a_seq_kv, 1, big, seq_kv, MAX_LIST)) < 0) ||
-        (a_heads && (nheads = parse_i64_list("--heads", a_heads, 1, 4096, heads, MAX_LIST)) < 0) ||
-        (a_kv && (nkv = parse_i64_list("--kv-heads", a_kv, 1, 4096, kvh, MAX_LIST)) < 0) ||
-        (a_dims && (ndims = parse_i64_list("--head-dim", a_dims, 1, 65536, dims, MAX_LIST)) < 0) ||
-        (a_batch && (nbatch = parse_i64_list("--batch", a_batch, 1, 65536, batch, MAX_LIST)) < 0) ||
-        (a_causal && (ncausal = parse_i64_list("--causal", a_causal, 0, 1, causal, MAX_LIST)) < 0))
-        return EXIT_USAGE;
-    if (a_threads) {
-        if ((nthreads = parse_threads(a_threads, all, threads, MAX_LIST)) < 0) return EXIT_USAGE;
-    } else if (pr.threads_full_range) {
-        for (int t = 1; t <= all && nthreads < MAX_LIST; t++) threads[nthreads++] = t;
-    } else {
-        threads[nthreads++] = 1;
-        threads[nthreads++] = all;
-    }
-    nseq = dedupe(seq, nseq);
-    nsq = dedupe(seq_q, nsq);
-    nskv = dedupe(seq_kv, nskv);
-    nheads = dedupe(heads, nheads);
-    nkv = dedupe(kvh, nkv);
-    ndims = dedupe(dims, ndims);
-    nbatch = dedupe(batch, nbatch);
-    ncausal = dedupe(causal, ncausal);
-    nthreads = dedupe(threads, nthreads);
-    const int shape_axes_given =
-        a_seq || a_seq_q || a_seq_kv || a_heads || a_kv || a_dims || a_batch;
-    if (pr.extra_only && shape_axes_given && !a_seq && !a_seq_q && !a_seq_kv) {
-        /* ci with e.g. --heads only: use the ci lengths as a grid. */
-        seq[0] = 512;
-        seq[1] = 1024;
-        nseq = 2;
-    }
-    if (pr.extra_only && shape_axes_given && !a_heads) {
-        heads[0] = 8;
-        nheads = 1;
-    }
-    if (pr.extra_only && shape_axes_given && !a_dims) {
-        dims[0] = 64;
-        ndims = 1;
-    }
-    if (min_time < 0) min_time = pr.min_time;
-    const int interleaved = pr.interleaved;
-    const int repetitions = reps > 0 ? (int)reps : pr.repetitions;
-
-    /* Google Benchmark flags we read ourselves. */
-    const char *filter = NULL;
-    int gb_reps = 0;
-    for (int i = 0; i < npass; i++) {
-        const char *a = pass[i];
-        if (strncmp(a, "--benchmark_filter=", 19) == 0) filter = a + 19;
-        if (strncmp(a, "--benchmark_repetitions=", 24) == 0) {
+    /* The Google Benchmark flags we read ourselves. */
+    for (int i = 0; i < a->npass; i++) {
+        const char *g = a->pass[i];
+        if (strncmp(g, "--benchmark_filter=", 19) == 0) a->filter = g + 19;
+        if (strncmp(g, "--benchmark_repetitions=", 24) == 0) {
             /* Google Benchmark itself aborts on a count below 1. */
             int64_t r;
-            if (!parse_i64("--benchmark_repetitions", a + 24, 1, 1000000, &r)) return EXIT_USAGE;
-            gb_reps = (int)r;
+            if (!parse_i64("--benchmark_repetitions", g + 24, 1, 1000000, &r)) return -1;
+            a->gb_reps = (int)r;
         }
-        if (strncmp(a, "--benchmark_out=", 16) == 0) {
-            if (out_path) {
+        if (strncmp(g, "--benchmark_out=", 16) == 0) {
+            if (a->out_path) {
                 errorf("sweep: both --out and --benchmark_out given; use one");
-                return EXIT_USAGE;
+                return -1;
             }
-            out_path = a + 16;
+            a->out_path = g + 16;
         }
-        if (strncmp(a, "--benchmark_out_format=", 23) == 0 && strcmp(a + 23, "json") != 0) {
-            errorf("sweep: '%s': result files are always Google Benchmark JSON", a);
-            return EXIT_USAGE;
+        if (strncmp(g, "--benchmark_out_format=", 23) == 0 && strcmp(g + 23, "json") != 0) {
+            errorf("sweep: '%s': result files are always Google Benchmark JSON", g);
+            return -1;
         }
     }
+    return 0;
+}
 
-    /* Kernels. */
-    const mha_kernel *kernels[MAX_KERNELS];
-    int nk = 0;
-    if (kernel_list) { /* "auto" (NULL here) is mha_select's choice per shape */
-        nk = parse_kernel_list("sweep: --kernels", kernel_list, KL_AUTO | KL_SUPPORTED, kernels,
-                               MAX_KERNELS);
-        if (nk < 0) return EXIT_USAGE;
+/* The grid's axes: the preset's, replaced by any given on the command line. */
+typedef struct {
+    int64_t seq[MAX_LIST], seq_q[MAX_LIST], seq_kv[MAX_LIST], heads[MAX_LIST], kvh[MAX_LIST],
+        dims[MAX_LIST], batch[MAX_LIST], causal[MAX_LIST], threads[MAX_LIST];
+    int nseq, nsq, nskv, nheads, nkv, ndims, nbatch, ncausal, nthreads;
+    int shape_axes_given;
+} sweep_axes;
+
+static int build_axes(const sweep_args *a, const preset *pr, int all, sweep_axes *x) {
+    memset(x, 0, sizeof *x);
+    x->nseq = pr->nseq, x->nheads = pr->nheads, x->ndims = pr->ndims, x->nbatch = pr->nbatch;
+    x->ncausal = pr->ncausal;
+    memcpy(x->seq, pr->seq, sizeof pr->seq);
+    memcpy(x->heads, pr->heads, sizeof pr->heads);
+    memcpy(x->dims, pr->dims, sizeof pr->dims);
+    memcpy(x->batch, pr->batch, sizeof pr->batch);
+    x->causal[0] = 0;
+    x->causal[1] = 1;
+    const int64_t big = (int64_t)1 << 24;
+    if ((a->seq && (x->nseq = parse_i64_list("--seq", a->seq, 1, big, x->seq, MAX_LIST)) < 0) ||
+        (a->seq_q &&
+         (x->nsq = parse_i64_list("--seq-q", a->seq_q, 1, big, x->seq_q, MAX_LIST)) < 0) ||
+        (a->seq_kv &&
+         (x->nskv = parse_i64_list("--seq-kv", a->seq_kv, 1, big, x->seq_kv, MAX_LIST)) < 0) ||
+        (a->heads &&
+         (x->nheads = parse_i64_list("--heads", a->heads, 1, 4096, x->heads, MAX_LIST)) < 0) ||
+        (a->kv && (x->nkv = parse_i64_list("--kv-heads", a->kv, 1, 4096, x->kvh, MAX_LIST)) < 0) ||
+        (a->dims &&
+         (x->ndims = parse_i64_list("--head-dim", a->dims, 1, 65536, x->dims, MAX_LIST)) < 0) ||
+        (a->batch &&
+         (x->nbatch = parse_i64_list("--batch", a->batch, 1, 65536, x->batch, MAX_LIST)) < 0) ||
+        (a->causal &&
+         (x->ncausal = parse_i64_list("--causal", a->causal, 0, 1, x->causal, MAX_LIST)) < 0))
+        return -1;
+    if (a->threads) {
+        if ((x->nthreads = parse_threads(a->threads, all, x->threads, MAX_LIST)) < 0) return -1;
+    } else if (pr->threads_full_range) {
+        for (int t = 1; t <= all && x->nthreads < MAX_LIST; t++) x->threads[x->nthreads++] = t;
     } else {
-        for (int i = 0; i < mha_kernel_count() && nk < MAX_KERNELS; i++) {
-            const mha_kernel *k = mha_kernel_at(i);
-            if (mha_kernel_supported(k) != MHA_OK) continue;
-            /* ci: the project's SIMD kernels only (no reference, no library
-             * baseline). The baseline-ISA ones take most of the time and add
-             * nothing a regression run needs. */
-            if (pr.ci_kernels && ((mha_kernel_traits(k) & (MHA_KT_REFERENCE | MHA_KT_BASELINE)) ||
-                                  mha_kernel_isa(k) == MHA_ISA_SCALAR))
-                continue;
-            kernels[nk++] = k;
-        }
-        /* and what --kernel auto (mha_select) would run, shape by shape */
-        if (!pr.ci_kernels && nk < MAX_KERNELS) kernels[nk++] = NULL;
+        x->threads[x->nthreads++] = 1;
+        x->threads[x->nthreads++] = all;
     }
+    x->nseq = dedupe(x->seq, x->nseq);
+    x->nsq = dedupe(x->seq_q, x->nsq);
+    x->nskv = dedupe(x->seq_kv, x->nskv);
+    x->nheads = dedupe(x->heads, x->nheads);
+    x->nkv = dedupe(x->kvh, x->nkv);
+    x->ndims = dedupe(x->dims, x->ndims);
+    x->nbatch = dedupe(x->batch, x->nbatch);
+    x->ncausal = dedupe(x->causal, x->ncausal);
+    x->nthreads = dedupe(x->threads, x->nthreads);
+    x->shape_axes_given =
+        a->seq || a->seq_q || a->seq_kv || a->heads || a->kv || a->dims || a->batch;
+    if (pr->extra_only && x->shape_axes_given && !a->seq && !a->seq_q && !a->seq_kv) {
+        /* ci with e.g. --heads only: use the ci lengths as a grid. */
+        x->seq[0] = 512;
+        x->seq[1] = 1024;
+        x->nseq = 2;
+    }
+    if (pr->extra_only && x->shape_axes_given && !a->heads) {
+        x->heads[0] = 8;
+        x->nheads = 1;
+    }
+    if (pr->extra_only && x->shape_axes_given && !a->dims) {
+        x->dims[0] = 64;
+        x->ndims = 1;
+    }
+    return 0;
+}
 
-    /* The results file, created (unnamed) before any measurement: a bad --out
-     * fails here, and a killed sweep leaves nothing behind. A run file in
-     * results/runs never replaces another (a -2, -3 ... suffix instead); a
-     * user-named --out may replace a regular file. */
-    mha_out out;
-    char why[1024];
-    const time_t started = time(NULL);
-    char path[4096];
-    if (out_path)
-        snprintf(path, sizeof path, "%s", out_path);
-    else if (!results_run_path(RUNS_DIR, started, 0, path, sizeof path)) {
-        errorf("sweep: run-file name too long");
-        return EXIT_USAGE;
+/* The kernels to sweep (NULL = auto); returns the count or -1. */
+static int choose_kernels(const sweep_args *a, const preset *pr, const mha_kernel **kernels) {
+    if (a->kernel_list) /* "auto" (NULL here) is mha_select's choice per shape */
+        return parse_kernel_list("sweep: --kernels", a->kernel_list, KL_AUTO | KL_SUPPORTED,
+                                 kernels, MAX_KERNELS);
+    int nk = 0;
+    for (int i = 0; i < mha_kernel_count() && nk < MAX_KERNELS; i++) {
+        const mha_kernel *k = mha_kernel_at(i);
+        if (mha_kernel_supported(k) != MHA_OK) continue;
+        /* ci: the project's SIMD kernels only (no reference, no library
+         * baseline). The baseline-ISA ones take most of the time and add
+         * nothing a regression run needs. */
+        if (pr->ci_kernels && ((mha_kernel_traits(k) & (MHA_KT_REFERENCE | MHA_KT_BASELINE)) ||
+                               mha_kernel_isa(k) == MHA_ISA_SCALAR))
+            continue;
+        kernels[nk++] = k;
     }
-    if (mha_out_begin(&out, path, (out_path ? MHA_OUT_REPLACE : MHA_OUT_NOREPLACE) | MHA_OUT_MKDIRS,
-                      why, sizeof why) != MHA_OK) {
-        errorf("sweep: --out: %s", why);
-        return EXIT_USAGE;
-    }
+    /* and what --kernel auto (mha_select) would run, shape by shape */
+    if (!pr->ci_kernels && nk < MAX_KERNELS) kernels[nk++] = NULL;
+    return nk;
+}
 
-    /* Machine: pin, then measure (the all-core bandwidth runs pinned). */
+/* Pins the threads, measures the machine and each kernel's rate for the time
+ * estimates, and says so. Returns the binding's name. */
+static const char *measure_machine(const sweep_args *a, const preset *pr, const sweep_axes *x,
+                                   int all, const mha_kernel *const *kernels, int nk,
+                                   results_machine *rm, double *rate) {
     int64_t tmax = 1;
-    for (int i = 0; i < nthreads; i++) tmax = threads[i] > tmax ? threads[i] : tmax;
+    for (int i = 0; i < x->nthreads; i++) tmax = x->threads[i] > tmax ? x->threads[i] : tmax;
     const char *binding = "none";
-    if (bind) {
+    if (a->bind) {
         const int pool = (int)(tmax > all ? tmax : all);
         if (results_bind_threads(pool)) binding = "cores";
     }
-    printf("mhabench sweep: preset %s, %d kernel%s, threads", pr.name, nk, nk == 1 ? "" : "s");
-    for (int i = 0; i < nthreads; i++) printf("%s%lld", i ? "," : " ", (long long)threads[i]);
+    printf("mhabench sweep: preset %s, %d kernel%s, threads", pr->name, nk, nk == 1 ? "" : "s");
+    for (int i = 0; i < x->nthreads; i++) printf("%s%lld", i ? "," : " ", (long long)x->threads[i]);
     printf(", binding %s, seed %llu\nmeasuring the machine (FMA peak per ISA, read bandwidth)...\n",
-           binding, (unsigned long long)seed);
+           binding, (unsigned long long)a->seed);
     fflush(stdout);
-    results_machine rm;
-    results_measure_machine(&rm, 0.15);
-    printf("cpu %s (%s), peak GFLOP/s per thread:", rm.m.model, rm.cpu_key);
+    results_measure_machine(rm, 0.15);
+    printf("cpu %s (%s), peak GFLOP/s per thread:", rm->m.model, rm->cpu_key);
     for (int i = 0; i < MHA_ISA_COUNT; i++)
-        if (rm.peak_gflops[i] > 0) printf(" %s %.1f", mha_isa_name((mha_isa)i), rm.peak_gflops[i]);
-    printf("; read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d)\n", rm.read_bw_1t, rm.read_bw_all,
-           rm.bw_threads_all);
-
-    /* Rates for the time estimates. */
-    double rate[MAX_KERNELS];
+        if (rm->peak_gflops[i] > 0)
+            printf(" %s %.1f", mha_isa_name((mha_isa)i), rm->peak_gflops[i]);
+    printf("; read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d)\n", rm->read_bw_1t,
+           rm->read_bw_all, rm->bw_threads_all);
     printf("rates on B=1 H=1 N=256 d=64, 1 thread (for the time estimates):");
     for (int i = 0; i < nk; i++) {
         if (!kernels[i]) { /* auto: estimated from the kernel it picks, per shape */
@@ -1035,143 +1025,203 @@ int cmd_sweep(int argc, char **argv) {
     }
     printf(" GFLOP/s\n");
     fflush(stdout);
+    return binding;
+}
 
-    /* The shapes. */
+/* The shapes: the grid of the axes (unless a preset lists its shapes only),
+ * then the preset's extra shapes. Notes go to notes. */
+static shape *build_shapes(const sweep_args *a, const preset *pr, const sweep_axes *x,
+                           note_list *notes, int *count) {
     int64_t sq_list[MAX_LIST * MAX_LIST], skv_list[MAX_LIST * MAX_LIST];
     int npairs = 0;
-    if (nsq || nskv) {
-        const int64_t *qa = nsq ? seq_q : seq, *ka = nskv ? seq_kv : seq;
-        const int nqa = nsq ? nsq : nseq, nka = nskv ? nskv : nseq;
+    if (x->nsq || x->nskv) {
+        const int64_t *qa = x->nsq ? x->seq_q : x->seq, *ka = x->nskv ? x->seq_kv : x->seq;
+        const int nqa = x->nsq ? x->nsq : x->nseq, nka = x->nskv ? x->nskv : x->nseq;
         for (int i = 0; i < nqa; i++)
             for (int j = 0; j < nka; j++) {
                 sq_list[npairs] = qa[i];
                 skv_list[npairs++] = ka[j];
             }
     } else {
-        for (int i = 0; i < nseq; i++) {
-            sq_list[npairs] = seq[i];
-            skv_list[npairs++] = seq[i];
+        for (int i = 0; i < x->nseq; i++) {
+            sq_list[npairs] = x->seq[i];
+            skv_list[npairs++] = x->seq[i];
         }
     }
-    int nshapes = 0, cap_shapes = 64;
-    shape *shapes = sweep_realloc(NULL, (size_t)cap_shapes, sizeof *shapes);
-    note_list skipped = {0}, notes = {0};
-    const int use_grid = !pr.extra_only || shape_axes_given;
-    if (use_grid)
-        for (int ib = 0; ib < nbatch; ib++)
-            for (int ih = 0; ih < nheads; ih++)
-                for (int ik = 0; ik < (nkv ? nkv : 1); ik++) {
-                    const int64_t kv = nkv ? kvh[ik] : heads[ih];
-                    if (heads[ih] % kv != 0) {
-                        note_add(&notes, "--kv-heads %lld does not divide --heads %lld: skipped",
-                                 (long long)kv, (long long)heads[ih]);
+    int n = 0, cap = 64;
+    shape *shapes = sweep_realloc(NULL, (size_t)cap, sizeof *shapes);
+    if (!pr->extra_only || x->shape_axes_given)
+        for (int ib = 0; ib < x->nbatch; ib++)
+            for (int ih = 0; ih < x->nheads; ih++)
+                for (int ik = 0; ik < (x->nkv ? x->nkv : 1); ik++) {
+                    const int64_t kv = x->nkv ? x->kvh[ik] : x->heads[ih];
+                    if (x->heads[ih] % kv != 0) {
+                        note_add(notes, "--kv-heads %lld does not divide --heads %lld: skipped",
+                                 (long long)kv, (long long)x->heads[ih]);
                         continue;
                     }
-                    for (int id = 0; id < ndims; id++)
-                        for (int ic = 0; ic < ncausal; ic++)
+                    for (int id = 0; id < x->ndims; id++)
+                        for (int ic = 0; ic < x->ncausal; ic++)
                             for (int is = 0; is < npairs; is++) {
-                                if (nshapes == cap_shapes) {
-                                    cap_shapes *= 2;
-                                    shapes =
-                                        sweep_realloc(shapes, (size_t)cap_shapes, sizeof *shapes);
+                                if (n == cap) {
+                                    cap *= 2;
+                                    shapes = sweep_realloc(shapes, (size_t)cap, sizeof *shapes);
                                 }
-                                shapes[nshapes++] = (shape){
-                                    batch[ib], heads[ih],       kv, sq_list[is], skv_list[is],
-                                    dims[id],  (int)causal[ic], 0};
+                                shapes[n++] = (shape){
+                                    x->batch[ib], x->heads[ih],       kv, sq_list[is], skv_list[is],
+                                    x->dims[id],  (int)x->causal[ic], 0};
                             }
                 }
-    if (!shape_axes_given)
-        for (int i = 0; i < pr.nextra; i++) {
-            if (nshapes == cap_shapes) {
-                cap_shapes *= 2;
-                shapes = sweep_realloc(shapes, (size_t)cap_shapes, sizeof *shapes);
+    if (!x->shape_axes_given)
+        for (int i = 0; i < pr->nextra; i++) {
+            if (n == cap) {
+                cap *= 2;
+                shapes = sweep_realloc(shapes, (size_t)cap, sizeof *shapes);
             }
             /* ci's causal shape keeps its mask; --causal filters the others. */
-            int keep = pr.extra_only || !a_causal;
-            for (int c = 0; c < ncausal && !keep; c++) keep = causal[c] == pr.extra[i].causal;
-            if (keep) shapes[nshapes++] = pr.extra[i];
+            int keep = pr->extra_only || !a->causal;
+            for (int c = 0; c < x->ncausal && !keep; c++)
+                keep = x->causal[c] == pr->extra[i].causal;
+            if (keep) shapes[n++] = pr->extra[i];
         }
+    *count = n;
+    return shapes;
+}
 
-    int nbench = 0, ngroups = 0;
-    const bench_plan plan = {&pr, kernels,     rate,    nk, threads, nthreads, kernel_list != NULL,
-                             &rm, max_seconds, min_time};
+/* Runs the registered benchmarks through Google Benchmark into out and
+ * commits the file. Returns 0 and the run's state, or -1. */
+static int run_and_commit(const sweep_args *a, bench *benches, int nbench, int interleaved,
+                          int repetitions, double min_time, int nskipped, mha_out *out,
+                          time_t started, run_state *rs, double *t0) {
+    /* Google Benchmark's argv: ours first, the pass-through ones after (so
+     * they win). */
+    char a_min[64], a_reps[64], why[1024];
+    snprintf(a_min, sizeof a_min, "--benchmark_min_time=%g", min_time);
+    snprintf(a_reps, sizeof a_reps, "--benchmark_repetitions=%d", interleaved ? 1 : repetitions);
+    char **gargv = sweep_realloc(NULL, (size_t)a->npass + 4, sizeof *gargv);
+    int gargc = 0;
+    gargv[gargc++] = (char *)"mhabench";
+    gargv[gargc++] = a_min;
+    gargv[gargc++] = a_reps;
+    for (int i = 0; i < a->npass; i++)
+        if (strncmp(a->pass[i], "--benchmark_out=", 16) != 0) gargv[gargc++] = a->pass[i];
+    gargv[gargc] = NULL;
+
+    const int filtered = count_filtered(benches, nbench, a->filter);
+    const int rows_per = interleaved ? repetitions : (a->gb_reps > 0 ? a->gb_reps : repetitions);
+    *rs = (run_state){benches, nbench, 0, filtered >= 0 ? filtered * rows_per : -1, interleaved};
+    printf("%d benchmark%s x %d repetition%s (%s), min time %g s, %d skipped\n", nbench,
+           nbench == 1 ? "" : "s", rows_per, rows_per == 1 ? "" : "s",
+           interleaved ? "interleaved" : "grouped", min_time, nskipped);
+    fflush(stdout);
+    *t0 = now_s();
+    const int rc = mha_gbench_run(gargc, gargv, out->name, on_report, rs);
+    free(gargv);
+    if (rc == MHA_GBENCH_NO_MATCH) {
+        errorf("sweep: no benchmark matched --benchmark_filter=%s; nothing written",
+               a->filter ? a->filter : "");
+        return -1;
+    }
+    if (rc != 0) return -1;
+    struct stat sb;
+    if (fstat(out->fd, &sb) != 0 || sb.st_size == 0) {
+        errorf("sweep: Google Benchmark wrote no results to '%s'; nothing committed", out->target);
+        return -1;
+    }
+    if (results_json_fix_nonfinite(out, why, sizeof why) != MHA_OK ||
+        (a->out_path ? mha_out_commit(out, why, sizeof why)
+                     : results_commit_run(out, RUNS_DIR, started, why, sizeof why)) != MHA_OK) {
+        errorf("sweep: %s", why);
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_sweep(int argc, char **argv) {
+    sweep_args a;
+    const int parsed = parse_sweep_args(argc, argv, &a);
+    if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
+    if (!check_isa_env()) return EXIT_USAGE;
+    const preset *prp = preset_find(a.preset_name);
+    if (!prp) {
+        errorf("sweep: --preset '%s': expected quick, full, ci or roofline", a.preset_name);
+        return EXIT_USAGE;
+    }
+    const preset pr = *prp;
+    machine_info mi;
+    machine_describe(&mi);
+    const int all = mi.cores > 0 ? mi.cores : 1;
+    sweep_axes x;
+    if (build_axes(&a, &pr, all, &x) != 0) return EXIT_USAGE;
+    const double min_time = a.min_time < 0 ? pr.min_time : a.min_time;
+    const int interleaved = pr.interleaved;
+    const int repetitions = a.reps > 0 ? (int)a.reps : pr.repetitions;
+    const mha_kernel *kernels[MAX_KERNELS];
+    const int nk = choose_kernels(&a, &pr, kernels);
+    if (nk < 0) return EXIT_USAGE;
+
+    /* The results file, created (unnamed) before any measurement: a bad --out
+     * fails here, and a killed sweep leaves nothing behind. A run file in
+     * results/runs never replaces another (a -2, -3 ... suffix instead); a
+     * user-named --out may replace a regular file. */
+    mha_out out;
+    char why[1024], path[4096];
+    const time_t started = time(NULL);
+    if (a.out_path)
+        snprintf(path, sizeof path, "%s", a.out_path);
+    else if (!results_run_path(RUNS_DIR, started, 0, path, sizeof path)) {
+        errorf("sweep: run-file name too long");
+        return EXIT_USAGE;
+    }
+    if (mha_out_begin(&out, path,
+                      (a.out_path ? MHA_OUT_REPLACE : MHA_OUT_NOREPLACE) | MHA_OUT_MKDIRS, why,
+                      sizeof why) != MHA_OK) {
+        errorf("sweep: --out: %s", why);
+        return EXIT_USAGE;
+    }
+    meas_pool_init(&g_pool, a.seed);
+    results_machine rm;
+    double rate[MAX_KERNELS];
+    const char *binding = measure_machine(&a, &pr, &x, all, kernels, nk, &rm, rate);
+
+    note_list skipped = {0}, notes = {0};
+    int nshapes = 0, nbench = 0, ngroups = 0, exit_code = 0;
+    shape *shapes = build_shapes(&a, &pr, &x, &notes, &nshapes);
+    const bench_plan plan = {
+        &pr, kernels,       rate,    nk, x.threads, x.nthreads, a.kernel_list != NULL,
+        &rm, a.max_seconds, min_time};
     bench *benches = plan_benches(&plan, shapes, nshapes, &skipped, &nbench, &ngroups);
     free(shapes);
     for (int i = 0; i < notes.n; i++) printf("note: %s\n", notes.items[i].text);
-
-    int exit_code = 0;
     if (nbench == 0) {
         errorf("sweep: nothing to run (every combination was skipped)");
         exit_code = EXIT_USAGE;
         goto done;
     }
-
-    if (register_benches(benches, nbench, interleaved, pr.by_shape, repetitions, seed) != 0) {
+    if (register_benches(benches, nbench, interleaved, pr.by_shape, repetitions, a.seed) != 0) {
         exit_code = EXIT_USAGE;
         goto done;
     }
-
     int max_threads = 1;
-    for (int i = 0; i < nthreads; i++)
-        max_threads = threads[i] > max_threads ? (int)threads[i] : max_threads;
+    for (int i = 0; i < x.nthreads; i++)
+        max_threads = x.threads[i] > max_threads ? (int)x.threads[i] : max_threads;
     const results_run_info ri = {pr.name, binding, interleaved ? "interleaved" : "grouped",
-                                 max_threads, seed};
+                                 max_threads, a.seed};
     results_context(&rm, &ri, ctx_emit, NULL);
     char buf[64];
-    snprintf(buf, sizeof buf, "%g", max_seconds);
+    snprintf(buf, sizeof buf, "%g", a.max_seconds);
     mha_gbench_add_context("mha_max_seconds", buf);
     snprintf(buf, sizeof buf, "%d", skipped.n);
     mha_gbench_add_context("mha_skipped", buf);
 
-    /* Google Benchmark's argv: ours first, the pass-through ones after (so
-     * they win). */
-    char a_min[64], a_reps[64];
-    snprintf(a_min, sizeof a_min, "--benchmark_min_time=%g", min_time);
-    snprintf(a_reps, sizeof a_reps, "--benchmark_repetitions=%d", interleaved ? 1 : repetitions);
-    char **gargv = sweep_realloc(NULL, (size_t)npass + 4, sizeof *gargv);
-    int gargc = 0;
-    gargv[gargc++] = (char *)"mhabench";
-    gargv[gargc++] = a_min;
-    gargv[gargc++] = a_reps;
-    for (int i = 0; i < npass; i++)
-        if (strncmp(pass[i], "--benchmark_out=", 16) != 0) gargv[gargc++] = pass[i];
-    gargv[gargc] = NULL;
-
-    const int filtered = count_filtered(benches, nbench, filter);
-    const int rows_per = interleaved ? repetitions : (gb_reps > 0 ? gb_reps : repetitions);
-    run_state rs = {benches, nbench, 0, filtered >= 0 ? filtered * rows_per : -1, interleaved};
-    printf("%d benchmark%s x %d repetition%s (%s), min time %g s, %d skipped\n", nbench,
-           nbench == 1 ? "" : "s", rows_per, rows_per == 1 ? "" : "s",
-           interleaved ? "interleaved" : "grouped", min_time, skipped.n);
-    fflush(stdout);
-    const double t0 = now_s();
-    const int rc = mha_gbench_run(gargc, gargv, out.name, on_report, &rs);
-    free(gargv);
-    if (rc == MHA_GBENCH_NO_MATCH) {
-        errorf("sweep: no benchmark matched --benchmark_filter=%s; nothing written",
-               filter ? filter : "");
-        exit_code = EXIT_USAGE;
-        goto done;
-    }
-    if (rc != 0) {
-        exit_code = EXIT_USAGE;
-        goto done;
-    }
-    struct stat sb;
-    if (fstat(out.fd, &sb) != 0 || sb.st_size == 0) {
-        errorf("sweep: Google Benchmark wrote no results to '%s'; nothing committed", out.target);
-        exit_code = EXIT_USAGE;
-        goto done;
-    }
-    if (results_json_fix_nonfinite(&out, why, sizeof why) != MHA_OK ||
-        (out_path ? mha_out_commit(&out, why, sizeof why)
-                  : results_commit_run(&out, RUNS_DIR, started, why, sizeof why)) != MHA_OK) {
-        errorf("sweep: %s", why);
+    run_state rs;
+    double t0;
+    if (run_and_commit(&a, benches, nbench, interleaved, repetitions, min_time, skipped.n, &out,
+                       started, &rs, &t0) != 0) {
         exit_code = EXIT_USAGE;
         goto done;
     }
     snprintf(path, sizeof path, "%s", out.target);
-
     if (report_sweep(benches, nbench, ngroups, &skipped, rs.done, t0, path) > 0)
         exit_code = EXIT_CHECK_FAILED;
 

@@ -110,23 +110,8 @@ static void result_free(result_set *rs) {
     memset(rs, 0, sizeof *rs);
 }
 
-static void *xrealloc(void *p, size_t n) {
-    void *q = realloc(p, n);
-    if (!q) {
-        errorf_esc("compare: out of memory");
-        exit(EXIT_USAGE);
-    }
-    return q;
-}
-
-static char *xstrdup(const char *s) {
-    char *d = strdup(s);
-    if (!d) {
-        errorf_esc("compare: out of memory");
-        exit(EXIT_USAGE);
-    }
-    return d;
-}
+#define xrealloc(p, n) xrealloc_or_exit((p), (n), 1, "compare")
+#define xstrdup(s) xstrdup_or_exit((s), "compare")
 
 /* The repetition count is not part of a benchmark's identity: Google Benchmark
  * appends "/repeats:N" to the name when it is set per benchmark. */
@@ -202,10 +187,7 @@ static char *read_file(const char *path, size_t *len, char *why, size_t wlen) {
  * reason> at line L, column C" and returns NULL. */
 static json_object *parse_json(const char *path, const char *text, size_t len) {
     json_tokener *tok = json_tokener_new();
-    if (!tok) {
-        errorf_esc("compare: out of memory");
-        exit(EXIT_USAGE);
-    }
+    if (!tok) exit_out_of_memory("compare");
     json_object *root = json_tokener_parse_ex(tok, text, (int)len);
     enum json_tokener_error jerr = json_tokener_get_error(tok);
     size_t end = json_tokener_get_parse_end(tok);
@@ -389,11 +371,9 @@ static int cmp_tagged(const void *a, const void *b) {
  * p = min(1, 2 * min(P(W <= w), P(W >= w))). */
 static double exact_p(const int *r2, int N, int n, int w2) {
     const int S = N * (N + 1); /* sum of all doubled ranks: the largest possible sum */
-    double *cnt = calloc((size_t)(n + 1) * (size_t)(S + 1), sizeof *cnt);
-    if (!cnt) {
-        errorf_esc("compare: out of memory");
-        exit(EXIT_USAGE);
-    }
+    const size_t ncnt = (size_t)(n + 1) * (size_t)(S + 1);
+    double *cnt = xrealloc_or_exit(NULL, ncnt, sizeof *cnt, "compare");
+    memset(cnt, 0, ncnt * sizeof *cnt);
 #define CNT(k, s) cnt[(size_t)(k) * (size_t)(S + 1) + (size_t)(s)]
     CNT(0, 0) = 1;
     for (int i = 0; i < N; i++)

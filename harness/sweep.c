@@ -26,23 +26,8 @@
 enum { MAX_LIST = 64, MAX_KERNELS = 64, MAX_REPS = 1000 };
 #define RUNS_DIR "results/runs"
 
-/* Every allocation in the sweep goes through here: n items of size bytes, or
- * a message and exit 2. Exiting is safe at any point: the result file is an
- * unnamed inode until its commit, so nothing is left behind. */
-static void *sweep_realloc(void *p, size_t n, size_t size) {
-    void *q = NULL;
-    if (size == 0 || n <= SIZE_MAX / size) q = realloc(p, n && size ? n * size : 1);
-    if (!q) {
-        errorf("sweep: out of memory (%zu x %zu bytes); try a smaller grid", n, size);
-        exit(EXIT_USAGE);
-    }
-    return q;
-}
-
-static char *sweep_strdup(const char *s) {
-    const size_t n = strlen(s) + 1;
-    return memcpy(sweep_realloc(NULL, n, 1), s, n);
-}
+/* Every allocation in the sweep: exit 2 on an exhausted heap (util.h). */
+#define sweep_realloc(p, n, size) xrealloc_or_exit((p), (n), (size), "sweep")
 
 static void usage(FILE *f) {
     fputs(
@@ -477,7 +462,7 @@ static void note_add(note_list *l, const char *fmt, ...) {
         l->cap = l->cap ? 2 * l->cap : 16;
         l->items = sweep_realloc(l->items, (size_t)l->cap, sizeof *l->items);
     }
-    l->items[l->n++].text = sweep_strdup(buf);
+    l->items[l->n++].text = xstrdup_or_exit(buf, "sweep");
 }
 
 static void note_free(note_list *l) {

@@ -19,6 +19,26 @@ void errorf(const char *fmt, ...) {
     va_end(ap);
 }
 
+void *xrealloc_or_exit(void *p, size_t n, size_t size, const char *who) {
+    void *q = NULL;
+    if (size == 0 || n <= SIZE_MAX / size) q = realloc(p, n && size ? n * size : 1);
+    if (!q) {
+        errorf("%s: out of memory (%zu x %zu bytes)", who, n, size);
+        exit(EXIT_USAGE);
+    }
+    return q;
+}
+
+void exit_out_of_memory(const char *who) {
+    errorf("%s: out of memory", who);
+    exit(EXIT_USAGE);
+}
+
+char *xstrdup_or_exit(const char *s, const char *who) {
+    const size_t n = strlen(s) + 1;
+    return memcpy(xrealloc_or_exit(NULL, n, 1, who), s, n);
+}
+
 int parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out) {
     char *end;
     errno = 0;

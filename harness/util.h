@@ -9,6 +9,14 @@
 #define EXIT_CHECK_FAILED 1
 #define EXIT_USAGE 2
 
+/* n items of size bytes (realloc of p), or "mhabench: <who>: out of memory"
+ * and exit 2: the one place below a cmd_* function that ends the process
+ * (an exhausted heap leaves nothing to recover; outputs are unnamed files
+ * until their commit, so nothing half-written is left behind). */
+void *xrealloc_or_exit(void *p, size_t n, size_t size, const char *who);
+_Noreturn void exit_out_of_memory(const char *who);
+char *xstrdup_or_exit(const char *s, const char *who);
+
 /* Prints "mhabench: <msg>\n" to stderr. */
 void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

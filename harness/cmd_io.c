@@ -17,16 +17,17 @@
 #include "util.h"
 
 /* --out is checked before any input is read or computed: a folder, FIFO or
- * device there fails at once (npy_write checks again when it writes). */
-static int out_usable(const char *path) {
+ * device there fails at once (npy_write checks again when it writes).
+ * 0 when it can be written, else -1 after a message. */
+static int check_out(const char *path) {
     mha_out w;
     char why[1024];
     if (mha_out_begin(&w, path, MHA_OUT_REPLACE, why, sizeof why) != MHA_OK) {
         errorf("--out: %s", why);
-        return 0;
+        return -1;
     }
     mha_out_abort(&w);
-    return 1;
+    return 0;
 }
 
 /* "[2, 4, 5, 8]" */
@@ -38,20 +39,22 @@ static const char *shape_str(const npy_array *a, char *buf, size_t len) {
     return buf;
 }
 
+/* Reports a library failure as "WHAT: <the library's message>"; returns -1. */
 static int report_mha(mha_status st, const char *what) {
     const char *m = mha_last_error();
     if (!m || !*m) m = mha_status_str(st);
     errorf("%s: %s", what, m);
-    return EXIT_USAGE;
+    return -1;
 }
 
+/* Reads PATH into *a: 0, or -1 after npy_read's one-line message. */
 static int load(const char *path, npy_array *a) {
     char err[512];
     if (npy_read(path, a, err, sizeof err) != MHA_OK) {
         errorf("%s", err);
-        return 0;
+        return -1;
     }
-    return 1;
+    return 0;
 }
 
 /* Shared getopt error handling: optstring starts with ':' so a missing argument
@@ -66,15 +69,16 @@ static void bad_option(const char *cmd, int c, char **argv) {
         errorf("%s: unknown option '%s'", cmd, arg);
 }
 
+/* *ws = BYTES of workspace (NULL for none): 0, or -1 after a message. */
 static int alloc_workspace(const char *kname, size_t bytes, void **ws) {
     *ws = NULL;
-    if (bytes == 0) return 1;
+    if (bytes == 0) return 0;
     *ws = mha_alloc(bytes);
     if (!*ws) {
         errorf("cannot allocate %zu bytes of workspace for kernel %s", bytes, kname);
-        return 0;
+        return -1;
     }
-    return 1;
+    return 0;
 }
 
 /* ---- attend -------------------------------------------------------------------------- */
@@ -165,7 +169,7 @@ int cmd_attend(int argc, char **argv) {
         attend_usage(stderr);
         return EXIT_USAGE;
     }
-    if (!check_isa_env() || !out_usable(opath)) return EXIT_USAGE;
+    if (!check_isa_env() || check_out(opath) != 0) return EXIT_USAGE;
     /* "auto" is resolved by resolve_kernel once the problem is known. */
     const mha_kernel *kern = NULL;
     if (strcmp(kname, "auto") != 0 && !(kern = lookup_kernel(kname))) return EXIT_USAGE;
@@ -175,7 +179,7 @@ int cmd_attend(int argc, char **argv) {
     float *out = NULL;
     void *ws = NULL;
     char s1[160], s2[160];
-    if (!load(qpath, &q) || !load(kpath, &k) || !load(vpath, &v)) goto done;
+    if (load(qpath, &q) != 0 || load(kpath, &k) != 0 || load(vpath, &v) != 0) goto done;
 
     const struct {
         const char *name, *path;
@@ -236,7 +240,7 @@ int cmd_attend(int argc, char **argv) {
         report_mha(st, mha_kernel_name(kern));
         goto done;
     }
-    if (!alloc_workspace(mha_kernel_name(kern), wbytes, &ws)) goto done;
+    if (alloc_workspace(mha_kernel_name(kern), wbytes, &ws) != 0) goto done;
     out = mha_alloc(q.count * sizeof(float)); /* same shape as q */
     if (!out) {
         errorf("cannot allocate %zu bytes for the output of kernel %s", q.count * sizeof(float),
@@ -302,14 +306,16 @@ typedef struct {
     int present;
 } param;
 
+/* Reads DIR/<name>.npy (an optional one may be absent) and checks its shape:
+ * 0, or -1 after a message naming the file, its shape and the one expected. */
 static int load_param(const char *dir, param *pr) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.npy", dir, pr->name);
     if (pr->optional) {
         struct stat sb;
-        if (stat(path, &sb) != 0 && errno == ENOENT) return 1;
+        if (stat(path, &sb) != 0 && errno == ENOENT) return 0;
     }
-    if (!load(path, &pr->a)) return 0;
+    if (load(path, &pr->a) != 0) return -1;
     pr->present = 1;
     char s[160];
     int rank = pr->cols ? 2 : 1;
@@ -321,9 +327,9 @@ static int load_param(const char *dir, param *pr) {
         else
             errorf("%s: %s has shape %s, expected [%lld]", path, pr->name,
                    shape_str(&pr->a, s, sizeof s), (long long)pr->rows);
-        return 0;
+        return -1;
     }
-    return 1;
+    return 0;
 }
 
 int cmd_forward(int argc, char **argv) {
@@ -449,7 +455,7 @@ int cmd_forward(int argc, char **argv) {
         errorf("--weights %s: not a directory", wdir);
         return EXIT_USAGE;
     }
-    if (!check_isa_env() || !out_usable(opath)) return EXIT_USAGE;
+    if (!check_isa_env() || check_out(opath) != 0) return EXIT_USAGE;
     /* "auto" is resolved by resolve_kernel once the problem is known. */
     const mha_kernel *kern = NULL;
     if (strcmp(kname, "auto") != 0 && !(kern = lookup_kernel(kname))) return EXIT_USAGE;
@@ -464,7 +470,7 @@ int cmd_forward(int argc, char **argv) {
     void *ws = NULL;
     char s1[160], s2[160];
 
-    if (!load(xpath, &x)) goto done;
+    if (load(xpath, &x) != 0) goto done;
     if (x.ndim != 3) {
         errorf("%s: query has rank %d, shape %s: expected a rank-3 [B,N,d_model] tensor", xpath,
                x.ndim, shape_str(&x, s1, sizeof s1));
@@ -483,7 +489,7 @@ int cmd_forward(int argc, char **argv) {
     const int64_t head_dim = d_model / heads, kv_dim = kv_heads * head_dim;
     int64_t Nkv = Nq;
     if (kpath) {
-        if (!load(kpath, &xk) || !load(vpath, &xv)) goto done;
+        if (load(kpath, &xk) != 0 || load(vpath, &xv) != 0) goto done;
         const struct {
             const char *name, *path;
             const npy_array *a;
@@ -515,7 +521,7 @@ int cmd_forward(int argc, char **argv) {
         prm[i].rows = rows[i];
         prm[i].cols = i < 4 ? d_model : 0;
         prm[i].optional = i >= 4;
-        if (!load_param(wdir, &prm[i])) goto done;
+        if (load_param(wdir, &prm[i]) != 0) goto done;
     }
 
     mha_layer L = {
@@ -542,7 +548,7 @@ int cmd_forward(int argc, char **argv) {
         report_mha(st, mha_kernel_name(kern));
         goto done;
     }
-    if (!alloc_workspace(mha_kernel_name(kern), wbytes, &ws)) goto done;
+    if (alloc_workspace(mha_kernel_name(kern), wbytes, &ws) != 0) goto done;
     out = mha_alloc(x.count * sizeof(float)); /* same shape as query */
     if (!out) {
         errorf("cannot allocate %zu bytes for the output of kernel %s", x.count * sizeof(float),

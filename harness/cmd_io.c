@@ -1,6 +1,7 @@
 /* cmd_io.c - `mhabench attend` and `mhabench forward`: run one kernel on tensors
  * read from .npy files and write the result as .npy. Every input problem is
  * reported as one "mhabench: ..." line with exit status 2, before any output. */
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -69,6 +70,104 @@ static void bad_option(const char *cmd, int c, char **argv) {
         errorf("%s: unknown option '%s'", cmd, arg);
 }
 
+/* The options attend and forward share. */
+typedef struct {
+    const char *kernel; /* --kernel: a name from `mhabench list`, or "auto" */
+    const char *out;    /* --out */
+    int causal;         /* --causal */
+    float scale;        /* --scale, 0 for the default 1/sqrt(d) */
+    int64_t threads;    /* --threads, 0 for all cores */
+} io_opts;
+
+/* One of a command's own options; each takes a value, kept as given. */
+typedef struct {
+    const char *name;   /* "q" for --q */
+    const char **value; /* where the argument goes; the caller sets it to NULL */
+    int required;
+} own_opt;
+
+typedef struct {
+    const char *name; /* "attend", for messages */
+    void (*usage)(FILE *f);
+    const own_opt *own; /* in the order missing ones are named, after --kernel */
+    int n_own;
+} io_cmd;
+
+enum { O_KERNEL = 256, O_OUT, O_CAUSAL, O_SCALE, O_THREADS, O_OWN = 512, MAX_OWN = 8 };
+
+/* Parses argv into *o and cmd's own options. Returns 0 to go on, 1 when --help
+ * has been printed, -1 after a message (and the usage where the command line
+ * is malformed). A missing option is named in the order --kernel, the
+ * required own options, --out. */
+static int parse_io_opts(const io_cmd *cmd, int argc, char **argv, io_opts *o) {
+    static const struct option common[] = {
+        {"kernel", required_argument, NULL, O_KERNEL},
+        {"out", required_argument, NULL, O_OUT},
+        {"causal", no_argument, NULL, O_CAUSAL},
+        {"scale", required_argument, NULL, O_SCALE},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"help", no_argument, NULL, 'h'},
+    };
+    enum { N_COMMON = sizeof common / sizeof common[0] };
+    struct option longopts[N_COMMON + MAX_OWN + 1];
+    memcpy(longopts, common, sizeof common);
+    assert(cmd->n_own <= MAX_OWN);
+    for (int i = 0; i < cmd->n_own; i++)
+        longopts[N_COMMON + i] =
+            (struct option){cmd->own[i].name, required_argument, NULL, O_OWN + i};
+    longopts[N_COMMON + cmd->n_own] = (struct option){NULL, 0, NULL, 0};
+    *o = (io_opts){.threads = 1};
+
+    optind = 0; /* glibc: full re-initialisation (main.c may have parsed already) */
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c >= O_OWN) {
+            *cmd->own[c - O_OWN].value = optarg;
+            continue;
+        }
+        switch (c) {
+        case O_KERNEL:
+            o->kernel = optarg;
+            break;
+        case O_OUT:
+            o->out = optarg;
+            break;
+        case O_CAUSAL:
+            o->causal = 1;
+            break;
+        case O_SCALE:
+            if (!parse_float("--scale", optarg, &o->scale)) return -1;
+            break;
+        case O_THREADS:
+            if (!parse_i64("--threads", optarg, 0, 65536, &o->threads)) return -1;
+            break;
+        case 'h':
+            cmd->usage(stdout);
+            return 1;
+        default:
+            bad_option(cmd->name, c, argv);
+            cmd->usage(stderr);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        errorf("%s: unexpected argument '%s'", cmd->name, argv[optind]);
+        cmd->usage(stderr);
+        return -1;
+    }
+    const char *missing = o->kernel ? NULL : "kernel";
+    for (int i = 0; !missing && i < cmd->n_own; i++)
+        if (cmd->own[i].required && !*cmd->own[i].value) missing = cmd->own[i].name;
+    if (!missing && !o->out) missing = "out";
+    if (missing) {
+        errorf("%s: missing required option --%s", cmd->name, missing);
+        cmd->usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
 /* *ws = BYTES of workspace (NULL for none): 0, or -1 after a message. */
 static int alloc_workspace(const char *kname, size_t bytes, void **ws) {
     *ws = NULL;
@@ -78,6 +177,15 @@ static int alloc_workspace(const char *kname, size_t bytes, void **ws) {
         errorf("cannot allocate %zu bytes of workspace for kernel %s", bytes, kname);
         return -1;
     }
+    return 0;
+}
+
+/* The checks made before any input is read: MHA_ISA, --out, and a named
+ * --kernel ("auto" is resolved by resolve_kernel once the problem is known).
+ * 0, or -1 after a message. */
+static int check_before_inputs(const io_opts *o) {
+    if (!check_isa_env() || check_out(o->out) != 0) return -1;
+    if (strcmp(o->kernel, "auto") != 0 && !lookup_kernel(o->kernel)) return -1;
     return 0;
 }
 
@@ -97,82 +205,18 @@ static void attend_usage(FILE *f) {
 }
 
 int cmd_attend(int argc, char **argv) {
-    enum { O_KERNEL = 256, O_Q, O_K, O_V, O_OUT, O_CAUSAL, O_SCALE, O_THREADS };
-    static const struct option longopts[] = {
-        {"kernel", required_argument, NULL, O_KERNEL},
-        {"q", required_argument, NULL, O_Q},
-        {"k", required_argument, NULL, O_K},
-        {"v", required_argument, NULL, O_V},
-        {"out", required_argument, NULL, O_OUT},
-        {"causal", no_argument, NULL, O_CAUSAL},
-        {"scale", required_argument, NULL, O_SCALE},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *kname = NULL, *qpath = NULL, *kpath = NULL, *vpath = NULL, *opath = NULL;
-    int causal = 0;
-    float scale = 0.0f;
-    int64_t threads = 1;
-
-    optind = 0; /* glibc: full re-initialisation (main.c may have parsed already) */
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        switch (c) {
-        case O_KERNEL:
-            kname = optarg;
-            break;
-        case O_Q:
-            qpath = optarg;
-            break;
-        case O_K:
-            kpath = optarg;
-            break;
-        case O_V:
-            vpath = optarg;
-            break;
-        case O_OUT:
-            opath = optarg;
-            break;
-        case O_CAUSAL:
-            causal = 1;
-            break;
-        case O_SCALE:
-            if (!parse_float("--scale", optarg, &scale)) return EXIT_USAGE;
-            break;
-        case O_THREADS:
-            if (!parse_i64("--threads", optarg, 0, 65536, &threads)) return EXIT_USAGE;
-            break;
-        case 'h':
-            attend_usage(stdout);
-            return 0;
-        default:
-            bad_option("attend", c, argv);
-            attend_usage(stderr);
-            return EXIT_USAGE;
-        }
-    }
-    if (optind < argc) {
-        errorf("attend: unexpected argument '%s'", argv[optind]);
-        attend_usage(stderr);
-        return EXIT_USAGE;
-    }
-    const char *missing = !kname   ? "--kernel"
-                          : !qpath ? "--q"
-                          : !kpath ? "--k"
-                          : !vpath ? "--v"
-                          : !opath ? "--out"
-                                   : NULL;
-    if (missing) {
-        errorf("attend: missing required option %s", missing);
-        attend_usage(stderr);
-        return EXIT_USAGE;
-    }
-    if (!check_isa_env() || check_out(opath) != 0) return EXIT_USAGE;
-    /* "auto" is resolved by resolve_kernel once the problem is known. */
+    const char *qpath = NULL, *kpath = NULL, *vpath = NULL;
+    const own_opt own[] = {{"q", &qpath, 1}, {"k", &kpath, 1}, {"v", &vpath, 1}};
+    const io_cmd cmd = {"attend", attend_usage, own, sizeof own / sizeof own[0]};
+    io_opts o;
+    int parsed = parse_io_opts(&cmd, argc, argv, &o);
+    if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
+    if (check_before_inputs(&o) != 0) return EXIT_USAGE;
+    const char *kname = o.kernel, *opath = o.out;
+    const int causal = o.causal;
+    const float scale = o.scale;
+    const int64_t threads = o.threads;
     const mha_kernel *kern = NULL;
-    if (strcmp(kname, "auto") != 0 && !(kern = lookup_kernel(kname))) return EXIT_USAGE;
 
     int rc = EXIT_USAGE;
     npy_array q = {0}, k = {0}, v = {0};
@@ -333,104 +377,19 @@ static int load_param(const char *dir, param *pr) {
 }
 
 int cmd_forward(int argc, char **argv) {
-    enum {
-        O_KERNEL = 256,
-        O_QUERY,
-        O_KEY,
-        O_VALUE,
-        O_HEADS,
-        O_KVHEADS,
-        O_WEIGHTS,
-        O_OUT,
-        O_CAUSAL,
-        O_SCALE,
-        O_THREADS
-    };
-    static const struct option longopts[] = {
-        {"kernel", required_argument, NULL, O_KERNEL},
-        {"query", required_argument, NULL, O_QUERY},
-        {"key", required_argument, NULL, O_KEY},
-        {"value", required_argument, NULL, O_VALUE},
-        {"heads", required_argument, NULL, O_HEADS},
-        {"kv-heads", required_argument, NULL, O_KVHEADS},
-        {"weights", required_argument, NULL, O_WEIGHTS},
-        {"out", required_argument, NULL, O_OUT},
-        {"causal", no_argument, NULL, O_CAUSAL},
-        {"scale", required_argument, NULL, O_SCALE},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *kname = NULL, *xpath = NULL, *kpath = NULL, *vpath = NULL, *wdir = NULL,
-               *opath = NULL;
+    const char *xpath = NULL, *kpath = NULL, *vpath = NULL, *wdir = NULL;
     const char *heads_s = NULL, *kvheads_s = NULL;
-    int causal = 0;
-    float scale = 0.0f;
-    int64_t threads = 1;
-
-    optind = 0;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        switch (c) {
-        case O_KERNEL:
-            kname = optarg;
-            break;
-        case O_QUERY:
-            xpath = optarg;
-            break;
-        case O_KEY:
-            kpath = optarg;
-            break;
-        case O_VALUE:
-            vpath = optarg;
-            break;
-        case O_HEADS:
-            heads_s = optarg;
-            break;
-        case O_KVHEADS:
-            kvheads_s = optarg;
-            break;
-        case O_WEIGHTS:
-            wdir = optarg;
-            break;
-        case O_OUT:
-            opath = optarg;
-            break;
-        case O_CAUSAL:
-            causal = 1;
-            break;
-        case O_SCALE:
-            if (!parse_float("--scale", optarg, &scale)) return EXIT_USAGE;
-            break;
-        case O_THREADS:
-            if (!parse_i64("--threads", optarg, 0, 65536, &threads)) return EXIT_USAGE;
-            break;
-        case 'h':
-            forward_usage(stdout);
-            return 0;
-        default:
-            bad_option("forward", c, argv);
-            forward_usage(stderr);
-            return EXIT_USAGE;
-        }
-    }
-    if (optind < argc) {
-        errorf("forward: unexpected argument '%s'", argv[optind]);
-        forward_usage(stderr);
-        return EXIT_USAGE;
-    }
-    const char *missing = !kname     ? "--kernel"
-                          : !xpath   ? "--query"
-                          : !heads_s ? "--heads"
-                          : !wdir    ? "--weights"
-                          : !opath   ? "--out"
-                                     : NULL;
-    if (missing) {
-        errorf("forward: missing required option %s", missing);
-        forward_usage(stderr);
-        return EXIT_USAGE;
-    }
+    const own_opt own[] = {{"query", &xpath, 1},        {"key", &kpath, 0},
+                           {"value", &vpath, 0},        {"heads", &heads_s, 1},
+                           {"kv-heads", &kvheads_s, 0}, {"weights", &wdir, 1}};
+    const io_cmd cmd = {"forward", forward_usage, own, sizeof own / sizeof own[0]};
+    io_opts o;
+    int parsed = parse_io_opts(&cmd, argc, argv, &o);
+    if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
+    const char *kname = o.kernel, *opath = o.out;
+    const int causal = o.causal;
+    const float scale = o.scale;
+    const int64_t threads = o.threads;
     if (!kpath != !vpath) {
         errorf("forward: --key and --value go together (give both or neither)");
         forward_usage(stderr);
@@ -455,10 +414,8 @@ int cmd_forward(int argc, char **argv) {
         errorf("--weights %s: not a directory", wdir);
         return EXIT_USAGE;
     }
-    if (!check_isa_env() || check_out(opath) != 0) return EXIT_USAGE;
-    /* "auto" is resolved by resolve_kernel once the problem is known. */
+    if (check_before_inputs(&o) != 0) return EXIT_USAGE;
     const mha_kernel *kern = NULL;
-    if (strcmp(kname, "auto") != 0 && !(kern = lookup_kernel(kname))) return EXIT_USAGE;
 
     int rc = EXIT_USAGE;
     npy_array x = {0}, xk = {0}, xv = {0};

@@ -168,18 +168,6 @@ static int parse_io_opts(const io_cmd *cmd, int argc, char **argv, io_opts *o) {
     return 0;
 }
 
-/* *ws = BYTES of workspace (NULL for none): 0, or -1 after a message. */
-static int alloc_workspace(const char *kname, size_t bytes, void **ws) {
-    *ws = NULL;
-    if (bytes == 0) return 0;
-    *ws = mha_alloc(bytes);
-    if (!*ws) {
-        errorf("cannot allocate %zu bytes of workspace for kernel %s", bytes, kname);
-        return -1;
-    }
-    return 0;
-}
-
 /* The checks made before any input is read: MHA_ISA, --out, and a named
  * --kernel ("auto" is resolved by resolve_kernel once the problem is known).
  * 0, or -1 after a message. */
@@ -187,6 +175,63 @@ static int check_before_inputs(const io_opts *o) {
     if (!check_isa_env() || check_out(o->out) != 0) return -1;
     if (strcmp(o->kernel, "auto") != 0 && !lookup_kernel(o->kernel)) return -1;
     return 0;
+}
+
+/* ---- one kernel run, shared by attend and forward ------------------------------------ */
+
+/* What a run needs beyond its inputs: the kernel --kernel resolved to, its
+ * knobs, and its buffers. */
+typedef struct {
+    const mha_kernel *kern;
+    mha_options opt;
+    void *ws; /* wbytes of workspace, NULL for none */
+    size_t wbytes;
+    float *out;
+} io_run;
+
+/* Resolves o->kernel for problem p into r->kern and r->opt: 0, or -1 after a message. */
+static int choose_kernel(const io_opts *o, const mha_problem *p, io_run *r) {
+    r->opt = (mha_options){.threads = (int)o->threads};
+    r->kern = resolve_kernel(o->kernel, p, &r->opt);
+    return r->kern ? 0 : -1;
+}
+
+/* Allocates r->wbytes of workspace and an output of COUNT floats. SIZED is the
+ * status of the kernel's workspace-size query that set r->wbytes, reported here
+ * when it failed. 0, or -1 after a message. */
+static int alloc_buffers(io_run *r, mha_status sized, size_t count) {
+    const char *kname = mha_kernel_name(r->kern);
+    if (sized != MHA_OK) return report_mha(sized, kname);
+    if (r->wbytes && !(r->ws = mha_alloc(r->wbytes))) {
+        errorf("cannot allocate %zu bytes of workspace for kernel %s", r->wbytes, kname);
+        return -1;
+    }
+    if (!(r->out = mha_alloc(count * sizeof(float)))) {
+        errorf("cannot allocate %zu bytes for the output of kernel %s", count * sizeof(float),
+               kname);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs CALL once through the measurement core and writes r->out (SHAPE, NDIM)
+ * to PATH; *seconds is the run's time. 0, or -1 after a message, with PATH
+ * left as it was (npy_write replaces it whole or not at all). */
+static int run_and_write(const io_run *r, const meas_call *call, const char *path,
+                         const int64_t *shape, int ndim, double *seconds) {
+    mha_status st = meas_sample(call, seconds);
+    if (st != MHA_OK) return report_mha(st, mha_kernel_name(r->kern));
+    char err[512];
+    if (npy_write(path, r->out, shape, ndim, err, sizeof err) != MHA_OK) {
+        errorf("%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+static void free_run(io_run *r) {
+    mha_free(r->ws);
+    mha_free(r->out);
 }
 
 /* ---- attend -------------------------------------------------------------------------- */
@@ -204,123 +249,112 @@ static void attend_usage(FILE *f) {
             "  --kernel K    a kernel from `mhabench list`, or auto (mha_select's choice)\n");
 }
 
-int cmd_attend(int argc, char **argv) {
-    const char *qpath = NULL, *kpath = NULL, *vpath = NULL;
-    const own_opt own[] = {{"q", &qpath, 1}, {"k", &kpath, 1}, {"v", &vpath, 1}};
-    const io_cmd cmd = {"attend", attend_usage, own, sizeof own / sizeof own[0]};
-    io_opts o;
-    int parsed = parse_io_opts(&cmd, argc, argv, &o);
-    if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
-    if (check_before_inputs(&o) != 0) return EXIT_USAGE;
-    const char *kname = o.kernel, *opath = o.out;
-    const int causal = o.causal;
-    const float scale = o.scale;
-    const int64_t threads = o.threads;
-    const mha_kernel *kern = NULL;
+/* attend's tensors: q, k and v, in the order they are read. */
+static const char *const ATTEND_NAME[3] = {"q", "k", "v"};
 
-    int rc = EXIT_USAGE;
-    npy_array q = {0}, k = {0}, v = {0};
-    float *out = NULL;
-    void *ws = NULL;
+typedef struct {
+    const char *path[3]; /* --q, --k, --v */
+    npy_array a[3];
+} attend_inputs;
+
+/* Checks q, k and v against each other: rank 4, no empty dimension, k and v
+ * alike, the same batch and head_dim as q, kv heads dividing query heads.
+ * 0, or -1 after a message naming the tensors and their shapes. */
+static int check_attend_shapes(const attend_inputs *in) {
+    const npy_array *q = &in->a[0], *k = &in->a[1], *v = &in->a[2];
     char s1[160], s2[160];
-    if (load(qpath, &q) != 0 || load(kpath, &k) != 0 || load(vpath, &v) != 0) goto done;
-
-    const struct {
-        const char *name, *path;
-        const npy_array *a;
-    } ins[3] = {{"q", qpath, &q}, {"k", kpath, &k}, {"v", vpath, &v}};
     for (int i = 0; i < 3; i++)
-        if (ins[i].a->ndim != 4) {
-            errorf("%s: %s has rank %d, shape %s: expected a rank-4 [B,H,N,d] tensor", ins[i].path,
-                   ins[i].name, ins[i].a->ndim, shape_str(ins[i].a, s1, sizeof s1));
-            goto done;
+        if (in->a[i].ndim != 4) {
+            errorf("%s: %s has rank %d, shape %s: expected a rank-4 [B,H,N,d] tensor", in->path[i],
+                   ATTEND_NAME[i], in->a[i].ndim, shape_str(&in->a[i], s1, sizeof s1));
+            return -1;
         }
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 4; j++)
-            if (ins[i].a->shape[j] == 0) {
-                errorf("%s: %s has an empty dimension, shape %s", ins[i].path, ins[i].name,
-                       shape_str(ins[i].a, s1, sizeof s1));
-                goto done;
+            if (in->a[i].shape[j] == 0) {
+                errorf("%s: %s has an empty dimension, shape %s", in->path[i], ATTEND_NAME[i],
+                       shape_str(&in->a[i], s1, sizeof s1));
+                return -1;
             }
-    if (memcmp(k.shape, v.shape, 4 * sizeof k.shape[0]) != 0) {
-        errorf("k and v shapes differ: k %s, v %s", shape_str(&k, s1, sizeof s1),
-               shape_str(&v, s2, sizeof s2));
-        goto done;
+    if (memcmp(k->shape, v->shape, 4 * sizeof k->shape[0]) != 0) {
+        errorf("k and v shapes differ: k %s, v %s", shape_str(k, s1, sizeof s1),
+               shape_str(v, s2, sizeof s2));
+        return -1;
     }
-    if (q.shape[0] != k.shape[0]) {
-        errorf("batch mismatch: q %s has B=%lld, k %s has B=%lld", shape_str(&q, s1, sizeof s1),
-               (long long)q.shape[0], shape_str(&k, s2, sizeof s2), (long long)k.shape[0]);
-        goto done;
+    if (q->shape[0] != k->shape[0]) {
+        errorf("batch mismatch: q %s has B=%lld, k %s has B=%lld", shape_str(q, s1, sizeof s1),
+               (long long)q->shape[0], shape_str(k, s2, sizeof s2), (long long)k->shape[0]);
+        return -1;
     }
-    if (q.shape[3] != k.shape[3]) {
-        errorf("head_dim mismatch: q %s has d=%lld, k %s has d=%lld", shape_str(&q, s1, sizeof s1),
-               (long long)q.shape[3], shape_str(&k, s2, sizeof s2), (long long)k.shape[3]);
-        goto done;
+    if (q->shape[3] != k->shape[3]) {
+        errorf("head_dim mismatch: q %s has d=%lld, k %s has d=%lld", shape_str(q, s1, sizeof s1),
+               (long long)q->shape[3], shape_str(k, s2, sizeof s2), (long long)k->shape[3]);
+        return -1;
     }
-    if (q.shape[1] % k.shape[1] != 0) {
-        errorf("kv heads %lld (k %s) do not divide query heads %lld (q %s)", (long long)k.shape[1],
-               shape_str(&k, s2, sizeof s2), (long long)q.shape[1], shape_str(&q, s1, sizeof s1));
-        goto done;
+    if (q->shape[1] % k->shape[1] != 0) {
+        errorf("kv heads %lld (k %s) do not divide query heads %lld (q %s)", (long long)k->shape[1],
+               shape_str(k, s2, sizeof s2), (long long)q->shape[1], shape_str(q, s1, sizeof s1));
+        return -1;
     }
+    return 0;
+}
 
-    mha_problem p = {
-        .batch = q.shape[0],
-        .heads = q.shape[1],
-        .kv_heads = k.shape[1],
-        .seq_q = q.shape[2],
-        .seq_kv = k.shape[2],
-        .head_dim = q.shape[3],
-        .causal = causal,
-        .scale = scale,
+/* Reads q, k and v and checks them: 0, or -1 after a message. */
+static int load_attend_inputs(attend_inputs *in) {
+    for (int i = 0; i < 3; i++)
+        if (load(in->path[i], &in->a[i]) != 0) return -1;
+    return check_attend_shapes(in);
+}
+
+/* Runs the attention core on the checked inputs, writes --out and prints the
+ * summary line: 0, or -1 after a message. */
+static int run_attend(const io_opts *o, const attend_inputs *in, io_run *r) {
+    const npy_array *q = &in->a[0], *k = &in->a[1], *v = &in->a[2];
+    const mha_problem p = {
+        .batch = q->shape[0],
+        .heads = q->shape[1],
+        .kv_heads = k->shape[1],
+        .seq_q = q->shape[2],
+        .seq_kv = k->shape[2],
+        .head_dim = q->shape[3],
+        .causal = o->causal,
+        .scale = o->scale,
     };
-    mha_options opt = {.threads = (int)threads};
-    if (!(kern = resolve_kernel(kname, &p, &opt))) goto done;
-    mha_tensor tq = mha_view_bhnd(q.data, p.heads, p.seq_q, p.head_dim);
-    mha_tensor tk = mha_view_bhnd(k.data, p.kv_heads, p.seq_kv, p.head_dim);
-    mha_tensor tv = mha_view_bhnd(v.data, p.kv_heads, p.seq_kv, p.head_dim);
-    size_t wbytes = 0;
-    mha_status st = mha_workspace_size(kern, &p, &opt, &wbytes);
-    if (st != MHA_OK) {
-        report_mha(st, mha_kernel_name(kern));
-        goto done;
-    }
-    if (alloc_workspace(mha_kernel_name(kern), wbytes, &ws) != 0) goto done;
-    out = mha_alloc(q.count * sizeof(float)); /* same shape as q */
-    if (!out) {
-        errorf("cannot allocate %zu bytes for the output of kernel %s", q.count * sizeof(float),
-               mha_kernel_name(kern));
-        goto done;
-    }
-    mha_tensor_mut to = mha_view_bhnd_mut(out, p.heads, p.seq_q, p.head_dim);
-
-    const meas_call call = meas_call_attend(kern, &p, &opt, &tq, &tk, &tv, &to, ws, wbytes);
+    if (choose_kernel(o, &p, r) != 0) return -1;
+    const mha_tensor tq = mha_view_bhnd(q->data, p.heads, p.seq_q, p.head_dim);
+    const mha_tensor tk = mha_view_bhnd(k->data, p.kv_heads, p.seq_kv, p.head_dim);
+    const mha_tensor tv = mha_view_bhnd(v->data, p.kv_heads, p.seq_kv, p.head_dim);
+    /* the output has q's shape */
+    if (alloc_buffers(r, mha_workspace_size(r->kern, &p, &r->opt, &r->wbytes), q->count) != 0)
+        return -1;
+    mha_tensor_mut to = mha_view_bhnd_mut(r->out, p.heads, p.seq_q, p.head_dim);
+    const meas_call call =
+        meas_call_attend(r->kern, &p, &r->opt, &tq, &tk, &tv, &to, r->ws, r->wbytes);
     double dt;
-    st = meas_sample(&call, &dt);
-    if (st != MHA_OK) {
-        report_mha(st, mha_kernel_name(kern));
-        goto done;
-    }
-
-    char err[512];
-    if (npy_write(opath, out, q.shape, 4, err, sizeof err) != MHA_OK) {
-        errorf("%s", err);
-        goto done;
-    }
+    if (run_and_write(r, &call, o->out, q->shape, 4, &dt) != 0) return -1;
     printf("kernel %s block_q=%d block_kv=%d split=%d: attend B=%lld H=%lld kv_heads=%lld "
            "Nq=%lld Nkv=%lld d=%lld causal=%d threads=%d: %.3f ms, %.2f GFLOP/s -> %s\n",
-           mha_kernel_name(kern), opt.block_q, opt.block_kv, opt.split, (long long)p.batch,
-           (long long)p.heads, (long long)p.kv_heads, (long long)p.seq_q, (long long)p.seq_kv,
-           (long long)p.head_dim, causal, mha_resolve_threads(&opt), dt * 1e3,
-           dt > 0 ? mha_problem_flops(&p) / dt * 1e-9 : 0.0, opath);
-    rc = 0;
+           mha_kernel_name(r->kern), r->opt.block_q, r->opt.block_kv, r->opt.split,
+           (long long)p.batch, (long long)p.heads, (long long)p.kv_heads, (long long)p.seq_q,
+           (long long)p.seq_kv, (long long)p.head_dim, o->causal, mha_resolve_threads(&r->opt),
+           dt * 1e3, dt > 0 ? mha_problem_flops(&p) / dt * 1e-9 : 0.0, o->out);
+    return 0;
+}
 
-done:
-    mha_free(ws);
-    mha_free(out);
-    npy_free(&q);
-    npy_free(&k);
-    npy_free(&v);
-    return rc;
+int cmd_attend(int argc, char **argv) {
+    io_opts o;
+    attend_inputs in = {0};
+    const own_opt own[] = {{"q", &in.path[0], 1}, {"k", &in.path[1], 1}, {"v", &in.path[2], 1}};
+    const io_cmd cmd = {"attend", attend_usage, own, sizeof own / sizeof own[0]};
+    int parsed = parse_io_opts(&cmd, argc, argv, &o);
+    if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
+    if (check_before_inputs(&o) != 0) return EXIT_USAGE;
+
+    io_run r = {0};
+    int failed = load_attend_inputs(&in) != 0 || run_attend(&o, &in, &r) != 0;
+    free_run(&r);
+    for (int i = 0; i < 3; i++) npy_free(&in.a[i]);
+    return failed ? EXIT_USAGE : 0;
 }
 
 /* ---- forward ------------------------------------------------------------------------- */
@@ -386,10 +420,9 @@ int cmd_forward(int argc, char **argv) {
     io_opts o;
     int parsed = parse_io_opts(&cmd, argc, argv, &o);
     if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
-    const char *kname = o.kernel, *opath = o.out;
+    const char *opath = o.out;
     const int causal = o.causal;
     const float scale = o.scale;
-    const int64_t threads = o.threads;
     if (!kpath != !vpath) {
         errorf("forward: --key and --value go together (give both or neither)");
         forward_usage(stderr);
@@ -415,7 +448,6 @@ int cmd_forward(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (check_before_inputs(&o) != 0) return EXIT_USAGE;
-    const mha_kernel *kern = NULL;
 
     int rc = EXIT_USAGE;
     npy_array x = {0}, xk = {0}, xv = {0};
@@ -423,8 +455,7 @@ int cmd_forward(int argc, char **argv) {
         {.name = "w_q"}, {.name = "w_k"}, {.name = "w_v"}, {.name = "w_o"},
         {.name = "b_q"}, {.name = "b_k"}, {.name = "b_v"}, {.name = "b_o"},
     };
-    float *out = NULL;
-    void *ws = NULL;
+    io_run r = {0};
     char s1[160], s2[160];
 
     if (load(xpath, &x) != 0) goto done;
@@ -496,49 +527,28 @@ int cmd_forward(int argc, char **argv) {
     };
     mha_layer_shape shp = {
         .batch = B, .seq_q = Nq, .seq_kv = Nkv, .causal = causal, .scale = scale};
-    mha_options opt = {.threads = (int)threads};
     const mha_problem ap = {B, heads, kv_heads, Nq, Nkv, head_dim, causal, scale};
-    if (!(kern = resolve_kernel(kname, &ap, &opt))) goto done;
-    size_t wbytes = 0;
-    mha_status st = mha_forward_workspace_size(kern, &L, &shp, &opt, &wbytes);
-    if (st != MHA_OK) {
-        report_mha(st, mha_kernel_name(kern));
+    if (choose_kernel(&o, &ap, &r) != 0) goto done;
+    if (alloc_buffers(&r, mha_forward_workspace_size(r.kern, &L, &shp, &r.opt, &r.wbytes),
+                      x.count) != 0) /* the output has the query's shape */
         goto done;
-    }
-    if (alloc_workspace(mha_kernel_name(kern), wbytes, &ws) != 0) goto done;
-    out = mha_alloc(x.count * sizeof(float)); /* same shape as query */
-    if (!out) {
-        errorf("cannot allocate %zu bytes for the output of kernel %s", x.count * sizeof(float),
-               mha_kernel_name(kern));
-        goto done;
-    }
     const float *key = kpath ? xk.data : x.data, *value = kpath ? xv.data : x.data;
 
     const meas_call call =
-        meas_call_forward(kern, &L, &shp, &opt, x.data, key, value, out, ws, wbytes);
+        meas_call_forward(r.kern, &L, &shp, &r.opt, x.data, key, value, r.out, r.ws, r.wbytes);
     double dt;
-    st = meas_sample(&call, &dt);
-    if (st != MHA_OK) {
-        report_mha(st, mha_kernel_name(kern));
-        goto done;
-    }
-    char err[512];
-    if (npy_write(opath, out, x.shape, 3, err, sizeof err) != MHA_OK) {
-        errorf("%s", err);
-        goto done;
-    }
+    if (run_and_write(&r, &call, opath, x.shape, 3, &dt) != 0) goto done;
     printf("kernel %s block_q=%d block_kv=%d split=%d: forward B=%lld Nq=%lld Nkv=%lld "
            "d_model=%lld heads=%lld kv_heads=%lld causal=%d threads=%d: %.3f ms, %.2f GFLOP/s -> "
            "%s\n",
-           mha_kernel_name(kern), opt.block_q, opt.block_kv, opt.split, (long long)B, (long long)Nq,
-           (long long)Nkv, (long long)d_model, (long long)heads, (long long)kv_heads, causal,
-           mha_resolve_threads(&opt), dt * 1e3,
+           mha_kernel_name(r.kern), r.opt.block_q, r.opt.block_kv, r.opt.split, (long long)B,
+           (long long)Nq, (long long)Nkv, (long long)d_model, (long long)heads, (long long)kv_heads,
+           causal, mha_resolve_threads(&r.opt), dt * 1e3,
            dt > 0 ? mha_forward_flops(&L, &shp) / dt * 1e-9 : 0.0, opath);
     rc = 0;
 
 done:
-    mha_free(ws);
-    mha_free(out);
+    free_run(&r);
     for (int i = 0; i < 8; i++) npy_free(&prm[i].a);
     npy_free(&x);
     npy_free(&xk);

@@ -1,6 +1,8 @@
 /* cmd_io.c - `mhabench attend` and `mhabench forward`: run one kernel on tensors
  * read from .npy files and write the result as .npy. Every input problem is
- * reported as one "mhabench: ..." line with exit status 2, before any output. */
+ * reported as one "mhabench: ..." line with exit status 2, before any output.
+ * Each command is a few steps (options, inputs, run and write) sharing the option
+ * parser and the run; steps return 0 or -1 and only cmd_* make exit statuses. */
 #include <assert.h>
 #include <errno.h>
 #include <getopt.h>
@@ -410,112 +412,151 @@ static int load_param(const char *dir, param *pr) {
     return 0;
 }
 
-int cmd_forward(int argc, char **argv) {
-    const char *xpath = NULL, *kpath = NULL, *vpath = NULL, *wdir = NULL;
-    const char *heads_s = NULL, *kvheads_s = NULL;
-    const own_opt own[] = {{"query", &xpath, 1},        {"key", &kpath, 0},
-                           {"value", &vpath, 0},        {"heads", &heads_s, 1},
-                           {"kv-heads", &kvheads_s, 0}, {"weights", &wdir, 1}};
-    const io_cmd cmd = {"forward", forward_usage, own, sizeof own / sizeof own[0]};
+/* forward's command line once parsed and checked. */
+typedef struct {
     io_opts o;
-    int parsed = parse_io_opts(&cmd, argc, argv, &o);
-    if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
-    const char *opath = o.out;
-    const int causal = o.causal;
-    const float scale = o.scale;
-    if (!kpath != !vpath) {
-        errorf("forward: --key and --value go together (give both or neither)");
-        forward_usage(stderr);
-        return EXIT_USAGE;
-    }
-    int64_t heads = 0, kv_heads = 0;
-    if (!parse_i64("--heads", heads_s, 1, INT32_MAX, &heads)) return EXIT_USAGE;
-    kv_heads = heads;
-    if (kvheads_s && !parse_i64("--kv-heads", kvheads_s, 1, INT32_MAX, &kv_heads))
-        return EXIT_USAGE;
-    if (heads % kv_heads != 0) {
-        errorf("--kv-heads %lld does not divide --heads %lld", (long long)kv_heads,
-               (long long)heads);
-        return EXIT_USAGE;
-    }
+    const char *query, *key, *value; /* key and value: both or neither */
+    const char *weights;             /* a directory */
+    int64_t heads, kv_heads;         /* kv_heads divides heads */
+} forward_args;
+
+/* --weights must name a directory: 0, or -1 after a message. */
+static int check_weights_dir(const char *dir) {
     struct stat sb;
-    if (stat(wdir, &sb) != 0) {
-        errorf("--weights %s: %s", wdir, strerror(errno));
-        return EXIT_USAGE;
+    if (stat(dir, &sb) != 0) {
+        errorf("--weights %s: %s", dir, strerror(errno));
+        return -1;
     }
     if (!S_ISDIR(sb.st_mode)) {
-        errorf("--weights %s: not a directory", wdir);
-        return EXIT_USAGE;
+        errorf("--weights %s: not a directory", dir);
+        return -1;
     }
-    if (check_before_inputs(&o) != 0) return EXIT_USAGE;
+    return 0;
+}
 
-    int rc = EXIT_USAGE;
-    npy_array x = {0}, xk = {0}, xv = {0};
-    param prm[8] = {
-        {.name = "w_q"}, {.name = "w_k"}, {.name = "w_v"}, {.name = "w_o"},
-        {.name = "b_q"}, {.name = "b_k"}, {.name = "b_v"}, {.name = "b_o"},
-    };
-    io_run r = {0};
+/* Parses forward's command line into *a and checks --key/--value, --heads,
+ * --kv-heads and --weights. Returns 0 to go on, 1 when --help has been
+ * printed, -1 after a message. */
+static int parse_forward(int argc, char **argv, forward_args *a) {
+    const char *heads_s = NULL, *kvheads_s = NULL;
+    *a = (forward_args){0};
+    const own_opt own[] = {{"query", &a->query, 1},     {"key", &a->key, 0},
+                           {"value", &a->value, 0},     {"heads", &heads_s, 1},
+                           {"kv-heads", &kvheads_s, 0}, {"weights", &a->weights, 1}};
+    const io_cmd cmd = {"forward", forward_usage, own, sizeof own / sizeof own[0]};
+    int parsed = parse_io_opts(&cmd, argc, argv, &a->o);
+    if (parsed != 0) return parsed;
+    if (!a->key != !a->value) {
+        errorf("forward: --key and --value go together (give both or neither)");
+        forward_usage(stderr);
+        return -1;
+    }
+    if (!parse_i64("--heads", heads_s, 1, INT32_MAX, &a->heads)) return -1;
+    a->kv_heads = a->heads;
+    if (kvheads_s && !parse_i64("--kv-heads", kvheads_s, 1, INT32_MAX, &a->kv_heads)) return -1;
+    if (a->heads % a->kv_heads != 0) {
+        errorf("--kv-heads %lld does not divide --heads %lld", (long long)a->kv_heads,
+               (long long)a->heads);
+        return -1;
+    }
+    return check_weights_dir(a->weights);
+}
+
+/* forward's tensors as read. */
+typedef struct {
+    npy_array x;      /* query [B, Nq, d_model] */
+    npy_array xk, xv; /* key and value [B, Nkv, d_model], when given */
+    param prm[8];     /* w_q w_k w_v w_o, then the optional b_q b_k b_v b_o */
+} forward_inputs;
+
+/* Reads the query: rank 3, no empty dimension, d_model divisible by --heads.
+ * 0, or -1 after a message. */
+static int load_query(const forward_args *a, npy_array *x) {
+    char s[160];
+    if (load(a->query, x) != 0) return -1;
+    if (x->ndim != 3) {
+        errorf("%s: query has rank %d, shape %s: expected a rank-3 [B,N,d_model] tensor", a->query,
+               x->ndim, shape_str(x, s, sizeof s));
+        return -1;
+    }
+    if (x->count == 0) {
+        errorf("%s: query has an empty dimension, shape %s", a->query, shape_str(x, s, sizeof s));
+        return -1;
+    }
+    if (x->shape[2] % a->heads != 0) {
+        errorf("d_model %lld (query %s) is not divisible by --heads %lld", (long long)x->shape[2],
+               shape_str(x, s, sizeof s), (long long)a->heads);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads --key and --value, if given, and checks them against the query x:
+ * rank 3, the same B and d_model, Nkv > 0, alike. 0, or -1 after a message. */
+static int load_key_value(const forward_args *a, const npy_array *x, npy_array *xk, npy_array *xv) {
+    if (!a->key) return 0;
+    if (load(a->key, xk) != 0 || load(a->value, xv) != 0) return -1;
+    const int64_t B = x->shape[0], d_model = x->shape[2];
+    const char *name[2] = {"key", "value"}, *path[2] = {a->key, a->value};
+    const npy_array *kv[2] = {xk, xv};
     char s1[160], s2[160];
-
-    if (load(xpath, &x) != 0) goto done;
-    if (x.ndim != 3) {
-        errorf("%s: query has rank %d, shape %s: expected a rank-3 [B,N,d_model] tensor", xpath,
-               x.ndim, shape_str(&x, s1, sizeof s1));
-        goto done;
-    }
-    if (x.count == 0) {
-        errorf("%s: query has an empty dimension, shape %s", xpath, shape_str(&x, s1, sizeof s1));
-        goto done;
-    }
-    const int64_t B = x.shape[0], Nq = x.shape[1], d_model = x.shape[2];
-    if (d_model % heads != 0) {
-        errorf("d_model %lld (query %s) is not divisible by --heads %lld", (long long)d_model,
-               shape_str(&x, s1, sizeof s1), (long long)heads);
-        goto done;
-    }
-    const int64_t head_dim = d_model / heads, kv_dim = kv_heads * head_dim;
-    int64_t Nkv = Nq;
-    if (kpath) {
-        if (load(kpath, &xk) != 0 || load(vpath, &xv) != 0) goto done;
-        const struct {
-            const char *name, *path;
-            const npy_array *a;
-        } kv[2] = {{"key", kpath, &xk}, {"value", vpath, &xv}};
-        for (int i = 0; i < 2; i++) {
-            const npy_array *a = kv[i].a;
-            if (a->ndim != 3) {
-                errorf("%s: %s has rank %d, shape %s: expected a rank-3 [B,N,d_model] tensor",
-                       kv[i].path, kv[i].name, a->ndim, shape_str(a, s1, sizeof s1));
-                goto done;
-            }
-            if (a->shape[0] != B || a->shape[2] != d_model || a->shape[1] == 0) {
-                errorf("%s %s does not match query %s: expected [%lld, Nkv, %lld]", kv[i].name,
-                       shape_str(a, s1, sizeof s1), shape_str(&x, s2, sizeof s2), (long long)B,
-                       (long long)d_model);
-                goto done;
-            }
+    for (int i = 0; i < 2; i++) {
+        if (kv[i]->ndim != 3) {
+            errorf("%s: %s has rank %d, shape %s: expected a rank-3 [B,N,d_model] tensor", path[i],
+                   name[i], kv[i]->ndim, shape_str(kv[i], s1, sizeof s1));
+            return -1;
         }
-        if (memcmp(xk.shape, xv.shape, 3 * sizeof xk.shape[0]) != 0) {
-            errorf("key and value shapes differ: key %s, value %s", shape_str(&xk, s1, sizeof s1),
-                   shape_str(&xv, s2, sizeof s2));
-            goto done;
+        if (kv[i]->shape[0] != B || kv[i]->shape[2] != d_model || kv[i]->shape[1] == 0) {
+            errorf("%s %s does not match query %s: expected [%lld, Nkv, %lld]", name[i],
+                   shape_str(kv[i], s1, sizeof s1), shape_str(x, s2, sizeof s2), (long long)B,
+                   (long long)d_model);
+            return -1;
         }
-        Nkv = xk.shape[1];
     }
+    if (memcmp(xk->shape, xv->shape, 3 * sizeof xk->shape[0]) != 0) {
+        errorf("key and value shapes differ: key %s, value %s", shape_str(xk, s1, sizeof s1),
+               shape_str(xv, s2, sizeof s2));
+        return -1;
+    }
+    return 0;
+}
 
+/* Reads the projections from --weights in nn.Linear layout: w_q, w_o
+ * [d_model, d_model], w_k, w_v [kv_heads * head_dim, d_model], and the biases
+ * that are there. 0, or -1 after a message. */
+static int load_weights(const forward_args *a, int64_t d_model, param prm[8]) {
+    static const char *const names[8] = {"w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"};
+    const int64_t kv_dim = a->kv_heads * (d_model / a->heads);
     const int64_t rows[8] = {d_model, kv_dim, kv_dim, d_model, d_model, kv_dim, kv_dim, d_model};
     for (int i = 0; i < 8; i++) {
-        prm[i].rows = rows[i];
-        prm[i].cols = i < 4 ? d_model : 0;
-        prm[i].optional = i >= 4;
-        if (load_param(wdir, &prm[i]) != 0) goto done;
+        prm[i] = (param){
+            .name = names[i], .rows = rows[i], .cols = i < 4 ? d_model : 0, .optional = i >= 4};
+        if (load_param(a->weights, &prm[i]) != 0) return -1;
     }
+    return 0;
+}
 
-    mha_layer L = {
-        .d_model = d_model,
-        .heads = heads,
-        .kv_heads = kv_heads,
+/* Reads and checks all of forward's tensors, in the order of the command line's
+ * meaning: query, key and value, weights. 0, or -1 after a message. */
+static int load_forward_inputs(const forward_args *a, forward_inputs *in) {
+    if (load_query(a, &in->x) != 0 || load_key_value(a, &in->x, &in->xk, &in->xv) != 0) return -1;
+    return load_weights(a, in->x.shape[2], in->prm);
+}
+
+static void free_forward_inputs(forward_inputs *in) {
+    for (int i = 0; i < 8; i++) npy_free(&in->prm[i].a);
+    npy_free(&in->x);
+    npy_free(&in->xk);
+    npy_free(&in->xv);
+}
+
+/* The layer the checked weights describe; an absent bias is NULL. */
+static mha_layer forward_layer(const forward_args *a, const forward_inputs *in) {
+    const param *prm = in->prm;
+    return (mha_layer){
+        .d_model = in->x.shape[2],
+        .heads = a->heads,
+        .kv_heads = a->kv_heads,
         .w_q = prm[0].a.data,
         .w_k = prm[1].a.data,
         .w_v = prm[2].a.data,
@@ -525,33 +566,57 @@ int cmd_forward(int argc, char **argv) {
         .b_v = prm[6].present ? prm[6].a.data : NULL,
         .b_o = prm[7].present ? prm[7].a.data : NULL,
     };
-    mha_layer_shape shp = {
-        .batch = B, .seq_q = Nq, .seq_kv = Nkv, .causal = causal, .scale = scale};
-    const mha_problem ap = {B, heads, kv_heads, Nq, Nkv, head_dim, causal, scale};
-    if (choose_kernel(&o, &ap, &r) != 0) goto done;
-    if (alloc_buffers(&r, mha_forward_workspace_size(r.kern, &L, &shp, &r.opt, &r.wbytes),
-                      x.count) != 0) /* the output has the query's shape */
-        goto done;
-    const float *key = kpath ? xk.data : x.data, *value = kpath ? xv.data : x.data;
+}
 
+/* Runs the layer on the checked inputs (self-attention when no key/value was
+ * given), writes --out and prints the summary line: 0, or -1 after a message. */
+static int run_forward(const forward_args *a, const forward_inputs *in, io_run *r) {
+    const npy_array *x = &in->x;
+    const int self = !a->key;
+    const mha_layer L = forward_layer(a, in);
+    const mha_layer_shape shp = {.batch = x->shape[0],
+                                 .seq_q = x->shape[1],
+                                 .seq_kv = self ? x->shape[1] : in->xk.shape[1],
+                                 .causal = a->o.causal,
+                                 .scale = a->o.scale};
+    const mha_problem ap = {.batch = shp.batch,
+                            .heads = L.heads,
+                            .kv_heads = L.kv_heads,
+                            .seq_q = shp.seq_q,
+                            .seq_kv = shp.seq_kv,
+                            .head_dim = L.d_model / L.heads,
+                            .causal = shp.causal,
+                            .scale = shp.scale};
+    if (choose_kernel(&a->o, &ap, r) != 0) return -1;
+    /* the output has the query's shape */
+    if (alloc_buffers(r, mha_forward_workspace_size(r->kern, &L, &shp, &r->opt, &r->wbytes),
+                      x->count) != 0)
+        return -1;
     const meas_call call =
-        meas_call_forward(r.kern, &L, &shp, &r.opt, x.data, key, value, r.out, r.ws, r.wbytes);
+        meas_call_forward(r->kern, &L, &shp, &r->opt, x->data, self ? x->data : in->xk.data,
+                          self ? x->data : in->xv.data, r->out, r->ws, r->wbytes);
     double dt;
-    if (run_and_write(&r, &call, opath, x.shape, 3, &dt) != 0) goto done;
+    if (run_and_write(r, &call, a->o.out, x->shape, 3, &dt) != 0) return -1;
     printf("kernel %s block_q=%d block_kv=%d split=%d: forward B=%lld Nq=%lld Nkv=%lld "
            "d_model=%lld heads=%lld kv_heads=%lld causal=%d threads=%d: %.3f ms, %.2f GFLOP/s -> "
            "%s\n",
-           mha_kernel_name(r.kern), r.opt.block_q, r.opt.block_kv, r.opt.split, (long long)B,
-           (long long)Nq, (long long)Nkv, (long long)d_model, (long long)heads, (long long)kv_heads,
-           causal, mha_resolve_threads(&r.opt), dt * 1e3,
-           dt > 0 ? mha_forward_flops(&L, &shp) / dt * 1e-9 : 0.0, opath);
-    rc = 0;
+           mha_kernel_name(r->kern), r->opt.block_q, r->opt.block_kv, r->opt.split,
+           (long long)shp.batch, (long long)shp.seq_q, (long long)shp.seq_kv, (long long)L.d_model,
+           (long long)L.heads, (long long)L.kv_heads, a->o.causal, mha_resolve_threads(&r->opt),
+           dt * 1e3, dt > 0 ? mha_forward_flops(&L, &shp) / dt * 1e-9 : 0.0, a->o.out);
+    return 0;
+}
 
-done:
+int cmd_forward(int argc, char **argv) {
+    forward_args a;
+    int parsed = parse_forward(argc, argv, &a);
+    if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
+    if (check_before_inputs(&a.o) != 0) return EXIT_USAGE;
+
+    forward_inputs in = {0};
+    io_run r = {0};
+    int failed = load_forward_inputs(&a, &in) != 0 || run_forward(&a, &in, &r) != 0;
     free_run(&r);
-    for (int i = 0; i < 8; i++) npy_free(&prm[i].a);
-    npy_free(&x);
-    npy_free(&xk);
-    npy_free(&xv);
-    return rc;
+    free_forward_inputs(&in);
+    return failed ? EXIT_USAGE : 0;
 }

@@ -1,6 +1,9 @@
 /* cmd_io.c - `mhabench attend` and `mhabench forward`: run one kernel on tensors
  * read from .npy files and write the result as .npy. Every input problem is
- * reported as one "mhabench: ..." line with exit status 2, before any output. */
+ * reported as one "mhabench: ..." line with exit status 2, before any output.
+ * Each command is a few steps (options, inputs, run and write) sharing the option
+ * parser and the run; steps return 0 or -1 and only cmd_* make exit statuses. */
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -17,16 +20,17 @@
 #include "util.h"
 
 /* --out is checked before any input is read or computed: a folder, FIFO or
- * device there fails at once (npy_write checks again when it writes). */
-static int out_usable(const char *path) {
+ * device there fails at once (npy_write checks again when it writes).
+ * 0 when it can be written, else -1 after a message. */
+static int check_out(const char *path) {
     mha_out w;
     char why[1024];
     if (mha_out_begin(&w, path, MHA_OUT_REPLACE, why, sizeof why) != MHA_OK) {
         errorf("--out: %s", why);
-        return 0;
+        return -1;
     }
     mha_out_abort(&w);
-    return 1;
+    return 0;
 }
 
 /* "[2, 4, 5, 8]" */
@@ -38,20 +42,22 @@ static const char *shape_str(const npy_array *a, char *buf, size_t len) {
     return buf;
 }
 
+/* Reports a library failure as "WHAT: <the library's message>"; returns -1. */
 static int report_mha(mha_status st, const char *what) {
     const char *m = mha_last_error();
     if (!m || !*m) m = mha_status_str(st);
     errorf("%s: %s", what, m);
-    return EXIT_USAGE;
+    return -1;
 }
 
+/* Reads PATH into *a: 0, or -1 after npy_read's one-line message. */
 static int load(const char *path, npy_array *a) {
     char err[512];
     if (npy_read(path, a, err, sizeof err) != MHA_OK) {
         errorf("%s", err);
-        return 0;
+        return -1;
     }
-    return 1;
+    return 0;
 }
 
 /* Shared getopt error handling: optstring starts with ':' so a missing argument
@@ -66,15 +72,168 @@ static void bad_option(const char *cmd, int c, char **argv) {
         errorf("%s: unknown option '%s'", cmd, arg);
 }
 
-static int alloc_workspace(const char *kname, size_t bytes, void **ws) {
-    *ws = NULL;
-    if (bytes == 0) return 1;
-    *ws = mha_alloc(bytes);
-    if (!*ws) {
-        errorf("cannot allocate %zu bytes of workspace for kernel %s", bytes, kname);
-        return 0;
+/* The options attend and forward share. */
+typedef struct {
+    const char *kernel; /* --kernel: a name from `mhabench list`, or "auto" */
+    const char *out;    /* --out */
+    int causal;         /* --causal */
+    float scale;        /* --scale, 0 for the default 1/sqrt(d) */
+    int64_t threads;    /* --threads, 0 for all cores */
+} io_opts;
+
+/* One of a command's own options; each takes a value, kept as given. */
+typedef struct {
+    const char *name;   /* "q" for --q */
+    const char **value; /* where the argument goes; the caller sets it to NULL */
+    int required;
+} own_opt;
+
+typedef struct {
+    const char *name; /* "attend", for messages */
+    void (*usage)(FILE *f);
+    const own_opt *own; /* in the order missing ones are named, after --kernel */
+    int n_own;
+} io_cmd;
+
+enum { O_KERNEL = 256, O_OUT, O_CAUSAL, O_SCALE, O_THREADS, O_OWN = 512, MAX_OWN = 8 };
+
+/* Parses argv into *o and cmd's own options. Returns 0 to go on, 1 when --help
+ * has been printed, -1 after a message (and the usage where the command line
+ * is malformed). A missing option is named in the order --kernel, the
+ * required own options, --out. */
+static int parse_io_opts(const io_cmd *cmd, int argc, char **argv, io_opts *o) {
+    static const struct option common[] = {
+        {"kernel", required_argument, NULL, O_KERNEL},
+        {"out", required_argument, NULL, O_OUT},
+        {"causal", no_argument, NULL, O_CAUSAL},
+        {"scale", required_argument, NULL, O_SCALE},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"help", no_argument, NULL, 'h'},
+    };
+    enum { N_COMMON = sizeof common / sizeof common[0] };
+    struct option longopts[N_COMMON + MAX_OWN + 1];
+    memcpy(longopts, common, sizeof common);
+    assert(cmd->n_own <= MAX_OWN);
+    for (int i = 0; i < cmd->n_own; i++)
+        longopts[N_COMMON + i] =
+            (struct option){cmd->own[i].name, required_argument, NULL, O_OWN + i};
+    longopts[N_COMMON + cmd->n_own] = (struct option){NULL, 0, NULL, 0};
+    *o = (io_opts){.threads = 1};
+
+    optind = 0; /* glibc: full re-initialisation (main.c may have parsed already) */
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c >= O_OWN) {
+            *cmd->own[c - O_OWN].value = optarg;
+            continue;
+        }
+        switch (c) {
+        case O_KERNEL:
+            o->kernel = optarg;
+            break;
+        case O_OUT:
+            o->out = optarg;
+            break;
+        case O_CAUSAL:
+            o->causal = 1;
+            break;
+        case O_SCALE:
+            if (!parse_float("--scale", optarg, &o->scale)) return -1;
+            break;
+        case O_THREADS:
+            if (!parse_i64("--threads", optarg, 0, 65536, &o->threads)) return -1;
+            break;
+        case 'h':
+            cmd->usage(stdout);
+            return 1;
+        default:
+            bad_option(cmd->name, c, argv);
+            cmd->usage(stderr);
+            return -1;
+        }
     }
-    return 1;
+    if (optind < argc) {
+        errorf("%s: unexpected argument '%s'", cmd->name, argv[optind]);
+        cmd->usage(stderr);
+        return -1;
+    }
+    const char *missing = o->kernel ? NULL : "kernel";
+    for (int i = 0; !missing && i < cmd->n_own; i++)
+        if (cmd->own[i].required && !*cmd->own[i].value) missing = cmd->own[i].name;
+    if (!missing && !o->out) missing = "out";
+    if (missing) {
+        errorf("%s: missing required option --%s", cmd->name, missing);
+        cmd->usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+/* The checks made before any input is read: MHA_ISA, --out, and a named
+ * --kernel ("auto" is resolved by resolve_kernel once the problem is known).
+ * 0, or -1 after a message. */
+static int check_before_inputs(const io_opts *o) {
+    if (!check_isa_env() || check_out(o->out) != 0) return -1;
+    if (strcmp(o->kernel, "auto") != 0 && !lookup_kernel(o->kernel)) return -1;
+    return 0;
+}
+
+/* ---- one kernel run, shared by attend and forward ------------------------------------ */
+
+/* What a run needs beyond its inputs: the kernel --kernel resolved to, its
+ * knobs, and its buffers. */
+typedef struct {
+    const mha_kernel *kern;
+    mha_options opt;
+    void *ws; /* wbytes of workspace, NULL for none */
+    size_t wbytes;
+    float *out;
+} io_run;
+
+/* Resolves o->kernel for problem p into r->kern and r->opt: 0, or -1 after a message. */
+static int choose_kernel(const io_opts *o, const mha_problem *p, io_run *r) {
+    r->opt = (mha_options){.threads = (int)o->threads};
+    r->kern = resolve_kernel(o->kernel, p, &r->opt);
+    return r->kern ? 0 : -1;
+}
+
+/* Allocates r->wbytes of workspace and an output of COUNT floats. SIZED is the
+ * status of the kernel's workspace-size query that set r->wbytes, reported here
+ * when it failed. 0, or -1 after a message. */
+static int alloc_buffers(io_run *r, mha_status sized, size_t count) {
+    const char *kname = mha_kernel_name(r->kern);
+    if (sized != MHA_OK) return report_mha(sized, kname);
+    if (r->wbytes && !(r->ws = mha_alloc(r->wbytes))) {
+        errorf("cannot allocate %zu bytes of workspace for kernel %s", r->wbytes, kname);
+        return -1;
+    }
+    if (!(r->out = mha_alloc(count * sizeof(float)))) {
+        errorf("cannot allocate %zu bytes for the output of kernel %s", count * sizeof(float),
+               kname);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs CALL once through the measurement core and writes r->out (SHAPE, NDIM)
+ * to PATH; *seconds is the run's time. 0, or -1 after a message, with PATH
+ * left as it was (npy_write replaces it whole or not at all). */
+static int run_and_write(const io_run *r, const meas_call *call, const char *path,
+                         const int64_t *shape, int ndim, double *seconds) {
+    mha_status st = meas_sample(call, seconds);
+    if (st != MHA_OK) return report_mha(st, mha_kernel_name(r->kern));
+    char err[512];
+    if (npy_write(path, r->out, shape, ndim, err, sizeof err) != MHA_OK) {
+        errorf("%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+static void free_run(io_run *r) {
+    mha_free(r->ws);
+    mha_free(r->out);
 }
 
 /* ---- attend -------------------------------------------------------------------------- */
@@ -92,187 +251,112 @@ static void attend_usage(FILE *f) {
             "  --kernel K    a kernel from `mhabench list`, or auto (mha_select's choice)\n");
 }
 
-int cmd_attend(int argc, char **argv) {
-    enum { O_KERNEL = 256, O_Q, O_K, O_V, O_OUT, O_CAUSAL, O_SCALE, O_THREADS };
-    static const struct option longopts[] = {
-        {"kernel", required_argument, NULL, O_KERNEL},
-        {"q", required_argument, NULL, O_Q},
-        {"k", required_argument, NULL, O_K},
-        {"v", required_argument, NULL, O_V},
-        {"out", required_argument, NULL, O_OUT},
-        {"causal", no_argument, NULL, O_CAUSAL},
-        {"scale", required_argument, NULL, O_SCALE},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *kname = NULL, *qpath = NULL, *kpath = NULL, *vpath = NULL, *opath = NULL;
-    int causal = 0;
-    float scale = 0.0f;
-    int64_t threads = 1;
+/* attend's tensors: q, k and v, in the order they are read. */
+static const char *const ATTEND_NAME[3] = {"q", "k", "v"};
 
-    optind = 0; /* glibc: full re-initialisation (main.c may have parsed already) */
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        switch (c) {
-        case O_KERNEL:
-            kname = optarg;
-            break;
-        case O_Q:
-            qpath = optarg;
-            break;
-        case O_K:
-            kpath = optarg;
-            break;
-        case O_V:
-            vpath = optarg;
-            break;
-        case O_OUT:
-            opath = optarg;
-            break;
-        case O_CAUSAL:
-            causal = 1;
-            break;
-        case O_SCALE:
-            if (!parse_float("--scale", optarg, &scale)) return EXIT_USAGE;
-            break;
-        case O_THREADS:
-            if (!parse_i64("--threads", optarg, 0, 65536, &threads)) return EXIT_USAGE;
-            break;
-        case 'h':
-            attend_usage(stdout);
-            return 0;
-        default:
-            bad_option("attend", c, argv);
-            attend_usage(stderr);
-            return EXIT_USAGE;
-        }
-    }
-    if (optind < argc) {
-        errorf("attend: unexpected argument '%s'", argv[optind]);
-        attend_usage(stderr);
-        return EXIT_USAGE;
-    }
-    const char *missing = !kname   ? "--kernel"
-                          : !qpath ? "--q"
-                          : !kpath ? "--k"
-                          : !vpath ? "--v"
-                          : !opath ? "--out"
-                                   : NULL;
-    if (missing) {
-        errorf("attend: missing required option %s", missing);
-        attend_usage(stderr);
-        return EXIT_USAGE;
-    }
-    if (!check_isa_env() || !out_usable(opath)) return EXIT_USAGE;
-    /* "auto" is resolved by resolve_kernel once the problem is known. */
-    const mha_kernel *kern = NULL;
-    if (strcmp(kname, "auto") != 0 && !(kern = lookup_kernel(kname))) return EXIT_USAGE;
+typedef struct {
+    const char *path[3]; /* --q, --k, --v */
+    npy_array a[3];
+} attend_inputs;
 
-    int rc = EXIT_USAGE;
-    npy_array q = {0}, k = {0}, v = {0};
-    float *out = NULL;
-    void *ws = NULL;
+/* Checks q, k and v against each other: rank 4, no empty dimension, k and v
+ * alike, the same batch and head_dim as q, kv heads dividing query heads.
+ * 0, or -1 after a message naming the tensors and their shapes. */
+static int check_attend_shapes(const attend_inputs *in) {
+    const npy_array *q = &in->a[0], *k = &in->a[1], *v = &in->a[2];
     char s1[160], s2[160];
-    if (!load(qpath, &q) || !load(kpath, &k) || !load(vpath, &v)) goto done;
-
-    const struct {
-        const char *name, *path;
-        const npy_array *a;
-    } ins[3] = {{"q", qpath, &q}, {"k", kpath, &k}, {"v", vpath, &v}};
     for (int i = 0; i < 3; i++)
-        if (ins[i].a->ndim != 4) {
-            errorf("%s: %s has rank %d, shape %s: expected a rank-4 [B,H,N,d] tensor", ins[i].path,
-                   ins[i].name, ins[i].a->ndim, shape_str(ins[i].a, s1, sizeof s1));
-            goto done;
+        if (in->a[i].ndim != 4) {
+            errorf("%s: %s has rank %d, shape %s: expected a rank-4 [B,H,N,d] tensor", in->path[i],
+                   ATTEND_NAME[i], in->a[i].ndim, shape_str(&in->a[i], s1, sizeof s1));
+            return -1;
         }
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 4; j++)
-            if (ins[i].a->shape[j] == 0) {
-                errorf("%s: %s has an empty dimension, shape %s", ins[i].path, ins[i].name,
-                       shape_str(ins[i].a, s1, sizeof s1));
-                goto done;
+            if (in->a[i].shape[j] == 0) {
+                errorf("%s: %s has an empty dimension, shape %s", in->path[i], ATTEND_NAME[i],
+                       shape_str(&in->a[i], s1, sizeof s1));
+                return -1;
             }
-    if (memcmp(k.shape, v.shape, 4 * sizeof k.shape[0]) != 0) {
-        errorf("k and v shapes differ: k %s, v %s", shape_str(&k, s1, sizeof s1),
-               shape_str(&v, s2, sizeof s2));
-        goto done;
+    if (memcmp(k->shape, v->shape, 4 * sizeof k->shape[0]) != 0) {
+        errorf("k and v shapes differ: k %s, v %s", shape_str(k, s1, sizeof s1),
+               shape_str(v, s2, sizeof s2));
+        return -1;
     }
-    if (q.shape[0] != k.shape[0]) {
-        errorf("batch mismatch: q %s has B=%lld, k %s has B=%lld", shape_str(&q, s1, sizeof s1),
-               (long long)q.shape[0], shape_str(&k, s2, sizeof s2), (long long)k.shape[0]);
-        goto done;
+    if (q->shape[0] != k->shape[0]) {
+        errorf("batch mismatch: q %s has B=%lld, k %s has B=%lld", shape_str(q, s1, sizeof s1),
+               (long long)q->shape[0], shape_str(k, s2, sizeof s2), (long long)k->shape[0]);
+        return -1;
     }
-    if (q.shape[3] != k.shape[3]) {
-        errorf("head_dim mismatch: q %s has d=%lld, k %s has d=%lld", shape_str(&q, s1, sizeof s1),
-               (long long)q.shape[3], shape_str(&k, s2, sizeof s2), (long long)k.shape[3]);
-        goto done;
+    if (q->shape[3] != k->shape[3]) {
+        errorf("head_dim mismatch: q %s has d=%lld, k %s has d=%lld", shape_str(q, s1, sizeof s1),
+               (long long)q->shape[3], shape_str(k, s2, sizeof s2), (long long)k->shape[3]);
+        return -1;
     }
-    if (q.shape[1] % k.shape[1] != 0) {
-        errorf("kv heads %lld (k %s) do not divide query heads %lld (q %s)", (long long)k.shape[1],
-               shape_str(&k, s2, sizeof s2), (long long)q.shape[1], shape_str(&q, s1, sizeof s1));
-        goto done;
+    if (q->shape[1] % k->shape[1] != 0) {
+        errorf("kv heads %lld (k %s) do not divide query heads %lld (q %s)", (long long)k->shape[1],
+               shape_str(k, s2, sizeof s2), (long long)q->shape[1], shape_str(q, s1, sizeof s1));
+        return -1;
     }
+    return 0;
+}
 
-    mha_problem p = {
-        .batch = q.shape[0],
-        .heads = q.shape[1],
-        .kv_heads = k.shape[1],
-        .seq_q = q.shape[2],
-        .seq_kv = k.shape[2],
-        .head_dim = q.shape[3],
-        .causal = causal,
-        .scale = scale,
+/* Reads q, k and v and checks them: 0, or -1 after a message. */
+static int load_attend_inputs(attend_inputs *in) {
+    for (int i = 0; i < 3; i++)
+        if (load(in->path[i], &in->a[i]) != 0) return -1;
+    return check_attend_shapes(in);
+}
+
+/* Runs the attention core on the checked inputs, writes --out and prints the
+ * summary line: 0, or -1 after a message. */
+static int run_attend(const io_opts *o, const attend_inputs *in, io_run *r) {
+    const npy_array *q = &in->a[0], *k = &in->a[1], *v = &in->a[2];
+    const mha_problem p = {
+        .batch = q->shape[0],
+        .heads = q->shape[1],
+        .kv_heads = k->shape[1],
+        .seq_q = q->shape[2],
+        .seq_kv = k->shape[2],
+        .head_dim = q->shape[3],
+        .causal = o->causal,
+        .scale = o->scale,
     };
-    mha_options opt = {.threads = (int)threads};
-    if (!(kern = resolve_kernel(kname, &p, &opt))) goto done;
-    mha_tensor tq = mha_view_bhnd(q.data, p.heads, p.seq_q, p.head_dim);
-    mha_tensor tk = mha_view_bhnd(k.data, p.kv_heads, p.seq_kv, p.head_dim);
-    mha_tensor tv = mha_view_bhnd(v.data, p.kv_heads, p.seq_kv, p.head_dim);
-    size_t wbytes = 0;
-    mha_status st = mha_workspace_size(kern, &p, &opt, &wbytes);
-    if (st != MHA_OK) {
-        report_mha(st, mha_kernel_name(kern));
-        goto done;
-    }
-    if (!alloc_workspace(mha_kernel_name(kern), wbytes, &ws)) goto done;
-    out = mha_alloc(q.count * sizeof(float)); /* same shape as q */
-    if (!out) {
-        errorf("cannot allocate %zu bytes for the output of kernel %s", q.count * sizeof(float),
-               mha_kernel_name(kern));
-        goto done;
-    }
-    mha_tensor_mut to = mha_view_bhnd_mut(out, p.heads, p.seq_q, p.head_dim);
-
-    const meas_call call = meas_call_attend(kern, &p, &opt, &tq, &tk, &tv, &to, ws, wbytes);
+    if (choose_kernel(o, &p, r) != 0) return -1;
+    const mha_tensor tq = mha_view_bhnd(q->data, p.heads, p.seq_q, p.head_dim);
+    const mha_tensor tk = mha_view_bhnd(k->data, p.kv_heads, p.seq_kv, p.head_dim);
+    const mha_tensor tv = mha_view_bhnd(v->data, p.kv_heads, p.seq_kv, p.head_dim);
+    /* the output has q's shape */
+    if (alloc_buffers(r, mha_workspace_size(r->kern, &p, &r->opt, &r->wbytes), q->count) != 0)
+        return -1;
+    mha_tensor_mut to = mha_view_bhnd_mut(r->out, p.heads, p.seq_q, p.head_dim);
+    const meas_call call =
+        meas_call_attend(r->kern, &p, &r->opt, &tq, &tk, &tv, &to, r->ws, r->wbytes);
     double dt;
-    st = meas_sample(&call, &dt);
-    if (st != MHA_OK) {
-        report_mha(st, mha_kernel_name(kern));
-        goto done;
-    }
-
-    char err[512];
-    if (npy_write(opath, out, q.shape, 4, err, sizeof err) != MHA_OK) {
-        errorf("%s", err);
-        goto done;
-    }
+    if (run_and_write(r, &call, o->out, q->shape, 4, &dt) != 0) return -1;
     printf("kernel %s block_q=%d block_kv=%d split=%d: attend B=%lld H=%lld kv_heads=%lld "
            "Nq=%lld Nkv=%lld d=%lld causal=%d threads=%d: %.3f ms, %.2f GFLOP/s -> %s\n",
-           mha_kernel_name(kern), opt.block_q, opt.block_kv, opt.split, (long long)p.batch,
-           (long long)p.heads, (long long)p.kv_heads, (long long)p.seq_q, (long long)p.seq_kv,
-           (long long)p.head_dim, causal, mha_resolve_threads(&opt), dt * 1e3,
-           dt > 0 ? mha_problem_flops(&p) / dt * 1e-9 : 0.0, opath);
-    rc = 0;
+           mha_kernel_name(r->kern), r->opt.block_q, r->opt.block_kv, r->opt.split,
+           (long long)p.batch, (long long)p.heads, (long long)p.kv_heads, (long long)p.seq_q,
+           (long long)p.seq_kv, (long long)p.head_dim, o->causal, mha_resolve_threads(&r->opt),
+           dt * 1e3, dt > 0 ? mha_problem_flops(&p) / dt * 1e-9 : 0.0, o->out);
+    return 0;
+}
 
-done:
-    mha_free(ws);
-    mha_free(out);
-    npy_free(&q);
-    npy_free(&k);
-    npy_free(&v);
-    return rc;
+int cmd_attend(int argc, char **argv) {
+    io_opts o;
+    attend_inputs in = {0};
+    const own_opt own[] = {{"q", &in.path[0], 1}, {"k", &in.path[1], 1}, {"v", &in.path[2], 1}};
+    const io_cmd cmd = {"attend", attend_usage, own, sizeof own / sizeof own[0]};
+    int parsed = parse_io_opts(&cmd, argc, argv, &o);
+    if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
+    if (check_before_inputs(&o) != 0) return EXIT_USAGE;
+
+    io_run r = {0};
+    int failed = load_attend_inputs(&in) != 0 || run_attend(&o, &in, &r) != 0;
+    free_run(&r);
+    for (int i = 0; i < 3; i++) npy_free(&in.a[i]);
+    return failed ? EXIT_USAGE : 0;
 }
 
 /* ---- forward ------------------------------------------------------------------------- */
@@ -302,14 +386,16 @@ typedef struct {
     int present;
 } param;
 
+/* Reads DIR/<name>.npy (an optional one may be absent) and checks its shape:
+ * 0, or -1 after a message naming the file, its shape and the one expected. */
 static int load_param(const char *dir, param *pr) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.npy", dir, pr->name);
     if (pr->optional) {
         struct stat sb;
-        if (stat(path, &sb) != 0 && errno == ENOENT) return 1;
+        if (stat(path, &sb) != 0 && errno == ENOENT) return 0;
     }
-    if (!load(path, &pr->a)) return 0;
+    if (load(path, &pr->a) != 0) return -1;
     pr->present = 1;
     char s[160];
     int rank = pr->cols ? 2 : 1;
@@ -321,207 +407,156 @@ static int load_param(const char *dir, param *pr) {
         else
             errorf("%s: %s has shape %s, expected [%lld]", path, pr->name,
                    shape_str(&pr->a, s, sizeof s), (long long)pr->rows);
-        return 0;
+        return -1;
     }
-    return 1;
+    return 0;
 }
 
-int cmd_forward(int argc, char **argv) {
-    enum {
-        O_KERNEL = 256,
-        O_QUERY,
-        O_KEY,
-        O_VALUE,
-        O_HEADS,
-        O_KVHEADS,
-        O_WEIGHTS,
-        O_OUT,
-        O_CAUSAL,
-        O_SCALE,
-        O_THREADS
-    };
-    static const struct option longopts[] = {
-        {"kernel", required_argument, NULL, O_KERNEL},
-        {"query", required_argument, NULL, O_QUERY},
-        {"key", required_argument, NULL, O_KEY},
-        {"value", required_argument, NULL, O_VALUE},
-        {"heads", required_argument, NULL, O_HEADS},
-        {"kv-heads", required_argument, NULL, O_KVHEADS},
-        {"weights", required_argument, NULL, O_WEIGHTS},
-        {"out", required_argument, NULL, O_OUT},
-        {"causal", no_argument, NULL, O_CAUSAL},
-        {"scale", required_argument, NULL, O_SCALE},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *kname = NULL, *xpath = NULL, *kpath = NULL, *vpath = NULL, *wdir = NULL,
-               *opath = NULL;
-    const char *heads_s = NULL, *kvheads_s = NULL;
-    int causal = 0;
-    float scale = 0.0f;
-    int64_t threads = 1;
+/* forward's command line once parsed and checked. */
+typedef struct {
+    io_opts o;
+    const char *query, *key, *value; /* key and value: both or neither */
+    const char *weights;             /* a directory */
+    int64_t heads, kv_heads;         /* kv_heads divides heads */
+} forward_args;
 
-    optind = 0;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        switch (c) {
-        case O_KERNEL:
-            kname = optarg;
-            break;
-        case O_QUERY:
-            xpath = optarg;
-            break;
-        case O_KEY:
-            kpath = optarg;
-            break;
-        case O_VALUE:
-            vpath = optarg;
-            break;
-        case O_HEADS:
-            heads_s = optarg;
-            break;
-        case O_KVHEADS:
-            kvheads_s = optarg;
-            break;
-        case O_WEIGHTS:
-            wdir = optarg;
-            break;
-        case O_OUT:
-            opath = optarg;
-            break;
-        case O_CAUSAL:
-            causal = 1;
-            break;
-        case O_SCALE:
-            if (!parse_float("--scale", optarg, &scale)) return EXIT_USAGE;
-            break;
-        case O_THREADS:
-            if (!parse_i64("--threads", optarg, 0, 65536, &threads)) return EXIT_USAGE;
-            break;
-        case 'h':
-            forward_usage(stdout);
-            return 0;
-        default:
-            bad_option("forward", c, argv);
-            forward_usage(stderr);
-            return EXIT_USAGE;
-        }
-    }
-    if (optind < argc) {
-        errorf("forward: unexpected argument '%s'", argv[optind]);
-        forward_usage(stderr);
-        return EXIT_USAGE;
-    }
-    const char *missing = !kname     ? "--kernel"
-                          : !xpath   ? "--query"
-                          : !heads_s ? "--heads"
-                          : !wdir    ? "--weights"
-                          : !opath   ? "--out"
-                                     : NULL;
-    if (missing) {
-        errorf("forward: missing required option %s", missing);
-        forward_usage(stderr);
-        return EXIT_USAGE;
-    }
-    if (!kpath != !vpath) {
-        errorf("forward: --key and --value go together (give both or neither)");
-        forward_usage(stderr);
-        return EXIT_USAGE;
-    }
-    int64_t heads = 0, kv_heads = 0;
-    if (!parse_i64("--heads", heads_s, 1, INT32_MAX, &heads)) return EXIT_USAGE;
-    kv_heads = heads;
-    if (kvheads_s && !parse_i64("--kv-heads", kvheads_s, 1, INT32_MAX, &kv_heads))
-        return EXIT_USAGE;
-    if (heads % kv_heads != 0) {
-        errorf("--kv-heads %lld does not divide --heads %lld", (long long)kv_heads,
-               (long long)heads);
-        return EXIT_USAGE;
-    }
+/* --weights must name a directory: 0, or -1 after a message. */
+static int check_weights_dir(const char *dir) {
     struct stat sb;
-    if (stat(wdir, &sb) != 0) {
-        errorf("--weights %s: %s", wdir, strerror(errno));
-        return EXIT_USAGE;
+    if (stat(dir, &sb) != 0) {
+        errorf("--weights %s: %s", dir, strerror(errno));
+        return -1;
     }
     if (!S_ISDIR(sb.st_mode)) {
-        errorf("--weights %s: not a directory", wdir);
-        return EXIT_USAGE;
+        errorf("--weights %s: not a directory", dir);
+        return -1;
     }
-    if (!check_isa_env() || !out_usable(opath)) return EXIT_USAGE;
-    /* "auto" is resolved by resolve_kernel once the problem is known. */
-    const mha_kernel *kern = NULL;
-    if (strcmp(kname, "auto") != 0 && !(kern = lookup_kernel(kname))) return EXIT_USAGE;
+    return 0;
+}
 
-    int rc = EXIT_USAGE;
-    npy_array x = {0}, xk = {0}, xv = {0};
-    param prm[8] = {
-        {.name = "w_q"}, {.name = "w_k"}, {.name = "w_v"}, {.name = "w_o"},
-        {.name = "b_q"}, {.name = "b_k"}, {.name = "b_v"}, {.name = "b_o"},
-    };
-    float *out = NULL;
-    void *ws = NULL;
+/* Parses forward's command line into *a and checks --key/--value, --heads,
+ * --kv-heads and --weights. Returns 0 to go on, 1 when --help has been
+ * printed, -1 after a message. */
+static int parse_forward(int argc, char **argv, forward_args *a) {
+    const char *heads_s = NULL, *kvheads_s = NULL;
+    *a = (forward_args){0};
+    const own_opt own[] = {{"query", &a->query, 1},     {"key", &a->key, 0},
+                           {"value", &a->value, 0},     {"heads", &heads_s, 1},
+                           {"kv-heads", &kvheads_s, 0}, {"weights", &a->weights, 1}};
+    const io_cmd cmd = {"forward", forward_usage, own, sizeof own / sizeof own[0]};
+    int parsed = parse_io_opts(&cmd, argc, argv, &a->o);
+    if (parsed != 0) return parsed;
+    if (!a->key != !a->value) {
+        errorf("forward: --key and --value go together (give both or neither)");
+        forward_usage(stderr);
+        return -1;
+    }
+    if (!parse_i64("--heads", heads_s, 1, INT32_MAX, &a->heads)) return -1;
+    a->kv_heads = a->heads;
+    if (kvheads_s && !parse_i64("--kv-heads", kvheads_s, 1, INT32_MAX, &a->kv_heads)) return -1;
+    if (a->heads % a->kv_heads != 0) {
+        errorf("--kv-heads %lld does not divide --heads %lld", (long long)a->kv_heads,
+               (long long)a->heads);
+        return -1;
+    }
+    return check_weights_dir(a->weights);
+}
+
+/* forward's tensors as read. */
+typedef struct {
+    npy_array x;      /* query [B, Nq, d_model] */
+    npy_array xk, xv; /* key and value [B, Nkv, d_model], when given */
+    param prm[8];     /* w_q w_k w_v w_o, then the optional b_q b_k b_v b_o */
+} forward_inputs;
+
+/* Reads the query: rank 3, no empty dimension, d_model divisible by --heads.
+ * 0, or -1 after a message. */
+static int load_query(const forward_args *a, npy_array *x) {
+    char s[160];
+    if (load(a->query, x) != 0) return -1;
+    if (x->ndim != 3) {
+        errorf("%s: query has rank %d, shape %s: expected a rank-3 [B,N,d_model] tensor", a->query,
+               x->ndim, shape_str(x, s, sizeof s));
+        return -1;
+    }
+    if (x->count == 0) {
+        errorf("%s: query has an empty dimension, shape %s", a->query, shape_str(x, s, sizeof s));
+        return -1;
+    }
+    if (x->shape[2] % a->heads != 0) {
+        errorf("d_model %lld (query %s) is not divisible by --heads %lld", (long long)x->shape[2],
+               shape_str(x, s, sizeof s), (long long)a->heads);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads --key and --value, if given, and checks them against the query x:
+ * rank 3, the same B and d_model, Nkv > 0, alike. 0, or -1 after a message. */
+static int load_key_value(const forward_args *a, const npy_array *x, npy_array *xk, npy_array *xv) {
+    if (!a->key) return 0;
+    if (load(a->key, xk) != 0 || load(a->value, xv) != 0) return -1;
+    const int64_t B = x->shape[0], d_model = x->shape[2];
+    const char *name[2] = {"key", "value"}, *path[2] = {a->key, a->value};
+    const npy_array *kv[2] = {xk, xv};
     char s1[160], s2[160];
-
-    if (!load(xpath, &x)) goto done;
-    if (x.ndim != 3) {
-        errorf("%s: query has rank %d, shape %s: expected a rank-3 [B,N,d_model] tensor", xpath,
-               x.ndim, shape_str(&x, s1, sizeof s1));
-        goto done;
-    }
-    if (x.count == 0) {
-        errorf("%s: query has an empty dimension, shape %s", xpath, shape_str(&x, s1, sizeof s1));
-        goto done;
-    }
-    const int64_t B = x.shape[0], Nq = x.shape[1], d_model = x.shape[2];
-    if (d_model % heads != 0) {
-        errorf("d_model %lld (query %s) is not divisible by --heads %lld", (long long)d_model,
-               shape_str(&x, s1, sizeof s1), (long long)heads);
-        goto done;
-    }
-    const int64_t head_dim = d_model / heads, kv_dim = kv_heads * head_dim;
-    int64_t Nkv = Nq;
-    if (kpath) {
-        if (!load(kpath, &xk) || !load(vpath, &xv)) goto done;
-        const struct {
-            const char *name, *path;
-            const npy_array *a;
-        } kv[2] = {{"key", kpath, &xk}, {"value", vpath, &xv}};
-        for (int i = 0; i < 2; i++) {
-            const npy_array *a = kv[i].a;
-            if (a->ndim != 3) {
-                errorf("%s: %s has rank %d, shape %s: expected a rank-3 [B,N,d_model] tensor",
-                       kv[i].path, kv[i].name, a->ndim, shape_str(a, s1, sizeof s1));
-                goto done;
-            }
-            if (a->shape[0] != B || a->shape[2] != d_model || a->shape[1] == 0) {
-                errorf("%s %s does not match query %s: expected [%lld, Nkv, %lld]", kv[i].name,
-                       shape_str(a, s1, sizeof s1), shape_str(&x, s2, sizeof s2), (long long)B,
-                       (long long)d_model);
-                goto done;
-            }
+    for (int i = 0; i < 2; i++) {
+        if (kv[i]->ndim != 3) {
+            errorf("%s: %s has rank %d, shape %s: expected a rank-3 [B,N,d_model] tensor", path[i],
+                   name[i], kv[i]->ndim, shape_str(kv[i], s1, sizeof s1));
+            return -1;
         }
-        if (memcmp(xk.shape, xv.shape, 3 * sizeof xk.shape[0]) != 0) {
-            errorf("key and value shapes differ: key %s, value %s", shape_str(&xk, s1, sizeof s1),
-                   shape_str(&xv, s2, sizeof s2));
-            goto done;
+        if (kv[i]->shape[0] != B || kv[i]->shape[2] != d_model || kv[i]->shape[1] == 0) {
+            errorf("%s %s does not match query %s: expected [%lld, Nkv, %lld]", name[i],
+                   shape_str(kv[i], s1, sizeof s1), shape_str(x, s2, sizeof s2), (long long)B,
+                   (long long)d_model);
+            return -1;
         }
-        Nkv = xk.shape[1];
     }
+    if (memcmp(xk->shape, xv->shape, 3 * sizeof xk->shape[0]) != 0) {
+        errorf("key and value shapes differ: key %s, value %s", shape_str(xk, s1, sizeof s1),
+               shape_str(xv, s2, sizeof s2));
+        return -1;
+    }
+    return 0;
+}
 
+/* Reads the projections from --weights in nn.Linear layout: w_q, w_o
+ * [d_model, d_model], w_k, w_v [kv_heads * head_dim, d_model], and the biases
+ * that are there. 0, or -1 after a message. */
+static int load_weights(const forward_args *a, int64_t d_model, param prm[8]) {
+    static const char *const names[8] = {"w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"};
+    const int64_t kv_dim = a->kv_heads * (d_model / a->heads);
     const int64_t rows[8] = {d_model, kv_dim, kv_dim, d_model, d_model, kv_dim, kv_dim, d_model};
     for (int i = 0; i < 8; i++) {
-        prm[i].rows = rows[i];
-        prm[i].cols = i < 4 ? d_model : 0;
-        prm[i].optional = i >= 4;
-        if (!load_param(wdir, &prm[i])) goto done;
+        prm[i] = (param){
+            .name = names[i], .rows = rows[i], .cols = i < 4 ? d_model : 0, .optional = i >= 4};
+        if (load_param(a->weights, &prm[i]) != 0) return -1;
     }
+    return 0;
+}
 
-    mha_layer L = {
-        .d_model = d_model,
-        .heads = heads,
-        .kv_heads = kv_heads,
+/* Reads and checks all of forward's tensors, in the order of the command line's
+ * meaning: query, key and value, weights. 0, or -1 after a message. */
+static int load_forward_inputs(const forward_args *a, forward_inputs *in) {
+    if (load_query(a, &in->x) != 0 || load_key_value(a, &in->x, &in->xk, &in->xv) != 0) return -1;
+    return load_weights(a, in->x.shape[2], in->prm);
+}
+
+static void free_forward_inputs(forward_inputs *in) {
+    for (int i = 0; i < 8; i++) npy_free(&in->prm[i].a);
+    npy_free(&in->x);
+    npy_free(&in->xk);
+    npy_free(&in->xv);
+}
+
+/* The layer the checked weights describe; an absent bias is NULL. */
+static mha_layer forward_layer(const forward_args *a, const forward_inputs *in) {
+    const param *prm = in->prm;
+    return (mha_layer){
+        .d_model = in->x.shape[2],
+        .heads = a->heads,
+        .kv_heads = a->kv_heads,
         .w_q = prm[0].a.data,
         .w_k = prm[1].a.data,
         .w_v = prm[2].a.data,
@@ -531,54 +566,57 @@ int cmd_forward(int argc, char **argv) {
         .b_v = prm[6].present ? prm[6].a.data : NULL,
         .b_o = prm[7].present ? prm[7].a.data : NULL,
     };
-    mha_layer_shape shp = {
-        .batch = B, .seq_q = Nq, .seq_kv = Nkv, .causal = causal, .scale = scale};
-    mha_options opt = {.threads = (int)threads};
-    const mha_problem ap = {B, heads, kv_heads, Nq, Nkv, head_dim, causal, scale};
-    if (!(kern = resolve_kernel(kname, &ap, &opt))) goto done;
-    size_t wbytes = 0;
-    mha_status st = mha_forward_workspace_size(kern, &L, &shp, &opt, &wbytes);
-    if (st != MHA_OK) {
-        report_mha(st, mha_kernel_name(kern));
-        goto done;
-    }
-    if (!alloc_workspace(mha_kernel_name(kern), wbytes, &ws)) goto done;
-    out = mha_alloc(x.count * sizeof(float)); /* same shape as query */
-    if (!out) {
-        errorf("cannot allocate %zu bytes for the output of kernel %s", x.count * sizeof(float),
-               mha_kernel_name(kern));
-        goto done;
-    }
-    const float *key = kpath ? xk.data : x.data, *value = kpath ? xv.data : x.data;
+}
 
+/* Runs the layer on the checked inputs (self-attention when no key/value was
+ * given), writes --out and prints the summary line: 0, or -1 after a message. */
+static int run_forward(const forward_args *a, const forward_inputs *in, io_run *r) {
+    const npy_array *x = &in->x;
+    const int self = !a->key;
+    const mha_layer L = forward_layer(a, in);
+    const mha_layer_shape shp = {.batch = x->shape[0],
+                                 .seq_q = x->shape[1],
+                                 .seq_kv = self ? x->shape[1] : in->xk.shape[1],
+                                 .causal = a->o.causal,
+                                 .scale = a->o.scale};
+    const mha_problem ap = {.batch = shp.batch,
+                            .heads = L.heads,
+                            .kv_heads = L.kv_heads,
+                            .seq_q = shp.seq_q,
+                            .seq_kv = shp.seq_kv,
+                            .head_dim = L.d_model / L.heads,
+                            .causal = shp.causal,
+                            .scale = shp.scale};
+    if (choose_kernel(&a->o, &ap, r) != 0) return -1;
+    /* the output has the query's shape */
+    if (alloc_buffers(r, mha_forward_workspace_size(r->kern, &L, &shp, &r->opt, &r->wbytes),
+                      x->count) != 0)
+        return -1;
     const meas_call call =
-        meas_call_forward(kern, &L, &shp, &opt, x.data, key, value, out, ws, wbytes);
+        meas_call_forward(r->kern, &L, &shp, &r->opt, x->data, self ? x->data : in->xk.data,
+                          self ? x->data : in->xv.data, r->out, r->ws, r->wbytes);
     double dt;
-    st = meas_sample(&call, &dt);
-    if (st != MHA_OK) {
-        report_mha(st, mha_kernel_name(kern));
-        goto done;
-    }
-    char err[512];
-    if (npy_write(opath, out, x.shape, 3, err, sizeof err) != MHA_OK) {
-        errorf("%s", err);
-        goto done;
-    }
+    if (run_and_write(r, &call, a->o.out, x->shape, 3, &dt) != 0) return -1;
     printf("kernel %s block_q=%d block_kv=%d split=%d: forward B=%lld Nq=%lld Nkv=%lld "
            "d_model=%lld heads=%lld kv_heads=%lld causal=%d threads=%d: %.3f ms, %.2f GFLOP/s -> "
            "%s\n",
-           mha_kernel_name(kern), opt.block_q, opt.block_kv, opt.split, (long long)B, (long long)Nq,
-           (long long)Nkv, (long long)d_model, (long long)heads, (long long)kv_heads, causal,
-           mha_resolve_threads(&opt), dt * 1e3,
-           dt > 0 ? mha_forward_flops(&L, &shp) / dt * 1e-9 : 0.0, opath);
-    rc = 0;
+           mha_kernel_name(r->kern), r->opt.block_q, r->opt.block_kv, r->opt.split,
+           (long long)shp.batch, (long long)shp.seq_q, (long long)shp.seq_kv, (long long)L.d_model,
+           (long long)L.heads, (long long)L.kv_heads, a->o.causal, mha_resolve_threads(&r->opt),
+           dt * 1e3, dt > 0 ? mha_forward_flops(&L, &shp) / dt * 1e-9 : 0.0, a->o.out);
+    return 0;
+}
 
-done:
-    mha_free(ws);
-    mha_free(out);
-    for (int i = 0; i < 8; i++) npy_free(&prm[i].a);
-    npy_free(&x);
-    npy_free(&xk);
-    npy_free(&xv);
-    return rc;
+int cmd_forward(int argc, char **argv) {
+    forward_args a;
+    int parsed = parse_forward(argc, argv, &a);
+    if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
+    if (check_before_inputs(&a.o) != 0) return EXIT_USAGE;
+
+    forward_inputs in = {0};
+    io_run r = {0};
+    int failed = load_forward_inputs(&a, &in) != 0 || run_forward(&a, &in, &r) != 0;
+    free_run(&r);
+    free_forward_inputs(&in);
+    return failed ? EXIT_USAGE : 0;
 }

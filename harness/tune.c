@@ -523,7 +523,25 @@ static int has_active_twin(const mha_kernel *k) {
     return o && mha_kernel_supported(o) == MHA_OK;
 }
 
-int cmd_tune(int argc, char **argv) {
+/* How one of tune's steps ended. The steps print their own messages; only
+ * cmd_tune turns a status into an exit code. */
+typedef enum {
+    TUNE_OK,           /* go on (or, at the end, the run succeeded) */
+    TUNE_HELP,         /* --help was printed: stop, successfully */
+    TUNE_CHECK_FAILED, /* a candidate failed verification, or a class has no winner */
+    TUNE_BAD_INPUT,    /* bad usage, or an input or output that cannot be used */
+} tune_status;
+
+/* What the command line asked for; NULL strings mean the default. */
+typedef struct {
+    float budget;
+    const char *set, *kernels, *threads, *out;
+    int64_t seed;
+} tune_args;
+
+/* Parses argv into a. Returns TUNE_OK, TUNE_HELP, or TUNE_BAD_INPUT after
+ * printing what was wrong. */
+static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
     enum { O_BUDGET = 256, O_CLASSES, O_KERNELS, O_THREADS, O_OUT, O_SEED };
     static const struct option longopts[] = {
         {"budget", required_argument, NULL, O_BUDGET},
@@ -535,52 +553,67 @@ int cmd_tune(int argc, char **argv) {
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    float budget = DEFAULT_BUDGET_S;
-    const char *set = "quick", *kernels_s = NULL, *threads_s = NULL, *out_s = NULL;
-    int64_t seed = 1;
+    *a = (tune_args){.budget = DEFAULT_BUDGET_S, .set = "quick", .seed = 1};
     optind = 0;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case O_BUDGET:
-            if (!parse_float("--budget", optarg, &budget)) return EXIT_USAGE;
-            if (!(budget > 0) || budget > 86400) {
-                errorf("--budget: %g is out of range (0, 86400] seconds", (double)budget);
-                return EXIT_USAGE;
+            if (!parse_float("--budget", optarg, &a->budget)) return TUNE_BAD_INPUT;
+            if (!(a->budget > 0) || a->budget > 86400) {
+                errorf("--budget: %g is out of range (0, 86400] seconds", (double)a->budget);
+                return TUNE_BAD_INPUT;
             }
             break;
         case O_CLASSES:
-            set = optarg;
+            a->set = optarg;
             break;
         case O_KERNELS:
-            kernels_s = optarg;
+            a->kernels = optarg;
             break;
         case O_THREADS:
-            threads_s = optarg;
+            a->threads = optarg;
             break;
         case O_OUT:
-            out_s = optarg;
+            a->out = optarg;
             break;
         case O_SEED:
-            if (!parse_i64("--seed", optarg, 0, INT64_MAX, &seed)) return EXIT_USAGE;
+            if (!parse_i64("--seed", optarg, 0, INT64_MAX, &a->seed)) return TUNE_BAD_INPUT;
             break;
         case 'h':
             usage_tune(stdout);
-            return 0;
+            return TUNE_HELP;
         default:
             if (c == ':')
                 errorf("tune: option %s needs a value", argv[optind - 1]);
             else
                 errorf("tune: unknown option '%s'", argv[optind - 1]);
             usage_tune(stderr);
-            return EXIT_USAGE;
+            return TUNE_BAD_INPUT;
         }
     }
     if (optind < argc) {
         errorf("tune: unexpected argument '%s'", argv[optind]);
+        return TUNE_BAD_INPUT;
+    }
+    return TUNE_OK;
+}
+
+int cmd_tune(int argc, char **argv) {
+    tune_args args;
+    switch (parse_tune_args(argc, argv, &args)) {
+    case TUNE_OK:
+        break;
+    case TUNE_HELP:
+        return 0;
+    default:
         return EXIT_USAGE;
     }
+    const float budget = args.budget;
+    const char *set = args.set, *kernels_s = args.kernels, *threads_s = args.threads,
+               *out_s = args.out;
+    const int64_t seed = args.seed;
     if (!check_isa_env()) return EXIT_USAGE;
     /* Pin the OpenMP pool one thread per core, as the sweep does: unpinned
      * threads on this kind of VM sometimes share a core for seconds. */

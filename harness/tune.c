@@ -600,60 +600,64 @@ static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
     return TUNE_OK;
 }
 
-int cmd_tune(int argc, char **argv) {
-    tune_args args;
-    switch (parse_tune_args(argc, argv, &args)) {
-    case TUNE_OK:
-        break;
-    case TUNE_HELP:
-        return 0;
-    default:
-        return EXIT_USAGE;
-    }
-    const float budget = args.budget;
-    const char *set = args.set, *kernels_s = args.kernels, *threads_s = args.threads,
-               *out_s = args.out;
-    const int64_t seed = args.seed;
-    if (!check_isa_env()) return EXIT_USAGE;
-    /* Pin the OpenMP pool one thread per core, as the sweep does: unpinned
-     * threads on this kind of VM sometimes share a core for seconds. */
-    results_bind_threads(omp_get_num_procs());
+/* One run of tune: what it covers, where it writes, and what it has found. */
+typedef struct {
+    tune_args a;
     mha_shape_class classes[MHA_CLASS_MAX];
-    int ncls = mha_class_list(set, classes, MHA_CLASS_MAX);
-    if (ncls < 0) {
-        errorf("--classes: '%s' is not quick or full", set);
-        return EXIT_USAGE;
-    }
-
+    int ncls;
+    int t1, tall; /* t1 classes tuned (0/1); the tall classes' thread count (0: none) */
+    kernel_result kr[32];
+    int nk;
     machine_info mi;
-    machine_describe(&mi);
-    const int all = mi.cores > 1 ? mi.cores : 1;
-    int t1 = 1, tall = all > 1 ? all : 0;
-    if (threads_s) {
+    mha_isa act;
+    char key[96], out_path[4096], log_path[4200], logdir[4300];
+    char stamp[32], created[32];
+    mha_out table_out, log_out; /* unnamed until the run ends */
+    tune_ctx tx;
+    class_data cd;
+} tune_run;
+
+/* The classes to tune: the --classes set, less those whose thread count
+ * --threads leaves out. Returns TUNE_OK or TUNE_BAD_INPUT (message printed). */
+static tune_status choose_classes(tune_run *r) {
+    r->ncls = mha_class_list(r->a.set, r->classes, MHA_CLASS_MAX);
+    if (r->ncls < 0) {
+        errorf("--classes: '%s' is not quick or full", r->a.set);
+        return TUNE_BAD_INPUT;
+    }
+    machine_describe(&r->mi);
+    const int all = r->mi.cores > 1 ? r->mi.cores : 1;
+    r->t1 = 1;
+    r->tall = all > 1 ? all : 0;
+    if (r->a.threads) {
         int64_t tv[8];
-        const int n = parse_i64_list("--threads", threads_s, 1, 4096, tv, 8);
-        if (n < 0) return EXIT_USAGE;
-        t1 = tall = 0;
+        const int n = parse_i64_list("--threads", r->a.threads, 1, 4096, tv, 8);
+        if (n < 0) return TUNE_BAD_INPUT;
+        r->t1 = r->tall = 0;
         for (int i = 0; i < n; i++) {
             if (tv[i] == 1)
-                t1 = 1;
+                r->t1 = 1;
             else
-                tall = (int)tv[i];
+                r->tall = (int)tv[i];
         }
     }
     int kept = 0;
-    for (int i = 0; i < ncls; i++)
-        if ((classes[i].threads == 1 && t1) || (classes[i].threads == 0 && tall))
-            classes[kept++] = classes[i];
-    ncls = kept;
+    for (int i = 0; i < r->ncls; i++)
+        if ((r->classes[i].threads == 1 && r->t1) || (r->classes[i].threads == 0 && r->tall))
+            r->classes[kept++] = r->classes[i];
+    r->ncls = kept;
+    return TUNE_OK;
+}
 
-    kernel_result kr[32];
-    int nk = 0;
-    if (kernels_s) {
+/* The kernels to search: --kernels, or by default every algorithm worth
+ * timing on this CPU. Returns TUNE_OK or TUNE_BAD_INPUT (message printed). */
+static tune_status choose_kernels(tune_run *r) {
+    r->nk = 0;
+    if (r->a.kernels) {
         const mha_kernel *ks[32];
-        if ((nk = parse_kernel_list("tune: --kernels", kernels_s, KL_SUPPORTED, ks, 32)) < 0)
-            return EXIT_USAGE;
-        for (int i = 0; i < nk; i++) kr[i] = (kernel_result){.k = ks[i]};
+        r->nk = parse_kernel_list("tune: --kernels", r->a.kernels, KL_SUPPORTED, ks, 32);
+        if (r->nk < 0) return TUNE_BAD_INPUT;
+        for (int i = 0; i < r->nk; i++) r->kr[i] = (kernel_result){.k = ks[i]};
     } else {
         /* Every algorithm at the active ISA, except the seed's naive one; lower
          * ISAs of the same algorithm never win a compute-bound class, but the
@@ -666,64 +670,96 @@ int cmd_tune(int argc, char **argv) {
             const int bw_bound =
                 (mha_kernel_traits(k) & MHA_KT_DECODE) && mha_kernel_isa(k) != MHA_ISA_SCALAR;
             if (mha_kernel_isa(k) != mha_isa_active() && has_active_twin(k) && !bw_bound) continue;
-            if (nk < 32) kr[nk++] = (kernel_result){.k = k};
+            if (r->nk < 32) r->kr[r->nk++] = (kernel_result){.k = k};
         }
     }
-    for (int i = 0; i < nk; i++) kr[i].tunable = (mha_kernel_traits(kr[i].k) & MHA_KT_BLOCKS) != 0;
-    if (nk == 0 || ncls == 0) {
-        errorf("tune: nothing to do (%d kernels, %d classes)", nk, ncls);
-        return EXIT_USAGE;
-    }
+    for (int i = 0; i < r->nk; i++)
+        r->kr[i].tunable = (mha_kernel_traits(r->kr[i].k) & MHA_KT_BLOCKS) != 0;
+    return TUNE_OK;
+}
 
-    char key[96], out_path[4096], log_path[4200];
-    mha_cpu_key(key, sizeof key);
-    if (out_s)
-        fmt(out_path, sizeof out_path, "%s", out_s);
+/* What the run covers: the MHA_ISA cap checked, the OpenMP pool pinned, the
+ * classes and kernels chosen. Returns TUNE_OK, or TUNE_BAD_INPUT (message
+ * printed) when the options are bad or leave nothing to do. */
+static tune_status plan_run(tune_run *r) {
+    if (!check_isa_env()) return TUNE_BAD_INPUT;
+    /* Pin the OpenMP pool one thread per core, as the sweep does: unpinned
+     * threads on this kind of VM sometimes share a core for seconds. */
+    results_bind_threads(omp_get_num_procs());
+    tune_status st = choose_classes(r);
+    if (st == TUNE_OK) st = choose_kernels(r);
+    if (st == TUNE_OK && (r->nk == 0 || r->ncls == 0)) {
+        errorf("tune: nothing to do (%d kernels, %d classes)", r->nk, r->ncls);
+        st = TUNE_BAD_INPUT;
+    }
+    return st;
+}
+
+/* Starts the table and the log, both unnamed until the run ends: a bad --out
+ * fails before any measurement, and a killed tune leaves no partial table or
+ * log. Returns TUNE_OK, or TUNE_BAD_INPUT (message printed, nothing left open). */
+static tune_status open_outputs(tune_run *r) {
+    mha_cpu_key(r->key, sizeof r->key);
+    if (r->a.out)
+        fmt(r->out_path, sizeof r->out_path, "%s", r->a.out);
     else
-        mha_table_cpu_path(mha_table_write_dir(), out_path, sizeof out_path);
+        mha_table_cpu_path(mha_table_write_dir(), r->out_path, sizeof r->out_path);
     char dir[4096], tmpd[4096];
-    fmt(tmpd, sizeof tmpd, "%s", out_path);
+    fmt(tmpd, sizeof tmpd, "%s", r->out_path);
     fmt(dir, sizeof dir, "%s", dirname(tmpd));
     time_t now = time(NULL);
     struct tm tm;
-    char stamp[32], created[32];
     gmtime_r(&now, &tm);
-    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
-    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    fmt(log_path, sizeof log_path, "%s/log/%s-%s.jsonl", dir, key, stamp);
-    char logdir[4300], why[1024];
-    fmt(logdir, sizeof logdir, "%s/log", dir);
-    /* Both files exist unnamed from here on: a bad --out fails before any
-     * measurement, and a killed tune leaves no partial table or log. */
-    mha_out table_out, log_out;
-    if (mha_out_begin(&table_out, out_path, MHA_OUT_REPLACE | MHA_OUT_MKDIRS, why, sizeof why) !=
-        MHA_OK) {
+    strftime(r->stamp, sizeof r->stamp, "%Y%m%dT%H%M%SZ", &tm);
+    strftime(r->created, sizeof r->created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fmt(r->log_path, sizeof r->log_path, "%s/log/%s-%s.jsonl", dir, r->key, r->stamp);
+    fmt(r->logdir, sizeof r->logdir, "%s/log", dir);
+    char why[1024];
+    if (mha_out_begin(&r->table_out, r->out_path, MHA_OUT_REPLACE | MHA_OUT_MKDIRS, why,
+                      sizeof why) != MHA_OK) {
         errorf("tune: --out: %s", why);
-        return EXIT_USAGE;
+        return TUNE_BAD_INPUT;
     }
-    if (mha_out_begin(&log_out, log_path, MHA_OUT_NOREPLACE | MHA_OUT_MKDIRS, why, sizeof why) !=
-        MHA_OK) {
-        mha_out_abort(&table_out);
+    if (mha_out_begin(&r->log_out, r->log_path, MHA_OUT_NOREPLACE | MHA_OUT_MKDIRS, why,
+                      sizeof why) != MHA_OK) {
+        mha_out_abort(&r->table_out);
         errorf("tune: log: %s", why);
-        return EXIT_USAGE;
+        return TUNE_BAD_INPUT;
     }
-    tune_ctx tx = {0};
-    tx.log = mha_out_stream(&log_out);
-    if (!tx.log) {
-        errorf("tune: cannot write %s: %s", log_path, strerror(errno));
-        mha_out_abort(&table_out);
-        mha_out_abort(&log_out);
-        return EXIT_USAGE;
+    r->tx.log = mha_out_stream(&r->log_out);
+    if (!r->tx.log) {
+        errorf("tune: cannot write %s: %s", r->log_path, strerror(errno));
+        mha_out_abort(&r->table_out);
+        mha_out_abort(&r->log_out);
+        return TUNE_BAD_INPUT;
     }
-    const mha_isa act = mha_isa_active();
-    const mha_kernel *dkern = NULL; /* per class: what mha_select would run without a table */
+    r->act = mha_isa_active();
+    return TUNE_OK;
+}
 
-    printf("tune: %d classes (%s), %d kernels, budget %.0f s, threads %s%s%d, cpu %s\n", ncls, set,
-           nk, (double)budget, t1 ? "1" : "", t1 && tall ? "," : "", tall, key);
-    printf("tune: log %s (named when the run ends)\n", log_path);
+int cmd_tune(int argc, char **argv) {
+    tune_run run = {0};
+    tune_run *r = &run;
+    tune_status st = parse_tune_args(argc, argv, &r->a);
+    if (st == TUNE_OK) st = plan_run(r);
+    if (st == TUNE_OK) st = open_outputs(r);
+    switch (st) {
+    case TUNE_OK:
+        break;
+    case TUNE_HELP:
+        return 0;
+    default:
+        return EXIT_USAGE;
+    }
+    const mha_kernel *dkern = NULL; /* per class: what mha_select would run without a table */
+    char why[1024];
+
+    printf("tune: %d classes (%s), %d kernels, budget %.0f s, threads %s%s%d, cpu %s\n", r->ncls,
+           r->a.set, r->nk, (double)r->a.budget, r->t1 ? "1" : "", r->t1 && r->tall ? "," : "",
+           r->tall, r->key);
+    printf("tune: log %s (named when the run ends)\n", r->log_path);
 
     json_object *jclasses = json_object_new_array();
-    class_data cd = {0};
     const double t_begin = now_s();
     int rc = 0, contended = 0;
     double load0[3] = {0};
@@ -732,83 +768,84 @@ int cmd_tune(int argc, char **argv) {
         printf("tune: load average %.2f at the start: other processes compete for the cores; "
                "their share is measured and flagged per class (other_load)\n",
                load0[0]);
-    for (int ci = 0; ci < ncls; ci++) {
-        const mha_shape_class *cl = &classes[ci];
+    for (int ci = 0; ci < r->ncls; ci++) {
+        const mha_shape_class *cl = &r->classes[ci];
         char name[64];
         mha_class_name(cl, name, sizeof name);
-        tx.cls = name;
-        tx.threads = cl->threads == 1 ? 1 : tall;
-        if (!class_data_prepare(&cd, cl, (uint64_t)seed)) {
+        r->tx.cls = name;
+        r->tx.threads = cl->threads == 1 ? 1 : r->tall;
+        if (!class_data_prepare(&r->cd, cl, (uint64_t)r->a.seed)) {
             errorf("tune: cannot prepare the data of class %s (out of memory?)", name);
             rc = EXIT_USAGE;
             break;
         }
-        dkern = mha_default_kernel(&cd.p);
-        const double remaining = budget - (now_s() - t_begin);
-        const double share = remaining > 0 ? remaining / (ncls - ci) : 0;
+        dkern = mha_default_kernel(&r->cd.p);
+        const double remaining = r->a.budget - (now_s() - t_begin);
+        const double share = remaining > 0 ? remaining / (r->ncls - ci) : 0;
         const double class_end = now_s() + share;
         load_mark class_m0, class_m1;
         load_mark_now(&class_m0);
         const double search_end = now_s() + 0.75 * share; /* a quarter for the final round */
         int ntun = 0;
-        for (int i = 0; i < nk; i++) ntun += kr[i].tunable;
+        for (int i = 0; i < r->nk; i++) ntun += r->kr[i].tunable;
         /* Knob-less kernels take one measurement; the tunable ones share the rest. */
-        for (int i = 0; i < nk; i++) {
-            if (kr[i].tunable) continue;
-            search_kernel(&tx, &cd, &kr[i], search_end, 0);
+        for (int i = 0; i < r->nk; i++) {
+            if (r->kr[i].tunable) continue;
+            search_kernel(&r->tx, &r->cd, &r->kr[i], search_end, 0);
         }
         int done_tun = 0;
-        for (int i = 0; i < nk; i++) {
-            if (!kr[i].tunable) continue;
+        for (int i = 0; i < r->nk; i++) {
+            if (!r->kr[i].tunable) continue;
             const double left = search_end - now_s();
             const double end = now_s() + (left > 0 ? left / (ntun - done_tun) : 0);
             done_tun++;
-            search_kernel(&tx, &cd, &kr[i], end, split_searched(kr[i].k, cl));
+            search_kernel(&r->tx, &r->cd, &r->kr[i], end, split_searched(r->kr[i].k, cl));
         }
         /* The final round: every contender's prior and best (and the no-table
          * default), timed round-robin so a burst of other load hits them
          * alike; the search's best is the maximum of noisy samples, so a
          * move away from the prior stands only if it still wins here. */
         double top = 0;
-        for (int i = 0; i < nk; i++)
-            if (kr[i].best.status == 1 && kr[i].best.gflops > top) top = kr[i].best.gflops;
+        for (int i = 0; i < r->nk; i++)
+            if (r->kr[i].best.status == 1 && r->kr[i].best.gflops > top) top = r->kr[i].best.gflops;
         const mha_kernel *fk[2 * 32];
         point *fp[2 * 32];
         int nf = 0;
-        for (int i = 0; i < nk; i++) {
-            kernel_result *r = &kr[i];
-            if (r->best.status != 1) continue;
-            if (r->best.gflops < FINAL_FRACTION * top && r->k != dkern) continue;
-            fk[nf] = r->k;
-            fp[nf++] = &r->best;
-            if (r->prior.status == 1 && !same_knobs(&r->prior, &r->best)) {
-                fk[nf] = r->k;
-                fp[nf++] = &r->prior;
+        for (int i = 0; i < r->nk; i++) {
+            kernel_result *kres = &r->kr[i];
+            if (kres->best.status != 1) continue;
+            if (kres->best.gflops < FINAL_FRACTION * top && kres->k != dkern) continue;
+            fk[nf] = kres->k;
+            fp[nf++] = &kres->best;
+            if (kres->prior.status == 1 && !same_knobs(&kres->prior, &kres->best)) {
+                fk[nf] = kres->k;
+                fp[nf++] = &kres->prior;
             }
         }
-        double other = interleave(&tx, &cd, fk, fp, nf, class_end - now_s());
+        double other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
         if (other > CONTENDED_SHARE) {
             printf("tune: %s: other processes used %.0f%% of the machine; repeating the final "
                    "round\n",
                    name, other * 100);
-            other = interleave(&tx, &cd, fk, fp, nf, class_end - now_s());
+            other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
         }
         load_mark_now(&class_m1);
         const double class_other = other_share(&class_m0, &class_m1);
         if (other > CONTENDED_SHARE || class_other > CONTENDED_SHARE) contended++;
-        for (int i = 0; i < nk; i++) {
-            kernel_result *r = &kr[i];
-            if (r->best.status != 1 || r->prior.status != 1 || same_knobs(&r->prior, &r->best))
+        for (int i = 0; i < r->nk; i++) {
+            kernel_result *kres = &r->kr[i];
+            if (kres->best.status != 1 || kres->prior.status != 1 ||
+                same_knobs(&kres->prior, &kres->best))
                 continue;
-            if (!(r->best.gflops > r->prior.gflops * MOVE_MARGIN)) r->best = r->prior;
+            if (!(kres->best.gflops > kres->prior.gflops * MOVE_MARGIN)) kres->best = kres->prior;
         }
         int wi = -1, ri = -1;
-        for (int i = 0; i < nk; i++) {
-            if (kr[i].best.status != 1) continue;
-            if (wi < 0 || kr[i].best.gflops > kr[wi].best.gflops) {
+        for (int i = 0; i < r->nk; i++) {
+            if (r->kr[i].best.status != 1) continue;
+            if (wi < 0 || r->kr[i].best.gflops > r->kr[wi].best.gflops) {
                 ri = wi;
                 wi = i;
-            } else if (ri < 0 || kr[i].best.gflops > kr[ri].best.gflops) {
+            } else if (ri < 0 || r->kr[i].best.gflops > r->kr[ri].best.gflops) {
                 ri = i;
             }
         }
@@ -822,7 +859,7 @@ int cmd_tune(int argc, char **argv) {
         json_object_object_add(e, "head_dim", json_object_new_int(mha_class_head_dim(cl)));
         json_object_object_add(e, "seq_bucket", json_object_new_int64(mha_class_seq_bound(cl)));
         json_object_object_add(e, "causal", json_object_new_boolean(cl->causal));
-        json_object_object_add(e, "threads", json_object_new_int(tx.threads));
+        json_object_object_add(e, "threads", json_object_new_int(r->tx.threads));
         json_object_object_add(e, "decode", json_object_new_boolean(cl->decode));
         json_object_object_add(e, "gqa", json_object_new_boolean(cl->gqa));
         /* Other processes' share of the machine while this class was measured
@@ -830,48 +867,48 @@ int cmd_tune(int argc, char **argv) {
         json_object_object_add(e, "other_load",
                                results_json_double(round(class_other * 100) / 100));
         json_object *shape = json_object_new_object();
-        json_object_object_add(shape, "batch", json_object_new_int64(cd.p.batch));
-        json_object_object_add(shape, "heads", json_object_new_int64(cd.p.heads));
-        json_object_object_add(shape, "kv_heads", json_object_new_int64(cd.p.kv_heads));
-        json_object_object_add(shape, "seq_q", json_object_new_int64(cd.p.seq_q));
-        json_object_object_add(shape, "seq_kv", json_object_new_int64(cd.p.seq_kv));
-        json_object_object_add(shape, "head_dim", json_object_new_int64(cd.p.head_dim));
+        json_object_object_add(shape, "batch", json_object_new_int64(r->cd.p.batch));
+        json_object_object_add(shape, "heads", json_object_new_int64(r->cd.p.heads));
+        json_object_object_add(shape, "kv_heads", json_object_new_int64(r->cd.p.kv_heads));
+        json_object_object_add(shape, "seq_q", json_object_new_int64(r->cd.p.seq_q));
+        json_object_object_add(shape, "seq_kv", json_object_new_int64(r->cd.p.seq_kv));
+        json_object_object_add(shape, "head_dim", json_object_new_int64(r->cd.p.head_dim));
         json_object_object_add(e, "shape", shape);
-        json_object_object_add(e, "winner", choice_json(kr[wi].k, &kr[wi].best));
+        json_object_object_add(e, "winner", choice_json(r->kr[wi].k, &r->kr[wi].best));
         json_object_object_add(e, "runner_up",
-                               ri >= 0 ? choice_json(kr[ri].k, &kr[ri].best) : NULL);
+                               ri >= 0 ? choice_json(r->kr[ri].k, &r->kr[ri].best) : NULL);
         /* What mha_select would run without a table: flash at the active ISA
          * with cache-model blocks (its measured prior when it was searched). */
         const kernel_result *dres = NULL;
-        for (int i = 0; i < nk; i++)
-            if (kr[i].k == dkern && kr[i].prior.status == 1) dres = &kr[i];
+        for (int i = 0; i < r->nk; i++)
+            if (r->kr[i].k == dkern && r->kr[i].prior.status == 1) dres = &r->kr[i];
         point dp = {0};
         if (dres) {
             dp = dres->prior;
             if (same_knobs(&dres->best, &dp)) dp = dres->best; /* its latest measurement */
         } else if (dkern) {
-            mha_options def = {.threads = tx.threads};
-            (void)mha_resolve_options(dkern, &cd.p, &def, &def);
+            mha_options def = {.threads = r->tx.threads};
+            (void)mha_resolve_options(dkern, &r->cd.p, &def, &def);
             dp.bq = def.block_q;
             dp.bk = def.block_kv;
-            measure(&tx, &cd, dkern, &dp, 0, 0, "default");
+            measure(&r->tx, &r->cd, dkern, &dp, 0, 0, "default");
         }
         if (dkern && dp.status == 1) json_object_object_add(e, "default", choice_json(dkern, &dp));
         json_object_array_add(jclasses, e);
-        const kernel_result *w = &kr[wi];
+        const kernel_result *w = &r->kr[wi];
         printf("%-27s %-13s bq %3d bk %4d split %d %8.1f GFLOP/s", name, mha_kernel_name(w->k),
                w->best.bq, w->best.bk, w->best.split, w->best.gflops);
-        if (ri >= 0) printf("  | %-13s %8.1f", mha_kernel_name(kr[ri].k), kr[ri].best.gflops);
+        if (ri >= 0) printf("  | %-13s %8.1f", mha_kernel_name(r->kr[ri].k), r->kr[ri].best.gflops);
         if (dp.status == 1)
             printf("  | default bq %3d bk %4d %8.1f (%+.1f%%)", dp.bq, dp.bk, dp.gflops,
                    dp.gflops > 0 ? (w->best.gflops / dp.gflops - 1) * 100 : 0.0);
         printf("\n");
         fflush(stdout);
     }
-    class_data_free(&cd);
-    tx.log = NULL; /* the stream belongs to log_out */
-    if (commit_log(&log_out, logdir, key, stamp))
-        fmt(log_path, sizeof log_path, "%s", log_out.target);
+    class_data_free(&r->cd);
+    r->tx.log = NULL; /* the stream belongs to log_out */
+    if (commit_log(&r->log_out, r->logdir, r->key, r->stamp))
+        fmt(r->log_path, sizeof r->log_path, "%s", r->log_out.target);
     else
         rc = EXIT_USAGE;
     const double elapsed = now_s() - t_begin;
@@ -883,38 +920,38 @@ int cmd_tune(int argc, char **argv) {
     mha_caches cs;
     mha_caches_get(&cs);
     const uint64_t l1 = cs.l1d, l2 = cs.l2, l1r = cs.l1d_raw, l2r = cs.l2_raw;
-    json_object_object_add(fp, "cpu_key", json_object_new_string(key));
-    json_object_object_add(fp, "cpu_model", json_object_new_string(mi.model));
-    json_object_object_add(fp, "vendor", json_object_new_string(mi.vendor));
-    json_object_object_add(fp, "family", json_object_new_int(mi.family));
-    json_object_object_add(fp, "model", json_object_new_int(mi.model_id));
+    json_object_object_add(fp, "cpu_key", json_object_new_string(r->key));
+    json_object_object_add(fp, "cpu_model", json_object_new_string(r->mi.model));
+    json_object_object_add(fp, "vendor", json_object_new_string(r->mi.vendor));
+    json_object_object_add(fp, "family", json_object_new_int(r->mi.family));
+    json_object_object_add(fp, "model", json_object_new_int(r->mi.model_id));
     json_object_object_add(fp, "isa_detected",
                            json_object_new_string(mha_isa_name(mha_isa_detected())));
-    json_object_object_add(fp, "isa_active", json_object_new_string(mha_isa_name(act)));
-    json_object_object_add(fp, "flags", json_object_new_string(mi.flags));
-    json_object_object_add(fp, "cores", json_object_new_int(mi.cores));
-    json_object_object_add(fp, "pus", json_object_new_int(mi.pus));
+    json_object_object_add(fp, "isa_active", json_object_new_string(mha_isa_name(r->act)));
+    json_object_object_add(fp, "flags", json_object_new_string(r->mi.flags));
+    json_object_object_add(fp, "cores", json_object_new_int(r->mi.cores));
+    json_object_object_add(fp, "pus", json_object_new_int(r->mi.pus));
     json_object_object_add(fp, "l1d", json_object_new_int64((int64_t)l1));
     json_object_object_add(fp, "l2", json_object_new_int64((int64_t)l2));
     json_object_object_add(fp, "l1d_raw", json_object_new_int64((int64_t)l1r));
     json_object_object_add(fp, "l2_raw", json_object_new_int64((int64_t)l2r));
-    json_object_object_add(fp, "l3", json_object_new_int64((int64_t)mi.l3));
+    json_object_object_add(fp, "l3", json_object_new_int64((int64_t)r->mi.l3));
     json_object_object_add(root, "fingerprint", fp);
-    json_object_object_add(root, "created", json_object_new_string(created));
-    json_object_object_add(root, "class_set", json_object_new_string(set));
-    json_object_object_add(root, "budget_s", results_json_double(budget));
+    json_object_object_add(root, "created", json_object_new_string(r->created));
+    json_object_object_add(root, "class_set", json_object_new_string(r->a.set));
+    json_object_object_add(root, "budget_s", results_json_double(r->a.budget));
     json_object_object_add(root, "elapsed_s", results_json_double(round(elapsed * 10) / 10));
-    json_object_object_add(root, "seed", json_object_new_int64(seed));
+    json_object_object_add(root, "seed", json_object_new_int64(r->a.seed));
     json_object_object_add(root, "load_avg_start", results_json_double(load0[0]));
     json_object_object_add(root, "contended_classes", json_object_new_int(contended));
-    char *lp = strrchr(log_path, '/');
+    char *lp = strrchr(r->log_path, '/');
     char rel[4300];
-    fmt(rel, sizeof rel, "log/%s", lp ? lp + 1 : log_path);
+    fmt(rel, sizeof rel, "log/%s", lp ? lp + 1 : r->log_path);
     json_object_object_add(root, "log", json_object_new_string(rel));
     mha_table old;
-    if (mha_table_load(out_path, &old, why, sizeof why) == MHA_OK) {
-        if (strcmp(old.cpu_key, key) == 0 && strcmp(old.isa_active, mha_isa_name(act)) == 0) {
-            json_object *oroot = json_object_from_file(out_path), *ocls;
+    if (mha_table_load(r->out_path, &old, why, sizeof why) == MHA_OK) {
+        if (strcmp(old.cpu_key, r->key) == 0 && strcmp(old.isa_active, mha_isa_name(r->act)) == 0) {
+            json_object *oroot = json_object_from_file(r->out_path), *ocls;
             if (oroot && json_object_object_get_ex(oroot, "classes", &ocls)) {
                 const size_t n = json_object_array_length(ocls);
                 int carried = 0;
@@ -942,15 +979,15 @@ int cmd_tune(int argc, char **argv) {
         mha_table_free(&old);
     }
     json_object_object_add(root, "classes", jclasses);
-    if (!write_table(&table_out, root)) rc = EXIT_USAGE;
+    if (!write_table(&r->table_out, root)) rc = EXIT_USAGE;
     json_object_put(root);
-    printf("tune: %d measurements, %d verification failures, %.1f s; table %s\n", tx.measurements,
-           tx.failures, elapsed, out_path);
+    printf("tune: %d measurements, %d verification failures, %.1f s; table %s\n",
+           r->tx.measurements, r->tx.failures, elapsed, r->out_path);
     if (contended)
         printf("tune: %d of %d classes were measured while other processes held the cores "
                "(other_load > %.2f in the table): rerun on a quiet machine\n",
-               contended, ncls, CONTENDED_SHARE);
-    if (tx.failures && rc == 0) rc = EXIT_CHECK_FAILED;
+               contended, r->ncls, CONTENDED_SHARE);
+    if (r->tx.failures && rc == 0) rc = EXIT_CHECK_FAILED;
     return rc;
 }
 

@@ -615,6 +615,11 @@ typedef struct {
     mha_out table_out, log_out; /* unnamed until the run ends */
     tune_ctx tx;
     class_data cd;
+    char cls_name[64];     /* the class being tuned (tx.cls) */
+    json_object *jclasses; /* the table's entries for this run's classes */
+    double t_begin;
+    double load0[3]; /* load averages at the start */
+    int contended;   /* classes measured while other processes held the cores */
 } tune_run;
 
 /* The classes to tune: the --classes set, less those whose thread count
@@ -737,6 +742,207 @@ static tune_status open_outputs(tune_run *r) {
     return TUNE_OK;
 }
 
+/* The search of one class until search_end: knob-less kernels take one
+ * measurement each; the tunable ones share the rest of the time. */
+static void search_class(tune_run *r, const mha_shape_class *cl, double search_end) {
+    int ntun = 0;
+    for (int i = 0; i < r->nk; i++) ntun += r->kr[i].tunable;
+    for (int i = 0; i < r->nk; i++) {
+        if (r->kr[i].tunable) continue;
+        search_kernel(&r->tx, &r->cd, &r->kr[i], search_end, 0);
+    }
+    int done_tun = 0;
+    for (int i = 0; i < r->nk; i++) {
+        if (!r->kr[i].tunable) continue;
+        const double left = search_end - now_s();
+        const double end = now_s() + (left > 0 ? left / (ntun - done_tun) : 0);
+        done_tun++;
+        search_kernel(&r->tx, &r->cd, &r->kr[i], end, split_searched(r->kr[i].k, cl));
+    }
+}
+
+/* The final round: every contender's prior and best (and the no-table
+ * default dkern), timed round-robin until class_end so a burst of other load
+ * hits them alike; repeated once when other processes held the machine.
+ * Returns their share during the last pass (-1 unknown). */
+static double final_round(tune_run *r, const mha_kernel *dkern, double class_end) {
+    double top = 0;
+    for (int i = 0; i < r->nk; i++)
+        if (r->kr[i].best.status == 1 && r->kr[i].best.gflops > top) top = r->kr[i].best.gflops;
+    const mha_kernel *fk[2 * 32];
+    point *fp[2 * 32];
+    int nf = 0;
+    for (int i = 0; i < r->nk; i++) {
+        kernel_result *kres = &r->kr[i];
+        if (kres->best.status != 1) continue;
+        if (kres->best.gflops < FINAL_FRACTION * top && kres->k != dkern) continue;
+        fk[nf] = kres->k;
+        fp[nf++] = &kres->best;
+        if (kres->prior.status == 1 && !same_knobs(&kres->prior, &kres->best)) {
+            fk[nf] = kres->k;
+            fp[nf++] = &kres->prior;
+        }
+    }
+    double other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
+    if (other > CONTENDED_SHARE) {
+        printf("tune: %s: other processes used %.0f%% of the machine; repeating the final "
+               "round\n",
+               r->tx.cls, other * 100);
+        other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
+    }
+    return other;
+}
+
+/* The search's best is the maximum of noisy samples, so a move away from the
+ * prior stands only if it still wins by MOVE_MARGIN in the final round. */
+static void keep_moves_that_held(tune_run *r) {
+    for (int i = 0; i < r->nk; i++) {
+        kernel_result *kres = &r->kr[i];
+        if (kres->best.status != 1 || kres->prior.status != 1 ||
+            same_knobs(&kres->prior, &kres->best))
+            continue;
+        if (!(kres->best.gflops > kres->prior.gflops * MOVE_MARGIN)) kres->best = kres->prior;
+    }
+}
+
+/* The indices of the fastest measured kernel and the next one (-1: none). */
+static void rank_kernels(const tune_run *r, int *wi, int *ri) {
+    *wi = *ri = -1;
+    for (int i = 0; i < r->nk; i++) {
+        if (r->kr[i].best.status != 1) continue;
+        if (*wi < 0 || r->kr[i].best.gflops > r->kr[*wi].best.gflops) {
+            *ri = *wi;
+            *wi = i;
+        } else if (*ri < 0 || r->kr[i].best.gflops > r->kr[*ri].best.gflops) {
+            *ri = i;
+        }
+    }
+}
+
+/* What mha_select would run without a table: dkern (flash at the active ISA)
+ * with cache-model blocks; its measured prior when it was searched, else
+ * measured now. status is 1 when there is a number. */
+static point default_point(tune_run *r, const mha_kernel *dkern) {
+    const kernel_result *dres = NULL;
+    for (int i = 0; i < r->nk; i++)
+        if (r->kr[i].k == dkern && r->kr[i].prior.status == 1) dres = &r->kr[i];
+    point dp = {0};
+    if (dres) {
+        dp = dres->prior;
+        if (same_knobs(&dres->best, &dp)) dp = dres->best; /* its latest measurement */
+    } else if (dkern) {
+        mha_options def = {.threads = r->tx.threads};
+        (void)mha_resolve_options(dkern, &r->cd.p, &def, &def);
+        dp.bq = def.block_q;
+        dp.bk = def.block_kv;
+        measure(&r->tx, &r->cd, dkern, &dp, 0, 0, "default");
+    }
+    return dp;
+}
+
+/* The table's entry for class cl: its shape, the winner kr[wi], the runner-up
+ * kr[ri] (null when ri < 0) and the default dp (when measured). */
+static json_object *class_entry(const tune_run *r, const mha_shape_class *cl, double class_other,
+                                int wi, int ri, const mha_kernel *dkern, const point *dp) {
+    json_object *e = json_object_new_object();
+    json_object_object_add(e, "class", json_object_new_string(r->tx.cls));
+    json_object_object_add(e, "head_dim", json_object_new_int(mha_class_head_dim(cl)));
+    json_object_object_add(e, "seq_bucket", json_object_new_int64(mha_class_seq_bound(cl)));
+    json_object_object_add(e, "causal", json_object_new_boolean(cl->causal));
+    json_object_object_add(e, "threads", json_object_new_int(r->tx.threads));
+    json_object_object_add(e, "decode", json_object_new_boolean(cl->decode));
+    json_object_object_add(e, "gqa", json_object_new_boolean(cl->gqa));
+    /* Other processes' share of the machine while this class was measured
+     * (-1: too short to tell); above 0.10 the numbers are suspect. */
+    json_object_object_add(e, "other_load", results_json_double(round(class_other * 100) / 100));
+    json_object *shape = json_object_new_object();
+    json_object_object_add(shape, "batch", json_object_new_int64(r->cd.p.batch));
+    json_object_object_add(shape, "heads", json_object_new_int64(r->cd.p.heads));
+    json_object_object_add(shape, "kv_heads", json_object_new_int64(r->cd.p.kv_heads));
+    json_object_object_add(shape, "seq_q", json_object_new_int64(r->cd.p.seq_q));
+    json_object_object_add(shape, "seq_kv", json_object_new_int64(r->cd.p.seq_kv));
+    json_object_object_add(shape, "head_dim", json_object_new_int64(r->cd.p.head_dim));
+    json_object_object_add(e, "shape", shape);
+    json_object_object_add(e, "winner", choice_json(r->kr[wi].k, &r->kr[wi].best));
+    json_object_object_add(e, "runner_up",
+                           ri >= 0 ? choice_json(r->kr[ri].k, &r->kr[ri].best) : NULL);
+    if (dkern && dp->status == 1) json_object_object_add(e, "default", choice_json(dkern, dp));
+    return e;
+}
+
+/* The class's line: winner, runner-up, and the default with the gain over it. */
+static void print_class_line(const tune_run *r, int wi, int ri, const point *dp) {
+    const kernel_result *w = &r->kr[wi];
+    printf("%-27s %-13s bq %3d bk %4d split %d %8.1f GFLOP/s", r->tx.cls, mha_kernel_name(w->k),
+           w->best.bq, w->best.bk, w->best.split, w->best.gflops);
+    if (ri >= 0) printf("  | %-13s %8.1f", mha_kernel_name(r->kr[ri].k), r->kr[ri].best.gflops);
+    if (dp->status == 1)
+        printf("  | default bq %3d bk %4d %8.1f (%+.1f%%)", dp->bq, dp->bk, dp->gflops,
+               dp->gflops > 0 ? (w->best.gflops / dp->gflops - 1) * 100 : 0.0);
+    printf("\n");
+    fflush(stdout);
+}
+
+/* Tunes class ci with its share of the budget left: search, final round,
+ * table entry and printed line. Returns TUNE_OK, TUNE_CHECK_FAILED when no
+ * kernel passed (the run goes on), or TUNE_BAD_INPUT when the class's data
+ * could not be prepared (the run stops); messages printed. */
+static tune_status tune_class(tune_run *r, int ci) {
+    const mha_shape_class *cl = &r->classes[ci];
+    mha_class_name(cl, r->cls_name, sizeof r->cls_name);
+    r->tx.cls = r->cls_name;
+    r->tx.threads = cl->threads == 1 ? 1 : r->tall;
+    if (!class_data_prepare(&r->cd, cl, (uint64_t)r->a.seed)) {
+        errorf("tune: cannot prepare the data of class %s (out of memory?)", r->cls_name);
+        return TUNE_BAD_INPUT;
+    }
+    /* per class: what mha_select would run without a table */
+    const mha_kernel *dkern = mha_default_kernel(&r->cd.p);
+    const double remaining = r->a.budget - (now_s() - r->t_begin);
+    const double share = remaining > 0 ? remaining / (r->ncls - ci) : 0;
+    const double class_end = now_s() + share;
+    load_mark class_m0, class_m1;
+    load_mark_now(&class_m0);
+    search_class(r, cl, now_s() + 0.75 * share); /* a quarter for the final round */
+    const double other = final_round(r, dkern, class_end);
+    load_mark_now(&class_m1);
+    const double class_other = other_share(&class_m0, &class_m1);
+    if (other > CONTENDED_SHARE || class_other > CONTENDED_SHARE) r->contended++;
+    keep_moves_that_held(r);
+    int wi, ri;
+    rank_kernels(r, &wi, &ri);
+    if (wi < 0) {
+        errorf("tune: no kernel passed verification and timing on class %s", r->cls_name);
+        return TUNE_CHECK_FAILED;
+    }
+    const point dp = default_point(r, dkern);
+    json_object_array_add(r->jclasses, class_entry(r, cl, class_other, wi, ri, dkern, &dp));
+    print_class_line(r, wi, ri, &dp);
+    return TUNE_OK;
+}
+
+/* Tunes every class in turn, within the budget. Returns TUNE_OK, else the
+ * last class's failure; the run stops at a TUNE_BAD_INPUT. */
+static tune_status tune_classes(tune_run *r) {
+    printf("tune: %d classes (%s), %d kernels, budget %.0f s, threads %s%s%d, cpu %s\n", r->ncls,
+           r->a.set, r->nk, (double)r->a.budget, r->t1 ? "1" : "", r->t1 && r->tall ? "," : "",
+           r->tall, r->key);
+    printf("tune: log %s (named when the run ends)\n", r->log_path);
+    r->jclasses = json_object_new_array();
+    r->t_begin = now_s();
+    getloadavg(r->load0, 3);
+    if (r->load0[0] > 0.5)
+        printf("tune: load average %.2f at the start: other processes compete for the cores; "
+               "their share is measured and flagged per class (other_load)\n",
+               r->load0[0]);
+    tune_status st = TUNE_OK;
+    for (int ci = 0; ci < r->ncls && st != TUNE_BAD_INPUT; ci++) {
+        const tune_status cs = tune_class(r, ci);
+        if (cs != TUNE_OK) st = cs;
+    }
+    return st;
+}
+
 int cmd_tune(int argc, char **argv) {
     tune_run run = {0};
     tune_run *r = &run;
@@ -751,167 +957,24 @@ int cmd_tune(int argc, char **argv) {
     default:
         return EXIT_USAGE;
     }
-    const mha_kernel *dkern = NULL; /* per class: what mha_select would run without a table */
-    char why[1024];
-
-    printf("tune: %d classes (%s), %d kernels, budget %.0f s, threads %s%s%d, cpu %s\n", r->ncls,
-           r->a.set, r->nk, (double)r->a.budget, r->t1 ? "1" : "", r->t1 && r->tall ? "," : "",
-           r->tall, r->key);
-    printf("tune: log %s (named when the run ends)\n", r->log_path);
-
-    json_object *jclasses = json_object_new_array();
-    const double t_begin = now_s();
-    int rc = 0, contended = 0;
-    double load0[3] = {0};
-    getloadavg(load0, 3);
-    if (load0[0] > 0.5)
-        printf("tune: load average %.2f at the start: other processes compete for the cores; "
-               "their share is measured and flagged per class (other_load)\n",
-               load0[0]);
-    for (int ci = 0; ci < r->ncls; ci++) {
-        const mha_shape_class *cl = &r->classes[ci];
-        char name[64];
-        mha_class_name(cl, name, sizeof name);
-        r->tx.cls = name;
-        r->tx.threads = cl->threads == 1 ? 1 : r->tall;
-        if (!class_data_prepare(&r->cd, cl, (uint64_t)r->a.seed)) {
-            errorf("tune: cannot prepare the data of class %s (out of memory?)", name);
-            rc = EXIT_USAGE;
-            break;
-        }
-        dkern = mha_default_kernel(&r->cd.p);
-        const double remaining = r->a.budget - (now_s() - t_begin);
-        const double share = remaining > 0 ? remaining / (r->ncls - ci) : 0;
-        const double class_end = now_s() + share;
-        load_mark class_m0, class_m1;
-        load_mark_now(&class_m0);
-        const double search_end = now_s() + 0.75 * share; /* a quarter for the final round */
-        int ntun = 0;
-        for (int i = 0; i < r->nk; i++) ntun += r->kr[i].tunable;
-        /* Knob-less kernels take one measurement; the tunable ones share the rest. */
-        for (int i = 0; i < r->nk; i++) {
-            if (r->kr[i].tunable) continue;
-            search_kernel(&r->tx, &r->cd, &r->kr[i], search_end, 0);
-        }
-        int done_tun = 0;
-        for (int i = 0; i < r->nk; i++) {
-            if (!r->kr[i].tunable) continue;
-            const double left = search_end - now_s();
-            const double end = now_s() + (left > 0 ? left / (ntun - done_tun) : 0);
-            done_tun++;
-            search_kernel(&r->tx, &r->cd, &r->kr[i], end, split_searched(r->kr[i].k, cl));
-        }
-        /* The final round: every contender's prior and best (and the no-table
-         * default), timed round-robin so a burst of other load hits them
-         * alike; the search's best is the maximum of noisy samples, so a
-         * move away from the prior stands only if it still wins here. */
-        double top = 0;
-        for (int i = 0; i < r->nk; i++)
-            if (r->kr[i].best.status == 1 && r->kr[i].best.gflops > top) top = r->kr[i].best.gflops;
-        const mha_kernel *fk[2 * 32];
-        point *fp[2 * 32];
-        int nf = 0;
-        for (int i = 0; i < r->nk; i++) {
-            kernel_result *kres = &r->kr[i];
-            if (kres->best.status != 1) continue;
-            if (kres->best.gflops < FINAL_FRACTION * top && kres->k != dkern) continue;
-            fk[nf] = kres->k;
-            fp[nf++] = &kres->best;
-            if (kres->prior.status == 1 && !same_knobs(&kres->prior, &kres->best)) {
-                fk[nf] = kres->k;
-                fp[nf++] = &kres->prior;
-            }
-        }
-        double other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
-        if (other > CONTENDED_SHARE) {
-            printf("tune: %s: other processes used %.0f%% of the machine; repeating the final "
-                   "round\n",
-                   name, other * 100);
-            other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
-        }
-        load_mark_now(&class_m1);
-        const double class_other = other_share(&class_m0, &class_m1);
-        if (other > CONTENDED_SHARE || class_other > CONTENDED_SHARE) contended++;
-        for (int i = 0; i < r->nk; i++) {
-            kernel_result *kres = &r->kr[i];
-            if (kres->best.status != 1 || kres->prior.status != 1 ||
-                same_knobs(&kres->prior, &kres->best))
-                continue;
-            if (!(kres->best.gflops > kres->prior.gflops * MOVE_MARGIN)) kres->best = kres->prior;
-        }
-        int wi = -1, ri = -1;
-        for (int i = 0; i < r->nk; i++) {
-            if (r->kr[i].best.status != 1) continue;
-            if (wi < 0 || r->kr[i].best.gflops > r->kr[wi].best.gflops) {
-                ri = wi;
-                wi = i;
-            } else if (ri < 0 || r->kr[i].best.gflops > r->kr[ri].best.gflops) {
-                ri = i;
-            }
-        }
-        if (wi < 0) {
-            errorf("tune: no kernel passed verification and timing on class %s", name);
-            rc = EXIT_CHECK_FAILED;
-            continue;
-        }
-        json_object *e = json_object_new_object();
-        json_object_object_add(e, "class", json_object_new_string(name));
-        json_object_object_add(e, "head_dim", json_object_new_int(mha_class_head_dim(cl)));
-        json_object_object_add(e, "seq_bucket", json_object_new_int64(mha_class_seq_bound(cl)));
-        json_object_object_add(e, "causal", json_object_new_boolean(cl->causal));
-        json_object_object_add(e, "threads", json_object_new_int(r->tx.threads));
-        json_object_object_add(e, "decode", json_object_new_boolean(cl->decode));
-        json_object_object_add(e, "gqa", json_object_new_boolean(cl->gqa));
-        /* Other processes' share of the machine while this class was measured
-         * (-1: too short to tell); above 0.10 the numbers are suspect. */
-        json_object_object_add(e, "other_load",
-                               results_json_double(round(class_other * 100) / 100));
-        json_object *shape = json_object_new_object();
-        json_object_object_add(shape, "batch", json_object_new_int64(r->cd.p.batch));
-        json_object_object_add(shape, "heads", json_object_new_int64(r->cd.p.heads));
-        json_object_object_add(shape, "kv_heads", json_object_new_int64(r->cd.p.kv_heads));
-        json_object_object_add(shape, "seq_q", json_object_new_int64(r->cd.p.seq_q));
-        json_object_object_add(shape, "seq_kv", json_object_new_int64(r->cd.p.seq_kv));
-        json_object_object_add(shape, "head_dim", json_object_new_int64(r->cd.p.head_dim));
-        json_object_object_add(e, "shape", shape);
-        json_object_object_add(e, "winner", choice_json(r->kr[wi].k, &r->kr[wi].best));
-        json_object_object_add(e, "runner_up",
-                               ri >= 0 ? choice_json(r->kr[ri].k, &r->kr[ri].best) : NULL);
-        /* What mha_select would run without a table: flash at the active ISA
-         * with cache-model blocks (its measured prior when it was searched). */
-        const kernel_result *dres = NULL;
-        for (int i = 0; i < r->nk; i++)
-            if (r->kr[i].k == dkern && r->kr[i].prior.status == 1) dres = &r->kr[i];
-        point dp = {0};
-        if (dres) {
-            dp = dres->prior;
-            if (same_knobs(&dres->best, &dp)) dp = dres->best; /* its latest measurement */
-        } else if (dkern) {
-            mha_options def = {.threads = r->tx.threads};
-            (void)mha_resolve_options(dkern, &r->cd.p, &def, &def);
-            dp.bq = def.block_q;
-            dp.bk = def.block_kv;
-            measure(&r->tx, &r->cd, dkern, &dp, 0, 0, "default");
-        }
-        if (dkern && dp.status == 1) json_object_object_add(e, "default", choice_json(dkern, &dp));
-        json_object_array_add(jclasses, e);
-        const kernel_result *w = &r->kr[wi];
-        printf("%-27s %-13s bq %3d bk %4d split %d %8.1f GFLOP/s", name, mha_kernel_name(w->k),
-               w->best.bq, w->best.bk, w->best.split, w->best.gflops);
-        if (ri >= 0) printf("  | %-13s %8.1f", mha_kernel_name(r->kr[ri].k), r->kr[ri].best.gflops);
-        if (dp.status == 1)
-            printf("  | default bq %3d bk %4d %8.1f (%+.1f%%)", dp.bq, dp.bk, dp.gflops,
-                   dp.gflops > 0 ? (w->best.gflops / dp.gflops - 1) * 100 : 0.0);
-        printf("\n");
-        fflush(stdout);
+    int rc = 0;
+    switch (tune_classes(r)) {
+    case TUNE_OK:
+        break;
+    case TUNE_CHECK_FAILED:
+        rc = EXIT_CHECK_FAILED;
+        break;
+    default:
+        rc = EXIT_USAGE;
     }
+    char why[1024];
     class_data_free(&r->cd);
     r->tx.log = NULL; /* the stream belongs to log_out */
     if (commit_log(&r->log_out, r->logdir, r->key, r->stamp))
         fmt(r->log_path, sizeof r->log_path, "%s", r->log_out.target);
     else
         rc = EXIT_USAGE;
-    const double elapsed = now_s() - t_begin;
+    const double elapsed = now_s() - r->t_begin;
 
     /* The table: this run's classes, plus those of an existing table for the
      * same CPU that this run did not cover (quick then full accumulates). */
@@ -942,8 +1005,8 @@ int cmd_tune(int argc, char **argv) {
     json_object_object_add(root, "budget_s", results_json_double(r->a.budget));
     json_object_object_add(root, "elapsed_s", results_json_double(round(elapsed * 10) / 10));
     json_object_object_add(root, "seed", json_object_new_int64(r->a.seed));
-    json_object_object_add(root, "load_avg_start", results_json_double(load0[0]));
-    json_object_object_add(root, "contended_classes", json_object_new_int(contended));
+    json_object_object_add(root, "load_avg_start", results_json_double(r->load0[0]));
+    json_object_object_add(root, "contended_classes", json_object_new_int(r->contended));
     char *lp = strrchr(r->log_path, '/');
     char rel[4300];
     fmt(rel, sizeof rel, "log/%s", lp ? lp + 1 : r->log_path);
@@ -960,13 +1023,13 @@ int cmd_tune(int argc, char **argv) {
                     json_object_object_get_ex(e, "class", &cn);
                     const char *s = json_object_get_string(cn);
                     int dup = 0;
-                    for (size_t j = 0; j < json_object_array_length(jclasses) && !dup; j++) {
-                        json_object *ne = json_object_array_get_idx(jclasses, j), *nn;
+                    for (size_t j = 0; j < json_object_array_length(r->jclasses) && !dup; j++) {
+                        json_object *ne = json_object_array_get_idx(r->jclasses, j), *nn;
                         json_object_object_get_ex(ne, "class", &nn);
                         dup = strcmp(json_object_get_string(nn), s) == 0;
                     }
                     if (!dup) {
-                        json_object_array_add(jclasses, json_object_get(e));
+                        json_object_array_add(r->jclasses, json_object_get(e));
                         carried++;
                     }
                 }
@@ -978,15 +1041,15 @@ int cmd_tune(int argc, char **argv) {
         }
         mha_table_free(&old);
     }
-    json_object_object_add(root, "classes", jclasses);
+    json_object_object_add(root, "classes", r->jclasses);
     if (!write_table(&r->table_out, root)) rc = EXIT_USAGE;
     json_object_put(root);
     printf("tune: %d measurements, %d verification failures, %.1f s; table %s\n",
            r->tx.measurements, r->tx.failures, elapsed, r->out_path);
-    if (contended)
+    if (r->contended)
         printf("tune: %d of %d classes were measured while other processes held the cores "
                "(other_load > %.2f in the table): rerun on a quiet machine\n",
-               contended, r->ncls, CONTENDED_SHARE);
+               r->contended, r->ncls, CONTENDED_SHARE);
     if (r->tx.failures && rc == 0) rc = EXIT_CHECK_FAILED;
     return rc;
 }

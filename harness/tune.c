@@ -943,41 +943,19 @@ static tune_status tune_classes(tune_run *r) {
     return st;
 }
 
-int cmd_tune(int argc, char **argv) {
-    tune_run run = {0};
-    tune_run *r = &run;
-    tune_status st = parse_tune_args(argc, argv, &r->a);
-    if (st == TUNE_OK) st = plan_run(r);
-    if (st == TUNE_OK) st = open_outputs(r);
-    switch (st) {
-    case TUNE_OK:
-        break;
-    case TUNE_HELP:
-        return 0;
-    default:
-        return EXIT_USAGE;
-    }
-    int rc = 0;
-    switch (tune_classes(r)) {
-    case TUNE_OK:
-        break;
-    case TUNE_CHECK_FAILED:
-        rc = EXIT_CHECK_FAILED;
-        break;
-    default:
-        rc = EXIT_USAGE;
-    }
-    char why[1024];
+/* Names the log (its final name goes to log_path). Returns TUNE_OK, or
+ * TUNE_BAD_INPUT when it could not be committed (message printed). */
+static tune_status name_log(tune_run *r) {
     class_data_free(&r->cd);
     r->tx.log = NULL; /* the stream belongs to log_out */
-    if (commit_log(&r->log_out, r->logdir, r->key, r->stamp))
-        fmt(r->log_path, sizeof r->log_path, "%s", r->log_out.target);
-    else
-        rc = EXIT_USAGE;
-    const double elapsed = now_s() - r->t_begin;
+    if (!commit_log(&r->log_out, r->logdir, r->key, r->stamp)) return TUNE_BAD_INPUT;
+    fmt(r->log_path, sizeof r->log_path, "%s", r->log_out.target);
+    return TUNE_OK;
+}
 
-    /* The table: this run's classes, plus those of an existing table for the
-     * same CPU that this run did not cover (quick then full accumulates). */
+/* The table's header: the machine's fingerprint and how the run went; the
+ * classes are added by the caller. */
+static json_object *table_root(const tune_run *r, double elapsed) {
     json_object *root = json_object_new_object();
     json_object *fp = json_object_new_object();
     mha_caches cs;
@@ -1007,51 +985,100 @@ int cmd_tune(int argc, char **argv) {
     json_object_object_add(root, "seed", json_object_new_int64(r->a.seed));
     json_object_object_add(root, "load_avg_start", results_json_double(r->load0[0]));
     json_object_object_add(root, "contended_classes", json_object_new_int(r->contended));
-    char *lp = strrchr(r->log_path, '/');
+    const char *lp = strrchr(r->log_path, '/');
     char rel[4300];
     fmt(rel, sizeof rel, "log/%s", lp ? lp + 1 : r->log_path);
     json_object_object_add(root, "log", json_object_new_string(rel));
+    return root;
+}
+
+/* Appends to jclasses the classes of an existing table at out_path for the
+ * same CPU and active ISA that this run did not tune (quick then full
+ * accumulates). */
+static void carry_old_classes(tune_run *r) {
+    char why[1024];
     mha_table old;
-    if (mha_table_load(r->out_path, &old, why, sizeof why) == MHA_OK) {
-        if (strcmp(old.cpu_key, r->key) == 0 && strcmp(old.isa_active, mha_isa_name(r->act)) == 0) {
-            json_object *oroot = json_object_from_file(r->out_path), *ocls;
-            if (oroot && json_object_object_get_ex(oroot, "classes", &ocls)) {
-                const size_t n = json_object_array_length(ocls);
-                int carried = 0;
-                for (size_t i = 0; i < n; i++) {
-                    json_object *e = json_object_array_get_idx(ocls, i), *cn;
-                    json_object_object_get_ex(e, "class", &cn);
-                    const char *s = json_object_get_string(cn);
-                    int dup = 0;
-                    for (size_t j = 0; j < json_object_array_length(r->jclasses) && !dup; j++) {
-                        json_object *ne = json_object_array_get_idx(r->jclasses, j), *nn;
-                        json_object_object_get_ex(ne, "class", &nn);
-                        dup = strcmp(json_object_get_string(nn), s) == 0;
-                    }
-                    if (!dup) {
-                        json_object_array_add(r->jclasses, json_object_get(e));
-                        carried++;
-                    }
+    if (mha_table_load(r->out_path, &old, why, sizeof why) != MHA_OK) return;
+    if (strcmp(old.cpu_key, r->key) == 0 && strcmp(old.isa_active, mha_isa_name(r->act)) == 0) {
+        json_object *oroot = json_object_from_file(r->out_path), *ocls;
+        if (oroot && json_object_object_get_ex(oroot, "classes", &ocls)) {
+            const size_t n = json_object_array_length(ocls);
+            int carried = 0;
+            for (size_t i = 0; i < n; i++) {
+                json_object *e = json_object_array_get_idx(ocls, i), *cn;
+                json_object_object_get_ex(e, "class", &cn);
+                const char *s = json_object_get_string(cn);
+                int dup = 0;
+                for (size_t j = 0; j < json_object_array_length(r->jclasses) && !dup; j++) {
+                    json_object *ne = json_object_array_get_idx(r->jclasses, j), *nn;
+                    json_object_object_get_ex(ne, "class", &nn);
+                    dup = strcmp(json_object_get_string(nn), s) == 0;
                 }
-                if (carried)
-                    printf("tune: kept %d classes of the existing table not tuned in this run\n",
-                           carried);
+                if (!dup) {
+                    json_object_array_add(r->jclasses, json_object_get(e));
+                    carried++;
+                }
             }
-            json_object_put(oroot);
+            if (carried)
+                printf("tune: kept %d classes of the existing table not tuned in this run\n",
+                       carried);
         }
-        mha_table_free(&old);
+        json_object_put(oroot);
     }
-    json_object_object_add(root, "classes", r->jclasses);
-    if (!write_table(&r->table_out, root)) rc = EXIT_USAGE;
-    json_object_put(root);
+    mha_table_free(&old);
+}
+
+/* The closing lines: counts, time, the table, and a warning when classes were
+ * measured on a busy machine. */
+static void print_summary(const tune_run *r, double elapsed) {
     printf("tune: %d measurements, %d verification failures, %.1f s; table %s\n",
            r->tx.measurements, r->tx.failures, elapsed, r->out_path);
     if (r->contended)
         printf("tune: %d of %d classes were measured while other processes held the cores "
                "(other_load > %.2f in the table): rerun on a quiet machine\n",
                r->contended, r->ncls, CONTENDED_SHARE);
-    if (r->tx.failures && rc == 0) rc = EXIT_CHECK_FAILED;
-    return rc;
+}
+
+/* Names the log, writes the table (this run's classes and the kept ones) and
+ * prints the summary; each is tried even when another failed. Returns
+ * TUNE_OK, or TUNE_BAD_INPUT when the log or the table could not be written
+ * (message printed). */
+static tune_status write_outputs(tune_run *r) {
+    tune_status st = name_log(r);
+    const double elapsed = now_s() - r->t_begin;
+    json_object *root = table_root(r, elapsed);
+    carry_old_classes(r);
+    json_object_object_add(root, "classes", r->jclasses);
+    if (!write_table(&r->table_out, root)) st = TUNE_BAD_INPUT;
+    json_object_put(root);
+    print_summary(r, elapsed);
+    return st;
+}
+
+/* Each step prints its own messages and returns a tune_status; here alone a
+ * status becomes the exit code: 0 ok, 1 a check failed, 2 usage or input. */
+int cmd_tune(int argc, char **argv) {
+    tune_run run = {0};
+    tune_run *r = &run;
+    tune_status st = parse_tune_args(argc, argv, &r->a);
+    if (st == TUNE_OK) st = plan_run(r);
+    if (st == TUNE_OK) st = open_outputs(r);
+    if (st == TUNE_OK) {
+        const tune_status tuned = tune_classes(r);
+        const tune_status written = write_outputs(r); /* also after a failed class */
+        st = written != TUNE_OK ? written : tuned;
+        if (st == TUNE_OK && r->tx.failures) st = TUNE_CHECK_FAILED;
+    }
+    switch (st) {
+    case TUNE_OK:
+    case TUNE_HELP:
+        return 0;
+    case TUNE_CHECK_FAILED:
+        return EXIT_CHECK_FAILED;
+    case TUNE_BAD_INPUT:
+        break;
+    }
+    return EXIT_USAGE;
 }
 
 /* ---- recommend --------------------------------------------------------------------------- */

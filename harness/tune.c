@@ -523,7 +523,25 @@ static int has_active_twin(const mha_kernel *k) {
     return o && mha_kernel_supported(o) == MHA_OK;
 }
 
-int cmd_tune(int argc, char **argv) {
+/* How one of tune's steps ended. The steps print their own messages; only
+ * cmd_tune turns a status into an exit code. */
+typedef enum {
+    TUNE_OK,           /* go on (or, at the end, the run succeeded) */
+    TUNE_HELP,         /* --help was printed: stop, successfully */
+    TUNE_CHECK_FAILED, /* a candidate failed verification, or a class has no winner */
+    TUNE_BAD_INPUT,    /* bad usage, or an input or output that cannot be used */
+} tune_status;
+
+/* What the command line asked for; NULL strings mean the default. */
+typedef struct {
+    float budget;
+    const char *set, *kernels, *threads, *out;
+    int64_t seed;
+} tune_args;
+
+/* Parses argv into a. Returns TUNE_OK, TUNE_HELP, or TUNE_BAD_INPUT after
+ * printing what was wrong. */
+static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
     enum { O_BUDGET = 256, O_CLASSES, O_KERNELS, O_THREADS, O_OUT, O_SEED };
     static const struct option longopts[] = {
         {"budget", required_argument, NULL, O_BUDGET},
@@ -535,92 +553,116 @@ int cmd_tune(int argc, char **argv) {
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    float budget = DEFAULT_BUDGET_S;
-    const char *set = "quick", *kernels_s = NULL, *threads_s = NULL, *out_s = NULL;
-    int64_t seed = 1;
+    *a = (tune_args){.budget = DEFAULT_BUDGET_S, .set = "quick", .seed = 1};
     optind = 0;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case O_BUDGET:
-            if (!parse_float("--budget", optarg, &budget)) return EXIT_USAGE;
-            if (!(budget > 0) || budget > 86400) {
-                errorf("--budget: %g is out of range (0, 86400] seconds", (double)budget);
-                return EXIT_USAGE;
+            if (!parse_float("--budget", optarg, &a->budget)) return TUNE_BAD_INPUT;
+            if (!(a->budget > 0) || a->budget > 86400) {
+                errorf("--budget: %g is out of range (0, 86400] seconds", (double)a->budget);
+                return TUNE_BAD_INPUT;
             }
             break;
         case O_CLASSES:
-            set = optarg;
+            a->set = optarg;
             break;
         case O_KERNELS:
-            kernels_s = optarg;
+            a->kernels = optarg;
             break;
         case O_THREADS:
-            threads_s = optarg;
+            a->threads = optarg;
             break;
         case O_OUT:
-            out_s = optarg;
+            a->out = optarg;
             break;
         case O_SEED:
-            if (!parse_i64("--seed", optarg, 0, INT64_MAX, &seed)) return EXIT_USAGE;
+            if (!parse_i64("--seed", optarg, 0, INT64_MAX, &a->seed)) return TUNE_BAD_INPUT;
             break;
         case 'h':
             usage_tune(stdout);
-            return 0;
+            return TUNE_HELP;
         default:
             if (c == ':')
                 errorf("tune: option %s needs a value", argv[optind - 1]);
             else
                 errorf("tune: unknown option '%s'", argv[optind - 1]);
             usage_tune(stderr);
-            return EXIT_USAGE;
+            return TUNE_BAD_INPUT;
         }
     }
     if (optind < argc) {
         errorf("tune: unexpected argument '%s'", argv[optind]);
-        return EXIT_USAGE;
+        return TUNE_BAD_INPUT;
     }
-    if (!check_isa_env()) return EXIT_USAGE;
-    /* Pin the OpenMP pool one thread per core, as the sweep does: unpinned
-     * threads on this kind of VM sometimes share a core for seconds. */
-    results_bind_threads(omp_get_num_procs());
-    mha_shape_class classes[MHA_CLASS_MAX];
-    int ncls = mha_class_list(set, classes, MHA_CLASS_MAX);
-    if (ncls < 0) {
-        errorf("--classes: '%s' is not quick or full", set);
-        return EXIT_USAGE;
-    }
+    return TUNE_OK;
+}
 
+/* One run of tune: what it covers, where it writes, and what it has found. */
+typedef struct {
+    tune_args a;
+    mha_shape_class classes[MHA_CLASS_MAX];
+    int ncls;
+    int t1, tall; /* t1 classes tuned (0/1); the tall classes' thread count (0: none) */
+    kernel_result kr[32];
+    int nk;
     machine_info mi;
-    machine_describe(&mi);
-    const int all = mi.cores > 1 ? mi.cores : 1;
-    int t1 = 1, tall = all > 1 ? all : 0;
-    if (threads_s) {
+    mha_isa act;
+    char key[96], out_path[4096], log_path[4200], logdir[4300];
+    char stamp[32], created[32];
+    mha_out table_out, log_out; /* unnamed until the run ends */
+    tune_ctx tx;
+    class_data cd;
+    char cls_name[64];     /* the class being tuned (tx.cls) */
+    json_object *jclasses; /* the table's entries for this run's classes */
+    double t_begin;
+    double load0[3]; /* load averages at the start */
+    int contended;   /* classes measured while other processes held the cores */
+} tune_run;
+
+/* The classes to tune: the --classes set, less those whose thread count
+ * --threads leaves out. Returns TUNE_OK or TUNE_BAD_INPUT (message printed). */
+static tune_status choose_classes(tune_run *r) {
+    r->ncls = mha_class_list(r->a.set, r->classes, MHA_CLASS_MAX);
+    if (r->ncls < 0) {
+        errorf("--classes: '%s' is not quick or full", r->a.set);
+        return TUNE_BAD_INPUT;
+    }
+    machine_describe(&r->mi);
+    const int all = r->mi.cores > 1 ? r->mi.cores : 1;
+    r->t1 = 1;
+    r->tall = all > 1 ? all : 0;
+    if (r->a.threads) {
         int64_t tv[8];
-        const int n = parse_i64_list("--threads", threads_s, 1, 4096, tv, 8);
-        if (n < 0) return EXIT_USAGE;
-        t1 = tall = 0;
+        const int n = parse_i64_list("--threads", r->a.threads, 1, 4096, tv, 8);
+        if (n < 0) return TUNE_BAD_INPUT;
+        r->t1 = r->tall = 0;
         for (int i = 0; i < n; i++) {
             if (tv[i] == 1)
-                t1 = 1;
+                r->t1 = 1;
             else
-                tall = (int)tv[i];
+                r->tall = (int)tv[i];
         }
     }
     int kept = 0;
-    for (int i = 0; i < ncls; i++)
-        if ((classes[i].threads == 1 && t1) || (classes[i].threads == 0 && tall))
-            classes[kept++] = classes[i];
-    ncls = kept;
+    for (int i = 0; i < r->ncls; i++)
+        if ((r->classes[i].threads == 1 && r->t1) || (r->classes[i].threads == 0 && r->tall))
+            r->classes[kept++] = r->classes[i];
+    r->ncls = kept;
+    return TUNE_OK;
+}
 
-    kernel_result kr[32];
-    int nk = 0;
-    if (kernels_s) {
+/* The kernels to search: --kernels, or by default every algorithm worth
+ * timing on this CPU. Returns TUNE_OK or TUNE_BAD_INPUT (message printed). */
+static tune_status choose_kernels(tune_run *r) {
+    r->nk = 0;
+    if (r->a.kernels) {
         const mha_kernel *ks[32];
-        if ((nk = parse_kernel_list("tune: --kernels", kernels_s, KL_SUPPORTED, ks, 32)) < 0)
-            return EXIT_USAGE;
-        for (int i = 0; i < nk; i++) kr[i] = (kernel_result){.k = ks[i]};
+        r->nk = parse_kernel_list("tune: --kernels", r->a.kernels, KL_SUPPORTED, ks, 32);
+        if (r->nk < 0) return TUNE_BAD_INPUT;
+        for (int i = 0; i < r->nk; i++) r->kr[i] = (kernel_result){.k = ks[i]};
     } else {
         /* Every algorithm at the active ISA, except the seed's naive one; lower
          * ISAs of the same algorithm never win a compute-bound class, but the
@@ -633,292 +675,410 @@ int cmd_tune(int argc, char **argv) {
             const int bw_bound =
                 (mha_kernel_traits(k) & MHA_KT_DECODE) && mha_kernel_isa(k) != MHA_ISA_SCALAR;
             if (mha_kernel_isa(k) != mha_isa_active() && has_active_twin(k) && !bw_bound) continue;
-            if (nk < 32) kr[nk++] = (kernel_result){.k = k};
+            if (r->nk < 32) r->kr[r->nk++] = (kernel_result){.k = k};
         }
     }
-    for (int i = 0; i < nk; i++) kr[i].tunable = (mha_kernel_traits(kr[i].k) & MHA_KT_BLOCKS) != 0;
-    if (nk == 0 || ncls == 0) {
-        errorf("tune: nothing to do (%d kernels, %d classes)", nk, ncls);
-        return EXIT_USAGE;
-    }
+    for (int i = 0; i < r->nk; i++)
+        r->kr[i].tunable = (mha_kernel_traits(r->kr[i].k) & MHA_KT_BLOCKS) != 0;
+    return TUNE_OK;
+}
 
-    char key[96], out_path[4096], log_path[4200];
-    mha_cpu_key(key, sizeof key);
-    if (out_s)
-        fmt(out_path, sizeof out_path, "%s", out_s);
+/* What the run covers: the MHA_ISA cap checked, the OpenMP pool pinned, the
+ * classes and kernels chosen. Returns TUNE_OK, or TUNE_BAD_INPUT (message
+ * printed) when the options are bad or leave nothing to do. */
+static tune_status plan_run(tune_run *r) {
+    if (!check_isa_env()) return TUNE_BAD_INPUT;
+    /* Pin the OpenMP pool one thread per core, as the sweep does: unpinned
+     * threads on this kind of VM sometimes share a core for seconds. */
+    results_bind_threads(omp_get_num_procs());
+    tune_status st = choose_classes(r);
+    if (st == TUNE_OK) st = choose_kernels(r);
+    if (st == TUNE_OK && (r->nk == 0 || r->ncls == 0)) {
+        errorf("tune: nothing to do (%d kernels, %d classes)", r->nk, r->ncls);
+        st = TUNE_BAD_INPUT;
+    }
+    return st;
+}
+
+/* Starts the table and the log, both unnamed until the run ends: a bad --out
+ * fails before any measurement, and a killed tune leaves no partial table or
+ * log. Returns TUNE_OK, or TUNE_BAD_INPUT (message printed, nothing left open). */
+static tune_status open_outputs(tune_run *r) {
+    mha_cpu_key(r->key, sizeof r->key);
+    if (r->a.out)
+        fmt(r->out_path, sizeof r->out_path, "%s", r->a.out);
     else
-        mha_table_cpu_path(mha_table_write_dir(), out_path, sizeof out_path);
+        mha_table_cpu_path(mha_table_write_dir(), r->out_path, sizeof r->out_path);
     char dir[4096], tmpd[4096];
-    fmt(tmpd, sizeof tmpd, "%s", out_path);
+    fmt(tmpd, sizeof tmpd, "%s", r->out_path);
     fmt(dir, sizeof dir, "%s", dirname(tmpd));
     time_t now = time(NULL);
     struct tm tm;
-    char stamp[32], created[32];
     gmtime_r(&now, &tm);
-    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
-    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    fmt(log_path, sizeof log_path, "%s/log/%s-%s.jsonl", dir, key, stamp);
-    char logdir[4300], why[1024];
-    fmt(logdir, sizeof logdir, "%s/log", dir);
-    /* Both files exist unnamed from here on: a bad --out fails before any
-     * measurement, and a killed tune leaves no partial table or log. */
-    mha_out table_out, log_out;
-    if (mha_out_begin(&table_out, out_path, MHA_OUT_REPLACE | MHA_OUT_MKDIRS, why, sizeof why) !=
-        MHA_OK) {
+    strftime(r->stamp, sizeof r->stamp, "%Y%m%dT%H%M%SZ", &tm);
+    strftime(r->created, sizeof r->created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fmt(r->log_path, sizeof r->log_path, "%s/log/%s-%s.jsonl", dir, r->key, r->stamp);
+    fmt(r->logdir, sizeof r->logdir, "%s/log", dir);
+    char why[1024];
+    if (mha_out_begin(&r->table_out, r->out_path, MHA_OUT_REPLACE | MHA_OUT_MKDIRS, why,
+                      sizeof why) != MHA_OK) {
         errorf("tune: --out: %s", why);
-        return EXIT_USAGE;
+        return TUNE_BAD_INPUT;
     }
-    if (mha_out_begin(&log_out, log_path, MHA_OUT_NOREPLACE | MHA_OUT_MKDIRS, why, sizeof why) !=
-        MHA_OK) {
-        mha_out_abort(&table_out);
+    if (mha_out_begin(&r->log_out, r->log_path, MHA_OUT_NOREPLACE | MHA_OUT_MKDIRS, why,
+                      sizeof why) != MHA_OK) {
+        mha_out_abort(&r->table_out);
         errorf("tune: log: %s", why);
-        return EXIT_USAGE;
+        return TUNE_BAD_INPUT;
     }
-    tune_ctx tx = {0};
-    tx.log = mha_out_stream(&log_out);
-    if (!tx.log) {
-        errorf("tune: cannot write %s: %s", log_path, strerror(errno));
-        mha_out_abort(&table_out);
-        mha_out_abort(&log_out);
-        return EXIT_USAGE;
+    r->tx.log = mha_out_stream(&r->log_out);
+    if (!r->tx.log) {
+        errorf("tune: cannot write %s: %s", r->log_path, strerror(errno));
+        mha_out_abort(&r->table_out);
+        mha_out_abort(&r->log_out);
+        return TUNE_BAD_INPUT;
     }
-    const mha_isa act = mha_isa_active();
-    const mha_kernel *dkern = NULL; /* per class: what mha_select would run without a table */
+    r->act = mha_isa_active();
+    return TUNE_OK;
+}
 
-    printf("tune: %d classes (%s), %d kernels, budget %.0f s, threads %s%s%d, cpu %s\n", ncls, set,
-           nk, (double)budget, t1 ? "1" : "", t1 && tall ? "," : "", tall, key);
-    printf("tune: log %s (named when the run ends)\n", log_path);
+/* The search of one class until search_end: knob-less kernels take one
+ * measurement each; the tunable ones share the rest of the time. */
+static void search_class(tune_run *r, const mha_shape_class *cl, double search_end) {
+    int ntun = 0;
+    for (int i = 0; i < r->nk; i++) ntun += r->kr[i].tunable;
+    for (int i = 0; i < r->nk; i++) {
+        if (r->kr[i].tunable) continue;
+        search_kernel(&r->tx, &r->cd, &r->kr[i], search_end, 0);
+    }
+    int done_tun = 0;
+    for (int i = 0; i < r->nk; i++) {
+        if (!r->kr[i].tunable) continue;
+        const double left = search_end - now_s();
+        const double end = now_s() + (left > 0 ? left / (ntun - done_tun) : 0);
+        done_tun++;
+        search_kernel(&r->tx, &r->cd, &r->kr[i], end, split_searched(r->kr[i].k, cl));
+    }
+}
 
-    json_object *jclasses = json_object_new_array();
-    class_data cd = {0};
-    const double t_begin = now_s();
-    int rc = 0, contended = 0;
-    double load0[3] = {0};
-    getloadavg(load0, 3);
-    if (load0[0] > 0.5)
+/* The final round: every contender's prior and best (and the no-table
+ * default dkern), timed round-robin until class_end so a burst of other load
+ * hits them alike; repeated once when other processes held the machine.
+ * Returns their share during the last pass (-1 unknown). */
+static double final_round(tune_run *r, const mha_kernel *dkern, double class_end) {
+    double top = 0;
+    for (int i = 0; i < r->nk; i++)
+        if (r->kr[i].best.status == 1 && r->kr[i].best.gflops > top) top = r->kr[i].best.gflops;
+    const mha_kernel *fk[2 * 32];
+    point *fp[2 * 32];
+    int nf = 0;
+    for (int i = 0; i < r->nk; i++) {
+        kernel_result *kres = &r->kr[i];
+        if (kres->best.status != 1) continue;
+        if (kres->best.gflops < FINAL_FRACTION * top && kres->k != dkern) continue;
+        fk[nf] = kres->k;
+        fp[nf++] = &kres->best;
+        if (kres->prior.status == 1 && !same_knobs(&kres->prior, &kres->best)) {
+            fk[nf] = kres->k;
+            fp[nf++] = &kres->prior;
+        }
+    }
+    double other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
+    if (other > CONTENDED_SHARE) {
+        printf("tune: %s: other processes used %.0f%% of the machine; repeating the final "
+               "round\n",
+               r->tx.cls, other * 100);
+        other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
+    }
+    return other;
+}
+
+/* The search's best is the maximum of noisy samples, so a move away from the
+ * prior stands only if it still wins by MOVE_MARGIN in the final round. */
+static void keep_moves_that_held(tune_run *r) {
+    for (int i = 0; i < r->nk; i++) {
+        kernel_result *kres = &r->kr[i];
+        if (kres->best.status != 1 || kres->prior.status != 1 ||
+            same_knobs(&kres->prior, &kres->best))
+            continue;
+        if (!(kres->best.gflops > kres->prior.gflops * MOVE_MARGIN)) kres->best = kres->prior;
+    }
+}
+
+/* The indices of the fastest measured kernel and the next one (-1: none). */
+static void rank_kernels(const tune_run *r, int *wi, int *ri) {
+    *wi = *ri = -1;
+    for (int i = 0; i < r->nk; i++) {
+        if (r->kr[i].best.status != 1) continue;
+        if (*wi < 0 || r->kr[i].best.gflops > r->kr[*wi].best.gflops) {
+            *ri = *wi;
+            *wi = i;
+        } else if (*ri < 0 || r->kr[i].best.gflops > r->kr[*ri].best.gflops) {
+            *ri = i;
+        }
+    }
+}
+
+/* What mha_select would run without a table: dkern (flash at the active ISA)
+ * with cache-model blocks; its measured prior when it was searched, else
+ * measured now. status is 1 when there is a number. */
+static point default_point(tune_run *r, const mha_kernel *dkern) {
+    const kernel_result *dres = NULL;
+    for (int i = 0; i < r->nk; i++)
+        if (r->kr[i].k == dkern && r->kr[i].prior.status == 1) dres = &r->kr[i];
+    point dp = {0};
+    if (dres) {
+        dp = dres->prior;
+        if (same_knobs(&dres->best, &dp)) dp = dres->best; /* its latest measurement */
+    } else if (dkern) {
+        mha_options def = {.threads = r->tx.threads};
+        (void)mha_resolve_options(dkern, &r->cd.p, &def, &def);
+        dp.bq = def.block_q;
+        dp.bk = def.block_kv;
+        measure(&r->tx, &r->cd, dkern, &dp, 0, 0, "default");
+    }
+    return dp;
+}
+
+/* The table's entry for class cl: its shape, the winner kr[wi], the runner-up
+ * kr[ri] (null when ri < 0) and the default dp (when measured). */
+static json_object *class_entry(const tune_run *r, const mha_shape_class *cl, double class_other,
+                                int wi, int ri, const mha_kernel *dkern, const point *dp) {
+    json_object *e = json_object_new_object();
+    json_object_object_add(e, "class", json_object_new_string(r->tx.cls));
+    json_object_object_add(e, "head_dim", json_object_new_int(mha_class_head_dim(cl)));
+    json_object_object_add(e, "seq_bucket", json_object_new_int64(mha_class_seq_bound(cl)));
+    json_object_object_add(e, "causal", json_object_new_boolean(cl->causal));
+    json_object_object_add(e, "threads", json_object_new_int(r->tx.threads));
+    json_object_object_add(e, "decode", json_object_new_boolean(cl->decode));
+    json_object_object_add(e, "gqa", json_object_new_boolean(cl->gqa));
+    /* Other processes' share of the machine while this class was measured
+     * (-1: too short to tell); above 0.10 the numbers are suspect. */
+    json_object_object_add(e, "other_load", results_json_double(round(class_other * 100) / 100));
+    json_object *shape = json_object_new_object();
+    json_object_object_add(shape, "batch", json_object_new_int64(r->cd.p.batch));
+    json_object_object_add(shape, "heads", json_object_new_int64(r->cd.p.heads));
+    json_object_object_add(shape, "kv_heads", json_object_new_int64(r->cd.p.kv_heads));
+    json_object_object_add(shape, "seq_q", json_object_new_int64(r->cd.p.seq_q));
+    json_object_object_add(shape, "seq_kv", json_object_new_int64(r->cd.p.seq_kv));
+    json_object_object_add(shape, "head_dim", json_object_new_int64(r->cd.p.head_dim));
+    json_object_object_add(e, "shape", shape);
+    json_object_object_add(e, "winner", choice_json(r->kr[wi].k, &r->kr[wi].best));
+    json_object_object_add(e, "runner_up",
+                           ri >= 0 ? choice_json(r->kr[ri].k, &r->kr[ri].best) : NULL);
+    if (dkern && dp->status == 1) json_object_object_add(e, "default", choice_json(dkern, dp));
+    return e;
+}
+
+/* The class's line: winner, runner-up, and the default with the gain over it. */
+static void print_class_line(const tune_run *r, int wi, int ri, const point *dp) {
+    const kernel_result *w = &r->kr[wi];
+    printf("%-27s %-13s bq %3d bk %4d split %d %8.1f GFLOP/s", r->tx.cls, mha_kernel_name(w->k),
+           w->best.bq, w->best.bk, w->best.split, w->best.gflops);
+    if (ri >= 0) printf("  | %-13s %8.1f", mha_kernel_name(r->kr[ri].k), r->kr[ri].best.gflops);
+    if (dp->status == 1)
+        printf("  | default bq %3d bk %4d %8.1f (%+.1f%%)", dp->bq, dp->bk, dp->gflops,
+               dp->gflops > 0 ? (w->best.gflops / dp->gflops - 1) * 100 : 0.0);
+    printf("\n");
+    fflush(stdout);
+}
+
+/* Tunes class ci with its share of the budget left: search, final round,
+ * table entry and printed line. Returns TUNE_OK, TUNE_CHECK_FAILED when no
+ * kernel passed (the run goes on), or TUNE_BAD_INPUT when the class's data
+ * could not be prepared (the run stops); messages printed. */
+static tune_status tune_class(tune_run *r, int ci) {
+    const mha_shape_class *cl = &r->classes[ci];
+    mha_class_name(cl, r->cls_name, sizeof r->cls_name);
+    r->tx.cls = r->cls_name;
+    r->tx.threads = cl->threads == 1 ? 1 : r->tall;
+    if (!class_data_prepare(&r->cd, cl, (uint64_t)r->a.seed)) {
+        errorf("tune: cannot prepare the data of class %s (out of memory?)", r->cls_name);
+        return TUNE_BAD_INPUT;
+    }
+    /* per class: what mha_select would run without a table */
+    const mha_kernel *dkern = mha_default_kernel(&r->cd.p);
+    const double remaining = r->a.budget - (now_s() - r->t_begin);
+    const double share = remaining > 0 ? remaining / (r->ncls - ci) : 0;
+    const double class_end = now_s() + share;
+    load_mark class_m0, class_m1;
+    load_mark_now(&class_m0);
+    search_class(r, cl, now_s() + 0.75 * share); /* a quarter for the final round */
+    const double other = final_round(r, dkern, class_end);
+    load_mark_now(&class_m1);
+    const double class_other = other_share(&class_m0, &class_m1);
+    if (other > CONTENDED_SHARE || class_other > CONTENDED_SHARE) r->contended++;
+    keep_moves_that_held(r);
+    int wi, ri;
+    rank_kernels(r, &wi, &ri);
+    if (wi < 0) {
+        errorf("tune: no kernel passed verification and timing on class %s", r->cls_name);
+        return TUNE_CHECK_FAILED;
+    }
+    const point dp = default_point(r, dkern);
+    json_object_array_add(r->jclasses, class_entry(r, cl, class_other, wi, ri, dkern, &dp));
+    print_class_line(r, wi, ri, &dp);
+    return TUNE_OK;
+}
+
+/* Tunes every class in turn, within the budget. Returns TUNE_OK, else the
+ * last class's failure; the run stops at a TUNE_BAD_INPUT. */
+static tune_status tune_classes(tune_run *r) {
+    printf("tune: %d classes (%s), %d kernels, budget %.0f s, threads %s%s%d, cpu %s\n", r->ncls,
+           r->a.set, r->nk, (double)r->a.budget, r->t1 ? "1" : "", r->t1 && r->tall ? "," : "",
+           r->tall, r->key);
+    printf("tune: log %s (named when the run ends)\n", r->log_path);
+    r->jclasses = json_object_new_array();
+    r->t_begin = now_s();
+    getloadavg(r->load0, 3);
+    if (r->load0[0] > 0.5)
         printf("tune: load average %.2f at the start: other processes compete for the cores; "
                "their share is measured and flagged per class (other_load)\n",
-               load0[0]);
-    for (int ci = 0; ci < ncls; ci++) {
-        const mha_shape_class *cl = &classes[ci];
-        char name[64];
-        mha_class_name(cl, name, sizeof name);
-        tx.cls = name;
-        tx.threads = cl->threads == 1 ? 1 : tall;
-        if (!class_data_prepare(&cd, cl, (uint64_t)seed)) {
-            errorf("tune: cannot prepare the data of class %s (out of memory?)", name);
-            rc = EXIT_USAGE;
-            break;
-        }
-        dkern = mha_default_kernel(&cd.p);
-        const double remaining = budget - (now_s() - t_begin);
-        const double share = remaining > 0 ? remaining / (ncls - ci) : 0;
-        const double class_end = now_s() + share;
-        load_mark class_m0, class_m1;
-        load_mark_now(&class_m0);
-        const double search_end = now_s() + 0.75 * share; /* a quarter for the final round */
-        int ntun = 0;
-        for (int i = 0; i < nk; i++) ntun += kr[i].tunable;
-        /* Knob-less kernels take one measurement; the tunable ones share the rest. */
-        for (int i = 0; i < nk; i++) {
-            if (kr[i].tunable) continue;
-            search_kernel(&tx, &cd, &kr[i], search_end, 0);
-        }
-        int done_tun = 0;
-        for (int i = 0; i < nk; i++) {
-            if (!kr[i].tunable) continue;
-            const double left = search_end - now_s();
-            const double end = now_s() + (left > 0 ? left / (ntun - done_tun) : 0);
-            done_tun++;
-            search_kernel(&tx, &cd, &kr[i], end, split_searched(kr[i].k, cl));
-        }
-        /* The final round: every contender's prior and best (and the no-table
-         * default), timed round-robin so a burst of other load hits them
-         * alike; the search's best is the maximum of noisy samples, so a
-         * move away from the prior stands only if it still wins here. */
-        double top = 0;
-        for (int i = 0; i < nk; i++)
-            if (kr[i].best.status == 1 && kr[i].best.gflops > top) top = kr[i].best.gflops;
-        const mha_kernel *fk[2 * 32];
-        point *fp[2 * 32];
-        int nf = 0;
-        for (int i = 0; i < nk; i++) {
-            kernel_result *r = &kr[i];
-            if (r->best.status != 1) continue;
-            if (r->best.gflops < FINAL_FRACTION * top && r->k != dkern) continue;
-            fk[nf] = r->k;
-            fp[nf++] = &r->best;
-            if (r->prior.status == 1 && !same_knobs(&r->prior, &r->best)) {
-                fk[nf] = r->k;
-                fp[nf++] = &r->prior;
-            }
-        }
-        double other = interleave(&tx, &cd, fk, fp, nf, class_end - now_s());
-        if (other > CONTENDED_SHARE) {
-            printf("tune: %s: other processes used %.0f%% of the machine; repeating the final "
-                   "round\n",
-                   name, other * 100);
-            other = interleave(&tx, &cd, fk, fp, nf, class_end - now_s());
-        }
-        load_mark_now(&class_m1);
-        const double class_other = other_share(&class_m0, &class_m1);
-        if (other > CONTENDED_SHARE || class_other > CONTENDED_SHARE) contended++;
-        for (int i = 0; i < nk; i++) {
-            kernel_result *r = &kr[i];
-            if (r->best.status != 1 || r->prior.status != 1 || same_knobs(&r->prior, &r->best))
-                continue;
-            if (!(r->best.gflops > r->prior.gflops * MOVE_MARGIN)) r->best = r->prior;
-        }
-        int wi = -1, ri = -1;
-        for (int i = 0; i < nk; i++) {
-            if (kr[i].best.status != 1) continue;
-            if (wi < 0 || kr[i].best.gflops > kr[wi].best.gflops) {
-                ri = wi;
-                wi = i;
-            } else if (ri < 0 || kr[i].best.gflops > kr[ri].best.gflops) {
-                ri = i;
-            }
-        }
-        if (wi < 0) {
-            errorf("tune: no kernel passed verification and timing on class %s", name);
-            rc = EXIT_CHECK_FAILED;
-            continue;
-        }
-        json_object *e = json_object_new_object();
-        json_object_object_add(e, "class", json_object_new_string(name));
-        json_object_object_add(e, "head_dim", json_object_new_int(mha_class_head_dim(cl)));
-        json_object_object_add(e, "seq_bucket", json_object_new_int64(mha_class_seq_bound(cl)));
-        json_object_object_add(e, "causal", json_object_new_boolean(cl->causal));
-        json_object_object_add(e, "threads", json_object_new_int(tx.threads));
-        json_object_object_add(e, "decode", json_object_new_boolean(cl->decode));
-        json_object_object_add(e, "gqa", json_object_new_boolean(cl->gqa));
-        /* Other processes' share of the machine while this class was measured
-         * (-1: too short to tell); above 0.10 the numbers are suspect. */
-        json_object_object_add(e, "other_load",
-                               results_json_double(round(class_other * 100) / 100));
-        json_object *shape = json_object_new_object();
-        json_object_object_add(shape, "batch", json_object_new_int64(cd.p.batch));
-        json_object_object_add(shape, "heads", json_object_new_int64(cd.p.heads));
-        json_object_object_add(shape, "kv_heads", json_object_new_int64(cd.p.kv_heads));
-        json_object_object_add(shape, "seq_q", json_object_new_int64(cd.p.seq_q));
-        json_object_object_add(shape, "seq_kv", json_object_new_int64(cd.p.seq_kv));
-        json_object_object_add(shape, "head_dim", json_object_new_int64(cd.p.head_dim));
-        json_object_object_add(e, "shape", shape);
-        json_object_object_add(e, "winner", choice_json(kr[wi].k, &kr[wi].best));
-        json_object_object_add(e, "runner_up",
-                               ri >= 0 ? choice_json(kr[ri].k, &kr[ri].best) : NULL);
-        /* What mha_select would run without a table: flash at the active ISA
-         * with cache-model blocks (its measured prior when it was searched). */
-        const kernel_result *dres = NULL;
-        for (int i = 0; i < nk; i++)
-            if (kr[i].k == dkern && kr[i].prior.status == 1) dres = &kr[i];
-        point dp = {0};
-        if (dres) {
-            dp = dres->prior;
-            if (same_knobs(&dres->best, &dp)) dp = dres->best; /* its latest measurement */
-        } else if (dkern) {
-            mha_options def = {.threads = tx.threads};
-            (void)mha_resolve_options(dkern, &cd.p, &def, &def);
-            dp.bq = def.block_q;
-            dp.bk = def.block_kv;
-            measure(&tx, &cd, dkern, &dp, 0, 0, "default");
-        }
-        if (dkern && dp.status == 1) json_object_object_add(e, "default", choice_json(dkern, &dp));
-        json_object_array_add(jclasses, e);
-        const kernel_result *w = &kr[wi];
-        printf("%-27s %-13s bq %3d bk %4d split %d %8.1f GFLOP/s", name, mha_kernel_name(w->k),
-               w->best.bq, w->best.bk, w->best.split, w->best.gflops);
-        if (ri >= 0) printf("  | %-13s %8.1f", mha_kernel_name(kr[ri].k), kr[ri].best.gflops);
-        if (dp.status == 1)
-            printf("  | default bq %3d bk %4d %8.1f (%+.1f%%)", dp.bq, dp.bk, dp.gflops,
-                   dp.gflops > 0 ? (w->best.gflops / dp.gflops - 1) * 100 : 0.0);
-        printf("\n");
-        fflush(stdout);
+               r->load0[0]);
+    tune_status st = TUNE_OK;
+    for (int ci = 0; ci < r->ncls && st != TUNE_BAD_INPUT; ci++) {
+        const tune_status cs = tune_class(r, ci);
+        if (cs != TUNE_OK) st = cs;
     }
-    class_data_free(&cd);
-    tx.log = NULL; /* the stream belongs to log_out */
-    if (commit_log(&log_out, logdir, key, stamp))
-        fmt(log_path, sizeof log_path, "%s", log_out.target);
-    else
-        rc = EXIT_USAGE;
-    const double elapsed = now_s() - t_begin;
+    return st;
+}
 
-    /* The table: this run's classes, plus those of an existing table for the
-     * same CPU that this run did not cover (quick then full accumulates). */
+/* Names the log (its final name goes to log_path). Returns TUNE_OK, or
+ * TUNE_BAD_INPUT when it could not be committed (message printed). */
+static tune_status name_log(tune_run *r) {
+    class_data_free(&r->cd);
+    r->tx.log = NULL; /* the stream belongs to log_out */
+    if (!commit_log(&r->log_out, r->logdir, r->key, r->stamp)) return TUNE_BAD_INPUT;
+    fmt(r->log_path, sizeof r->log_path, "%s", r->log_out.target);
+    return TUNE_OK;
+}
+
+/* The table's header: the machine's fingerprint and how the run went; the
+ * classes are added by the caller. */
+static json_object *table_root(const tune_run *r, double elapsed) {
     json_object *root = json_object_new_object();
     json_object *fp = json_object_new_object();
     mha_caches cs;
     mha_caches_get(&cs);
     const uint64_t l1 = cs.l1d, l2 = cs.l2, l1r = cs.l1d_raw, l2r = cs.l2_raw;
-    json_object_object_add(fp, "cpu_key", json_object_new_string(key));
-    json_object_object_add(fp, "cpu_model", json_object_new_string(mi.model));
-    json_object_object_add(fp, "vendor", json_object_new_string(mi.vendor));
-    json_object_object_add(fp, "family", json_object_new_int(mi.family));
-    json_object_object_add(fp, "model", json_object_new_int(mi.model_id));
+    json_object_object_add(fp, "cpu_key", json_object_new_string(r->key));
+    json_object_object_add(fp, "cpu_model", json_object_new_string(r->mi.model));
+    json_object_object_add(fp, "vendor", json_object_new_string(r->mi.vendor));
+    json_object_object_add(fp, "family", json_object_new_int(r->mi.family));
+    json_object_object_add(fp, "model", json_object_new_int(r->mi.model_id));
     json_object_object_add(fp, "isa_detected",
                            json_object_new_string(mha_isa_name(mha_isa_detected())));
-    json_object_object_add(fp, "isa_active", json_object_new_string(mha_isa_name(act)));
-    json_object_object_add(fp, "flags", json_object_new_string(mi.flags));
-    json_object_object_add(fp, "cores", json_object_new_int(mi.cores));
-    json_object_object_add(fp, "pus", json_object_new_int(mi.pus));
+    json_object_object_add(fp, "isa_active", json_object_new_string(mha_isa_name(r->act)));
+    json_object_object_add(fp, "flags", json_object_new_string(r->mi.flags));
+    json_object_object_add(fp, "cores", json_object_new_int(r->mi.cores));
+    json_object_object_add(fp, "pus", json_object_new_int(r->mi.pus));
     json_object_object_add(fp, "l1d", json_object_new_int64((int64_t)l1));
     json_object_object_add(fp, "l2", json_object_new_int64((int64_t)l2));
     json_object_object_add(fp, "l1d_raw", json_object_new_int64((int64_t)l1r));
     json_object_object_add(fp, "l2_raw", json_object_new_int64((int64_t)l2r));
-    json_object_object_add(fp, "l3", json_object_new_int64((int64_t)mi.l3));
+    json_object_object_add(fp, "l3", json_object_new_int64((int64_t)r->mi.l3));
     json_object_object_add(root, "fingerprint", fp);
-    json_object_object_add(root, "created", json_object_new_string(created));
-    json_object_object_add(root, "class_set", json_object_new_string(set));
-    json_object_object_add(root, "budget_s", results_json_double(budget));
+    json_object_object_add(root, "created", json_object_new_string(r->created));
+    json_object_object_add(root, "class_set", json_object_new_string(r->a.set));
+    json_object_object_add(root, "budget_s", results_json_double(r->a.budget));
     json_object_object_add(root, "elapsed_s", results_json_double(round(elapsed * 10) / 10));
-    json_object_object_add(root, "seed", json_object_new_int64(seed));
-    json_object_object_add(root, "load_avg_start", results_json_double(load0[0]));
-    json_object_object_add(root, "contended_classes", json_object_new_int(contended));
-    char *lp = strrchr(log_path, '/');
+    json_object_object_add(root, "seed", json_object_new_int64(r->a.seed));
+    json_object_object_add(root, "load_avg_start", results_json_double(r->load0[0]));
+    json_object_object_add(root, "contended_classes", json_object_new_int(r->contended));
+    const char *lp = strrchr(r->log_path, '/');
     char rel[4300];
-    fmt(rel, sizeof rel, "log/%s", lp ? lp + 1 : log_path);
+    fmt(rel, sizeof rel, "log/%s", lp ? lp + 1 : r->log_path);
     json_object_object_add(root, "log", json_object_new_string(rel));
+    return root;
+}
+
+/* Appends to jclasses the classes of an existing table at out_path for the
+ * same CPU and active ISA that this run did not tune (quick then full
+ * accumulates). */
+static void carry_old_classes(tune_run *r) {
+    char why[1024];
     mha_table old;
-    if (mha_table_load(out_path, &old, why, sizeof why) == MHA_OK) {
-        if (strcmp(old.cpu_key, key) == 0 && strcmp(old.isa_active, mha_isa_name(act)) == 0) {
-            json_object *oroot = json_object_from_file(out_path), *ocls;
-            if (oroot && json_object_object_get_ex(oroot, "classes", &ocls)) {
-                const size_t n = json_object_array_length(ocls);
-                int carried = 0;
-                for (size_t i = 0; i < n; i++) {
-                    json_object *e = json_object_array_get_idx(ocls, i), *cn;
-                    json_object_object_get_ex(e, "class", &cn);
-                    const char *s = json_object_get_string(cn);
-                    int dup = 0;
-                    for (size_t j = 0; j < json_object_array_length(jclasses) && !dup; j++) {
-                        json_object *ne = json_object_array_get_idx(jclasses, j), *nn;
-                        json_object_object_get_ex(ne, "class", &nn);
-                        dup = strcmp(json_object_get_string(nn), s) == 0;
-                    }
-                    if (!dup) {
-                        json_object_array_add(jclasses, json_object_get(e));
-                        carried++;
-                    }
+    if (mha_table_load(r->out_path, &old, why, sizeof why) != MHA_OK) return;
+    if (strcmp(old.cpu_key, r->key) == 0 && strcmp(old.isa_active, mha_isa_name(r->act)) == 0) {
+        json_object *oroot = json_object_from_file(r->out_path), *ocls;
+        if (oroot && json_object_object_get_ex(oroot, "classes", &ocls)) {
+            const size_t n = json_object_array_length(ocls);
+            int carried = 0;
+            for (size_t i = 0; i < n; i++) {
+                json_object *e = json_object_array_get_idx(ocls, i), *cn;
+                json_object_object_get_ex(e, "class", &cn);
+                const char *s = json_object_get_string(cn);
+                int dup = 0;
+                for (size_t j = 0; j < json_object_array_length(r->jclasses) && !dup; j++) {
+                    json_object *ne = json_object_array_get_idx(r->jclasses, j), *nn;
+                    json_object_object_get_ex(ne, "class", &nn);
+                    dup = strcmp(json_object_get_string(nn), s) == 0;
                 }
-                if (carried)
-                    printf("tune: kept %d classes of the existing table not tuned in this run\n",
-                           carried);
+                if (!dup) {
+                    json_object_array_add(r->jclasses, json_object_get(e));
+                    carried++;
+                }
             }
-            json_object_put(oroot);
+            if (carried)
+                printf("tune: kept %d classes of the existing table not tuned in this run\n",
+                       carried);
         }
-        mha_table_free(&old);
+        json_object_put(oroot);
     }
-    json_object_object_add(root, "classes", jclasses);
-    if (!write_table(&table_out, root)) rc = EXIT_USAGE;
-    json_object_put(root);
-    printf("tune: %d measurements, %d verification failures, %.1f s; table %s\n", tx.measurements,
-           tx.failures, elapsed, out_path);
-    if (contended)
+    mha_table_free(&old);
+}
+
+/* The closing lines: counts, time, the table, and a warning when classes were
+ * measured on a busy machine. */
+static void print_summary(const tune_run *r, double elapsed) {
+    printf("tune: %d measurements, %d verification failures, %.1f s; table %s\n",
+           r->tx.measurements, r->tx.failures, elapsed, r->out_path);
+    if (r->contended)
         printf("tune: %d of %d classes were measured while other processes held the cores "
                "(other_load > %.2f in the table): rerun on a quiet machine\n",
-               contended, ncls, CONTENDED_SHARE);
-    if (tx.failures && rc == 0) rc = EXIT_CHECK_FAILED;
-    return rc;
+               r->contended, r->ncls, CONTENDED_SHARE);
+}
+
+/* Names the log, writes the table (this run's classes and the kept ones) and
+ * prints the summary; each is tried even when another failed. Returns
+ * TUNE_OK, or TUNE_BAD_INPUT when the log or the table could not be written
+ * (message printed). */
+static tune_status write_outputs(tune_run *r) {
+    tune_status st = name_log(r);
+    const double elapsed = now_s() - r->t_begin;
+    json_object *root = table_root(r, elapsed);
+    carry_old_classes(r);
+    json_object_object_add(root, "classes", r->jclasses);
+    if (!write_table(&r->table_out, root)) st = TUNE_BAD_INPUT;
+    json_object_put(root);
+    print_summary(r, elapsed);
+    return st;
+}
+
+/* Each step prints its own messages and returns a tune_status; here alone a
+ * status becomes the exit code: 0 ok, 1 a check failed, 2 usage or input. */
+int cmd_tune(int argc, char **argv) {
+    tune_run run = {0};
+    tune_run *r = &run;
+    tune_status st = parse_tune_args(argc, argv, &r->a);
+    if (st == TUNE_OK) st = plan_run(r);
+    if (st == TUNE_OK) st = open_outputs(r);
+    if (st == TUNE_OK) {
+        const tune_status tuned = tune_classes(r);
+        const tune_status written = write_outputs(r); /* also after a failed class */
+        st = written != TUNE_OK ? written : tuned;
+        if (st == TUNE_OK && r->tx.failures) st = TUNE_CHECK_FAILED;
+    }
+    switch (st) {
+    case TUNE_OK:
+    case TUNE_HELP:
+        return 0;
+    case TUNE_CHECK_FAILED:
+        return EXIT_CHECK_FAILED;
+    case TUNE_BAD_INPUT:
+        break;
+    }
+    return EXIT_USAGE;
 }
 
 /* ---- recommend --------------------------------------------------------------------------- */

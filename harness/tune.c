@@ -924,9 +924,11 @@ static tune_status tune_class(tune_run *r, int ci) {
 /* Tunes every class in turn, within the budget. Returns TUNE_OK, else the
  * last class's failure; the run stops at a TUNE_BAD_INPUT. */
 static tune_status tune_classes(tune_run *r) {
-    printf("tune: %d classes (%s), %d kernels, budget %.0f s, threads %s%s%d, cpu %s\n", r->ncls,
+    char tall[16] = ""; /* "1", "2", "1,2": the thread counts tuned */
+    if (r->tall) snprintf(tall, sizeof tall, "%d", r->tall);
+    printf("tune: %d classes (%s), %d kernels, budget %.0f s, threads %s%s%s, cpu %s\n", r->ncls,
            r->a.set, r->nk, (double)r->a.budget, r->t1 ? "1" : "", r->t1 && r->tall ? "," : "",
-           r->tall, r->key);
+           tall, r->key);
     printf("tune: log %s (named when the run ends)\n", r->log_path);
     r->jclasses = json_object_new_array();
     r->t_begin = now_s();

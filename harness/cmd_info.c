@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "commands.h"
-#include "machine.h"
+#include "mach_info.h"
 #include "util.h"
 
 static void usage(FILE *f) {

@@ -14,9 +14,9 @@
 
 #include "commands.h"
 #include "mha.h"
-#include "fileio.h"
-#include "npy.h"
-#include "measure.h"
+#include "mha_private.h"
+#include "fmt_npy.h"
+#include "meas_core.h"
 #include "util.h"
 
 /* --out is checked before any input is read or computed: a folder, FIFO or

@@ -3,15 +3,21 @@
 #ifndef MHA_HARNESS_COMMANDS_H
 #define MHA_HARNESS_COMMANDS_H
 
-int cmd_list(int argc, char **argv);
-int cmd_info(int argc, char **argv);
-int cmd_verify(int argc, char **argv);
-int cmd_attend(int argc, char **argv);
-int cmd_forward(int argc, char **argv);
-int cmd_sweep(int argc, char **argv);     /* sweep.c */
-int cmd_compare(int argc, char **argv);   /* compare.c */
-int cmd_tune(int argc, char **argv);      /* tune.c */
-int cmd_recommend(int argc, char **argv); /* tune.c */
-int cmd_profile(int argc, char **argv);   /* profile.c */
+/* The harness's parts show in its file names: cmd_*.c the commands (each
+ * cmd_<name> maps statuses to exit codes, nothing below it does), meas_*
+ * the measurement (the core every timing goes through, the Google Benchmark
+ * shim), mach_* the machine's description, fmt_* the file formats (.npy,
+ * result files), stats.c the statistics, check.c the verification engine,
+ * util.c the shared parsing and messages. */
+int cmd_list(int argc, char **argv);      /* main.c */
+int cmd_info(int argc, char **argv);      /* cmd_info.c */
+int cmd_verify(int argc, char **argv);    /* cmd_verify.c */
+int cmd_attend(int argc, char **argv);    /* cmd_io.c */
+int cmd_forward(int argc, char **argv);   /* cmd_io.c */
+int cmd_sweep(int argc, char **argv);     /* cmd_sweep.c */
+int cmd_compare(int argc, char **argv);   /* cmd_compare.c */
+int cmd_tune(int argc, char **argv);      /* cmd_tune.c */
+int cmd_recommend(int argc, char **argv); /* cmd_tune.c */
+int cmd_profile(int argc, char **argv);   /* cmd_profile.c */
 
 #endif

@@ -1,5 +1,5 @@
 /* peak.c - the FP32 multiply-add peak loop, compiled once per ISA (see
- * isa_sources in meson.build). harness/machine.c times it to report each ISA's
+ * isa_sources in meson.build). harness/mach_info.c times it to report each ISA's
  * measured single-thread peak next to the nominal 2 pipes x lanes x 2 FLOP.
  *
  * The loop is inline asm so the compiler can neither fold nor drop it, and the

@@ -21,8 +21,8 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "gbench.h"
-#include "npy.h"
+#include "meas_gbench.h"
+#include "fmt_npy.h"
 #include "testutil.h"
 
 /* Outputs must match torch within this fraction of the largest |expected| (max abs

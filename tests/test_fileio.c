@@ -18,8 +18,8 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "fileio.h"
-#include "results.h"
+#include "mha_private.h"
+#include "fmt_results.h"
 #include "testutil.h"
 
 static char g_dir[256];

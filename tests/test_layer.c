@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "mha.h"
-#include "npy.h"
+#include "fmt_npy.h"
 #include "stats.h"
 
 static const char *data_dir(void) {

@@ -1,4 +1,4 @@
-/* test_machine.c - harness/machine.c: cpuid + hwloc description (cores, caches
+/* test_machine.c - harness/mach_info.c: cpuid + hwloc description (cores, caches
  * raw and clamped), the CPU key's alphabet, and the FMA peak's contract:
  * MHA_EUNSUPPORTED above the active ISA, a plausible rate (within 0.5x-1.5x
  * of nominal) below it. A sanity check, not a timed benchmark: short budgets. */
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "machine.h"
+#include "mach_info.h"
 
 #define KIB ((uint64_t)1024)
 #define MIB (1024 * KIB)

@@ -1,4 +1,4 @@
-/* test_npy.c - harness/npy.c: round trips (rank 0..8, v2.0 headers, loose header
+/* test_npy.c - harness/fmt_npy.c: round trips (rank 0..8, v2.0 headers, loose header
  * syntax), every malformed file as raw bytes (status + message naming the file and
  * the problem), and atomic writes that never leave partial or temporary files. */
 #include <stdarg.h>
@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "npy.h"
+#include "fmt_npy.h"
 #include "testutil.h"
 
 static char g_dir[256];

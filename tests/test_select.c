@@ -1,5 +1,5 @@
 /* test_select.c - kernel selection (variants/select.c): the cache model's
- * block sizes, the library's CPU key against harness/machine.c's, and
+ * block sizes, the library's CPU key against harness/mach_info.c's, and
  * mha_select's fallback chain (MHA_KERNEL, a matching tuning table, defaults)
  * with foreign, malformed and inconsistent tables, which must fall back with
  * a reason and never crash. Tables are written to a mkdtemp directory. */
@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "machine.h"
-#include "select.h"
+#include "mach_info.h"
+#include "mha_private.h"
 #include "testutil.h"
 
 static const char *const env_names[] = {"MHA_KERNEL", "MHA_TUNING", "MHA_TUNING_DIR", "MHA_VERBOSE",

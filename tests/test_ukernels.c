@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "mha.h"
-#include "ops.h"
+#include "mha_private.h"
 #include "stats.h"
 
 /* Every ISA level through its ops table: a test's state is the level. */

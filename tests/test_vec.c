@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "mha.h"
-#include "ops.h"
+#include "mha_private.h"
 
 /* Every ISA level through its ops table: state is the level. */
 #define OPS(i) mha_ops_for((mha_isa)(i))

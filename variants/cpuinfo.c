@@ -99,7 +99,7 @@ static const cpu_flag cpu_flags[] = {
 
 /* ---- CPU key --------------------------------------------------------------------------
  * vendor, up to four brand-string words without marks and noise,
- * family/model, detected ISA; harness/machine.c's machine_cpu_key builds it
+ * family/model, detected ISA; harness/mach_info.c's machine_cpu_key builds it
  * with mha_cpu_key_from too. */
 void mha_copy_trimmed(char *dst, size_t len, const char *s) {
     size_t o = 0;

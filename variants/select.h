@@ -67,7 +67,7 @@ int mha_tile_width(mha_isa isa);
 /* What cpuid says the CPU is: vendor ("AuthenticAMD"), the brand string
  * trimmed, display family / model (extended fields folded in) and stepping;
  * empty or 0 where a leaf is absent. The one reading of these leaves, for the
- * key below and for harness/machine.c. */
+ * key below and for harness/mach_info.c. */
 typedef struct {
     char vendor[16];
     char model[64];
@@ -75,11 +75,11 @@ typedef struct {
     char flags[256]; /* the ISA flags that matter here, /proc/cpuinfo names: "sse2 avx ..." */
 } mha_cpu_id;
 void mha_cpu_identity(mha_cpu_id *id);
-/* The stable per-CPU key, computed exactly as harness/machine.c's
+/* The stable per-CPU key, computed exactly as harness/mach_info.c's
  * machine_cpu_key ("amd-epyc-f26m2-avx512"); tests check they agree. */
 void mha_cpu_key(char *out, size_t len);
 /* The key from given identity fields (what mha_cpu_key does with cpuid's;
- * harness/machine.c's machine_cpu_key calls this too). */
+ * harness/mach_info.c's machine_cpu_key calls this too). */
 /* Copies s into dst (len bytes) without leading/trailing blanks and with inner
  * runs of blanks collapsed to one space (cpuid brand strings are padded). */
 void mha_copy_trimmed(char *dst, size_t len, const char *s);

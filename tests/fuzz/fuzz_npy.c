@@ -1,4 +1,4 @@
-/* fuzz_npy.c - libFuzzer target for the .npy reader (harness/npy.c, npy_read):
+/* fuzz_npy.c - libFuzzer target for the .npy reader (harness/fmt_npy.c, npy_read):
  * magic, version, header length, the header dict, dtype/order/shape checks and
  * the data size. Beyond the sanitizers it checks the reader's contract: a
  * failure says why, a success has count = product of shape and every element
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "fuzz_file.h"
-#include "npy.h"
+#include "fmt_npy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "fuzz_file.h"
-#include "select.h"
+#include "mha_private.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,4 +1,4 @@
-/* profile.c - `mhabench profile`: where a kernel's time goes. In a build with
+/* cmd_profile.c - `mhabench profile`: where a kernel's time goes. In a build with
  * -Dphase_timing=true the SIMD kernels count cycles per phase (packing and
  * output, Q.K^T, softmax, P.V); this runs one shape repeatedly and prints the
  * split with the achieved rate. */
@@ -8,8 +8,8 @@
 #include <time.h>
 
 #include "commands.h"
-#include "measure.h"
-#include "results.h"
+#include "meas_core.h"
+#include "fmt_results.h"
 #include "util.h"
 
 static void usage(FILE *f) {

@@ -1,4 +1,4 @@
-/* compare.c - `mhabench compare`: statistical comparison of two Google Benchmark
+/* cmd_compare.c - `mhabench compare`: statistical comparison of two Google Benchmark
  * result files (per benchmark: median change, Mann-Whitney U p-value, verdict),
  * the per-CPU baselines under results/baselines/, and A/B runs of two builds. */
 #include <errno.h>
@@ -19,8 +19,8 @@
 #include <json-c/json.h>
 
 #include "commands.h"
-#include "fileio.h"
-#include "results.h"
+#include "mha_private.h"
+#include "fmt_results.h"
 #include "stats.h"
 #include "util.h"
 
@@ -1067,7 +1067,7 @@ out:
 
 /* ---- entry for the fuzz target (tests/fuzz/fuzz_results.c) ---------------------- */
 
-#include "compare.h"
+#include "cmd_compare.h"
 
 int compare_load_for_fuzz(const char *path) {
     result_set rs = {0};

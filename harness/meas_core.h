@@ -1,4 +1,4 @@
-/* measure.h - the harness's measurement core. A pool owns the inputs (filled
+/* meas_core.h - the harness's measurement core. A pool owns the inputs (filled
  * and touched before any timing, a few shapes cached) and one grow-only
  * workspace; a call binds a kernel, its options and a problem (the attention
  * core or the full layer) to them; and every timing loop of the harness is
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gbench.h"
+#include "meas_gbench.h"
 #include "mha.h"
 
 /* A problem to time. layer = 1: the full MHA layer (mha_forward) with

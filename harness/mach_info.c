@@ -1,8 +1,8 @@
-/* machine.c - what this machine is: cpuid identity and ISA flags, hwloc
+/* mach_info.c - what this machine is: cpuid identity and ISA flags, hwloc
  * topology and caches (raw and clamped), the measured FP32 FMA peak per ISA
  * (kernels/peak.c's loops against a measured clock) and memory read bandwidth.
  * Built without SIMD flags like the rest of the harness. */
-#include "machine.h"
+#include "mach_info.h"
 
 #include <ctype.h>
 #include <hwloc.h>
@@ -14,8 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ops.h"
-#include "select.h"
+#include "mha_private.h"
 #include "stats.h"
 
 #define KIB ((uint64_t)1024)

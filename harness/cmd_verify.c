@@ -1,4 +1,4 @@
-/* verify.c - `mhabench verify`: every selected kernel against the float64
+/* cmd_verify.c - `mhabench verify`: every selected kernel against the float64
  * oracle over the shape grid and the adversarial cases, at each thread count.
  * Prints the seed, a repro line for every failure, a per-kernel table and the
  * closing `N passed, N failed, N skipped`. Exit 1 on any failure. */

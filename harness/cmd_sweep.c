@@ -1,4 +1,4 @@
-/* sweep.c - `mhabench sweep`: every selected kernel over a grid of shapes and
+/* cmd_sweep.c - `mhabench sweep`: every selected kernel over a grid of shapes and
  * thread counts through Google Benchmark (gbench.h), with the machine's
  * fingerprint in the JSON context, GFLOP/s and % of the measured peak per
  * benchmark, % of measured bandwidth for decode, a progress line per run, an
@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "gbench.h"
-#include "measure.h"
-#include "results.h"
+#include "meas_gbench.h"
+#include "meas_core.h"
+#include "fmt_results.h"
 #include "stats.h"
 #include "util.h"
 
@@ -80,7 +80,7 @@ static void usage(FILE *f) {
 
 /* ---- the grid ----------------------------------------------------------- */
 
-typedef meas_shape shape; /* measure.h: attention core or the full layer */
+typedef meas_shape shape; /* meas_core.h: attention core or the full layer */
 
 typedef struct {
     const char *name;

@@ -1,4 +1,4 @@
-/* tune.c - `mhabench tune`: per shape class (variants/select.c's table), a
+/* cmd_tune.c - `mhabench tune`: per shape class (variants/select.c's table), a
  * bounded coordinate-descent search of each tunable kernel's knobs from the
  * cache-model prior; every candidate is checked once against the float64
  * oracle, then timed (median of repetitions). Every measurement goes to a
@@ -19,12 +19,12 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "measure.h"
+#include "meas_core.h"
 #include "commands.h"
-#include "machine.h"
-#include "select.h"
+#include "mach_info.h"
+#include "mha_private.h"
 #include "stats.h"
-#include "results.h"
+#include "fmt_results.h"
 #include "util.h"
 
 #define DEFAULT_BUDGET_S 120.0

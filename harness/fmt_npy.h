@@ -1,4 +1,4 @@
-/* npy.h - NumPy .npy read/write for float32 C-order arrays (format 1.0/2.0).
+/* fmt_npy.h - NumPy .npy read/write for float32 C-order arrays (format 1.0/2.0).
  * Every failure gives a message naming the file and the problem; inputs must
  * be regular files (a FIFO is refused, never waited on); writes go through
  * variants/fileio.h (an unnamed file renamed into place). */

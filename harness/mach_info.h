@@ -1,4 +1,4 @@
-/* machine.h - what this machine is: CPU identity and ISA flags (cpuid), cores
+/* mach_info.h - what this machine is: CPU identity and ISA flags (cpuid), cores
  * and caches (hwloc, raw and clamped), measured FP32 FMA peak per ISA and
  * memory read bandwidth. Used by `mhabench info`, the sweep's JSON context and
  * the cache-model defaults. */

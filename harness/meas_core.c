@@ -1,6 +1,6 @@
-/* measure.c - the measurement core (measure.h): inputs and workspace owned
+/* meas_core.c - the measurement core (meas_core.h): inputs and workspace owned
  * by a pool, prepared calls, and the harness's timing loops. */
-#include "measure.h"
+#include "meas_core.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
 // interleaved runs registered one repetition at a time, renumber the rows as
 // repetitions of one benchmark. Uses only the 1.7.1 API. No exception leaves
 // this file: every entry point that can throw turns it into a status.
-#include "gbench.h"
+#include "meas_gbench.h"
 
 #include <benchmark/benchmark.h>
 

@@ -1,11 +1,11 @@
-/* npy.c - NumPy .npy reader/writer for little-endian float32 C-order arrays.
+/* fmt_npy.c - NumPy .npy reader/writer for little-endian float32 C-order arrays.
  * Reads format 1.0/2.0 (and 3.0, whose header is UTF-8 but here plain ASCII),
  * rejects everything else with one line naming the file and the problem (file
  * text escaped); writes 1.0 headers padded to 64 bytes through fileio's
  * atomic writer (symlinks followed, only a regular file is replaced). */
-#include "npy.h"
+#include "fmt_npy.h"
 
-#include "fileio.h"
+#include "mha_private.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
-/* results.h - what every result file carries and how it is written: the
- * machine fingerprint (machine.c's facts plus measured peaks and bandwidth)
+/* fmt_results.h - what every result file carries and how it is written: the
+ * machine fingerprint (mach_info.c's facts plus measured peaks and bandwidth)
  * as the mha_* context keys, thread pinning, the git revision, run-file
  * names that never collide, and valid JSON numbers. Shared by sweep, tune and
  * compare. */
@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "fileio.h"
-#include "machine.h"
+#include "mha_private.h"
+#include "mach_info.h"
 #include "mha.h"
 
 /* This machine, measured once per run. */

@@ -1,9 +1,9 @@
-/* results.c - the fingerprint every result file carries (machine.c's facts,
+/* fmt_results.c - the fingerprint every result file carries (mach_info.c's facts,
  * measured FMA peaks and read bandwidth, compiler, flags, git revision, ISA
  * cap, binding, OMP environment) as mha_* key/values, hwloc thread pinning,
  * run-file names under results/runs/ that never collide, and the rewrite
  * that turns Google Benchmark's bare NaN / Infinity into JSON null. */
-#include "results.h"
+#include "fmt_results.h"
 
 #include <ctype.h>
 #include <errno.h>

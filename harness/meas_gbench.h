@@ -1,4 +1,4 @@
-/* gbench.h - a C API over Google Benchmark 1.7.1 (harness/gbench_shim.cc, the
+/* meas_gbench.h - a C API over Google Benchmark 1.7.1 (harness/meas_gbench.cc, the
  * project's only C++ file), in the manner of IREE's benchmark.h: an opaque
  * state, a definition struct with a run callback, counters, custom context,
  * and one run entry that passes Google Benchmark's own flags through. */

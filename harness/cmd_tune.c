@@ -1,4 +1,4 @@
-/* cmd_tune.c - `mhabench tune`: per shape class (variants/select.c's table), a
+/* cmd_tune.c - `mhabench tune`: per shape class (variants/classes.c), a
  * bounded coordinate-descent search of each tunable kernel's knobs from the
  * cache-model prior; every candidate is checked once against the float64
  * oracle, then timed (median of repetitions). Every measurement goes to a

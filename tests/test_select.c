@@ -1,8 +1,8 @@
-/* test_select.c - kernel selection (variants/select.c): the cache model's
- * block sizes, the library's CPU key against harness/mach_info.c's, and
- * mha_select's fallback chain (MHA_KERNEL, a matching tuning table, defaults)
- * with foreign, malformed and inconsistent tables, which must fall back with
- * a reason and never crash. Tables are written to a mkdtemp directory. */
+/* test_select.c - kernel selection (variants/classes.c, cpuinfo.c, cachemodel.c, tables.c,
+ * select.c): the cache model's block sizes, the library's CPU key against harness/mach_info.c's,
+ * and mha_select's fallback chain (MHA_KERNEL, a matching tuning table, defaults) with foreign,
+ * malformed and inconsistent tables, which must fall back with a reason and never crash. Tables are
+ * written to a mkdtemp directory. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* fuzz_table.c - libFuzzer target for the tuning-table reader (variants/select.c,
+/* fuzz_table.c - libFuzzer target for the tuning-table reader (variants/tables.c,
  * mha_table_load): JSON parsing through json-c, then the table's structure,
  * types and string fields. Beyond the sanitizers it checks that a failure says
  * why and that a loaded table's strings are terminated within their arrays. */

@@ -406,35 +406,6 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
 
 /* ---- option parsing --------------------------------------------------------- */
 
-/* --threads: comma list of integers in [1, 1024] or "all" (every core). */
-static int parse_threads(const char *s, int all, int64_t *out, int max) {
-    if (!s || !*s) {
-        errorf("sweep: --threads: empty list");
-        return -1;
-    }
-    char *copy = strdup(s), *save = NULL;
-    int n = 0;
-    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (n == max) {
-            errorf("sweep: --threads: more than %d values in '%s'", max, s);
-            n = -1;
-            break;
-        }
-        if (strcmp(t, "all") == 0) {
-            out[n++] = all;
-            continue;
-        }
-        if (!parse_i64("--threads", t, 1, 1024, &out[n])) {
-            n = -1;
-            break;
-        }
-        n++;
-    }
-    free(copy);
-    if (n == 0) errorf("sweep: --threads: empty list '%s'", s);
-    return n > 0 ? n : -1;
-}
-
 /* Removes duplicates, keeping the first occurrence. */
 static int dedupe(int64_t *v, int n) {
     int o = 0;
@@ -918,7 +889,9 @@ static int build_axes(const sweep_args *a, const preset *pr, int all, sweep_axes
          (x->ncausal = parse_i64_list("--causal", a->causal, 0, 1, x->causal, MAX_LIST)) < 0))
         return -1;
     if (a->threads) {
-        if ((x->nthreads = parse_threads(a->threads, all, x->threads, MAX_LIST)) < 0) return -1;
+        if ((x->nthreads = parse_i64_list_all("--threads", a->threads, 1, 1024, all, x->threads,
+                                              MAX_LIST)) < 0)
+            return -1;
     } else if (pr->threads_full_range) {
         for (int t = 1; t <= all && x->nthreads < MAX_LIST; t++) x->threads[x->nthreads++] = t;
     } else {

@@ -83,68 +83,99 @@ int parse_double(const char *opt, const char *s, double lo, double hi, int open_
     return 1;
 }
 
-int parse_i64_list(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out, int max) {
+/* The one comma-list splitter: calls item(ctx, text) for each item of s in
+ * order (text NUL-terminated, at most 127 bytes). An empty list ("<opt>:
+ * empty <list>"), an empty or overlong item ("... <what> at position N of
+ * '<s>'") is an error; so is an item that item() rejects (it prints its own
+ * message). Returns 0 or -1. */
+static int each_item(const char *opt, const char *s, const char *list, const char *what,
+                     int (*item)(void *ctx, const char *text), void *ctx) {
     if (!s || !*s) {
-        errorf("%s: empty list", opt);
+        errorf("%s: empty %s", opt, list);
         return -1;
     }
-    char *copy = strdup(s), *save = NULL;
-    int n = 0;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (n == max) {
-            errorf("%s: more than %d values in '%s'", opt, max, s);
-            free(copy);
-            return -1;
-        }
-        if (!parse_i64(opt, tok, lo, hi, &out[n])) {
-            free(copy);
-            return -1;
-        }
-        n++;
-    }
-    free(copy);
-    if (n == 0) errorf("%s: empty list '%s'", opt, s);
-    return n ? n : -1;
-}
-
-int parse_kernel_list(const char *opt, const char *s, int flags, const mha_kernel **out, int max) {
-    if (!s || !*s) {
-        errorf("%s: empty kernel list (expected names from `mhabench list`, comma separated)", opt);
-        return -1;
-    }
-    int n = 0, pos = 0;
-    for (const char *p = s;; pos++) {
-        const char *comma = strchr(p, ',');
+    for (const char *p = s, *comma;; p = comma + 1) {
+        comma = strchr(p, ',');
         const size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        char name[128];
-        if (len == 0 || len >= sizeof name) {
-            errorf("%s: %s name at position %d of '%s'", opt, len ? "overlong" : "empty", pos + 1,
+        char text[128];
+        if (len == 0 || len >= sizeof text) {
+            int pos = 1;
+            for (const char *q = s; q < p; q++) pos += *q == ',';
+            errorf("%s: %s %s at position %d of '%s'", opt, len ? "overlong" : "empty", what, pos,
                    s);
             return -1;
         }
-        memcpy(name, p, len);
-        name[len] = '\0';
-        const mha_kernel *k = NULL;
-        if (!((flags & KL_AUTO) && strcmp(name, "auto") == 0)) {
-            if (!(k = mha_kernel_find(name)) ||
-                ((flags & KL_SUPPORTED) && mha_kernel_supported(k) != MHA_OK)) {
-                errorf("%s: %s", opt, mha_last_error());
-                return -1;
-            }
-        }
-        int dup = 0; /* a repeated name is measured once */
-        for (int i = 0; i < n; i++) dup |= out[i] == k;
-        if (!dup) {
-            if (n == max) {
-                errorf("%s: more than %d kernels in '%s'", opt, max, s);
-                return -1;
-            }
-            out[n++] = k;
-        }
-        if (!comma) break;
-        p = comma + 1;
+        memcpy(text, p, len);
+        text[len] = '\0';
+        if (item(ctx, text) != 0) return -1;
+        if (!comma) return 0;
     }
-    return n;
+}
+
+typedef struct {
+    const char *opt, *s;
+    int64_t lo, hi, all; /* all < 0: no "all" item */
+    int64_t *out;
+    int n, max;
+} i64_list;
+
+static int i64_item(void *ctx, const char *text) {
+    i64_list *l = ctx;
+    if (l->n == l->max) {
+        errorf("%s: more than %d values in '%s'", l->opt, l->max, l->s);
+        return -1;
+    }
+    if (l->all >= 0 && strcmp(text, "all") == 0) {
+        l->out[l->n++] = l->all;
+        return 0;
+    }
+    if (!parse_i64(l->opt, text, l->lo, l->hi, &l->out[l->n])) return -1;
+    l->n++;
+    return 0;
+}
+
+int parse_i64_list(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out, int max) {
+    return parse_i64_list_all(opt, s, lo, hi, -1, out, max);
+}
+
+int parse_i64_list_all(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t all,
+                       int64_t *out, int max) {
+    i64_list l = {opt, s, lo, hi, all, out, 0, max};
+    return each_item(opt, s, "list", "value", i64_item, &l) == 0 ? l.n : -1;
+}
+
+typedef struct {
+    const char *opt, *s;
+    int flags, n, max;
+    const mha_kernel **out;
+} kernel_list;
+
+static int kernel_item(void *ctx, const char *name) {
+    kernel_list *l = ctx;
+    const mha_kernel *k = NULL;
+    if (!((l->flags & KL_AUTO) && strcmp(name, "auto") == 0)) {
+        if (!(k = mha_kernel_find(name)) ||
+            ((l->flags & KL_SUPPORTED) && mha_kernel_supported(k) != MHA_OK)) {
+            errorf("%s: %s", l->opt, mha_last_error());
+            return -1;
+        }
+    }
+    for (int i = 0; i < l->n; i++)
+        if (l->out[i] == k) return 0; /* a repeated name is measured once */
+    if (l->n == l->max) {
+        errorf("%s: more than %d kernels in '%s'", l->opt, l->max, l->s);
+        return -1;
+    }
+    l->out[l->n++] = k;
+    return 0;
+}
+
+int parse_kernel_list(const char *opt, const char *s, int flags, const mha_kernel **out, int max) {
+    kernel_list l = {opt, s, flags, 0, max, out};
+    return each_item(opt, s, "kernel list (expected names from `mhabench list`, comma separated)",
+                     "name", kernel_item, &l) == 0
+               ? l.n
+               : -1;
 }
 
 const mha_kernel *lookup_kernel(const char *name) {

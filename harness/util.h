@@ -27,8 +27,13 @@ int parse_float(const char *opt, const char *s, float *out);
 /* A finite double in [lo, hi] ((lo, hi] when open_lo); else a message naming
  * opt and the value, and 0. */
 int parse_double(const char *opt, const char *s, double lo, double hi, int open_lo, double *out);
-/* Comma list of integers in [lo, hi], at most max entries. Returns the count, or -1. */
+/* Comma list of integers in [lo, hi], at most max entries; an empty list or
+ * item is an error (every comma list follows the rules of parse_kernel_list's
+ * splitter). Returns the count, or -1 after a message. */
 int parse_i64_list(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out, int max);
+/* The same where the item "all" stands for the value all (e.g. every core). */
+int parse_i64_list_all(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t all,
+                       int64_t *out, int max);
 
 /* Parses a comma list of kernel names (option opt) into out, at most max:
  * each name must exist; with KL_AUTO "auto" is accepted and stored as NULL;

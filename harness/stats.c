@@ -1,6 +1,7 @@
 /* stats.c - the harness's clock, generator and median (stats.h). */
 #include "stats.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -36,4 +37,31 @@ double median_inplace(double *x, int n) {
     if (n <= 0) return 0;
     qsort(x, (size_t)n, sizeof *x, cmp_double);
     return median_sorted(x, n);
+}
+
+double median_interval(const double *x, int n, double conf, double *lo, double *hi) {
+    *lo = n > 0 ? x[0] : 0;
+    *hi = n > 0 ? x[n - 1] : 0;
+    if (n <= 0) return 0;
+    /* The interval [x_(j), x_(n+1-j)] (1-based) covers the median with
+     * probability 1 - 2 P(B <= j - 1), B ~ Binomial(n, 1/2). tail holds
+     * P(B <= j - 1) for the next j to try; terms in log space (no overflow). */
+    const double ln2n = n * log(2.0);
+    double tail = exp(-ln2n), coverage = 1 - 2 * tail; /* j = 1: the whole range */
+    int best = 1;
+    for (int j = 2; 2 * j <= n + 1; j++) {
+        tail += exp(lgamma(n + 1.0) - lgamma(j) - lgamma(n - j + 2.0) - ln2n); /* P(B = j-1) */
+        if (1 - 2 * tail < conf) break;
+        best = j;
+        coverage = 1 - 2 * tail;
+    }
+    *lo = x[best - 1];
+    *hi = x[n - best];
+    return coverage;
+}
+
+stats_order intervals_order(double a_lo, double a_hi, double b_lo, double b_hi) {
+    if (a_lo > b_hi) return STATS_A_LARGER;
+    if (a_hi < b_lo) return STATS_B_LARGER;
+    return STATS_TIE;
 }

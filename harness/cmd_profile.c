@@ -4,43 +4,80 @@
  * split with the achieved rate. */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "commands.h"
 #include "meas_core.h"
 #include "fmt_results.h"
+#include "stats.h"
 #include "util.h"
 
 static void usage(FILE *f) {
     fputs(
         "usage: mhabench profile --kernel K [--batch B] [--heads H] [--kv-heads G] --seq N\n"
         "                        [--seq-kv M] --head-dim D [--causal] [--threads T] [--seconds S]\n"
-        "                        [--block-q BQ] [--block-kv BK] [--split 0|1|2]\n"
+        "                        [--block-q BQ] [--block-kv BK] [--split 0|1|2] [--samples S]\n"
         "Runs one shape for about S seconds (default 2) and prints GFLOP/s and, in a build\n"
         "configured with -Dphase_timing=true, the share of cycles per phase. Knobs left out\n"
-        "come from the cache model (mha_default_blocks), as for an explicit --kernel.\n",
+        "come from the cache model (mha_default_blocks), as for an explicit --kernel.\n"
+        "--samples S: instead, S single-call samples, each bracketed by the interference\n"
+        "probe (meas_core.h); one line per sample with its evidence, then the median and its\n"
+        "95% interval over all samples and over the undisturbed ones.\n",
         f);
 }
 
+/* Prints the median GFLOP/s of n samples with its 95% interval. */
+static void print_median(const char *what, double *rates, int n) {
+    if (n == 0) {
+        printf("%s: no samples\n", what);
+        return;
+    }
+    double lo, hi;
+    const double med = median_inplace(rates, n);
+    const double cov = median_interval(rates, n, 0.95, &lo, &hi);
+    printf("%s: %d samples, median %.1f GFLOP/s, interval [%.1f, %.1f] (%.1f%% coverage)\n", what,
+           n, med, lo, hi, 100 * cov);
+}
+
+/* --samples: n guarded samples, a line each, then the medians. */
+static int guarded_samples(const meas_call *c, int n, int threads, double flops) {
+    double *all = xrealloc_or_exit(NULL, (size_t)n, 2 * sizeof(double), "profile");
+    double *kept = all + n;
+    int nkept = 0;
+    for (int i = 0; i < n; i++) {
+        double t;
+        meas_evidence ev;
+        if (meas_sample_guarded(c, threads, &t, &ev) != MHA_OK) {
+            errorf("profile: %s", mha_last_error());
+            free(all);
+            return -1;
+        }
+        all[i] = flops / t * 1e-9;
+        const int bad = meas_disturbed(&ev, MEAS_PROBE_MIN);
+        if (!bad) kept[nkept++] = all[i];
+        printf("sample %4d  %8.3f ms  %7.1f GFLOP/s  probe %.3f  preempted %ld  stolen %.3f s%s\n",
+               i, t * 1e3, all[i], ev.probe, ev.preempted, ev.stolen, bad ? "  disturbed" : "");
+    }
+    print_median("all", all, n);
+    print_median("undisturbed", kept, nkept);
+    free(all);
+    return 0;
+}
+
 int cmd_profile(int argc, char **argv) {
-    static const struct option opts[] = {{"kernel", required_argument, 0, 'k'},
-                                         {"batch", required_argument, 0, 'b'},
-                                         {"heads", required_argument, 0, 'H'},
-                                         {"kv-heads", required_argument, 0, 'G'},
-                                         {"seq", required_argument, 0, 'n'},
-                                         {"seq-kv", required_argument, 0, 'm'},
-                                         {"head-dim", required_argument, 0, 'd'},
-                                         {"causal", no_argument, 0, 'c'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"seconds", required_argument, 0, 's'},
-                                         {"block-q", required_argument, 0, 'Q'},
-                                         {"block-kv", required_argument, 0, 'K'},
-                                         {"split", required_argument, 0, 'S'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"kernel", required_argument, 0, 'k'},   {"batch", required_argument, 0, 'b'},
+        {"heads", required_argument, 0, 'H'},    {"kv-heads", required_argument, 0, 'G'},
+        {"seq", required_argument, 0, 'n'},      {"seq-kv", required_argument, 0, 'm'},
+        {"head-dim", required_argument, 0, 'd'}, {"causal", no_argument, 0, 'c'},
+        {"threads", required_argument, 0, 't'},  {"seconds", required_argument, 0, 's'},
+        {"block-q", required_argument, 0, 'Q'},  {"block-kv", required_argument, 0, 'K'},
+        {"split", required_argument, 0, 'S'},    {"samples", required_argument, 0, 'N'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     const char *kname = NULL;
-    int64_t B = 1, H = 8, G = 0, N = 0, M = 0, d = 0, T = 1, BQ = 0, BK = 0, SP = 0;
+    int64_t B = 1, H = 8, G = 0, N = 0, M = 0, d = 0, T = 1, BQ = 0, BK = 0, SP = 0, NS = 0;
     double seconds = 2.0;
     int causal = 0;
     optind = 1;
@@ -86,6 +123,9 @@ int cmd_profile(int argc, char **argv) {
         case 'S':
             ok = parse_i64("--split", optarg, 0, 2, &SP);
             break;
+        case 'N':
+            ok = parse_i64("--samples", optarg, 1, 100000, &NS);
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -123,6 +163,12 @@ int cmd_profile(int argc, char **argv) {
     }
     if (meas_run(&call) != MHA_OK) { /* warm-up */
         errorf("profile: %s", mha_last_error());
+        goto done;
+    }
+    if (NS > 0) {
+        rc = guarded_samples(&call, (int)NS, mha_resolve_threads(&o), mha_problem_flops(&p))
+                 ? EXIT_USAGE
+                 : 0;
         goto done;
     }
     uint64_t cyc[4];

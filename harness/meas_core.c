@@ -3,9 +3,13 @@
 #include "meas_core.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "mha_private.h"
 #include "stats.h"
 
 void meas_pool_init(meas_pool *m, uint64_t seed) {
@@ -262,4 +266,83 @@ mha_status meas_gbench(mha_gbench_state *st, const meas_call *c) {
     mha_status status = MHA_OK;
     while (mha_gbench_keep_running(st)) status |= meas_run(c);
     return status;
+}
+
+/* ---- evidence ---------------------------------------------------------------- */
+
+static int64_t probe_iters; /* peak-loop iterations of about MEAS_PROBE_SECONDS */
+static double probe_best;   /* the best probe rate (FLOP/s) this process has seen */
+static mha_isa probe_isa = (mha_isa)-1;
+
+/* The probe on every thread of a parallel region of `threads`: the slowest
+ * thread's rate. */
+static double probe_rate(int threads) {
+    double (*loop)(int64_t) = mha_ops_for(mha_isa_active())->fma_peak_loop;
+    double slowest = INFINITY;
+#pragma omp parallel num_threads(threads) reduction(min : slowest)
+    {
+        const double t0 = now_s(), flop = loop(probe_iters), dt = now_s() - t0;
+        slowest = dt > 0 ? flop / dt : slowest;
+    }
+    return slowest;
+}
+
+static void probe_calibrate(void) {
+    if (probe_isa == mha_isa_active()) return;
+    probe_isa = mha_isa_active();
+    double (*loop)(int64_t) = mha_ops_for(probe_isa)->fma_peak_loop;
+    int64_t it = 64;
+    for (;;) { /* doubling until one run takes the probe's time */
+        const double t0 = now_s();
+        loop(it);
+        if (now_s() - t0 >= MEAS_PROBE_SECONDS || it > ((int64_t)1 << 30)) break;
+        it *= 2;
+    }
+    probe_iters = it;
+    probe_best = 0;
+    for (int i = 0; i < 5; i++) { /* a first best (the core may be clocking up) */
+        const double r = probe_rate(1);
+        probe_best = r > probe_best ? r : probe_best;
+    }
+}
+
+/* The machine's steal time in seconds (the "steal" column of /proc/stat's cpu
+ * line), or -1 when it cannot be read. */
+static double steal_seconds(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return -1;
+    unsigned long long v[8] = {0};
+    const int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                         &v[3], &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    const long hz = sysconf(_SC_CLK_TCK);
+    return n == 8 && hz > 0 ? (double)v[7] / (double)hz : -1;
+}
+
+static long involuntary_switches(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_nivcsw : 0;
+}
+
+mha_status meas_sample_guarded(const meas_call *c, int threads, double *seconds,
+                               meas_evidence *ev) {
+    probe_calibrate();
+    if (threads < 1) threads = 1;
+    const double steal0 = steal_seconds();
+    const long csw0 = involuntary_switches();
+    const double before = probe_rate(threads);
+    const mha_status st = meas_sample(c, seconds);
+    const double after = probe_rate(threads);
+    const long csw1 = involuntary_switches();
+    const double steal1 = steal_seconds();
+    const double slow = before < after ? before : after, fast = before > after ? before : after;
+    if (fast > probe_best) probe_best = fast;
+    ev->probe = probe_best > 0 ? slow / probe_best : 1;
+    ev->preempted = csw1 - csw0;
+    ev->stolen = steal0 >= 0 && steal1 >= 0 ? steal1 - steal0 : 0;
+    return st;
+}
+
+int meas_disturbed(const meas_evidence *ev, double probe_min) {
+    return ev->probe < probe_min || ev->preempted > MEAS_PREEMPT_MAX || ev->stolen > 0;
 }

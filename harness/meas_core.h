@@ -120,4 +120,34 @@ mha_status meas_for(const meas_call *c, double seconds, int *calls, double *elap
  * count and clock). */
 mha_status meas_gbench(mha_gbench_state *st, const meas_call *c);
 
+/* ---- evidence that a sample ran undisturbed ---------------------------------
+ * A shared VM's host takes a core's throughput away for seconds at a time;
+ * such samples must not decide anything. Around a sample, every thread in
+ * use runs a short register-resident FMA probe (the active ISA's peak loop,
+ * about MEAS_PROBE_SECONDS) before and after, and the process's involuntary
+ * context switches and the machine's steal time are read: a slow probe (its
+ * rate against the best this process has seen), a preemption or stolen time
+ * is evidence of interference. */
+#define MEAS_PROBE_SECONDS 200e-6
+/* A sample counts as disturbed when its probe ratio is below MEAS_PROBE_MIN,
+ * the process was preempted more than MEAS_PREEMPT_MAX times, or time was
+ * stolen. Chosen on 2 x 200 samples (README, "Interference evidence"): a
+ * quiet machine sees single preemptions and probe dips to 0.83 in ~8% of
+ * samples that are not slower; these bounds flag 1 of 200 there and every
+ * sample that was slowed by more than 5% under a competing process. */
+#define MEAS_PROBE_MIN 0.80
+#define MEAS_PREEMPT_MAX 1
+typedef struct {
+    double probe;   /* the slowest probe rate (before and after, any thread) / best seen */
+    long preempted; /* involuntary context switches during the sample (whole process) */
+    double stolen;  /* steal time during the sample, seconds (all CPUs; 0 if unknown) */
+} meas_evidence;
+
+/* One timed call bracketed by probes on `threads` threads; *ev says what
+ * happened around it. */
+mha_status meas_sample_guarded(const meas_call *c, int threads, double *seconds, meas_evidence *ev);
+/* 1 if ev shows interference: probe below probe_min, more than
+ * MEAS_PREEMPT_MAX preemptions, or any steal. */
+int meas_disturbed(const meas_evidence *ev, double probe_min);
+
 #endif

@@ -813,6 +813,25 @@ static void test_profile_alloc_failure(void **state) {
     assert_null(strstr(g_err, "LeakSanitizer"));
 }
 
+/* profile --samples: one line per sample with its evidence, then the medians
+ * (5 samples: the captured stdout holds 1 KiB). */
+static void test_profile_samples(void **state) {
+    (void)state;
+    NEED_BENCH();
+    assert_int_equal(run_bench("profile", "--kernel", "flash.scalar", "--heads", "1", "--seq", "16",
+                               "--head-dim", "16", "--samples", "5", NULL),
+                     0);
+    int lines = 0;
+    for (const char *p = g_out; (p = strstr(p, "sample ")); p++) lines++;
+    assert_int_equal(lines, 5);
+    assert_non_null(strstr(g_out, "probe "));
+    assert_non_null(strstr(g_out, "all: 5 samples, median "));
+    assert_non_null(strstr(g_out, "undisturbed: "));
+    expect_usage(run_bench("profile", "--kernel", "naive", "--seq", "8", "--head-dim", "8",
+                           "--samples", "0", NULL),
+                 "--samples");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
@@ -831,6 +850,7 @@ int main(void) {
         cmocka_unit_test(test_verify_kernel_list),
         cmocka_unit_test(test_profile_seconds),
         cmocka_unit_test(test_profile_alloc_failure),
+        cmocka_unit_test(test_profile_samples),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "meas_core.h"
 #include "stats.h"
 
 /* Known order statistics: n = 9 gives [x(2), x(8)] at 96.1%, n = 15
@@ -79,11 +80,37 @@ static void test_ties(void **state) {
     assert_int_equal(intervals_order(10, 12, 12, 13), STATS_TIE); /* touching is a tie */
 }
 
+/* The disturbance rule on given evidence, and a guarded sample on a real
+ * call: its probe ratio is a ratio (0, 1] and its timing positive. */
+static void test_evidence(void **state) {
+    (void)state;
+    const meas_evidence clean = {0.97, 1, 0}, slow = {0.70, 0, 0}, preempted = {1.0, 2, 0},
+                        stolen = {1.0, 0, 0.01};
+    assert_false(meas_disturbed(&clean, MEAS_PROBE_MIN));
+    assert_true(meas_disturbed(&slow, MEAS_PROBE_MIN));
+    assert_true(meas_disturbed(&preempted, MEAS_PROBE_MIN));
+    assert_true(meas_disturbed(&stolen, MEAS_PROBE_MIN));
+    meas_pool pool;
+    meas_pool_init(&pool, 1);
+    const meas_shape s = {1, 2, 2, 16, 16, 16, 0, 0};
+    const mha_options o = {.threads = 1};
+    meas_call c;
+    assert_null(meas_prepare(&pool, mha_kernel_find("flash.scalar"), &s, &o, &c));
+    double t = 0;
+    meas_evidence ev;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(meas_sample_guarded(&c, 1, &t, &ev), MHA_OK);
+        assert_true(t > 0 && ev.probe > 0 && ev.probe <= 1.0 && ev.preempted >= 0);
+    }
+    meas_pool_release(&pool);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_interval_order_statistics),
         cmocka_unit_test(test_interval_coverage),
         cmocka_unit_test(test_ties),
+        cmocka_unit_test(test_evidence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,6 +33,7 @@ typedef struct {
 } isa_peak;
 
 typedef struct {
+    machine_level level;
     int threads;
     double gbs;
 } bw_point;
@@ -91,10 +92,10 @@ static void print_text(const machine_info *m, const char *key, const isa_peak *p
                p->peak.nominal_gflops > 0 ? 100.0 * p->peak.gflops / p->peak.nominal_gflops : 0.0);
     }
 
-    printf("\nmemory read bandwidth\n");
+    printf("\nread bandwidth per level (working set: half of each level; DRAM: >= 4 x L3)\n");
     for (int i = 0; i < nbw; i++)
-        printf("%3d thread%s %8.1f GB/s\n", bw[i].threads, bw[i].threads == 1 ? " " : "s",
-               bw[i].gbs);
+        printf("  %-5s %3d thread%s %8.1f GB/s\n", machine_level_name(bw[i].level), bw[i].threads,
+               bw[i].threads == 1 ? " " : "s", bw[i].gbs);
 }
 
 /* A JSON string: quotes, backslashes and control characters escaped. */
@@ -171,7 +172,8 @@ static void print_json(const machine_info *m, const char *key, const isa_peak *p
     }
     printf("  ],\n  \"read_bandwidth\": [");
     for (int i = 0; i < nbw; i++)
-        printf("%s{\"threads\": %d, \"gbs\": %.2f}", i ? ", " : "", bw[i].threads, bw[i].gbs);
+        printf("%s{\"level\": \"%s\", \"threads\": %d, \"gbs\": %.2f}", i ? ", " : "",
+               machine_level_name(bw[i].level), bw[i].threads, bw[i].gbs);
     printf("]\n}\n");
 }
 
@@ -231,16 +233,17 @@ int cmd_info(int argc, char **argv) {
         }
     }
 
-    bw_point bw[2];
+    bw_point bw[2 * MACH_LEVELS];
     int nbw = 0;
-    bw[nbw].threads = 1;
-    bw[nbw].gbs = machine_read_bandwidth(1, budget);
-    nbw++;
-    if (m.cores > 1) {
-        bw[nbw].threads = m.cores;
-        bw[nbw].gbs = machine_read_bandwidth(m.cores, budget);
-        nbw++;
-    }
+    for (int l = 0; l < MACH_LEVELS; l++)
+        for (int t = 1; t <= m.cores && t <= 2; t++) { /* 1 thread, then every core */
+            const int threads = t == 1 ? 1 : m.cores;
+            bw[nbw] = (bw_point){
+                (machine_level)l, threads,
+                machine_read_bandwidth_bytes(
+                    threads, machine_level_probe_bytes(&m, (machine_level)l, threads), budget)};
+            nbw++;
+        }
 
     if (json)
         print_json(&m, key, peaks, bw, nbw);

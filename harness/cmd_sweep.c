@@ -205,8 +205,9 @@ typedef struct {
     int threads;
     char name[256];
     double flops, kv_bytes;
-    double peak; /* GFLOP/s: single-thread peak of the kernel's ISA x threads */
-    double bw;   /* GB/s read bandwidth at this thread count */
+    double peak;         /* GFLOP/s: single-thread peak of the kernel's ISA x threads */
+    double bw;           /* GB/s read bandwidth of its level at this thread count */
+    machine_level level; /* where its K/V working set fits (decode rows) */
     int warmed;
     int group; /* index of its (shape, threads) group */
     /* results (iteration rows) */
@@ -258,6 +259,8 @@ static void bench_body(mha_gbench_state *st, void *user) {
         mha_gbench_set_bytes_processed(st, (int64_t)b->kv_bytes * iters);
         mha_gbench_counter(st, "pct_bw", b->bw > 0 ? 100.0 * b->kv_bytes * 1e-9 / b->bw : 0,
                            MHA_GBENCH_PER_ITER_RATE);
+        /* the level pct_bw is measured against: 1 L1, 2 L2, 3 L3, 4 DRAM */
+        mha_gbench_counter(st, "bw_level", b->level + 1, MHA_GBENCH_PLAIN);
     }
 }
 
@@ -340,8 +343,9 @@ static void on_report(const mha_gbench_result *r, void *user) {
     b->gflops[b->nres++] = gf;
     char bw[48] = "";
     if (pb >= 0)
-        snprintf(bw, sizeof bw, ", %.1f GB/s = %.1f%% of bw",
-                 mha_gbench_result_counter(r, "bytes_per_second", 0) * 1e-9, pb);
+        snprintf(bw, sizeof bw, ", %.1f GB/s = %.1f%% of %s bw",
+                 mha_gbench_result_counter(r, "bytes_per_second", 0) * 1e-9, pb,
+                 machine_level_name(b->level));
     char kdisp[200];
     if (b->is_auto)
         snprintf(kdisp, sizeof kdisp, "auto [%s]", b->label);
@@ -397,7 +401,8 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
         printf("%-44s %7d  %-14s %9.1f %6.1f%% %9s %9s", shp, best->threads,
                mha_kernel_name(best->k), best_gf, pct, vn, vb);
         if (best->s.nq == 1 && best->bw > 0 && best->flops > 0)
-            printf("  (%.1f%% of bw)", 100.0 * best_gf * best->kv_bytes / best->flops / best->bw);
+            printf("  (%.1f%% of %s bw)", 100.0 * best_gf * best->kv_bytes / best->flops / best->bw,
+                   machine_level_name(best->level));
         if (autob)
             printf("  auto %.1f%% of it [%s]", 100.0 * bench_median(autob) / best_gf, autob->label);
         printf("\n");
@@ -549,7 +554,10 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
                 b->flops = s->layer ? mha_forward_flops(&lay, &lsh) : mha_problem_flops(&p);
                 b->kv_bytes = 2.0 * (double)meas_elems_kv(s) * sizeof(float);
                 b->peak = results_kernel_peak(pl->rm, b->k) * b->threads;
-                b->bw = results_read_bw(pl->rm, b->threads);
+                /* decode reads K and V once per call: judged against the
+                 * bandwidth of the level that working set fits */
+                b->level = machine_level_of(&pl->rm->m, b->kv_bytes, b->threads);
+                b->bw = results_level_bw(pl->rm, b->level, b->threads);
                 mha_options o = b->opts;
                 size_t ws = 0;
                 if ((s->layer ? mha_forward_workspace_size(b->k, &lay, &lsh, &o, &ws)
@@ -970,8 +978,11 @@ static const char *measure_machine(const sweep_args *a, const preset *pr, const 
     for (int i = 0; i < MHA_ISA_COUNT; i++)
         if (rm->peak_gflops[i] > 0)
             printf(" %s %.1f", mha_isa_name((mha_isa)i), rm->peak_gflops[i]);
-    printf("; read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d)\n", rm->read_bw_1t,
-           rm->read_bw_all, rm->bw_threads_all);
+    printf("; read GB/s (1 thread / %d):", rm->bw_threads_all);
+    for (int l = 0; l < MACH_LEVELS; l++)
+        printf(" %s %.1f/%.1f", machine_level_name((machine_level)l), rm->level_bw[l][0],
+               rm->level_bw[l][1]);
+    printf("\n");
     printf("rates on B=1 H=1 N=256 d=64, 1 thread (for the time estimates):");
     for (int i = 0; i < nk; i++) {
         if (!kernels[i]) { /* auto: estimated from the kernel it picks, per shape */

@@ -30,21 +30,30 @@ void results_measure_machine(results_machine *rm, double budget_s) {
         machine_peak p;
         if (machine_fma_peak((mha_isa)i, budget_s, &p) == MHA_OK) rm->peak_gflops[i] = p.gflops;
     }
-    rm->read_bw_1t = machine_read_bandwidth(1, budget_s);
     rm->bw_threads_all = rm->m.cores > 0 ? rm->m.cores : 1;
-    rm->read_bw_all = rm->bw_threads_all > 1 ? machine_read_bandwidth(rm->bw_threads_all, budget_s)
-                                             : rm->read_bw_1t;
+    for (int l = 0; l < MACH_LEVELS; l++)
+        for (int a = 0; a < 2; a++) {
+            const int t = a ? rm->bw_threads_all : 1;
+            rm->level_bw[l][a] =
+                a && t == 1
+                    ? rm->level_bw[l][0]
+                    : machine_read_bandwidth_bytes(
+                          t, machine_level_probe_bytes(&rm->m, (machine_level)l, t), budget_s);
+        }
+    rm->read_bw_1t = rm->level_bw[MACH_DRAM][0];
+    rm->read_bw_all = rm->level_bw[MACH_DRAM][1];
 }
 
 double results_kernel_peak(const results_machine *rm, const mha_kernel *k) {
     return rm->peak_gflops[mha_kernel_run_isa(k)];
 }
 
-double results_read_bw(const results_machine *rm, int threads) {
-    if (threads <= 1 || rm->bw_threads_all <= 1) return rm->read_bw_1t;
-    if (threads >= rm->bw_threads_all) return rm->read_bw_all;
+double results_level_bw(const results_machine *rm, machine_level level, int threads) {
+    const double one = rm->level_bw[level][0], all = rm->level_bw[level][1];
+    if (threads <= 1 || rm->bw_threads_all <= 1) return one;
+    if (threads >= rm->bw_threads_all) return all;
     const double f = (double)(threads - 1) / (double)(rm->bw_threads_all - 1);
-    return rm->read_bw_1t + f * (rm->read_bw_all - rm->read_bw_1t);
+    return one + f * (all - one);
 }
 
 int results_bind_threads(int threads) {
@@ -99,6 +108,12 @@ const char *const results_context_keys[] = {
     "mha_l3_raw",
     "mha_read_bw_gbs_1t",
     "mha_read_bw_gbs_all",
+    "mha_read_bw_gbs_l1_1t",
+    "mha_read_bw_gbs_l1_all",
+    "mha_read_bw_gbs_l2_1t",
+    "mha_read_bw_gbs_l2_all",
+    "mha_read_bw_gbs_l3_1t",
+    "mha_read_bw_gbs_l3_all",
     "mha_compiler",
     "mha_cflags",
     "mha_git_revision",
@@ -166,8 +181,14 @@ void results_context(const results_machine *rm, const results_run_info *ri, resu
         snprintf(key, sizeof key, "mha_peak_gflops_%s", mha_isa_name((mha_isa)i));
         EMITF(key, "%.2f", rm->peak_gflops[i]);
     }
-    EMITF("mha_read_bw_gbs_1t", "%.2f", rm->read_bw_1t);
+    EMITF("mha_read_bw_gbs_1t", "%.2f", rm->read_bw_1t); /* DRAM */
     EMITF("mha_read_bw_gbs_all", "%.2f", rm->read_bw_all);
+    for (int l = MACH_L1; l < MACH_DRAM; l++)
+        for (int a = 0; a < 2; a++) {
+            char key[64];
+            snprintf(key, sizeof key, "mha_read_bw_gbs_l%d_%s", l + 1, a ? "all" : "1t");
+            EMITF(key, "%.2f", rm->level_bw[l][a]);
+        }
 #if defined(__clang__)
     EMITF("mha_compiler", "clang %s", __clang_version__);
 #elif defined(__GNUC__)

@@ -21,8 +21,9 @@ typedef struct {
     /* Measured single-thread FP32 FMA peak per ISA in GFLOP/s; 0 for ISAs
      * that do not run here (not on the CPU, or above the MHA_ISA cap). */
     double peak_gflops[MHA_ISA_COUNT];
-    double read_bw_1t, read_bw_all; /* GB/s, 1 thread and all cores */
-    int bw_threads_all;             /* the thread count of read_bw_all */
+    double read_bw_1t, read_bw_all;  /* GB/s from DRAM, 1 thread and all cores */
+    int bw_threads_all;              /* the thread count of read_bw_all */
+    double level_bw[MACH_LEVELS][2]; /* GB/s per level (mach_info.h), [0] 1 thread, [1] all */
 } results_machine;
 
 /* Describes the machine and measures peaks (about budget_s per ISA) and read
@@ -33,9 +34,10 @@ void results_measure_machine(results_machine *rm, double budget_s);
 /* Single-thread peak (GFLOP/s) of the ISA whose code k runs (mha_kernel_run_isa:
  * its own, or the active one for the BLAS baseline). */
 double results_kernel_peak(const results_machine *rm, const mha_kernel *k);
-/* Read bandwidth (GB/s) for a thread count: the 1-thread figure for 1, the
- * all-core one otherwise, scaled down linearly below the all-core count. */
-double results_read_bw(const results_machine *rm, int threads);
+/* Read bandwidth (GB/s) of a level for a thread count: the 1-thread figure
+ * for 1, the all-core one otherwise, scaled down linearly below the all-core
+ * count. */
+double results_level_bw(const results_machine *rm, machine_level level, int threads);
 
 /* Pins OpenMP threads one per hwloc core (round robin when threads > cores):
  * each thread of a `threads`-wide parallel region binds itself, so the

@@ -174,22 +174,58 @@ mha_status machine_fma_peak(mha_isa isa, double seconds_budget, machine_peak *ou
     return MHA_OK;
 }
 
-/* ---- memory read bandwidth ------------------------------------------------ */
-
-/* 256 MiB: 8x the 32 MiB L3 of this class of machine and far beyond any L3
- * object we clamp to, so every pass streams from DRAM. */
-#define BW_BYTES (256 * MIB)
+/* ---- memory read bandwidth per level -------------------------------------- */
 
 static volatile uint64_t bw_sink;
 
-double machine_read_bandwidth(int threads, double seconds_budget) {
+const char *machine_level_name(machine_level l) {
+    static const char *const names[MACH_LEVELS] = {"L1", "L2", "L3", "DRAM"};
+    return (unsigned)l < MACH_LEVELS ? names[l] : "?";
+}
+
+size_t machine_level_probe_bytes(const machine_info *m, machine_level l, int threads) {
+    const size_t t = threads > 0 ? (size_t)threads : 1;
+    switch (l) {
+    case MACH_L1:
+        return (size_t)m->l1d / 2 * t;
+    case MACH_L2:
+        return (size_t)m->l2 / 2 * t;
+    case MACH_L3:
+        return (size_t)m->l3 / 2;
+    default: {
+        size_t b = 4 * (size_t)m->l3;
+        b = b < 256 * MIB ? 256 * MIB : b;
+        return b > 2048 * MIB ? 2048 * MIB : b;
+    }
+    }
+}
+
+machine_level machine_level_of(const machine_info *m, double bytes, int threads) {
+    const double t = threads > 0 ? threads : 1;
+    if (bytes <= (double)m->l1d * t) return MACH_L1;
+    if (bytes <= (double)m->l2 * t) return MACH_L2;
+    if (bytes <= (double)m->l3) return MACH_L3;
+    return MACH_DRAM;
+}
+
+double machine_read_bandwidth(const machine_info *m, int threads, double seconds_budget) {
+    if (threads <= 0) threads = omp_get_num_procs();
+    return machine_read_bandwidth_bytes(threads, machine_level_probe_bytes(m, MACH_DRAM, threads),
+                                        seconds_budget);
+}
+
+double machine_read_bandwidth_bytes(int threads, size_t bytes, double seconds_budget) {
     if (threads <= 0) threads = omp_get_num_procs();
     if (!(seconds_budget > 0)) seconds_budget = 0.05;
-    size_t bytes = BW_BYTES;
+    bytes = (bytes + 4095) & ~(size_t)4095;
+    if (bytes < 4096 * (size_t)threads) bytes = 4096 * (size_t)threads;
     uint64_t *buf = NULL;
-    while (bytes >= 32 * MIB && !(buf = aligned_alloc(4096, bytes))) bytes /= 2;
+    while (bytes >= 4096 * (size_t)threads && !(buf = aligned_alloc(4096, bytes))) bytes /= 2;
     if (!buf) return 0.0;
     const size_t n = bytes / sizeof *buf;
+    /* A pass reads the buffer `reps` times (at least 32 MiB in all), so even an
+     * L1-sized one is timed over milliseconds, not the clock's resolution. */
+    const int reps = bytes >= 32 * MIB ? 1 : (int)((32 * MIB + bytes - 1) / bytes);
     /* Slices summed with the widest loads the active ISA has (kernels/peak.c):
      * a baseline SSE2 loop leaves one core short of the memory's bandwidth. */
     uint64_t (*const sum_slice)(const uint64_t *, size_t) = mha_ops_for(mha_isa_active())->read_sum;
@@ -208,17 +244,17 @@ double machine_read_bandwidth(int threads, double seconds_budget) {
         for (size_t i = lo; i < hi; i++) buf[i] = i;
 #pragma omp single
         t_start = now_s();
-        /* Pass 0 warms up (page tables, clocks); then passes until the
-         * budget is spent, at least 3 and at most 20 timed ones. */
+        /* Pass 0 warms up (page tables, clocks, the cache level); then passes
+         * until the budget is spent, at least 3 and at most 20 timed ones. */
         for (int pass = 0; !stop; pass++) {
 #pragma omp single
             t0 = now_s();
-            total += sum_slice(buf + lo, hi - lo);
+            for (int r = 0; r < reps; r++) total += sum_slice(buf + lo, hi - lo);
 #pragma omp barrier
 #pragma omp single
             {
-                const double t1 = now_s(), dt = t1 - t0;
-                if (pass > 0 && dt > 0 && (double)bytes / dt > best) best = (double)bytes / dt;
+                const double t1 = now_s(), dt = t1 - t0, read = (double)bytes * reps;
+                if (pass > 0 && dt > 0 && read / dt > best) best = read / dt;
                 stop = pass >= 20 || (pass >= 3 && t1 - t_start >= seconds_budget);
             }
         }

@@ -35,9 +35,22 @@ typedef struct {
  * resident loop, ~seconds_budget long). Returns MHA_EUNSUPPORTED otherwise. */
 mha_status machine_fma_peak(mha_isa isa, double seconds_budget, machine_peak *out);
 
-/* Measured memory read bandwidth in GB/s using `threads` threads over a
- * buffer much larger than the L3. */
-double machine_read_bandwidth(int threads, double seconds_budget);
+/* The memory levels a working set can live in, and the bytes the bandwidth
+ * probe reads at each with `threads` threads (in all): half of each thread's
+ * L1d or L2, half of the L3, and DRAM = max(256 MiB, 4 x L3) (at most 2 GiB),
+ * so each probe stays within its level (and DRAM's is not an L3 hit). */
+typedef enum { MACH_L1, MACH_L2, MACH_L3, MACH_DRAM, MACH_LEVELS } machine_level;
+const char *machine_level_name(machine_level l); /* "L1", "L2", "L3", "DRAM" */
+size_t machine_level_probe_bytes(const machine_info *m, machine_level l, int threads);
+/* The level a working set of bytes (read by threads threads) fits: the first
+ * whose capacity (L1d or L2 per thread, the L3) holds it, else DRAM. */
+machine_level machine_level_of(const machine_info *m, double bytes, int threads);
+
+/* Measured read bandwidth in GB/s using `threads` threads, each summing its
+ * share of a bytes-long buffer over and over (the widest loads the active ISA
+ * has); machine_read_bandwidth is the DRAM one. */
+double machine_read_bandwidth_bytes(int threads, size_t bytes, double seconds_budget);
+double machine_read_bandwidth(const machine_info *m, int threads, double seconds_budget);
 
 /* Stable key for per-CPU files: e.g. "amd-epyc-f26m2-avx512". */
 void machine_cpu_key(const machine_info *m, char *out, size_t len);

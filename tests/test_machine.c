@@ -178,8 +178,19 @@ static void test_unsupported(void **state) {
 
 static void test_read_bandwidth(void **state) {
     (void)state;
-    const double gbs = machine_read_bandwidth(1, 0.02);
+    machine_info m;
+    machine_describe(&m);
+    const double gbs = machine_read_bandwidth(&m, 1, 0.02);
     print_message("read bandwidth, 1 thread: %.1f GB/s\n", gbs);
+    /* every level is measurable and the L1 is not slower than DRAM */
+    const double l1 =
+        machine_read_bandwidth_bytes(1, machine_level_probe_bytes(&m, MACH_L1, 1), 0.02);
+    print_message("L1: %.1f GB/s\n", l1);
+    assert_true(l1 > gbs);
+    assert_int_equal(machine_level_of(&m, (double)m.l1d / 2, 1), MACH_L1);
+    assert_int_equal(machine_level_of(&m, (double)m.l2, 1), MACH_L2);
+    assert_int_equal(machine_level_of(&m, (double)m.l3, 1), m.l3 > m.l2 ? MACH_L3 : MACH_L2);
+    assert_int_equal(machine_level_of(&m, 64.0 * m.l3, 2), MACH_DRAM);
     assert_true(gbs > 0.1 && gbs < 10000);
 }
 

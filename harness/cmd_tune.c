@@ -147,6 +147,7 @@ typedef struct {
     int bq, bk, split;
     int status; /* 1 measured, -1 failed verification or errored */
     double gflops;
+    double lo, hi; /* the final round's 95% interval of the median rate (0, 0: none) */
 } point;
 
 typedef struct {
@@ -435,6 +436,10 @@ static double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, po
         memcpy(sorted, times[i], (size_t)reps * sizeof(double));
         const double median = median_inplace(sorted, reps);
         pts[i]->gflops = median > 0 ? mha_problem_flops(p) / median * 1e-9 : 0;
+        double tlo, thi; /* times: the slow end of the rate is the long time */
+        median_interval(sorted, reps, 0.95, &tlo, &thi);
+        pts[i]->lo = thi > 0 ? mha_problem_flops(p) / thi * 1e-9 : 0;
+        pts[i]->hi = tlo > 0 ? mha_problem_flops(p) / tlo * 1e-9 : 0;
         tx->measurements++;
         log_line(tx, cd, ks[i], pts[i], "skipped (passed before)", 0, cd->vd.tol, times[i], reps,
                  median, "final");
@@ -451,6 +456,12 @@ static json_object *choice_json(const mha_kernel *k, const point *pt) {
     json_object_object_add(o, "block_kv", json_object_new_int(pt->bk));
     json_object_object_add(o, "split", json_object_new_int(pt->split));
     json_object_object_add(o, "gflops", results_json_double(round(pt->gflops * 100) / 100));
+    if (pt->hi > 0) { /* measured in the final round: its 95% interval */
+        json_object *iv = json_object_new_array();
+        json_object_array_add(iv, results_json_double(round(pt->lo * 100) / 100));
+        json_object_array_add(iv, results_json_double(round(pt->hi * 100) / 100));
+        json_object_object_add(o, "gflops_interval", iv);
+    }
     return o;
 }
 
@@ -794,14 +805,18 @@ static double final_round(tune_run *r, const mha_kernel *dkern, double class_end
 }
 
 /* The search's best is the maximum of noisy samples, so a move away from the
- * prior stands only if it still wins by MOVE_MARGIN in the final round. */
+ * prior (the cache model's knobs) stands only if, in the final round, it wins
+ * by MOVE_MARGIN and its interval lies wholly above the prior's: a tie keeps
+ * the default. */
 static void keep_moves_that_held(tune_run *r) {
     for (int i = 0; i < r->nk; i++) {
         kernel_result *kres = &r->kr[i];
         if (kres->best.status != 1 || kres->prior.status != 1 ||
             same_knobs(&kres->prior, &kres->best))
             continue;
-        if (!(kres->best.gflops > kres->prior.gflops * MOVE_MARGIN)) kres->best = kres->prior;
+        const point *b = &kres->best, *p = &kres->prior;
+        const int beyond = intervals_order(b->lo, b->hi, p->lo, p->hi) == STATS_A_LARGER;
+        if (!(b->gflops > p->gflops * MOVE_MARGIN) || !beyond) kres->best = kres->prior;
     }
 }
 
@@ -842,6 +857,14 @@ static point default_point(tune_run *r, const mha_kernel *dkern) {
 
 /* The table's entry for class cl: its shape, the winner kr[wi], the runner-up
  * kr[ri] (null when ri < 0) and the default dp (when measured). */
+/* The winner and the runner-up tie when both were measured in the final
+ * round and their intervals overlap (stats.h): the table says so. */
+static int winner_ties(const tune_run *r, int wi, int ri) {
+    if (ri < 0) return 0;
+    const point *w = &r->kr[wi].best, *u = &r->kr[ri].best;
+    return w->hi > 0 && u->hi > 0 && intervals_order(w->lo, w->hi, u->lo, u->hi) == STATS_TIE;
+}
+
 static json_object *class_entry(const tune_run *r, const mha_shape_class *cl, double class_other,
                                 int wi, int ri, const mha_kernel *dkern, const point *dp) {
     json_object *e = json_object_new_object();
@@ -866,6 +889,7 @@ static json_object *class_entry(const tune_run *r, const mha_shape_class *cl, do
     json_object_object_add(e, "winner", choice_json(r->kr[wi].k, &r->kr[wi].best));
     json_object_object_add(e, "runner_up",
                            ri >= 0 ? choice_json(r->kr[ri].k, &r->kr[ri].best) : NULL);
+    json_object_object_add(e, "tie", json_object_new_boolean(winner_ties(r, wi, ri)));
     if (dkern && dp->status == 1) json_object_object_add(e, "default", choice_json(dkern, dp));
     return e;
 }
@@ -875,7 +899,9 @@ static void print_class_line(const tune_run *r, int wi, int ri, const point *dp)
     const kernel_result *w = &r->kr[wi];
     printf("%-27s %-13s bq %3d bk %4d split %d %8.1f GFLOP/s", r->tx.cls, mha_kernel_name(w->k),
            w->best.bq, w->best.bk, w->best.split, w->best.gflops);
-    if (ri >= 0) printf("  | %-13s %8.1f", mha_kernel_name(r->kr[ri].k), r->kr[ri].best.gflops);
+    if (ri >= 0)
+        printf("  |%s %-13s %8.1f", winner_ties(r, wi, ri) ? " tie" : "",
+               mha_kernel_name(r->kr[ri].k), r->kr[ri].best.gflops);
     if (dp->status == 1)
         printf("  | default bq %3d bk %4d %8.1f (%+.1f%%)", dp->bq, dp->bk, dp->gflops,
                dp->gflops > 0 ? (w->best.gflops / dp->gflops - 1) * 100 : 0.0);

@@ -210,6 +210,11 @@ typedef struct {
     machine_level level; /* where its K/V working set fits (decode rows) */
     int warmed;
     int group; /* index of its (shape, threads) group */
+    /* Set on an explicit row that is also what `auto` runs here (the same
+     * kernel, knobs, shape and threads): auto is not measured a second time
+     * but points at this row; auto_label says what mha_select chose. */
+    int auto_same;
+    char auto_label[160];
     /* results (iteration rows) */
     double *gflops;
     int nres, cap;
@@ -362,6 +367,21 @@ static double bench_median(bench *b) {
 
 static void print_summary(bench *benches, int nbench, int ngroups) {
     printf("\nsummary: the fastest kernel per shape (median GFLOP/s over repetitions)\n");
+    /* the fastest rate per group, to flag a thread count slower than 1 thread */
+    double *group_best =
+        xrealloc_or_exit(NULL, (size_t)(ngroups ? ngroups : 1), sizeof(double), "sweep");
+    int *group_one = xrealloc_or_exit(NULL, (size_t)(ngroups ? ngroups : 1), sizeof(int), "sweep");
+    for (int g = 0; g < ngroups; g++) group_best[g] = 0, group_one[g] = -1;
+    for (int i = 0; i < nbench; i++) {
+        const bench *b = &benches[i];
+        if (b->nres && !b->is_auto && bench_median((bench *)b) > group_best[b->group])
+            group_best[b->group] = bench_median((bench *)b);
+    }
+    for (int i = 0; i < nbench; i++) /* the 1-thread group of the same shape */
+        for (int j = 0; j < nbench; j++)
+            if (benches[j].threads == 1 && benches[i].threads > 1 &&
+                memcmp(&benches[j].s, &benches[i].s, sizeof(shape)) == 0)
+                group_one[benches[i].group] = benches[j].group;
     printf("%-44s %7s  %-14s %9s %7s %9s %9s\n", "shape", "threads", "fastest", "GFLOP/s", "%peak",
            "vs naive", "vs blas");
     /* `auto` (mha_select per shape) is not a candidate: its rate is shown as a
@@ -405,8 +425,22 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
                    machine_level_name(best->level));
         if (autob)
             printf("  auto %.1f%% of it [%s]", 100.0 * bench_median(autob) / best_gf, autob->label);
+        for (int i = 0; i < nbench && !autob; i++) {
+            const bench *b = &benches[i];
+            if (b->group != g || !b->auto_same) continue;
+            if (b == best)
+                printf("  auto = this row [%s]", b->auto_label);
+            else if (b->nres)
+                printf("  auto = the %s row, %.1f%% of it [%s]", mha_kernel_name(b->k),
+                       100.0 * bench_median((bench *)b) / best_gf, b->auto_label);
+        }
+        const int one = group_one[g];
+        if (one >= 0 && group_best[one] > 0 && best_gf < group_best[one])
+            printf("  SLOWER than 1 thread (%.1f GFLOP/s)", group_best[one]);
         printf("\n");
     }
+    free(group_best);
+    free(group_one);
 }
 
 /* ---- option parsing --------------------------------------------------------- */
@@ -486,8 +520,41 @@ typedef struct {
 /* The benchmarks, grouped by (shape, threads), estimated and maybe skipped
  * (each skip a note in skipped). Returns the array (*nbench of them, in
  * *ngroups groups). */
+/* Each distinct (kernel, knobs, shape, threads) is measured once: an `auto`
+ * row whose choice equals an explicit row of its group (options resolved the
+ * one way, mha_resolve_options) is dropped and that row marked; aliases gets
+ * "auto/<shape> = <row name>" for the result's context. Returns the count. */
+static int fold_auto(bench *benches, int nbench, note_list *aliases) {
+    for (int i = 0; i < nbench; i++) {
+        bench *a = &benches[i];
+        if (!a->is_auto) continue;
+        const mha_problem p = meas_problem(&a->s);
+        mha_options ra, rb;
+        if (mha_resolve_options(a->k, &p, &a->opts, &ra) != MHA_OK) continue;
+        for (int j = 0; j < nbench; j++) {
+            bench *b = &benches[j];
+            if (b->is_auto || b->group != a->group || b->k != a->k ||
+                mha_resolve_options(b->k, &p, &b->opts, &rb) != MHA_OK)
+                continue;
+            if (ra.block_q != rb.block_q || ra.block_kv != rb.block_kv || ra.split != rb.split ||
+                mha_resolve_threads(&ra) != mha_resolve_threads(&rb))
+                continue;
+            b->auto_same = 1;
+            snprintf(b->auto_label, sizeof b->auto_label, "%s", a->label);
+            note_add(aliases, "%s = %s", a->name, b->name);
+            a->is_auto = -1; /* dropped below */
+            break;
+        }
+    }
+    int o = 0;
+    for (int i = 0; i < nbench; i++)
+        if (benches[i].is_auto >= 0) benches[o++] = benches[i];
+    return o;
+}
+
 static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshapes,
-                           note_list *skipped, int *nbench_out, int *ngroups_out) {
+                           note_list *skipped, note_list *aliases, int *nbench_out,
+                           int *ngroups_out) {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     const double mem_limit = pages > 0 && page > 0 ? 0.5 * (double)pages * (double)page : 1e12;
     int nbench = 0, ngroups = 0;
@@ -593,6 +660,7 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
                 nbench++;
             }
         }
+    nbench = fold_auto(benches, nbench, aliases);
     *nbench_out = nbench;
     *ngroups_out = ngroups;
     return benches;
@@ -1153,13 +1221,13 @@ int cmd_sweep(int argc, char **argv) {
     double rate[MAX_KERNELS];
     const char *binding = measure_machine(&a, &pr, &x, all, kernels, nk, &rm, rate);
 
-    note_list skipped = {0}, notes = {0};
+    note_list skipped = {0}, notes = {0}, aliases = {0};
     int nshapes = 0, nbench = 0, ngroups = 0, exit_code = 0;
     shape *shapes = build_shapes(&a, &pr, &x, &notes, &nshapes);
     const bench_plan plan = {
         &pr, kernels,       rate,    nk, x.threads, x.nthreads, a.kernel_list != NULL,
         &rm, a.max_seconds, min_time};
-    bench *benches = plan_benches(&plan, shapes, nshapes, &skipped, &nbench, &ngroups);
+    bench *benches = plan_benches(&plan, shapes, nshapes, &skipped, &aliases, &nbench, &ngroups);
     free(shapes);
     for (int i = 0; i < notes.n; i++) printf("note: %s\n", notes.items[i].text);
     if (nbench == 0) {
@@ -1182,6 +1250,17 @@ int cmd_sweep(int argc, char **argv) {
     mha_gbench_add_context("mha_max_seconds", buf);
     snprintf(buf, sizeof buf, "%d", skipped.n);
     mha_gbench_add_context("mha_skipped", buf);
+    /* auto rows not measured twice: "auto/<shape> = <row>; ..." (or none) */
+    size_t alen = 8;
+    for (int i = 0; i < aliases.n; i++) alen += strlen(aliases.items[i].text) + 2;
+    char *ajoin = xrealloc_or_exit(NULL, alen, 1, "sweep");
+    ajoin[0] = '\0';
+    for (int i = 0; i < aliases.n; i++) {
+        if (i) strcat(ajoin, "; ");
+        strcat(ajoin, aliases.items[i].text);
+    }
+    mha_gbench_add_context("mha_auto_rows", aliases.n ? ajoin : "none");
+    free(ajoin);
 
     run_state rs;
     double t0;
@@ -1200,6 +1279,7 @@ done:
     free(benches);
     note_free(&skipped);
     note_free(&notes);
+    note_free(&aliases);
     meas_pool_release(&g_pool);
     mha_gbench_clear();
     return exit_code;

@@ -621,10 +621,12 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
                 b->flops = s->layer ? mha_forward_flops(&lay, &lsh) : mha_problem_flops(&p);
                 b->kv_bytes = 2.0 * (double)meas_elems_kv(s) * sizeof(float);
                 b->peak = results_kernel_peak(pl->rm, b->k) * b->threads;
-                /* decode reads K and V once per call: judged against the
-                 * bandwidth of the level that working set fits */
+                /* decode reads K and V once per call: judged against a plain
+                 * read of the same bytes at the same thread count (where
+                 * that working set lives), its level named */
                 b->level = machine_level_of(&pl->rm->m, b->kv_bytes, b->threads);
-                b->bw = results_level_bw(pl->rm, b->level, b->threads);
+                b->bw = b->s.nq == 1 && !s->layer ? results_read_bw_at(b->kv_bytes, b->threads)
+                                                  : results_level_bw(pl->rm, b->level, b->threads);
                 mha_options o = b->opts;
                 size_t ws = 0;
                 if ((s->layer ? mha_forward_workspace_size(b->k, &lay, &lsh, &o, &ws)

@@ -56,6 +56,21 @@ double results_level_bw(const results_machine *rm, machine_level level, int thre
     return one + f * (all - one);
 }
 
+double results_read_bw_at(double bytes, int threads) {
+    enum { CACHE = 32 };
+    typedef struct {
+        double bytes, gbs;
+        int threads;
+    } bw_at;
+    static bw_at cache[CACHE];
+    static int n;
+    for (int i = 0; i < n; i++)
+        if (cache[i].bytes == bytes && cache[i].threads == threads) return cache[i].gbs;
+    const double gbs = machine_read_bandwidth_bytes(threads, (size_t)bytes, 0.1);
+    if (n < CACHE) cache[n++] = (bw_at){bytes, gbs, threads};
+    return gbs;
+}
+
 int results_bind_threads(int threads) {
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) != 0) {

@@ -38,6 +38,11 @@ double results_kernel_peak(const results_machine *rm, const mha_kernel *k);
  * for 1, the all-core one otherwise, scaled down linearly below the all-core
  * count. */
 double results_level_bw(const results_machine *rm, machine_level level, int threads);
+/* Read bandwidth (GB/s) of a plain two-stream read of `bytes` with `threads`
+ * threads: the roofline of a kernel that streams that working set (it lands
+ * where the working set lives, partly cached sizes included). Measured once
+ * per (bytes, threads) per process, about 0.1 s; call it outside timing. */
+double results_read_bw_at(double bytes, int threads);
 
 /* Pins OpenMP threads one per hwloc core (round robin when threads > cores):
  * each thread of a `threads`-wide parallel region binds itself, so the

@@ -214,6 +214,20 @@ double machine_read_bandwidth(const machine_info *m, int threads, double seconds
                                         seconds_budget);
 }
 
+/* Reads p[0..n) as two interleaved streams (its halves, 4 KiB at a time), as
+ * decode reads K and V: one stream per thread leaves misses out of flight
+ * that a two-stream reader gets (one-stream DRAM probe 34.2 GB/s against a
+ * decode at 38.5 GB/s, 2 threads, Zen 4 VM). */
+static uint64_t read_two_streams(uint64_t (*sum)(const uint64_t *, size_t), const uint64_t *p,
+                                 size_t n) {
+    enum { CHUNK = 512 }; /* words: 4 KiB */
+    const size_t half = n / 2;
+    uint64_t t = 0;
+    size_t i = 0;
+    for (; i + CHUNK <= half; i += CHUNK) t += sum(p + i, CHUNK) + sum(p + half + i, CHUNK);
+    return t + sum(p + i, half - i) + sum(p + half + i, n - half - i);
+}
+
 double machine_read_bandwidth_bytes(int threads, size_t bytes, double seconds_budget) {
     if (threads <= 0) threads = omp_get_num_procs();
     if (!(seconds_budget > 0)) seconds_budget = 0.05;
@@ -249,7 +263,7 @@ double machine_read_bandwidth_bytes(int threads, size_t bytes, double seconds_bu
         for (int pass = 0; !stop; pass++) {
 #pragma omp single
             t0 = now_s();
-            for (int r = 0; r < reps; r++) total += sum_slice(buf + lo, hi - lo);
+            for (int r = 0; r < reps; r++) total += read_two_streams(sum_slice, buf + lo, hi - lo);
 #pragma omp barrier
 #pragma omp single
             {

@@ -161,7 +161,7 @@ static mha_status make_input(const check_case *c, int64_t H, int64_t N, float **
                                                : gain * uniform_pm1(rng);
                 }
     *buf = p;
-    *view = (mha_tensor){p, s.sb, s.sh, s.sn};
+    *view = (mha_tensor){.data = p, .stride_b = s.sb, .stride_h = s.sh, .stride_n = s.sn};
     return MHA_OK;
 }
 
@@ -173,7 +173,8 @@ static double max_row_norm(const mha_tensor *t, int64_t B, int64_t H, int64_t N,
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < N; i++) {
                 double s = 0;
-                const float *r = t->data + b * t->stride_b + h * t->stride_h + i * t->stride_n;
+                const float *r =
+                    (const float *)t->data + b * t->stride_b + h * t->stride_h + i * t->stride_n;
                 for (int64_t k = 0; k < d; k++)
                     if (isfinite(r[k])) s += (double)r[k] * r[k];
                 best = s > best ? s : best;
@@ -252,8 +253,9 @@ mha_status check_prepare(const check_case *c, uint64_t case_seed, check_data *d)
         for (int64_t g = 0; g < p->kv_heads; g++)
             for (int64_t j = 0; j < p->seq_kv; j++)
                 for (int64_t k = 0; k < p->head_dim; k++) {
-                    const double a = fabs(d->vv.data[b * d->vv.stride_b + g * d->vv.stride_h +
-                                                     j * d->vv.stride_n + k]);
+                    const double a =
+                        fabs(((const float *)d->vv.data)[b * d->vv.stride_b + g * d->vv.stride_h +
+                                                         j * d->vv.stride_n + k]);
                     d->mag = a > d->mag ? a : d->mag;
                 }
     const double smax = (double)mha_problem_scale(p) *
@@ -330,7 +332,8 @@ int check_kernel_opts(const mha_kernel *k, const check_data *d, const mha_option
     }
     if (ws) memset(ws, 0xff, ws_bytes);
     const strides s = layout_strides(d->c.layout, p->batch, p->heads, p->seq_q, p->head_dim);
-    const mha_tensor_mut ov = {buf + GUARD, s.sb, s.sh, s.sn};
+    const mha_tensor_mut ov = {
+        .data = buf + GUARD, .stride_b = s.sb, .stride_h = s.sh, .stride_n = s.sn};
 
     struct sigaction sa, old[4];
     const int sigs[4] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE};
@@ -361,7 +364,7 @@ int check_kernel_opts(const mha_kernel *k, const check_data *d, const mha_option
             for (int64_t h = 0; h < p->heads; h++)
                 for (int64_t i = 0; i < p->seq_q; i++)
                     for (int64_t c = 0; c < p->head_dim; c++) {
-                        float *e = ov.data + b * s.sb + h * s.sh + i * s.sn + c;
+                        float *e = (float *)ov.data + b * s.sb + h * s.sh + i * s.sn + c;
                         const double want =
                             d->ref[((b * p->heads + h) * p->seq_q + i) * p->head_dim + c];
                         double err = fabs((double)*e - want);

@@ -144,7 +144,7 @@ int cmd_profile(int argc, char **argv) {
     const mha_kernel *k = lookup_kernel(kname);
     results_bind_threads(mha_resolve_threads(&(mha_options){.threads = (int)T})); /* as sweep */
     if (!k) return EXIT_USAGE;
-    const mha_problem p = {B, H, G ? G : H, N, M ? M : N, d, causal, 0.0f};
+    const mha_problem p = {B, H, G ? G : H, N, M ? M : N, d, causal, 0.0f, MHA_F32, MHA_F32};
     const mha_options o = {
         .threads = (int)T, .block_q = (int)BQ, .block_kv = (int)BK, .split = (int)SP};
     size_t ws_bytes;

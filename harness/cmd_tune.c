@@ -1194,7 +1194,8 @@ int cmd_recommend(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (!check_isa_env()) return EXIT_USAGE;
-    const mha_problem p = {batch, heads, kv_heads, seq, seq_kv, dim, causal, 0.0f};
+    const mha_problem p = {batch, heads,  kv_heads, seq,     seq_kv,
+                           dim,   causal, 0.0f,     MHA_F32, MHA_F32};
     const mha_options o = {.threads = (int)threads};
     mha_selection sel;
     if (mha_select(&p, &o, &sel) != MHA_OK) {

@@ -33,7 +33,7 @@ void meas_pool_release(meas_pool *m) {
 }
 
 mha_problem meas_problem(const meas_shape *s) {
-    mha_problem p = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, 0.0f};
+    mha_problem p = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, 0.0f, MHA_F32, MHA_F32};
     return p;
 }
 

@@ -50,6 +50,35 @@ MHA_API mha_isa mha_isa_detected(void); /* best ISA the CPU + OS support */
 MHA_API mha_isa mha_isa_active(void);
 MHA_API mha_status mha_isa_env_status(void);
 
+/* ---- element types ---------------------------------------------------------- */
+/* What a tensor's elements are. Q, K, V and O are fp32, bf16 or fp16 (the
+ * problem's dtype); a KV cache may also be stored as int8 with one fp32 scale
+ * per (batch, KV head, token) row: value = int8 * scale (the symmetric
+ * per-token quantisation serving engines use). Whatever the storage, kernels
+ * accumulate and run the softmax in fp32. MHA_F32 is 0, so zero-initialised
+ * problems and views are fp32. */
+typedef enum { MHA_F32 = 0, MHA_BF16 = 1, MHA_F16 = 2, MHA_I8 = 3 } mha_dtype;
+#define MHA_DTYPE_COUNT 4
+#define MHA_DTYPE_BIT(t) (1u << (t))
+
+MHA_API const char *mha_dtype_name(mha_dtype t); /* "fp32", "bf16", "fp16", "int8" */
+/* Accepts the names above and the aliases f32, float32, float16, f16, i8. */
+MHA_API mha_status mha_dtype_parse(const char *s, mha_dtype *out);
+MHA_API size_t mha_dtype_size(mha_dtype t); /* bytes per element: 4, 2, 2, 1; 0 if unknown */
+
+/* Conversions of n contiguous elements. To fp32 is exact (int8 takes one
+ * scale for all n); from fp32 rounds to nearest even (NaN stays NaN, overflow
+ * gives Inf as IEEE conversion does). Used by the file readers, the CLI and
+ * tests; the kernels convert in their own loops. */
+MHA_API void mha_convert_to_f32(mha_dtype t, const void *src, float *dst, size_t n);
+MHA_API void mha_convert_from_f32(mha_dtype t, const float *src, void *dst, size_t n);
+/* Symmetric per-row int8 quantisation: for each of rows rows of n floats
+ * (row stride ld_src), scale = max|x| / 127 (1 for an all-zero row) and
+ * q = round(x / scale) clamped to [-127, 127]; a non-finite row max makes
+ * that row's scale NaN (it propagates like NaN data would). */
+MHA_API void mha_quantize_rows_i8(const float *src, int64_t rows, int64_t n, int64_t ld_src,
+                                  int8_t *dst, int64_t ld_dst, float *scales);
+
 /* ---- problem and tensors --------------------------------------------------- */
 typedef struct {
     int64_t batch;
@@ -58,20 +87,31 @@ typedef struct {
     int64_t seq_q;
     int64_t seq_kv;
     int64_t head_dim;
-    int causal;  /* bottom-right aligned: query i sees key j iff j <= i + (seq_kv - seq_q) */
-    float scale; /* 0 means 1/sqrt(head_dim) */
+    int causal;         /* bottom-right aligned: query i sees key j iff j <= i + (seq_kv - seq_q) */
+    float scale;        /* 0 means 1/sqrt(head_dim) */
+    mha_dtype dtype;    /* Q and O (and K/V unless kv_dtype says otherwise): fp32, bf16, fp16 */
+    mha_dtype kv_dtype; /* K and V storage; 0 (MHA_F32) = the problem's dtype, else bf16,
+                           fp16 or int8 (an fp32 cache under bf16 queries is not offered) */
 } mha_problem;
 
 /* A strided 4-D view [batch][head][seq][head_dim]; head_dim is contiguous and
- * the strides are in elements. [B,H,N,d] and [B,N,H*d] are both views. */
+ * the strides are in elements of the view's dtype. [B,H,N,d] and [B,N,H*d]
+ * are both views. An int8 view also points at its scales: one float per
+ * (b, h, n) row at scale + b*scale_stride_b + h*scale_stride_h +
+ * n*scale_stride_n. Views made by the constructors below are fp32; set
+ * .dtype (and the scales) for others, or use mha_view_typed. */
 typedef struct {
-    const float *data;
+    const void *data;
     int64_t stride_b, stride_h, stride_n;
+    mha_dtype dtype;
+    const float *scale; /* MHA_I8 only */
+    int64_t scale_stride_b, scale_stride_h, scale_stride_n;
 } mha_tensor;
 
 typedef struct {
-    float *data;
+    void *data;
     int64_t stride_b, stride_h, stride_n;
+    mha_dtype dtype; /* fp32, bf16 or fp16: the problem's dtype */
 } mha_tensor_mut;
 
 /* Contiguous [B,H,N,d] and interleaved [B,N,H,d] (= [B,N,H*d]) views. */
@@ -79,11 +119,20 @@ MHA_API mha_tensor mha_view_bhnd(const float *data, int64_t heads, int64_t seq, 
 MHA_API mha_tensor mha_view_bnhd(const float *data, int64_t heads, int64_t seq, int64_t head_dim);
 MHA_API mha_tensor_mut mha_view_bhnd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim);
 MHA_API mha_tensor_mut mha_view_bnhd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim);
+/* A contiguous [B,H,N,d] view of another dtype; scale (int8 only, else NULL)
+ * is a contiguous [B,H,N] array. */
+MHA_API mha_tensor mha_view_typed(const void *data, mha_dtype t, const float *scale, int64_t heads,
+                                  int64_t seq, int64_t head_dim);
+MHA_API mha_tensor_mut mha_view_typed_mut(void *data, mha_dtype t, int64_t heads, int64_t seq,
+                                          int64_t head_dim);
+/* The storage type of K and V (kv_dtype, or dtype when kv_dtype is 0). */
+MHA_API mha_dtype mha_problem_kv_dtype(const mha_problem *p);
 
 /* Effective scale (resolves scale == 0). */
 MHA_API float mha_problem_scale(const mha_problem *p);
-/* Rejects dims <= 0, kv_heads not dividing heads, non-finite scale and element
- * or byte counts that overflow. */
+/* Rejects dims <= 0, kv_heads not dividing heads, non-finite scale, a dtype
+ * that is not fp32/bf16/fp16 (int8 is a kv_dtype only) and element or byte
+ * counts that overflow. */
 MHA_API mha_status mha_problem_validate(const mha_problem *p);
 /* FLOPs by the DESIGN convention: 4*d per (query, key) pair the mask allows. */
 MHA_API double mha_problem_flops(const mha_problem *p);
@@ -118,6 +167,13 @@ MHA_API const char *mha_kernel_summary(const mha_kernel *k);
 /* MHA_OK if the kernel runs here (its ISA <= mha_isa_active()), else
  * MHA_EUNSUPPORTED with a message naming the missing ISA. */
 MHA_API mha_status mha_kernel_supported(const mha_kernel *k);
+/* The element types a kernel takes (the dtype columns of the kernel list), as
+ * MHA_DTYPE_BIT masks: for Q/O (the problem's dtype) and for the K/V storage.
+ * Any combination of one from each runs. */
+MHA_API unsigned mha_kernel_dtypes(const mha_kernel *k);
+MHA_API unsigned mha_kernel_kv_dtypes(const mha_kernel *k);
+/* MHA_OK if k takes p's dtypes, else MHA_EUNSUPPORTED naming them. */
+MHA_API mha_status mha_kernel_takes(const mha_kernel *k, const mha_problem *p);
 
 /* What a kernel can do: the traits column of the kernel list
  * (variants/kernels.inc). Code outside the registry asks these; it never
@@ -158,14 +214,18 @@ MHA_API void *mha_alloc(size_t bytes);
 MHA_API void mha_free(void *ptr);
 
 /* The attention core: out = softmax(scale * q k^T + mask) v per (batch, head).
- * q: [B,H,Nq,d], k/v: [B,kv_heads,Nkv,d], out: [B,H,Nq,d], all as views.
+ * q: [B,H,Nq,d], k/v: [B,kv_heads,Nkv,d], out: [B,H,Nq,d], all as views;
+ * q and out of the problem's dtype, k and v of its kv dtype (a view of
+ * another dtype is MHA_EINVAL, a dtype the kernel does not take
+ * MHA_EUNSUPPORTED).
  * workspace: MHA_WORKSPACE_ALIGN aligned, at least mha_workspace_size bytes.
  * Never allocates, prints or locks. */
 MHA_API mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
                               const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
                               const mha_tensor_mut *out, void *workspace, size_t workspace_size);
 
-/* The float64 oracle: the same math in double, never optimised. out is a
+/* The float64 oracle: the same math in double, never optimised, on the
+ * inputs exactly as stored (bf16/fp16 values, int8 * scale). out is a
  * contiguous [B,H,Nq,d] double array. Allocates its own scratch. */
 MHA_API mha_status mha_reference(const mha_problem *p, const mha_tensor *q, const mha_tensor *k,
                                  const mha_tensor *v, double *out);

@@ -153,7 +153,7 @@ static void test_grouped_layer(void **state) {
           *Vf = malloc(B * Nkv * dkv * 4);
     for (int64_t i = 0; i < B * Nq * dm; i++) Qf[i] = (float)Q[i];
     for (int64_t i = 0; i < B * Nkv * dkv; i++) Kf[i] = (float)K[i], Vf[i] = (float)V[i];
-    const mha_problem p = {B, H, G, Nq, Nkv, dk, 1, 0.0f};
+    const mha_problem p = {B, H, G, Nq, Nkv, dk, 1, 0.0f, MHA_F32, MHA_F32};
     const mha_tensor qv = mha_view_bnhd(Qf, H, Nq, dk), kv = mha_view_bnhd(Kf, G, Nkv, dk),
                      vv = mha_view_bnhd(Vf, G, Nkv, dk);
     double *Ahd = malloc(B * H * Nq * dk * 8);

@@ -62,7 +62,7 @@ static const char *write_file(const char *name, const char *text) {
     return path;
 }
 
-static const mha_problem P1024 = {1, 8, 8, 1024, 1024, 64, 0, 0.0f};
+static const mha_problem P1024 = {1, 8, 8, 1024, 1024, 64, 0, 0.0f, MHA_F32, MHA_F32};
 
 /* A table for this CPU (or the given key / ISA) with one class entry. */
 static const char *table_text(const char *key, const char *isa, const char *cls, const char *winner,
@@ -110,7 +110,7 @@ static void test_default_blocks(void **state) {
         assert_true(w >= 1);
         for (size_t a = 0; a < 4; a++)
             for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
-                const mha_problem p = {1, 8, 8, 8192, 8192, dims[i], 1, 0.0f};
+                const mha_problem p = {1, 8, 8, 8192, 8192, dims[i], 1, 0.0f, MHA_F32, MHA_F32};
                 int bq = -1, bk = -1;
                 mha_default_blocks(&p, models[a], (mha_isa)isa, 1, &bq, &bk);
                 assert_in_range(bq, w, 512);
@@ -123,7 +123,7 @@ static void test_default_blocks(void **state) {
                 assert_int_equal(bk, bk2);
             }
         /* Tiny problems: clamped to the problem, never 0. */
-        const mha_problem tiny = {1, 1, 1, 1, 3, 64, 0, 0.0f};
+        const mha_problem tiny = {1, 1, 1, 1, 3, 64, 0, 0.0f, MHA_F32, MHA_F32};
         int bq, bk;
         mha_default_blocks(&tiny, FLASH, (mha_isa)isa, 1, &bq, &bk);
         assert_int_equal(bq, 1);
@@ -139,15 +139,15 @@ static void test_default_blocks(void **state) {
     assert_in_range(l1, 16 * 1024, 256 * 1024);
     assert_in_range(l2, 128 * 1024, 8 * 1024 * 1024);
     for (int64_t d = 32; d <= 128; d *= 2) {
-        const mha_problem p = {1, 8, 8, 4096, 4096, d, 0, 0.0f};
+        const mha_problem p = {1, 8, 8, 4096, 4096, d, 0, 0.0f, MHA_F32, MHA_F32};
         int bq, bk;
         mha_default_blocks(&p, FLASH, MHA_ISA_AVX512, 1, &bq, &bk);
         assert_true((uint64_t)(2 * d + bk) * (uint64_t)bq * 4 <= l2 / 2);
     }
     /* With threads and few tasks, flash's query blocks shrink (never below two
      * vectors, always whole vectors); tiled and long problems keep theirs. */
-    const mha_problem vit = {1, 12, 12, 197, 197, 64, 0, 0.0f},
-                      big = {1, 32, 32, 2048, 2048, 64, 0, 0.0f};
+    const mha_problem vit = {1, 12, 12, 197, 197, 64, 0, 0.0f, MHA_F32, MHA_F32},
+                      big = {1, 32, 32, 2048, 2048, 64, 0, 0.0f, MHA_F32, MHA_F32};
     int bq1, bq2, bk;
     mha_default_blocks(&vit, FLASH, MHA_ISA_AVX512, 1, &bq1, &bk);
     mha_default_blocks(&vit, FLASH, MHA_ISA_AVX512, 2, &bq2, &bk);
@@ -176,8 +176,8 @@ static const mha_kernel *highest_running(const char *algorithm) {
 
 static void test_default_kernel(void **state) {
     (void)state;
-    const mha_problem decode = {1, 32, 8, 1, 4096, 128, 0, 0.0f},
-                      prefill = {1, 8, 8, 512, 512, 64, 1, 0.0f};
+    const mha_problem decode = {1, 32, 8, 1, 4096, 128, 0, 0.0f, MHA_F32, MHA_F32},
+                      prefill = {1, 8, 8, 512, 512, 64, 1, 0.0f, MHA_F32, MHA_F32};
     assert_non_null(highest_running("decode"));
     assert_non_null(highest_running("flash"));
     assert_ptr_equal(mha_default_kernel(&decode), highest_running("decode"));
@@ -237,11 +237,11 @@ static void test_classes(void **state) {
         mha_class_name(&cl[i], again, sizeof again);
         assert_string_equal(again, names[i]);
     }
-    const mha_problem dec = {2, 8, 8, 1, 3000, 128, 1, 0.0f},
-                      gqa = {2, 8, 2, 1, 3000, 128, 1, 0.0f};
+    const mha_problem dec = {2, 8, 8, 1, 3000, 128, 1, 0.0f, MHA_F32, MHA_F32},
+                      gqa = {2, 8, 2, 1, 3000, 128, 1, 0.0f, MHA_F32, MHA_F32};
     assert_string_equal(class_of(&dec, 1), "decode-d128-kv4096-t1");
     assert_string_equal(class_of(&gqa, 1), "decode-gqa-d128-kv4096-t1");
-    const mha_problem odd = {1, 4, 4, 77, 5000, 63, 1, 0.0f};
+    const mha_problem odd = {1, 4, 4, 77, 5000, 63, 1, 0.0f, MHA_F32, MHA_F32};
     assert_string_equal(class_of(&odd, 8), "dother-kvlong-causal-tall");
 }
 
@@ -313,12 +313,12 @@ static void test_table_match(void **state) {
         assert_string_equal(s2.reason, s.reason);
     }
     /* Another seq bucket of the same class family: the nearest entry. */
-    const mha_problem p300 = {1, 8, 8, 3000, 3000, 64, 0, 0.0f};
+    const mha_problem p300 = {1, 8, 8, 3000, 3000, 64, 0, 0.0f, MHA_F32, MHA_F32};
     select_ok(&p300, 1, &s);
     assert_int_equal(s.source, MHA_CHOICE_TABLE);
     assert_non_null(strstr(s.reason, "nearest"));
     /* A class the table lacks: defaults, and the reason says so. */
-    const mha_problem causal = {1, 8, 8, 1024, 1024, 64, 1, 0.0f};
+    const mha_problem causal = {1, 8, 8, 1024, 1024, 64, 1, 0.0f, MHA_F32, MHA_F32};
     select_ok(&causal, 1, &s);
     assert_int_equal(s.source, MHA_CHOICE_DEFAULT);
     assert_non_null(strstr(s.reason, "no entry"));
@@ -360,7 +360,7 @@ static const char *select_captured(const mha_problem *p, mha_selection *s) {
 static void test_table_foreign(void **state) {
     (void)state;
     const char *winner = "{\"kernel\": \"tiled.scalar\", \"block_q\": 32, \"block_kv\": 128}";
-    const mha_problem p = {1, 8, 8, 1024, 1024, 64, 0, 0.0f};
+    const mha_problem p = {1, 8, 8, 1024, 1024, 64, 0, 0.0f, MHA_F32, MHA_F32};
     const int all = mha_resolve_threads(NULL);
     /* another CPU */
     setenv("MHA_TUNING",

@@ -11,7 +11,7 @@
 
 #include "mha.h"
 
-static const mha_problem good = {2, 4, 2, 5, 7, 8, 1, 0.0f};
+static const mha_problem good = {2, 4, 2, 5, 7, 8, 1, 0.0f, MHA_F32, MHA_F32};
 
 static void expect(const mha_problem *p, mha_status want, const char *needle) {
     assert_int_equal(mha_problem_validate(p), want);
@@ -73,7 +73,7 @@ static void test_attend_arguments(void **state) {
     (void)state;
     const mha_kernel *k = mha_kernel_find("naive");
     float buf[64] = {0}, out[64];
-    const mha_problem p = {1, 1, 1, 2, 2, 4, 0, 0.0f};
+    const mha_problem p = {1, 1, 1, 2, 2, 4, 0, 0.0f, MHA_F32, MHA_F32};
     mha_tensor t = mha_view_bhnd(buf, 1, 2, 4);
     mha_tensor_mut o = mha_view_bhnd_mut(out, 1, 2, 4);
     size_t need = 0;

@@ -94,6 +94,7 @@ mha_status mha_workspace_size(const mha_kernel *k, const mha_problem *p, const m
     if (!k || !bytes) return mha_set_error(MHA_EINVAL, "kernel or bytes is NULL");
     if ((st = mha_problem_validate(p)) != MHA_OK) return st;
     if ((st = check_options(o)) != MHA_OK) return st;
+    if ((st = mha_kernel_takes(k, p)) != MHA_OK) return st;
     const mha_options r = resolve_options(k, p, o);
     size_t n = k->workspace(p, &r, mha_resolve_threads(&r));
     if (n == SIZE_MAX)
@@ -103,23 +104,70 @@ mha_status mha_workspace_size(const mha_kernel *k, const mha_problem *p, const m
     return MHA_OK;
 }
 
-/* Checks one view: data present, strides >= 0, rows of an output do not
- * overlap, and the largest offset fits. */
-static mha_status check_view(const char *what, const float *data, int64_t sb, int64_t sh,
-                             int64_t sn, int64_t B, int64_t H, int64_t N, int64_t d, int is_out) {
+/* Checks one view: data present, the dtype the problem says, scales for
+ * int8, strides >= 0, rows of an output do not overlap, and the largest
+ * offset fits. */
+static mha_status check_view(const char *what, const void *data, mha_dtype t, mha_dtype want,
+                             int64_t sb, int64_t sh, int64_t sn, int64_t B, int64_t H, int64_t N,
+                             int64_t d, int is_out) {
     if (!data) return mha_set_error(MHA_EINVAL, "%s.data is NULL", what);
+    if (t != want)
+        return mha_set_error(MHA_EINVAL, "%s.dtype = %s, but the problem says %s", what,
+                             mha_dtype_name(t), mha_dtype_name(want));
     if (sb < 0 || sh < 0 || sn < 0)
         return mha_set_error(MHA_EINVAL, "%s strides (%lld, %lld, %lld) must be >= 0", what,
                              (long long)sb, (long long)sh, (long long)sn);
     if (is_out && ((N > 1 && sn < d) || (H > 1 && sh < d) || (B > 1 && sb < d)))
         return mha_set_error(MHA_EINVAL, "%s strides (%lld, %lld, %lld) make rows of %lld overlap",
                              what, (long long)sb, (long long)sh, (long long)sn, (long long)d);
-    int64_t off = d - 1, t;
-    if (__builtin_mul_overflow(B - 1, sb, &t) || __builtin_add_overflow(off, t, &off) ||
-        __builtin_mul_overflow(H - 1, sh, &t) || __builtin_add_overflow(off, t, &off) ||
-        __builtin_mul_overflow(N - 1, sn, &t) || __builtin_add_overflow(off, t, &off) ||
-        off > (int64_t)(SIZE_MAX / sizeof(float)))
+    int64_t off = d - 1, t2;
+    if (__builtin_mul_overflow(B - 1, sb, &t2) || __builtin_add_overflow(off, t2, &off) ||
+        __builtin_mul_overflow(H - 1, sh, &t2) || __builtin_add_overflow(off, t2, &off) ||
+        __builtin_mul_overflow(N - 1, sn, &t2) || __builtin_add_overflow(off, t2, &off) ||
+        (uint64_t)off > SIZE_MAX / mha_dtype_size(t))
         return mha_set_error(MHA_EINVAL, "%s strides overflow the address space", what);
+    return MHA_OK;
+}
+
+/* The scales of an int8 view: present, strides >= 0, largest offset fits. */
+static mha_status check_scales(const char *what, const mha_tensor *v, int64_t B, int64_t H,
+                               int64_t N) {
+    if (v->dtype != MHA_I8) return MHA_OK;
+    if (!v->scale) return mha_set_error(MHA_EINVAL, "%s is int8 but %s.scale is NULL", what, what);
+    if (v->scale_stride_b < 0 || v->scale_stride_h < 0 || v->scale_stride_n < 0)
+        return mha_set_error(MHA_EINVAL, "%s scale strides (%lld, %lld, %lld) must be >= 0", what,
+                             (long long)v->scale_stride_b, (long long)v->scale_stride_h,
+                             (long long)v->scale_stride_n);
+    int64_t off = 0, t;
+    if (__builtin_mul_overflow(B - 1, v->scale_stride_b, &t) ||
+        __builtin_add_overflow(off, t, &off) ||
+        __builtin_mul_overflow(H - 1, v->scale_stride_h, &t) ||
+        __builtin_add_overflow(off, t, &off) ||
+        __builtin_mul_overflow(N - 1, v->scale_stride_n, &t) ||
+        __builtin_add_overflow(off, t, &off) || off > (int64_t)(SIZE_MAX / sizeof(float)))
+        return mha_set_error(MHA_EINVAL, "%s scale strides overflow the address space", what);
+    return MHA_OK;
+}
+
+/* Every view of a call against p (shared with the oracle). */
+mha_status mha_check_views(const mha_problem *p, const mha_tensor *q, const mha_tensor *kt,
+                           const mha_tensor *v, const mha_tensor_mut *out) {
+    mha_status st;
+    if (!q || !kt || !v) return mha_set_error(MHA_EINVAL, "a tensor view is NULL");
+    const int64_t B = p->batch, H = p->heads, G = p->kv_heads, d = p->head_dim;
+    const mha_dtype kv = mha_problem_kv_dtype(p);
+    if ((st = check_view("q", q->data, q->dtype, p->dtype, q->stride_b, q->stride_h, q->stride_n, B,
+                         H, p->seq_q, d, 0)) ||
+        (st = check_view("k", kt->data, kt->dtype, kv, kt->stride_b, kt->stride_h, kt->stride_n, B,
+                         G, p->seq_kv, d, 0)) ||
+        (st = check_view("v", v->data, v->dtype, kv, v->stride_b, v->stride_h, v->stride_n, B, G,
+                         p->seq_kv, d, 0)) ||
+        (st = check_scales("k", kt, B, G, p->seq_kv)) ||
+        (st = check_scales("v", v, B, G, p->seq_kv)))
+        return st;
+    if (out && (st = check_view("out", out->data, out->dtype, p->dtype, out->stride_b,
+                                out->stride_h, out->stride_n, B, H, p->seq_q, d, 1)))
+        return st;
     return MHA_OK;
 }
 
@@ -131,17 +179,9 @@ mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_optio
     if ((st = mha_kernel_supported(k)) != MHA_OK) return st;
     if ((st = mha_problem_validate(p)) != MHA_OK) return st;
     if ((st = check_options(o)) != MHA_OK) return st;
-    if (!q || !kt || !v || !out) return mha_set_error(MHA_EINVAL, "a tensor view is NULL");
-    const int64_t B = p->batch, H = p->heads, G = p->kv_heads, d = p->head_dim;
-    if ((st = check_view("q", q->data, q->stride_b, q->stride_h, q->stride_n, B, H, p->seq_q, d,
-                         0)) ||
-        (st = check_view("k", kt->data, kt->stride_b, kt->stride_h, kt->stride_n, B, G, p->seq_kv,
-                         d, 0)) ||
-        (st = check_view("v", v->data, v->stride_b, v->stride_h, v->stride_n, B, G, p->seq_kv, d,
-                         0)) ||
-        (st = check_view("out", out->data, out->stride_b, out->stride_h, out->stride_n, B, H,
-                         p->seq_q, d, 1)))
-        return st;
+    if ((st = mha_kernel_takes(k, p)) != MHA_OK) return st;
+    if (!out) return mha_set_error(MHA_EINVAL, "a tensor view is NULL");
+    if ((st = mha_check_views(p, q, kt, v, out)) != MHA_OK) return st;
     const mha_options r = resolve_options(k, p, o);
     const int threads = mha_resolve_threads(&r);
     const size_t need = k->workspace(p, &r, threads);

@@ -61,10 +61,10 @@ mha_status mha_blas_run(const mha_problem *p, const mha_options *o, int threads,
         const int64_t b = bh / H, h = bh % H, g = h / group;
         char *ws = (char *)workspace + (size_t)omp_get_thread_num() * pt;
         float *St = (float *)ws, *m = (float *)(ws + s_bytes), *l = m + nqp;
-        const float *qh = q->data + b * q->stride_b + h * q->stride_h;
-        const float *kh = k->data + b * k->stride_b + g * k->stride_h;
-        const float *vh = v->data + b * v->stride_b + g * v->stride_h;
-        float *oh = out->data + b * out->stride_b + h * out->stride_h;
+        const float *qh = (const float *)q->data + b * q->stride_b + h * q->stride_h;
+        const float *kh = (const float *)k->data + b * k->stride_b + g * k->stride_h;
+        const float *vh = (const float *)v->data + b * v->stride_b + g * v->stride_h;
+        float *oh = (float *)out->data + b * out->stride_b + h * out->stride_h;
 
         /* S^T [Nkv][nqp] = K Q^T, in log2 units; padding columns are zero. */
         for (int64_t j = 0; j < Nkv; j++)

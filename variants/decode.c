@@ -177,13 +177,14 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
     int64_t end[DEC_RB];
     for (int r = 0; r < R; r++) {
         const int64_t rr = r0 + r, h = g * x->group + rr / Nq, i = rr % Nq;
-        qrow[r] = x->q->data + b * x->q->stride_b + h * x->q->stride_h + i * x->q->stride_n;
+        qrow[r] = (const float *)x->q->data + b * x->q->stride_b + h * x->q->stride_h +
+                  i * x->q->stride_n;
         end[r] = mha_kv_end(p, i);
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
-    const float *kh = x->k->data + b * x->k->stride_b + g * x->k->stride_h;
-    const float *vh = x->v->data + b * x->v->stride_b + g * x->v->stride_h;
+    const float *kh = (const float *)x->k->data + b * x->k->stride_b + g * x->k->stride_h;
+    const float *vh = (const float *)x->v->data + b * x->v->stride_b + g * x->v->stride_h;
     const int64_t pf = DEC_PF_BYTES / (d * (int64_t)sizeof(float)) > 4
                            ? DEC_PF_BYTES / (d * (int64_t)sizeof(float))
                            : 4;
@@ -278,8 +279,8 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     dst[d + 1] = l[r];
                 } else {
                     const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
-                    float *orow =
-                        out->data + b * out->stride_b + h * out->stride_h + i * out->stride_n;
+                    float *orow = (float *)out->data + b * out->stride_b + h * out->stride_h +
+                                  i * out->stride_n;
                     k_store_normalized(1, d, ob + r * dp, dp, &l[r], mha_rows_blind(p, i, 1), orow,
                                        out->stride_n);
                 }
@@ -307,7 +308,8 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     for (int64_t c = 0; c < d; c++) acc[c] += w * src[c];
                 }
                 const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
-                float *orow = out->data + b * out->stride_b + h * out->stride_h + i * out->stride_n;
+                float *orow =
+                    (float *)out->data + b * out->stride_b + h * out->stride_h + i * out->stride_n;
                 k_store_normalized(1, d, acc, dp, &lsum, mha_rows_blind(p, i, 1), orow,
                                    out->stride_n);
             }

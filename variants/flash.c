@@ -74,11 +74,11 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
     float *Qt = (float *)ws, *St = (float *)(ws + L->qt), *Ob = (float *)(ws + L->qt + L->st);
     float *m = (float *)(ws + L->qt + L->st + L->ob), *l = m + L->vec / sizeof(float),
           *alpha = l + L->vec / sizeof(float), *bsum = alpha + L->vec / sizeof(float);
-    const float *qh = x->q->data + b * x->q->stride_b + h * x->q->stride_h;
-    const float *kh = x->k->data + b * x->k->stride_b + g * x->k->stride_h;
-    const float *vh = x->v->data + b * x->v->stride_b + g * x->v->stride_h;
+    const float *qh = (const float *)x->q->data + b * x->q->stride_b + h * x->q->stride_h;
+    const float *kh = (const float *)x->k->data + b * x->k->stride_b + g * x->k->stride_h;
+    const float *vh = (const float *)x->v->data + b * x->v->stride_b + g * x->v->stride_h;
     const int64_t skn = x->k->stride_n, svn = x->v->stride_n;
-    float *oh = x->out->data + b * x->out->stride_b + h * x->out->stride_h;
+    float *oh = (float *)x->out->data + b * x->out->stride_b + h * x->out->stride_h;
 
     const int64_t i0 = qb * L->bq, n = p->seq_q - i0 < L->bq ? p->seq_q - i0 : L->bq;
     const int64_t ncols = (n + VW - 1) / VW * VW;

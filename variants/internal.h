@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "mha.h"
+#include "dtype.h"
 #include "ops.h"
 
 /* The one kernel signature. Arguments are validated by mha_attend before the
@@ -24,17 +25,23 @@ struct mha_kernel {
     mha_isa isa;
     unsigned traits; /* MHA_KT_* */
     int rank;
+    unsigned dtypes, kv_dtypes; /* MHA_DTYPE_BIT masks */
     const char *summary;
     mha_attend_fn run;
     mha_workspace_fn workspace;
 };
 
-#define MHA_KERNEL(name, alg, isa, sym, traits, rank, summary)                                                   \
+#define MHA_KERNEL(name, alg, isa, sym, traits, rank, dtypes, kv_dtypes, summary)                  \
     mha_status sym##_run(const mha_problem *, const mha_options *, int, const mha_tensor *,        \
                          const mha_tensor *, const mha_tensor *, const mha_tensor_mut *, void *);  \
     size_t sym##_workspace(const mha_problem *, const mha_options *, int);
 #include "kernels.inc"
 #undef MHA_KERNEL
+
+/* Checks the views of a call against p: present, of the problem's dtypes
+ * (k, v: its kv dtype), int8 scales present, strides sane (out may be NULL). */
+mha_status mha_check_views(const mha_problem *p, const mha_tensor *q, const mha_tensor *kt,
+                           const mha_tensor *v, const mha_tensor_mut *out);
 
 /* Sets this thread's detailed error message and returns st. */
 mha_status mha_set_error(mha_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

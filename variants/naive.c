@@ -27,10 +27,10 @@ mha_status mha_naive_run(const mha_problem *p, const mha_options *o, int threads
     for (int64_t bh = 0; bh < pairs; bh++) {
         const int64_t b = bh / H, h = bh % H, g = h / group;
         float *S = (float *)((char *)workspace + (size_t)omp_get_thread_num() * per_thread);
-        const float *qh = q->data + b * q->stride_b + h * q->stride_h;
-        const float *kh = k->data + b * k->stride_b + g * k->stride_h;
-        const float *vh = v->data + b * v->stride_b + g * v->stride_h;
-        float *oh = out->data + b * out->stride_b + h * out->stride_h;
+        const float *qh = (const float *)q->data + b * q->stride_b + h * q->stride_h;
+        const float *kh = (const float *)k->data + b * k->stride_b + g * k->stride_h;
+        const float *vh = (const float *)v->data + b * v->stride_b + g * v->stride_h;
+        float *oh = (float *)out->data + b * out->stride_b + h * out->stride_h;
 
         /* S = scale * Q K^T, masked entries -inf. */
         for (int64_t i = 0; i < Nq; i++) {

@@ -6,16 +6,52 @@
 #include "internal.h"
 
 mha_tensor mha_view_bhnd(const float *data, int64_t heads, int64_t seq, int64_t head_dim) {
-    return (mha_tensor){data, heads * seq * head_dim, seq * head_dim, head_dim};
+    return (mha_tensor){.data = data,
+                        .stride_b = heads * seq * head_dim,
+                        .stride_h = seq * head_dim,
+                        .stride_n = head_dim};
 }
 mha_tensor mha_view_bnhd(const float *data, int64_t heads, int64_t seq, int64_t head_dim) {
-    return (mha_tensor){data, seq * heads * head_dim, head_dim, heads * head_dim};
+    return (mha_tensor){.data = data,
+                        .stride_b = seq * heads * head_dim,
+                        .stride_h = head_dim,
+                        .stride_n = heads * head_dim};
 }
 mha_tensor_mut mha_view_bhnd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim) {
-    return (mha_tensor_mut){data, heads * seq * head_dim, seq * head_dim, head_dim};
+    return (mha_tensor_mut){.data = data,
+                            .stride_b = heads * seq * head_dim,
+                            .stride_h = seq * head_dim,
+                            .stride_n = head_dim};
 }
 mha_tensor_mut mha_view_bnhd_mut(float *data, int64_t heads, int64_t seq, int64_t head_dim) {
-    return (mha_tensor_mut){data, seq * heads * head_dim, head_dim, heads * head_dim};
+    return (mha_tensor_mut){.data = data,
+                            .stride_b = seq * heads * head_dim,
+                            .stride_h = head_dim,
+                            .stride_n = heads * head_dim};
+}
+mha_tensor mha_view_typed(const void *data, mha_dtype t, const float *scale, int64_t heads,
+                          int64_t seq, int64_t head_dim) {
+    return (mha_tensor){.data = data,
+                        .stride_b = heads * seq * head_dim,
+                        .stride_h = seq * head_dim,
+                        .stride_n = head_dim,
+                        .dtype = t,
+                        .scale = scale,
+                        .scale_stride_b = heads * seq,
+                        .scale_stride_h = seq,
+                        .scale_stride_n = 1};
+}
+mha_tensor_mut mha_view_typed_mut(void *data, mha_dtype t, int64_t heads, int64_t seq,
+                                  int64_t head_dim) {
+    return (mha_tensor_mut){.data = data,
+                            .stride_b = heads * seq * head_dim,
+                            .stride_h = seq * head_dim,
+                            .stride_n = head_dim,
+                            .dtype = t};
+}
+
+mha_dtype mha_problem_kv_dtype(const mha_problem *p) {
+    return p->kv_dtype != MHA_F32 ? p->kv_dtype : p->dtype;
 }
 
 float mha_problem_scale(const mha_problem *p) {
@@ -59,6 +95,13 @@ mha_status mha_problem_validate(const mha_problem *p) {
             "%lld x head_dim %lld bytes do not fit in size_t",
             (long long)p->batch, (long long)p->heads, (long long)p->seq_q, (long long)p->seq_kv,
             (long long)p->head_dim);
+    if (p->dtype != MHA_F32 && p->dtype != MHA_BF16 && p->dtype != MHA_F16)
+        return mha_set_error(MHA_EINVAL, "problem.dtype = %d (%s): must be fp32, bf16 or fp16",
+                             (int)p->dtype, mha_dtype_name(p->dtype));
+    if ((unsigned)p->kv_dtype >= MHA_DTYPE_COUNT)
+        return mha_set_error(MHA_EINVAL,
+                             "problem.kv_dtype = %d: must be 0 (the dtype), bf16, fp16 or int8",
+                             (int)p->kv_dtype);
     if (!isfinite(p->scale) || p->scale < 0)
         return mha_set_error(MHA_EINVAL,
                              "problem.scale = %g: must be finite and >= 0 (0 = 1/sqrt(d))",

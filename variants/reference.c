@@ -1,6 +1,9 @@
 /* reference.c - the float64 oracle: softmax(scale * q k^T + mask) v computed
  * row by row in double, exactly as the definition reads. Every kernel is
- * checked against this. Keep it obvious; never optimise it. */
+ * checked against this, on its inputs exactly as stored: bf16/fp16 elements
+ * widen exactly, an int8 row is its integers times the row's scale (applied
+ * in double to the dot product and to the probability). Keep it
+ * obvious; never optimise it. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -10,11 +13,14 @@ mha_status mha_reference(const mha_problem *p, const mha_tensor *q, const mha_te
                          const mha_tensor *v, double *out) {
     mha_status st = mha_problem_validate(p);
     if (st != MHA_OK) return st;
-    if (!q || !k || !v || !out || !q->data || !k->data || !v->data)
-        return mha_set_error(MHA_EINVAL, "reference: NULL tensor");
+    if (!out) return mha_set_error(MHA_EINVAL, "reference: out is NULL");
+    if ((st = mha_check_views(p, q, k, v, NULL)) != MHA_OK) return st;
     const int64_t B = p->batch, H = p->heads, group = p->heads / p->kv_heads;
     const int64_t Nq = p->seq_q, Nkv = p->seq_kv, d = p->head_dim;
     const double scale = (double)mha_problem_scale(p);
+#define Q(i) mha_load_elem(q->data, q->dtype, i)
+#define K(i) mha_load_elem(k->data, k->dtype, i)
+#define V(i) mha_load_elem(v->data, v->dtype, i)
     double *s = malloc((size_t)Nkv * sizeof *s);
     if (!s)
         return mha_set_error(MHA_ENOMEM, "reference: cannot allocate %lld scores", (long long)Nkv);
@@ -22,9 +28,9 @@ mha_status mha_reference(const mha_problem *p, const mha_tensor *q, const mha_te
     for (int64_t b = 0; b < B; b++) {
         for (int64_t h = 0; h < H; h++) {
             const int64_t g = h / group; /* the KV head this query head reads */
-            const float *qh = q->data + b * q->stride_b + h * q->stride_h;
-            const float *kh = k->data + b * k->stride_b + g * k->stride_h;
-            const float *vh = v->data + b * v->stride_b + g * v->stride_h;
+            const int64_t qh = b * q->stride_b + h * q->stride_h;
+            const int64_t kh = b * k->stride_b + g * k->stride_h;
+            const int64_t vh = b * v->stride_b + g * v->stride_h;
             for (int64_t i = 0; i < Nq; i++) {
                 double *o = out + ((b * H + h) * Nq + i) * d;
                 const int64_t end = mha_kv_end(p, i); /* keys [0, end) are visible */
@@ -34,8 +40,9 @@ mha_status mha_reference(const mha_problem *p, const mha_tensor *q, const mha_te
                 for (int64_t j = 0; j < end; j++) {
                     double dot = 0.0;
                     for (int64_t c = 0; c < d; c++)
-                        dot += (double)qh[i * q->stride_n + c] * (double)kh[j * k->stride_n + c];
-                    s[j] = dot * scale;
+                        dot += (double)Q(qh + i * q->stride_n + c) *
+                               (double)K(kh + j * k->stride_n + c);
+                    s[j] = dot * scale * (double)mha_row_scale(k, b, g, j);
                     if (s[j] > mx) mx = s[j];
                 }
                 double sum = 0.0;
@@ -44,12 +51,15 @@ mha_status mha_reference(const mha_problem *p, const mha_tensor *q, const mha_te
                     sum += s[j];
                 }
                 for (int64_t j = 0; j < end; j++) {
-                    const double w = s[j] / sum;
-                    for (int64_t c = 0; c < d; c++) o[c] += w * (double)vh[j * v->stride_n + c];
+                    const double w = s[j] / sum * (double)mha_row_scale(v, b, g, j);
+                    for (int64_t c = 0; c < d; c++) o[c] += w * (double)V(vh + j * v->stride_n + c);
                 }
             }
         }
     }
+#undef Q
+#undef K
+#undef V
     free(s);
     return MHA_OK;
 }

@@ -1,13 +1,14 @@
 /* registry.c - the table of every attention kernel, generated from
  * kernels.inc; lookup by name and the "does it run here" check under the
  * MHA_ISA cap. The only place that knows every kernel. */
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
 
 static const mha_kernel kernels[] = {
-#define MHA_KERNEL(name, alg, isa, sym, traits, rank, summary)                                     \
-    {name, alg, isa, traits, rank, summary, sym##_run, sym##_workspace},
+#define MHA_KERNEL(name, alg, isa, sym, traits, rank, dtypes, kv_dtypes, summary)                  \
+    {name, alg, isa, traits, rank, dtypes, kv_dtypes, summary, sym##_run, sym##_workspace},
 #include "kernels.inc"
 #undef MHA_KERNEL
 };
@@ -73,5 +74,36 @@ mha_status mha_kernel_supported(const mha_kernel *k) {
                              "kernel %s needs %s, but MHA_ISA caps dispatch at %s%s", k->name,
                              mha_isa_name(k->isa), mha_isa_name(act),
                              mha_isa_env_status() == MHA_OK ? "" : " (MHA_ISA is malformed)");
+    return MHA_OK;
+}
+
+unsigned mha_kernel_dtypes(const mha_kernel *k) {
+    return k ? k->dtypes : 0;
+}
+unsigned mha_kernel_kv_dtypes(const mha_kernel *k) {
+    return k ? k->kv_dtypes : 0;
+}
+
+/* "fp32, bf16" from a mask, into buf. */
+static const char *mask_names(unsigned mask, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int t = 0; t < MHA_DTYPE_COUNT; t++)
+        if (mask & MHA_DTYPE_BIT(t) && len < n)
+            len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? ", " : "",
+                                    mha_dtype_name((mha_dtype)t));
+    return buf;
+}
+
+mha_status mha_kernel_takes(const mha_kernel *k, const mha_problem *p) {
+    if (!k || !p) return mha_set_error(MHA_EINVAL, "kernel or problem is NULL");
+    char buf[64];
+    const mha_dtype kv = mha_problem_kv_dtype(p);
+    if (!((unsigned)p->dtype < MHA_DTYPE_COUNT && k->dtypes & MHA_DTYPE_BIT(p->dtype)))
+        return mha_set_error(MHA_EUNSUPPORTED, "kernel %s takes dtype %s, not %s", k->name,
+                             mask_names(k->dtypes, buf, sizeof buf), mha_dtype_name(p->dtype));
+    if (!((unsigned)kv < MHA_DTYPE_COUNT && k->kv_dtypes & MHA_DTYPE_BIT(kv)))
+        return mha_set_error(MHA_EUNSUPPORTED, "kernel %s takes a %s K/V cache, not %s", k->name,
+                             mask_names(k->kv_dtypes, buf, sizeof buf), mha_dtype_name(kv));
     return MHA_OK;
 }

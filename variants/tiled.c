@@ -64,10 +64,10 @@ mha_status MHA_CAT(MHA_SYM(tiled), _run)(const mha_problem *p, const mha_options
         float *S = (float *)ws, *Qt = (float *)(ws + L.s), *Ob = (float *)(ws + L.s + L.qt);
         float *m = (float *)(ws + L.s + L.qt + L.ob), *l = m + L.vec / sizeof(float);
         PHASE_START();
-        const float *qh = q->data + b * q->stride_b + h * q->stride_h;
-        const float *kh = k->data + b * k->stride_b + g * k->stride_h;
-        const float *vh = v->data + b * v->stride_b + g * v->stride_h;
-        float *oh = out->data + b * out->stride_b + h * out->stride_h;
+        const float *qh = (const float *)q->data + b * q->stride_b + h * q->stride_h;
+        const float *kh = (const float *)k->data + b * k->stride_b + g * k->stride_h;
+        const float *vh = (const float *)v->data + b * v->stride_b + g * v->stride_h;
+        float *oh = (float *)out->data + b * out->stride_b + h * out->stride_h;
 
         /* Phase 1: S^T = K Q^T in (KV block x query block) tiles; blocks past
          * the causal diagonal are skipped, the diagonal ones masked. */

@@ -61,7 +61,7 @@ static void usage(FILE *f) {
           "                        [--force]\n"
           "       mhabench compare --baseline NEW.json [--baseline-dir DIR] [options]\n"
           "       mhabench compare --save-baseline NEW.json [--baseline-dir DIR]\n"
-          "       mhabench compare --ab OLD_BINARY NEW_BINARY [--rounds R] [options]\n"
+          "       mhabench compare --ab OLD_BINARY NEW_BINARY [--budget S | --rounds R] [options]\n"
           "                        [-- sweep args]\n"
           "Compares Google Benchmark result files (as written by `mhabench sweep`) benchmark\n"
           "by benchmark: median real time change, Mann-Whitney U two-sided p-value over the\n"
@@ -69,7 +69,12 @@ static void usage(FILE *f) {
           "threshold), faster (likewise), noisy (median moved more than the threshold but\n"
           "not significantly: rerun with more repetitions), or same.\n"
           "Exit 0 no regression, 1 a benchmark is slower, 2 usage or input error.\n"
-          "  --threshold PCT    median change that matters, percent (default 5)\n"
+          "  --threshold PCT    median change that matters, percent (default: derived from\n"
+          "                     the spread of the changes, 4 robust sigmas within [2, 10];\n"
+          "                     5 when fewer than 5 benchmarks are in both files)\n"
+          "  --no-normalize     keep the drift common to every benchmark (by default the\n"
+          "                     median change over all benchmarks, the host's drift, is\n"
+          "                     divided out before testing; never with --ab)\n"
           "  --alpha A          significance level of the U test (default 0.01)\n"
           "  --json             machine-readable report on stdout instead of the table\n"
           "  --force            compare even when the machine fingerprints differ\n"
@@ -79,7 +84,9 @@ static void usage(FILE *f) {
           "  --baseline-dir DIR where baselines live (default " DEFAULT_BASELINE_DIR ")\n"
           "  --ab               run OLD and NEW `sweep --preset ci` alternately (A B A B ...),\n"
           "                     pool each side's repetitions, compare NEW against OLD\n"
-          "  --rounds R         A/B rounds (default 3)\n",
+          "  --budget S         --ab: rounds continue while another fits in S seconds\n"
+          "                     (default 300, at least 2 rounds)\n"
+          "  --rounds R         --ab: exactly R rounds instead of the budget\n",
           f);
 }
 
@@ -448,7 +455,8 @@ static const char *const VERDICT_NAME[] = {"same", "faster", "slower", "noisy"};
 typedef struct {
     const char *name;
     int nb, nn;
-    double med_b, med_n, change; /* medians in ns, change in percent */
+    double med_b, med_n, change; /* medians in ns, change in percent (after drift removal) */
+    double change_raw;           /* before drift removal */
     utest ut;
     int too_few;
     verdict v;
@@ -457,7 +465,22 @@ typedef struct {
 typedef struct {
     double threshold, alpha;
     int json;
+    int threshold_given; /* 0: derived from the residual spread (stats_derived_threshold) */
+    int normalize;       /* remove the drift common to every benchmark before testing */
 } settings;
+
+/* What compare_sets used, for the report: the drift it removed and where the
+ * threshold came from. */
+typedef struct {
+    int n;          /* benchmarks in both files */
+    double drift;   /* log(new / base) common to all; 0 when not normalised */
+    int normalized; /* the drift was removed */
+    double sigma;   /* robust spread of the residual changes, percent */
+    double threshold;
+    const char *threshold_source; /* "given", "derived", "default" (< STATS_DRIFT_MIN benchmarks) */
+} gate_info;
+
+#define DEFAULT_THRESHOLD 5.0
 
 /* The verdict rule. With at least MIN_REPS on both sides: slower iff p < alpha
  * and the median slowed by more than the threshold (faster symmetrically); a
@@ -505,7 +528,9 @@ static json_object *name_list(const result_set *in, const result_set *other) {
 static int compare_sets(const result_set *base, const result_set *new, const char *base_label,
                         const char *new_label, int fp_checked, int forced, const settings *s) {
     row *rows = xrealloc(NULL, (size_t)(base->nb ? base->nb : 1) * sizeof *rows);
+    double *lr = xrealloc(NULL, (size_t)(base->nb ? base->nb : 1) * sizeof *lr);
     int nr = 0, count[4] = {0, 0, 0, 0}, too_few = 0, only_b = 0, only_n = 0;
+    /* Pass 1: medians, and the log changes whose median is the host drift. */
     for (int i = 0; i < base->nb; i++) {
         const bench *b = &base->b[i], *n = find_bench(new, b->name);
         if (!n) {
@@ -514,19 +539,49 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         }
         qsort(b->t, (size_t)b->n, sizeof *b->t, cmp_double);
         qsort(n->t, (size_t)n->n, sizeof *n->t, cmp_double);
-        row *r = &rows[nr++];
+        row *r = &rows[nr];
         r->name = b->name;
         r->nb = b->n;
         r->nn = n->n;
         r->med_b = median_sorted(b->t, b->n);
         r->med_n = median_sorted(n->t, n->n);
-        r->change = (r->med_n / r->med_b - 1) * 100;
-        r->ut = mann_whitney(b->t, b->n, n->t, n->n);
+        lr[nr++] = log(r->med_n / r->med_b);
+    }
+    gate_info g = {nr, 0, 0, 0, s->threshold, "given"};
+    if (s->normalize && nr >= STATS_DRIFT_MIN) {
+        g.drift = stats_common_drift(lr, nr);
+        g.normalized = 1;
+    }
+    for (int i = 0; i < nr; i++) lr[i] -= g.drift;
+    if (!s->threshold_given) {
+        g.threshold = stats_derived_threshold(lr, nr, DEFAULT_THRESHOLD, &g.sigma);
+        g.threshold_source = nr >= STATS_DRIFT_MIN ? "derived" : "default";
+    } else {
+        double unused;
+        (void)stats_derived_threshold(lr, nr, DEFAULT_THRESHOLD, &unused);
+        g.sigma = unused;
+    }
+    settings eff = *s;
+    eff.threshold = g.threshold;
+    /* Pass 2: the U test on the new samples with the drift divided out. */
+    const double f = exp(-g.drift);
+    double *scaled = NULL;
+    for (int i = 0; i < nr; i++) {
+        row *r = &rows[i];
+        const bench *b = find_bench(base, r->name), *n = find_bench(new, r->name);
+        scaled = xrealloc(scaled, (size_t)n->n * sizeof *scaled);
+        for (int j = 0; j < n->n; j++) scaled[j] = n->t[j] * f;
+        r->change_raw = (r->med_n / r->med_b - 1) * 100;
+        r->change = (r->med_n * f / r->med_b - 1) * 100;
+        r->ut = mann_whitney(b->t, b->n, scaled, n->n);
         r->too_few = b->n < MIN_REPS || n->n < MIN_REPS;
-        r->v = decide(r, s);
+        r->v = decide(r, &eff);
         count[r->v]++;
         too_few += r->too_few;
     }
+    free(scaled);
+    free(lr);
+    s = &eff;
     for (int i = 0; i < new->nb; i++) only_n += !find_bench(base, new->b[i].name);
     const int regression = count[V_SLOWER] > 0;
 
@@ -535,6 +590,10 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         json_object_object_add(o, "base", json_object_new_string(base_label));
         json_object_object_add(o, "new", json_object_new_string(new_label));
         json_object_object_add(o, "threshold_pct", results_json_double(s->threshold));
+        json_object_object_add(o, "threshold_source", json_object_new_string(g.threshold_source));
+        json_object_object_add(o, "residual_sigma_pct", results_json_double(g.sigma));
+        json_object_object_add(o, "drift_pct", results_json_double(100 * (exp(g.drift) - 1)));
+        json_object_object_add(o, "drift_removed", json_object_new_boolean(g.normalized));
         json_object_object_add(o, "alpha", results_json_double(s->alpha));
         json_object_object_add(o, "min_repetitions", json_object_new_int(MIN_REPS));
         json_object *fp = json_object_new_object();
@@ -553,6 +612,7 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
             json_object_object_add(e, "base_median_ns", results_json_double(r->med_b));
             json_object_object_add(e, "new_median_ns", results_json_double(r->med_n));
             json_object_object_add(e, "change_pct", results_json_double(r->change));
+            json_object_object_add(e, "change_raw_pct", results_json_double(r->change_raw));
             json_object_object_add(e, "u", results_json_double(r->ut.u));
             json_object_object_add(e, "p_value", results_json_double(r->ut.p));
             json_object_object_add(e, "p_method",
@@ -582,6 +642,25 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
                    base->fp[1] ? base->fp[1] : "?", base->fp[2] ? base->fp[2] : "?",
                    base->fp[3] ? ", threads " : "", base->fp[3] ? base->fp[3] : "",
                    forced ? " (fingerprints differ: --force)" : "");
+        if (g.normalized)
+            printf("host drift: the new run is %+.1f%% on the median of %d benchmarks; divided out "
+                   "of every\nnew sample before testing (--no-normalize keeps it)\n",
+                   100 * (exp(g.drift) - 1), g.n);
+        else if (s->normalize)
+            printf("host drift: not removed (fewer than %d benchmarks in both files)\n",
+                   STATS_DRIFT_MIN);
+        if (strcmp(g.threshold_source, "derived") == 0)
+            printf(
+                "threshold: %.1f%% derived: %.0f x the robust spread %.2f%% of the %d changes%s, "
+                "within [%.0f, %.0f]%%\n",
+                g.threshold, STATS_THRESHOLD_K, g.sigma, g.n,
+                g.normalized ? " after drift removal" : "", STATS_THRESHOLD_MIN,
+                STATS_THRESHOLD_MAX);
+        else
+            printf("threshold: %.1f%% %s\n", g.threshold,
+                   strcmp(g.threshold_source, "given") == 0
+                       ? "(--threshold)"
+                       : "(the default: under 5 benchmarks in both files, no noise estimate)");
         printf("rule: slower/faster = U test p < %g and median moved more than %g%%; noisy = "
                "moved more\nthan %g%% without significance; p exact for n <= %d, else normal "
                "approximation\n\n",
@@ -864,8 +943,13 @@ static void show_log(const char *log) {
     free(text);
 }
 
-static int cmd_ab(const char *old_bin, const char *new_bin, int rounds, char **sweep_args,
-                  int nsweep, const settings *s) {
+/* --ab's default budget: rounds (A then B) continue while another round fits,
+ * at least AB_MIN_ROUNDS; --rounds R runs exactly R instead. */
+#define AB_DEFAULT_BUDGET 300.0
+enum { AB_MIN_ROUNDS = 2 };
+
+static int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget,
+                  char **sweep_args, int nsweep, const settings *s) {
     const char *bins[2] = {old_bin, new_bin};
     for (int i = 0; i < nsweep; i++)
         if (strcmp(sweep_args[i], "--out") == 0 || strncmp(sweep_args[i], "--out=", 6) == 0) {
@@ -893,7 +977,18 @@ static int cmd_ab(const char *old_bin, const char *new_bin, int rounds, char **s
     int rc = 0;
     char out[4200];
     char *argv[MAX_SWEEP_ARGS + 8];
-    for (int r = 0; r < rounds && rc == 0; r++) {
+    const double t0 = now_s();
+    int done = 0;
+    const int max_rounds = rounds > 0 ? rounds : MAX_ROUNDS;
+    if (rounds <= 0)
+        fprintf(stderr, "mhabench: compare: --ab: budget %g s (at least %d rounds)\n", budget,
+                AB_MIN_ROUNDS);
+    for (int r = 0; r < max_rounds && rc == 0; r++) {
+        if (rounds <= 0 && r >= AB_MIN_ROUNDS) {
+            const double spent = now_s() - t0, per = spent / r;
+            if (spent + per > budget) break;
+        }
+        done = r + 1;
         for (int side = 0; side < 2 && rc == 0; side++) {
             snprintf(out, sizeof out, "%s/%c%d.json", dir, side ? 'B' : 'A', r);
             int a = 0;
@@ -905,8 +1000,13 @@ static int cmd_ab(const char *old_bin, const char *new_bin, int rounds, char **s
             argv[a++] = out;
             for (int i = 0; i < nsweep; i++) argv[a++] = sweep_args[i];
             argv[a] = NULL;
-            fprintf(stderr, "mhabench: compare: round %d/%d: %s (%s) sweep --preset ci\n", r + 1,
-                    rounds, side ? "B" : "A", bins[side]);
+            if (rounds > 0)
+                fprintf(stderr, "mhabench: compare: round %d/%d: %s (%s) sweep --preset ci\n",
+                        r + 1, rounds, side ? "B" : "A", bins[side]);
+            else
+                fprintf(stderr,
+                        "mhabench: compare: round %d (%.0f s of %g): %s (%s) sweep --preset ci\n",
+                        r + 1, now_s() - t0, budget, side ? "B" : "A", bins[side]);
             unlink(log);
             const int st = spawn_wait(argv, log);
             if (st != 0) {
@@ -931,8 +1031,8 @@ static int cmd_ab(const char *old_bin, const char *new_bin, int rounds, char **s
         fprintf(stderr, "mhabench: compare: could not remove %s: %s\n", dir, strerror(errno));
     if (rc == 0) {
         char la[4200], lb[4200];
-        snprintf(la, sizeof la, "A=%s (%d rounds pooled)", old_bin, rounds);
-        snprintf(lb, sizeof lb, "B=%s (%d rounds pooled)", new_bin, rounds);
+        snprintf(la, sizeof la, "A=%s (%d rounds pooled, %.0f s)", old_bin, done, now_s() - t0);
+        snprintf(lb, sizeof lb, "B=%s (%d rounds pooled)", new_bin, done);
         rc = compare_sets(&sets[0], &sets[1], la, lb, 0, 0, s);
     }
     result_free(&sets[0]);
@@ -952,7 +1052,9 @@ int cmd_compare(int argc, char **argv) {
         O_SAVE,
         O_DIR,
         O_AB,
-        O_ROUNDS
+        O_ROUNDS,
+        O_BUDGET,
+        O_NO_NORMALIZE
     };
     static const struct option opts[] = {{"threshold", required_argument, 0, O_THRESHOLD},
                                          {"alpha", required_argument, 0, O_ALPHA},
@@ -963,11 +1065,14 @@ int cmd_compare(int argc, char **argv) {
                                          {"baseline-dir", required_argument, 0, O_DIR},
                                          {"ab", no_argument, 0, O_AB},
                                          {"rounds", required_argument, 0, O_ROUNDS},
+                                         {"budget", required_argument, 0, O_BUDGET},
+                                         {"no-normalize", no_argument, 0, O_NO_NORMALIZE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    settings s = {5.0, 0.01, 0};
-    int force = 0, mode_baseline = 0, mode_save = 0, mode_ab = 0;
-    int64_t rounds = 3;
+    settings s = {DEFAULT_THRESHOLD, 0.01, 0, 0, 1};
+    int force = 0, mode_baseline = 0, mode_save = 0, mode_ab = 0, no_normalize = 0;
+    int64_t rounds = 0;
+    double budget = AB_DEFAULT_BUDGET;
     const char *dir = DEFAULT_BASELINE_DIR;
 
     /* Everything after a bare "--" goes to the sweeps of --ab untouched. */
@@ -986,6 +1091,13 @@ int cmd_compare(int argc, char **argv) {
         case O_THRESHOLD:
             if (!parse_double("compare: --threshold", optarg, 0, 1000, 0, &s.threshold))
                 return EXIT_USAGE;
+            s.threshold_given = 1;
+            break;
+        case O_BUDGET:
+            if (!parse_double("compare: --budget", optarg, 1, 86400, 1, &budget)) return EXIT_USAGE;
+            break;
+        case O_NO_NORMALIZE:
+            no_normalize = 1;
             break;
         case O_ALPHA:
             if (!parse_double("compare: --alpha", optarg, 0, 1, 1, &s.alpha)) return EXIT_USAGE;
@@ -1044,7 +1156,10 @@ int cmd_compare(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (mode_save) return cmd_save_baseline(pos[0], dir);
-    if (mode_ab) return cmd_ab(pos[0], pos[1], (int)rounds, sweep_args, nsweep, &s);
+    /* Interleaved A/B rounds share the host's drift already; removing a
+     * common change there would hide a build that slows everything. */
+    s.normalize = !no_normalize && !mode_ab;
+    if (mode_ab) return cmd_ab(pos[0], pos[1], (int)rounds, budget, sweep_args, nsweep, &s);
 
     result_set base = {0}, nw = {0};
     char *base_path = NULL;

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 double now_s(void) {
@@ -64,4 +65,39 @@ stats_order intervals_order(double a_lo, double a_hi, double b_lo, double b_hi) 
     if (a_lo > b_hi) return STATS_A_LARGER;
     if (a_hi < b_lo) return STATS_B_LARGER;
     return STATS_TIE;
+}
+
+/* The median of a copy of x. */
+static double median_copy(const double *x, int n) {
+    double *c = malloc((size_t)n * sizeof *c);
+    if (!c) return 0;
+    memcpy(c, x, (size_t)n * sizeof *c);
+    const double m = median_inplace(c, n);
+    free(c);
+    return m;
+}
+
+double stats_common_drift(const double *x, int n) {
+    return n < STATS_DRIFT_MIN ? 0 : median_copy(x, n);
+}
+
+double stats_robust_sigma(const double *x, int n) {
+    if (n < 2) return 0;
+    const double m = median_copy(x, n);
+    double *d = malloc((size_t)n * sizeof *d);
+    if (!d) return 0;
+    for (int i = 0; i < n; i++) d[i] = fabs(x[i] - m);
+    const double mad = median_inplace(d, n);
+    free(d);
+    return 1.4826 * mad;
+}
+
+double stats_derived_threshold(const double *resid, int n, double fallback, double *sigma_pct) {
+    if (sigma_pct) *sigma_pct = 0;
+    if (n < STATS_DRIFT_MIN) return fallback;
+    const double sig = 100 * (exp(stats_robust_sigma(resid, n)) - 1);
+    if (sigma_pct) *sigma_pct = sig;
+    const double t = STATS_THRESHOLD_K * sig;
+    return t < STATS_THRESHOLD_MIN ? STATS_THRESHOLD_MIN
+                                   : (t > STATS_THRESHOLD_MAX ? STATS_THRESHOLD_MAX : t);
 }

@@ -40,4 +40,26 @@ double median_interval(const double *x, int n, double conf, double *lo, double *
 typedef enum { STATS_TIE = 0, STATS_A_LARGER = 1, STATS_B_LARGER = -1 } stats_order;
 stats_order intervals_order(double a_lo, double a_hi, double b_lo, double b_hi);
 
+/* ---- host drift and same-build noise (compare's regression gate) ---------
+ * Between two sweeps minutes apart a shared host drifts by 5-8%, and the
+ * drift hits every benchmark alike. Given x[i] = log(new median / base
+ * median) over n benchmarks, the common drift is their median (robust: up to
+ * half the benchmarks may have really changed); the residuals x[i] - drift
+ * spread like same-build noise, and their robust sigma (1.4826 x the median
+ * absolute deviation, which equals the standard deviation for normal noise)
+ * measures it. Fewer than STATS_DRIFT_MIN benchmarks: no estimate. */
+enum { STATS_DRIFT_MIN = 5 };
+/* The median of x (n values, not modified); 0 when n < STATS_DRIFT_MIN. */
+double stats_common_drift(const double *x, int n);
+/* 1.4826 x median |x[i] - median(x)| (x not modified); 0 when n < 2. */
+double stats_robust_sigma(const double *x, int n);
+/* The regression threshold in percent derived from residual log changes:
+ * STATS_THRESHOLD_K robust sigmas, clamped to [STATS_THRESHOLD_MIN,
+ * STATS_THRESHOLD_MAX]; the fallback when there are too few residuals to
+ * measure the noise. *sigma_pct (may be NULL) gets the sigma in percent. */
+#define STATS_THRESHOLD_K 4.0
+#define STATS_THRESHOLD_MIN 2.0
+#define STATS_THRESHOLD_MAX 10.0
+double stats_derived_threshold(const double *resid, int n, double fallback, double *sigma_pct);
+
 #endif

@@ -251,6 +251,50 @@ static void test_slower_tight(void **state) {
     EXPECT_EXIT(0, run_bench("compare", a, b, "--threshold", "25", NULL));
 }
 
+/* Host drift: every benchmark of the new file 6% slower, one of them 10%
+ * more. The drift is divided out (one regression, the others same) and the
+ * threshold derived from the residual spread; --no-normalize keeps the drift
+ * (everything slower), --threshold overrides the derivation. */
+static void test_drift_removed(void **state) {
+    (void)state;
+    NEED_BENCH();
+    enum { NB = 12 };
+    const char *a = tmp_path("drift_a.json"), *b = tmp_path("drift_b.json");
+    double one[NB], drift[NB], spread[NB];
+    for (int k = 0; k < NB; k++) {
+        one[k] = 1;
+        drift[k] = k == 5 ? 1.06 * 1.10 : 1.06;
+        spread[k] = 0.02;
+    }
+    write_simple(a, FP_HERE, NB, 12, one, spread, "ns");
+    write_simple(b, FP_HERE, NB, 12, drift, spread, "ns");
+    EXPECT_EXIT(1, run_bench("compare", a, b, "--json", NULL));
+    json_object *r = parse_report();
+    assert_true(json_object_get_boolean(get(r, "drift_removed")));
+    assert_true(fabs(json_object_get_double(get(r, "drift_pct")) - 6) < 1e-6);
+    assert_string_equal(json_object_get_string(get(r, "threshold_source")), "derived");
+    assert_true(json_object_get_double(get(r, "threshold_pct")) == 2); /* no residual spread */
+    for (int k = 0; k < NB; k++) assert_string_equal(verdict_at(r, k), k == 5 ? "slower" : "same");
+    assert_true(fabs(json_object_get_double(get(bench_at(r, 5), "change_pct")) - 10) < 1e-6);
+    assert_true(fabs(json_object_get_double(get(bench_at(r, 5), "change_raw_pct")) - 16.6) < 1e-6);
+    json_object_put(r);
+    EXPECT_EXIT(1, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_out, "host drift: the new run is +6.0% on the median of 12 benchmarks");
+    EXPECT_IN(g_out, "threshold: 2.0% derived");
+    /* kept: all twelve are slower */
+    EXPECT_EXIT(1, run_bench("compare", a, b, "--json", "--no-normalize", NULL));
+    r = parse_report();
+    assert_false(json_object_get_boolean(get(r, "drift_removed")));
+    for (int k = 0; k < NB; k++) assert_string_equal(verdict_at(r, k), "slower");
+    json_object_put(r);
+    /* a given threshold is used as is */
+    EXPECT_EXIT(0, run_bench("compare", a, b, "--json", "--threshold", "12", NULL));
+    r = parse_report();
+    assert_string_equal(json_object_get_string(get(r, "threshold_source")), "given");
+    assert_string_equal(verdict_at(r, 5), "same");
+    json_object_put(r);
+}
+
 static void test_noisy_overlap(void **state) {
     (void)state;
     NEED_BENCH();
@@ -746,6 +790,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_same),
         cmocka_unit_test(test_slower_tight),
+        cmocka_unit_test(test_drift_removed),
         cmocka_unit_test(test_noisy_overlap),
         cmocka_unit_test(test_too_few),
         cmocka_unit_test(test_fingerprint_mismatch),

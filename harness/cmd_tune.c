@@ -29,7 +29,13 @@
 
 #define DEFAULT_BUDGET_S 120.0
 #define MIN_REPS 5
-#define MAX_REPS 9
+#define MAX_REPS 15
+/* Sampling stops once the median's 95% interval is this narrow (relative
+ * half-width), or the class's time cap or MAX_REPS is reached; disturbed
+ * samples (meas_core's evidence) are retaken, at most this many per
+ * measurement. */
+#define TARGET_HALFWIDTH 0.02
+#define MAX_RETAKES 8
 /* A move must beat the current point by this much: timing noise on a shared
  * 2-core VM is ~1-2%, and chasing it would make tables irreproducible. The
  * same margin decides whether the tuned knobs replace the cache-model ones. */
@@ -156,8 +162,27 @@ typedef struct {
     int threads;
     int failures;
     int measurements;
-    double other; /* other processes' share during the last timed repetitions, -1 unknown */
+    double other;    /* other processes' share during the last timed repetitions, -1 unknown */
+    meas_tally last; /* the last measurement's repetitions and retakes */
+    int retakes, disturbed_kept;
 } tune_ctx;
+
+/* The sampling plan of one measurement of n calls. */
+static meas_plan tune_plan(const tune_ctx *tx, double time_cap) {
+    return (meas_plan){.threads = mha_resolve_threads(&(mha_options){.threads = tx->threads}),
+                       .min_reps = MIN_REPS,
+                       .max_reps = MAX_REPS,
+                       .time_cap = time_cap,
+                       .target = TARGET_HALFWIDTH,
+                       .max_retakes = MAX_RETAKES,
+                       .probe_min = MEAS_PROBE_MIN};
+}
+
+static void tally_add(tune_ctx *tx, const meas_tally *t) {
+    tx->last = *t;
+    tx->retakes += t->retakes;
+    tx->disturbed_kept += t->disturbed_kept;
+}
 
 static void log_line(tune_ctx *tx, const class_data *cd, const mha_kernel *k, const point *pt,
                      const char *verify, double max_err, double tol, const double *times, int reps,
@@ -195,6 +220,12 @@ static void log_line(tune_ctx *tx, const class_data *cd, const mha_kernel *k, co
     json_object_object_add(o, "median_s", results_json_double(median));
     json_object_object_add(o, "gflops", results_json_double(pt->gflops));
     json_object_object_add(o, "other_load", results_json_double(round(tx->other * 1000) / 1000));
+    if (reps > 0) {
+        json_object_object_add(o, "retakes", json_object_new_int(tx->last.retakes));
+        json_object_object_add(o, "disturbed_kept", json_object_new_int(tx->last.disturbed_kept));
+        json_object_object_add(o, "halfwidth",
+                               results_json_double(round(meas_halfwidth(times, reps) * 1e4) / 1e4));
+    }
     fprintf(tx->log, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
     fflush(tx->log);
     json_object_put(o);
@@ -264,7 +295,10 @@ static void measure(tune_ctx *tx, class_data *cd, const mha_kernel *k, point *pt
     }
     load_mark m0, m1;
     load_mark_now(&m0);
-    const int reps = meas_repeat(&call, times, MIN_REPS, MAX_REPS, time_cap, NULL);
+    const meas_plan pl = tune_plan(tx, time_cap);
+    meas_tally tl;
+    const int reps = meas_interleave_guarded(&call, 1, &pl, times, &tl);
+    tally_add(tx, &tl);
     load_mark_now(&m1);
     tx->other = other_share(&m0, &m1);
     double sorted[MAX_REPS];
@@ -428,7 +462,10 @@ static double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, po
     for (int i = 0; i < n; i++) meas_run(&calls[i]);
     load_mark m0, m1;
     load_mark_now(&m0);
-    const int reps = meas_interleave(calls, n, &times[0][0], MIN_REPS, MAX_REPS, time_cap);
+    const meas_plan pl = tune_plan(tx, time_cap);
+    meas_tally tl;
+    const int reps = meas_interleave_guarded(calls, n, &pl, &times[0][0], &tl);
+    tally_add(tx, &tl);
     load_mark_now(&m1);
     tx->other = other_share(&m0, &m1);
     for (int i = 0; i < n; i++) {
@@ -1061,6 +1098,9 @@ static void carry_old_classes(tune_run *r) {
 static void print_summary(const tune_run *r, double elapsed) {
     printf("tune: %d measurements, %d verification failures, %.1f s; table %s\n",
            r->tx.measurements, r->tx.failures, elapsed, r->out_path);
+    printf("tune: %d samples retaken for interference evidence, %d kept disturbed (retakes ran "
+           "out)\n",
+           r->tx.retakes, r->tx.disturbed_kept);
     if (r->contended)
         printf("tune: %d of %d classes were measured while other processes held the cores "
                "(other_load > %.2f in the table): rerun on a quiet machine\n",

@@ -346,3 +346,57 @@ mha_status meas_sample_guarded(const meas_call *c, int threads, double *seconds,
 int meas_disturbed(const meas_evidence *ev, double probe_min) {
     return ev->probe < probe_min || ev->preempted > MEAS_PREEMPT_MAX || ev->stolen > 0;
 }
+
+double meas_halfwidth(const double *x, int n) {
+    enum { MAXN = 4096 };
+    double sorted[MAXN];
+    if (n < 1 || n > MAXN) return 1;
+    memcpy(sorted, x, (size_t)n * sizeof *sorted);
+    const double med = median_inplace(sorted, n);
+    double lo, hi;
+    median_interval(sorted, n, 0.95, &lo, &hi);
+    return med > 0 ? (hi - lo) / 2 / med : 1;
+}
+
+int meas_interleave_guarded(const meas_call *c, int n, const meas_plan *pl, double *times,
+                            meas_tally *t) {
+    *t = (meas_tally){0, 0, 0, 1};
+    const double t_start = now_s();
+    const double probe_min = pl->probe_min > 0 ? pl->probe_min : MEAS_PROBE_MIN;
+    int reps = 0;
+    while (reps < pl->max_reps && (reps < pl->min_reps || now_s() - t_start < pl->time_cap)) {
+        for (int i = 0; i < n; i++) {
+            double *slot = &times[(size_t)i * pl->max_reps + reps];
+            for (;;) {
+                meas_evidence ev;
+                meas_sample_guarded(&c[i], pl->threads, slot, &ev);
+                if (!meas_disturbed(&ev, probe_min)) break;
+                if (t->retakes >= pl->max_retakes) {
+                    t->disturbed_kept++;
+                    break;
+                }
+                t->retakes++;
+            }
+        }
+        reps++;
+        if (reps >= pl->min_reps && pl->target > 0) {
+            double worst = 0;
+            for (int i = 0; i < n; i++) {
+                const double h = meas_halfwidth(&times[(size_t)i * pl->max_reps], reps);
+                worst = h > worst ? h : worst;
+            }
+            t->worst_halfwidth = worst;
+            if (worst <= pl->target) break;
+        }
+    }
+    if (pl->target <= 0 || reps < pl->min_reps) {
+        double worst = 0;
+        for (int i = 0; i < n; i++) {
+            const double h = meas_halfwidth(&times[(size_t)i * pl->max_reps], reps);
+            worst = h > worst ? h : worst;
+        }
+        t->worst_halfwidth = worst;
+    }
+    t->reps = reps;
+    return reps;
+}

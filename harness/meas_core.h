@@ -150,4 +150,36 @@ mha_status meas_sample_guarded(const meas_call *c, int threads, double *seconds,
  * MEAS_PREEMPT_MAX preemptions, or any steal. */
 int meas_disturbed(const meas_evidence *ev, double probe_min);
 
+/* ---- retakes and adaptive repetitions ------------------------------------------
+ * The loop tune (and whoever wants numbers that hold on a shared VM) uses:
+ * n calls round-robin (drift hits them alike), each sample bracketed by the
+ * evidence above; a disturbed sample is taken again, up to max_retakes in
+ * all (then kept and counted); rounds go on until every call's median has a
+ * 95% interval whose half-width is at most `target` of the median (after
+ * min_reps), or time_cap seconds have passed, or max_reps rounds. */
+typedef struct {
+    int threads; /* threads the calls run on (the probe runs on as many) */
+    int min_reps, max_reps;
+    double time_cap;  /* no new round after this many seconds (min_reps always run) */
+    double target;    /* relative half-width of the median interval to stop at; 0: never early */
+    int max_retakes;  /* disturbed samples retaken, in all */
+    double probe_min; /* MEAS_PROBE_MIN unless a caller knows better */
+} meas_plan;
+
+typedef struct {
+    int reps;               /* rounds: samples per call */
+    int retakes;            /* disturbed samples that were taken again */
+    int disturbed_kept;     /* disturbed samples kept because the retakes ran out */
+    double worst_halfwidth; /* the largest relative half-width at the end */
+} meas_tally;
+
+/* times[i * pl->max_reps + r] is call i's sample of round r. Returns the
+ * rounds (also in t->reps). */
+int meas_interleave_guarded(const meas_call *c, int n, const meas_plan *pl, double *times,
+                            meas_tally *t);
+
+/* The relative half-width of the 95% median interval of n samples (not
+ * modified): (hi - lo) / 2 / median; 1 when it cannot be formed. */
+double meas_halfwidth(const double *x, int n);
+
 #endif

@@ -85,7 +85,7 @@ static void usage(FILE *f) {
           "  --ab               run OLD and NEW `sweep --preset ci` alternately (A B A B ...),\n"
           "                     pool each side's repetitions, compare NEW against OLD\n"
           "  --budget S         --ab: rounds continue while another fits in S seconds\n"
-          "                     (default 300, at least 2 rounds)\n"
+          "                     (default 120, at least 2 rounds)\n"
           "  --rounds R         --ab: exactly R rounds instead of the budget\n",
           f);
 }
@@ -945,7 +945,7 @@ static void show_log(const char *log) {
 
 /* --ab's default budget: rounds (A then B) continue while another round fits,
  * at least AB_MIN_ROUNDS; --rounds R runs exactly R instead. */
-#define AB_DEFAULT_BUDGET 300.0
+#define AB_DEFAULT_BUDGET 120.0
 enum { AB_MIN_ROUNDS = 2 };
 
 static int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget,

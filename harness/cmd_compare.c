@@ -24,20 +24,6 @@
 #include "stats.h"
 #include "util.h"
 
-/* Every compare message goes through here: they quote file content (benchmark
- * names, time units, fingerprint values, which JSON escapes can fill with
- * newlines or terminal controls), so the whole line is escaped. */
-static void errorf_esc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void errorf_esc(const char *fmt, ...) {
-    char raw[4096], esc[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(raw, sizeof raw, fmt, ap);
-    va_end(ap);
-    mha_escape(raw, strlen(raw), esc, sizeof esc);
-    errorf("%s", esc);
-}
-
 extern char **environ;
 
 /* Below this many repetitions on either side the U test cannot mean much (at
@@ -161,70 +147,6 @@ static double unit_ns(const char *unit) {
     return 0;
 }
 
-/* Reads a whole regular file (a FIFO or device is refused, never waited on);
- * NULL with the reason in why on failure. */
-static char *read_file(const char *path, size_t *len, char *why, size_t wlen) {
-    const int fd = mha_open_input(path, why, wlen);
-    if (fd < 0) return NULL;
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (cap - n < 65536) {
-            cap = cap ? 2 * cap : 65536;
-            buf = xrealloc(buf, cap + 1);
-        }
-        const ssize_t got = read(fd, buf + n, cap - n);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) {
-            snprintf(why, wlen, "read error: %s", strerror(errno));
-            close(fd);
-            free(buf);
-            return NULL;
-        }
-        if (got == 0) break;
-        n += (size_t)got;
-    }
-    close(fd);
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
-/* Parses text as one JSON value; on failure prints "<path>: not valid JSON: <json-c's
- * reason> at line L, column C" and returns NULL. */
-static json_object *parse_json(const char *path, const char *text, size_t len) {
-    json_tokener *tok = json_tokener_new();
-    if (!tok) exit_out_of_memory("compare");
-    json_object *root = json_tokener_parse_ex(tok, text, (int)len);
-    enum json_tokener_error jerr = json_tokener_get_error(tok);
-    size_t end = json_tokener_get_parse_end(tok);
-    const char *why = NULL;
-    if (!root && jerr == json_tokener_continue) {
-        why = "unexpected end of file";
-        end = len;
-    } else if (!root) {
-        why = json_tokener_error_desc(jerr);
-    } else {
-        while (end < len && strchr(" \t\r\n", text[end])) end++;
-        if (end < len) why = "unexpected data after the JSON value";
-    }
-    json_tokener_free(tok);
-    if (!why) return root;
-    json_object_put(root);
-    int line = 1, col = 1;
-    for (size_t i = 0; i < end && i < len; i++) {
-        if (text[i] == '\n') {
-            line++;
-            col = 1;
-        } else {
-            col++;
-        }
-    }
-    errorf_esc("compare: %s: not valid JSON: %s at line %d, column %d (json-c)", path, why, line,
-               col);
-    return NULL;
-}
-
 static const char *row_string(json_object *row, const char *key) {
     json_object *v;
     if (!json_object_object_get_ex(row, key, &v) || !json_object_is_type(v, json_type_string))
@@ -236,15 +158,7 @@ static const char *row_string(json_object *row, const char *key) {
  * may already hold rows from other files: A/B rounds are pooled). The first file
  * loaded sets the fingerprint. Returns 0, or EXIT_USAGE after printing why. */
 static int load_results(const char *path, result_set *rs) {
-    size_t len = 0;
-    char why[512];
-    char *text = read_file(path, &len, why, sizeof why);
-    if (!text) {
-        errorf_esc("compare: cannot read %s: %s", path, why);
-        return EXIT_USAGE;
-    }
-    json_object *root = parse_json(path, text, len);
-    free(text);
+    json_object *root = results_load_json("compare", path);
     if (!root) return EXIT_USAGE;
     int rc = EXIT_USAGE;
     json_object *ctx = NULL, *rows = NULL;
@@ -735,7 +649,7 @@ static int cmd_save_baseline(const char *path, const char *dir) {
                 few, path, MIN_REPS);
     size_t len = 0;
     char why[1024];
-    char *text = read_file(path, &len, why, sizeof why);
+    char *text = results_read_file(path, &len, why, sizeof why);
     if (!text) {
         errorf_esc("compare: cannot read %s: %s", path, why);
         goto out;
@@ -933,7 +847,7 @@ static int spawn_wait(char *const *argv, const char *log) {
 static void show_log(const char *log) {
     size_t len = 0;
     char why[512];
-    char *text = read_file(log, &len, why, sizeof why);
+    char *text = results_read_file(log, &len, why, sizeof why);
     if (!text) return;
     const size_t keep = 4000;
     fprintf(stderr, "---- its output%s ----\n%s", len > keep ? " (last part)" : "",

@@ -20,6 +20,7 @@
 #include "meas_gbench.h"
 #include "meas_core.h"
 #include "fmt_results.h"
+#include "shard.h"
 #include "stats.h"
 #include "util.h"
 
@@ -35,7 +36,8 @@ static void usage(FILE *f) {
         "                      [--seq-q N,..] [--seq-kv N,..] [--heads H,..] [--kv-heads G,..]\n"
         "                      [--head-dim D,..] [--batch B,..] [--causal 0,1] [--threads "
         "T,..|all]\n"
-        "                      [--max-seconds S] [--min-time S] [--repetitions N] [--bind "
+        "                      [--shard I/N] [--max-seconds S] [--min-time S] [--repetitions N] "
+        "[--bind "
         "cores|none]\n"
         "                      [--out F.json] [--seed N] [-- GOOGLE_BENCHMARK_FLAGS...]\n"
         "Benchmarks kernels over shapes through Google Benchmark; writes Google Benchmark\n"
@@ -73,6 +75,8 @@ static void usage(FILE *f) {
         "                 interleaved within each shape)\n"
         "  --bind         cores: pin OpenMP threads one per core through hwloc (default); none\n"
         "  --seed         seed for inputs and the interleaved order (default 1)\n"
+        "  --shard I/N    run only part I of N of the benchmark list (fleet mode: N machines\n"
+        "                 of one type run the N parts; `mhabench merge` joins their files)\n"
         "  after --       flags for Google Benchmark (--benchmark_filter=REGEX, ...)\n"
         "Exit status: 0 ok, 1 a benchmark failed, 2 usage or input error.\n",
         f);
@@ -668,6 +672,68 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
     return benches;
 }
 
+/* ---- fleet mode: one shard of the list ---------------------------------------------
+ * The partition must come out the same on every machine that runs a shard,
+ * so it cannot use the rates this machine measured: each benchmark's cost is
+ * a nominal time from the build alone (FLOPs at 8 FLOP/cycle per vector lane
+ * at 1 GHz per thread; K/V bytes at 10 GB/s per thread for decode rows; the
+ * reference kernels at 1 GFLOP/s), never less than the min time Google
+ * Benchmark spends on any row. Only its proportions matter. */
+static double nominal_seconds(const bench *b, double min_time) {
+    const unsigned tr = mha_kernel_traits(b->k);
+    const int lanes = mha_ops_for(mha_kernel_run_isa(b->k))->lanes;
+    const double rate = (tr & MHA_KT_REFERENCE ? 1.0 : 8.0 * lanes) * 1e9 * b->threads;
+    double t = b->flops / rate;
+    if (b->s.nq == 1 && !b->s.layer) {
+        const double tb = b->kv_bytes / (10e9 * b->threads);
+        t = tb > t ? tb : t;
+    }
+    return t > min_time ? t : min_time;
+}
+
+/* Keeps the benchmarks of shard sh (in their order) and records the shard
+ * in the result's context: its spec, the whole list's size and hash (merge
+ * refuses shards of different lists) and this shard's size. Returns the
+ * count kept. */
+static int take_shard(bench *benches, int nbench, const shard_spec *sh, double min_time) {
+    double *cost = sweep_realloc(NULL, (size_t)(nbench ? nbench : 1), sizeof *cost);
+    const char **names = sweep_realloc(NULL, (size_t)(nbench ? nbench : 1), sizeof *names);
+    int *part = sweep_realloc(NULL, (size_t)(nbench ? nbench : 1), sizeof *part);
+    double mine = 0, total = 0;
+    for (int i = 0; i < nbench; i++) {
+        cost[i] = nominal_seconds(&benches[i], min_time);
+        names[i] = benches[i].name;
+        total += cost[i];
+    }
+    const uint64_t hash = shard_list_hash(names, nbench);
+    shard_partition(cost, names, nbench, sh->count, part);
+    int kept = 0;
+    for (int i = 0; i < nbench; i++) {
+        if (part[i] == sh->index) {
+            mine += cost[i];
+            benches[kept++] = benches[i];
+        } else {
+            free(benches[i].gflops);
+        }
+    }
+    char buf[64];
+    snprintf(buf, sizeof buf, "%d/%d", sh->index, sh->count);
+    mha_gbench_add_context("mha_shard", buf);
+    snprintf(buf, sizeof buf, "%016llx", (unsigned long long)hash);
+    mha_gbench_add_context("mha_sweep_list", buf);
+    snprintf(buf, sizeof buf, "%d", nbench);
+    mha_gbench_add_context("mha_sweep_benchmarks", buf);
+    snprintf(buf, sizeof buf, "%d", kept);
+    mha_gbench_add_context("mha_shard_benchmarks", buf);
+    printf("shard %d/%d: %d of %d benchmarks, %.0f%% of the nominal time (list %016llx)\n",
+           sh->index, sh->count, kept, nbench, total > 0 ? 100 * mine / total : 0,
+           (unsigned long long)hash);
+    free(cost);
+    free(names);
+    free(part);
+    return kept;
+}
+
 /* Registers the benchmarks with Google Benchmark. Returns 0, or -1 after a
  * message. */
 static int register_benches(bench *benches, int nbench, int interleaved, int by_shape,
@@ -774,6 +840,7 @@ typedef struct {
     int npass;
     const char *filter; /* read from pass */
     int gb_reps;        /* --benchmark_repetitions, 0 if not given */
+    shard_spec shard;   /* --shard I/N; count 0 when not given */
 } sweep_args;
 
 /* Returns 0, 1 when --help was printed, or -1. */
@@ -796,6 +863,7 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         O_BIND,
         O_OUT,
         O_SEED,
+        O_SHARD,
     };
     static const struct option opts[] = {
         {"preset", required_argument, 0, O_PRESET},
@@ -815,6 +883,7 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         {"bind", required_argument, 0, O_BIND},
         {"out", required_argument, 0, O_OUT},
         {"seed", required_argument, 0, O_SEED},
+        {"shard", required_argument, 0, O_SHARD},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -883,6 +952,9 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         case O_SEED:
             if (!parse_i64("--seed", optarg, 0, INT64_MAX, &v)) return -1;
             a->seed = (uint64_t)v;
+            break;
+        case O_SHARD:
+            if (shard_parse(optarg, &a->shard) != 0) return -1;
             break;
         case 'h':
             usage(stdout);
@@ -1232,6 +1304,7 @@ int cmd_sweep(int argc, char **argv) {
     bench *benches = plan_benches(&plan, shapes, nshapes, &skipped, &aliases, &nbench, &ngroups);
     free(shapes);
     for (int i = 0; i < notes.n; i++) printf("note: %s\n", notes.items[i].text);
+    if (a.shard.count > 0) nbench = take_shard(benches, nbench, &a.shard, min_time);
     if (nbench == 0) {
         errorf("sweep: nothing to run (every combination was skipped)");
         exit_code = EXIT_USAGE;

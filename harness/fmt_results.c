@@ -384,3 +384,73 @@ mha_status results_json_fix_nonfinite(mha_out *w, char *why, size_t len) {
 json_object *results_json_double(double v) {
     return isfinite(v) ? json_object_new_double(v) : NULL;
 }
+
+char *results_read_file(const char *path, size_t *len, char *why, size_t wlen) {
+    const int fd = mha_open_input(path, why, wlen);
+    if (fd < 0) return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (cap - n < 65536) {
+            cap = cap ? 2 * cap : 65536;
+            buf = xrealloc_or_exit(buf, cap + 1, 1, "results");
+        }
+        const ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            snprintf(why, wlen, "read error: %s", strerror(errno));
+            close(fd);
+            free(buf);
+            return NULL;
+        }
+        if (got == 0) break;
+        n += (size_t)got;
+    }
+    close(fd);
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+json_object *results_load_json(const char *who, const char *path) {
+    size_t len = 0;
+    char why[512];
+    char *text = results_read_file(path, &len, why, sizeof why);
+    if (!text) {
+        errorf_esc("%s: cannot read %s: %s", who, path, why);
+        return NULL;
+    }
+    json_tokener *tok = json_tokener_new();
+    if (!tok) exit_out_of_memory(who);
+    json_object *root = json_tokener_parse_ex(tok, text, (int)len);
+    const enum json_tokener_error jerr = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    const char *bad = NULL;
+    if (!root && jerr == json_tokener_continue) {
+        bad = "unexpected end of file";
+        end = len;
+    } else if (!root) {
+        bad = json_tokener_error_desc(jerr);
+    } else {
+        while (end < len && strchr(" \t\r\n", text[end])) end++;
+        if (end < len) bad = "unexpected data after the JSON value";
+    }
+    json_tokener_free(tok);
+    if (bad) {
+        json_object_put(root);
+        root = NULL;
+        int line = 1, col = 1;
+        for (size_t i = 0; i < end && i < len; i++) {
+            if (text[i] == '\n') {
+                line++;
+                col = 1;
+            } else {
+                col++;
+            }
+        }
+        errorf_esc("%s: %s: not valid JSON: %s at line %d, column %d (json-c)", who, path, bad,
+                   line, col);
+    }
+    free(text);
+    return root;
+}

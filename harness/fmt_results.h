@@ -86,6 +86,14 @@ mha_status results_commit_run(mha_out *w, const char *dir, time_t t, char *why, 
  * not JSON: rewrites the output file of w (from its start) with null there.
  * Returns MHA_OK, or MHA_EIO / MHA_ENOMEM with a reason. */
 mha_status results_json_fix_nonfinite(mha_out *w, char *why, size_t len);
+/* Reads a whole regular file (a FIFO or device is refused, never waited on);
+ * NULL with the reason in why on failure. The text is NUL-terminated. */
+char *results_read_file(const char *path, size_t *len, char *why, size_t wlen);
+/* Reads and parses a JSON file; on failure prints "<who>: cannot read
+ * <path>: <why>" or "<who>: <path>: not valid JSON: <json-c's reason> at line
+ * L, column C (json-c)" and returns NULL. */
+struct json_object *results_load_json(const char *who, const char *path);
+
 /* A JSON number for v, or JSON null (NULL) when v is NaN or infinite. */
 struct json_object *results_json_double(double v);
 

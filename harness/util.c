@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mha_private.h"
 #include "util.h"
 
 void errorf(const char *fmt, ...) {
@@ -216,4 +217,14 @@ int check_isa_env(void) {
         return 0;
     }
     return 1;
+}
+
+void errorf_esc(const char *fmt, ...) {
+    char raw[4096], esc[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    va_end(ap);
+    mha_escape(raw, strlen(raw), esc, sizeof esc);
+    errorf("%s", esc);
 }

@@ -19,6 +19,10 @@ char *xstrdup_or_exit(const char *s, const char *who);
 
 /* Prints "mhabench: <msg>\n" to stderr. */
 void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* errorf for messages that quote file content (benchmark names, units,
+ * context values, which JSON escapes can fill with newlines or terminal
+ * controls): the whole line is escaped (mha_escape). */
+void errorf_esc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Parses a whole decimal integer in [lo, hi]; on failure prints a message
  * naming the option and value and returns 0. */

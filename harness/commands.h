@@ -19,5 +19,6 @@ int cmd_compare(int argc, char **argv);   /* cmd_compare.c */
 int cmd_tune(int argc, char **argv);      /* cmd_tune.c */
 int cmd_recommend(int argc, char **argv); /* cmd_tune.c */
 int cmd_profile(int argc, char **argv);   /* cmd_profile.c */
+int cmd_merge(int argc, char **argv);     /* cmd_merge.c */
 
 #endif

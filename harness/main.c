@@ -21,6 +21,7 @@ static const struct {
     {"compare", cmd_compare, "statistical comparison of two result files"},
     {"tune", cmd_tune, "search block sizes and splits per shape class, write the tuning table"},
     {"recommend", cmd_recommend, "the kernel and knobs mha_select picks for a shape"},
+    {"merge", cmd_merge, "join result files of sweep shards or of one machine type"},
     {"profile", cmd_profile, "time one shape; per-phase split with -Dphase_timing=true"},
 };
 

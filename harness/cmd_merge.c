@@ -1,0 +1,493 @@
+/* cmd_merge.c - `mhabench merge`: joins result files of one sweep run as
+ * shards on several machines (sweep --shard I/N), or of several runs of one
+ * machine type, into one Google Benchmark file per machine fingerprint.
+ * It refuses what cannot be one result: files of different builds, shards of
+ * different benchmark lists, a shard missing or given twice, the same
+ * benchmark measured in two files (unless told how to join those). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "commands.h"
+#include "fmt_results.h"
+#include "mha_private.h"
+#include "util.h"
+
+/* The context keys that name a machine: files are merged per fingerprint. */
+static const char *const FP_KEYS[] = {"mha_cpu_key", "mha_isa_active", "mha_cores"};
+enum { FP_COUNT = 3 };
+
+typedef enum { DUP_REFUSE, DUP_POOL, DUP_FIRST } dup_rule;
+
+typedef struct {
+    const char *path;
+    json_object *root, *ctx, *rows;
+    const char *fp[FP_COUNT];
+    const char *git;
+    int shard_i, shard_n; /* 0, 0: not a shard */
+    const char *list;     /* mha_sweep_list of a shard */
+    int group;
+} input;
+
+static void usage(FILE *f) {
+    fputs("usage: mhabench merge FILES... (--out F.json | --out-dir DIR)\n"
+          "                      [--duplicates refuse|pool|first] [--allow-partial] [--force]\n"
+          "Joins Google Benchmark result files written by `mhabench sweep` into one file\n"
+          "per machine fingerprint (mha_cpu_key, mha_isa_active, mha_cores): the shards of\n"
+          "a `sweep --shard I/N` run on N machines, or runs of one machine type.\n"
+          "  --out F          the merged file (all inputs of one fingerprint)\n"
+          "  --out-dir DIR    one DIR/<cpu-key>-<isa>-c<cores>.json per fingerprint\n"
+          "  --duplicates R   a benchmark name in two files: refuse (default), pool their\n"
+          "                   repetitions (runs of one build on hosts of one type), or keep\n"
+          "                   the first file's\n"
+          "  --allow-partial  write even when shards are missing (they are still reported)\n"
+          "  --force          merge files of different builds (mha_git_revision)\n"
+          "Exit 0 merged, 2 usage or input error (each refusal names the files and\n"
+          "values, missing and doubled shards by index).\n",
+          f);
+}
+
+/* A context value used in a file name: only [A-Za-z0-9._+-], not starting
+ * with '.'. */
+static int name_ok(const char *v) {
+    if (!*v || *v == '.') return 0;
+    for (const char *p = v; *p; p++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-", *p))
+            return 0;
+    return 1;
+}
+
+static const char *ctx_str(json_object *ctx, const char *key) {
+    json_object *v;
+    if (!ctx || !json_object_object_get_ex(ctx, key, &v) || !v ||
+        json_object_is_type(v, json_type_object) || json_object_is_type(v, json_type_array))
+        return NULL;
+    return json_object_get_string(v);
+}
+
+static const char *row_str(json_object *row, const char *key) {
+    json_object *v;
+    if (!json_object_object_get_ex(row, key, &v) || !json_object_is_type(v, json_type_string))
+        return NULL;
+    return json_object_get_string(v);
+}
+
+static int is_iteration(json_object *row) {
+    const char *type = row_str(row, "run_type");
+    return type ? strcmp(type, "iteration") == 0
+                : !json_object_object_get_ex(row, "aggregate_name", NULL);
+}
+
+/* Loads one file and its facts. Returns 0, or EXIT_USAGE after a message. */
+static int load_input(input *in) {
+    in->root = results_load_json("merge", in->path);
+    if (!in->root) return EXIT_USAGE;
+    if (!json_object_is_type(in->root, json_type_object) ||
+        !json_object_object_get_ex(in->root, "benchmarks", &in->rows) ||
+        !json_object_is_type(in->rows, json_type_array)) {
+        errorf_esc("merge: %s: no \"benchmarks\" array (not a Google Benchmark result file)",
+                   in->path);
+        return EXIT_USAGE;
+    }
+    if (!json_object_object_get_ex(in->root, "context", &in->ctx) ||
+        !json_object_is_type(in->ctx, json_type_object)) {
+        errorf_esc("merge: %s: no \"context\" object (not written by `mhabench sweep`)", in->path);
+        return EXIT_USAGE;
+    }
+    for (int k = 0; k < FP_COUNT; k++) {
+        in->fp[k] = ctx_str(in->ctx, FP_KEYS[k]);
+        if (!in->fp[k]) {
+            errorf_esc("merge: %s: the context has no \"%s\", so its machine is unknown (not "
+                       "written by `mhabench sweep`?)",
+                       in->path, FP_KEYS[k]);
+            return EXIT_USAGE;
+        }
+    }
+    in->git = ctx_str(in->ctx, "mha_git_revision");
+    const char *sh = ctx_str(in->ctx, "mha_shard");
+    if (sh) {
+        char extra;
+        if (sscanf(sh, "%d/%d%c", &in->shard_i, &in->shard_n, &extra) != 2 || in->shard_n < 1 ||
+            in->shard_i < 1 || in->shard_i > in->shard_n) {
+            errorf_esc("merge: %s: mha_shard '%s' is not I/N", in->path, sh);
+            return EXIT_USAGE;
+        }
+        in->list = ctx_str(in->ctx, "mha_sweep_list");
+        if (!in->list) {
+            errorf_esc("merge: %s: a shard (%s) without mha_sweep_list", in->path, sh);
+            return EXIT_USAGE;
+        }
+    }
+    const size_t n = json_object_array_length(in->rows);
+    for (size_t i = 0; i < n; i++) {
+        json_object *row = json_object_array_get_idx(in->rows, i);
+        if (!json_object_is_type(row, json_type_object) || !row_str(row, "name")) {
+            errorf_esc("merge: %s: benchmarks[%zu] is not an object with a \"name\"", in->path, i);
+            return EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
+/* The shards of one list in a group: every index 1..N exactly once. Prints
+ * what is missing or doubled; returns 0 when complete (or missing allowed
+ * and nothing doubled), else EXIT_USAGE. */
+static int check_shards(input *in, int n, int group, const char *list, int allow_partial,
+                        dup_rule dup) {
+    int count = 0;
+    for (int i = 0; i < n; i++)
+        if (in[i].group == group && in[i].list && !strcmp(in[i].list, list)) {
+            if (count && count != in[i].shard_n) {
+                errorf_esc("merge: shards of list %s disagree on N: %d and %d (%s)", list, count,
+                           in[i].shard_n, in[i].path);
+                return EXIT_USAGE;
+            }
+            count = in[i].shard_n;
+        }
+    int *seen = xrealloc_or_exit(NULL, (size_t)count + 1, sizeof *seen, "merge");
+    memset(seen, 0, ((size_t)count + 1) * sizeof *seen);
+    for (int i = 0; i < n; i++)
+        if (in[i].group == group && in[i].list && !strcmp(in[i].list, list)) seen[in[i].shard_i]++;
+    char missing[1024] = "", doubled[1024] = "";
+    size_t lm = 0, ld = 0;
+    int nmiss = 0, ndoub = 0;
+    for (int s = 1; s <= count; s++) {
+        if (seen[s] == 0 && lm < sizeof missing - 16)
+            nmiss++, lm +=
+                     (size_t)snprintf(missing + lm, sizeof missing - lm, "%s%d", lm ? ", " : "", s);
+        if (seen[s] > 1 && ld < sizeof doubled - 16)
+            ndoub++, ld += (size_t)snprintf(doubled + ld, sizeof doubled - ld, "%s%d (%d files)",
+                                            ld ? ", " : "", s, seen[s]);
+    }
+    free(seen);
+    int rc = 0;
+    if (nmiss) {
+        if (allow_partial)
+            fprintf(stderr, "mhabench: merge: warning: list %s: shards missing: %s of %d\n", list,
+                    missing, count);
+        else {
+            errorf_esc("merge: list %s: shards missing: %s of %d (--allow-partial writes what "
+                       "there is)",
+                       list, missing, count);
+            rc = EXIT_USAGE;
+        }
+    }
+    if (ndoub) {
+        if (dup == DUP_REFUSE) {
+            errorf_esc("merge: list %s: shards given more than once: %s (--duplicates pool or "
+                       "first to join them)",
+                       list, doubled);
+            rc = EXIT_USAGE;
+        } else {
+            fprintf(stderr, "mhabench: merge: list %s: shards given more than once: %s (%s)\n",
+                    list, doubled, dup == DUP_POOL ? "pooled" : "first kept");
+        }
+    }
+    if (rc == 0)
+        printf("shards of list %s: %d of %d%s\n", list, count - nmiss, count,
+               nmiss ? " (partial)" : "");
+    return rc;
+}
+
+/* A benchmark name seen in the group: which file it came from first and how
+ * many iteration rows it has so far. */
+typedef struct {
+    char *name;
+    int file;
+    int reps;
+    int pooled;
+} seen_name;
+
+static seen_name *find_name(seen_name *s, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s[i].name, name)) return &s[i];
+    return NULL;
+}
+
+/* Builds and writes the merged file of one group. Returns 0 or EXIT_USAGE. */
+static int write_group(input *in, int n, int group, const char *out_path, dup_rule dup) {
+    seen_name *names = NULL;
+    int nn = 0, rc = 0, first = -1, nfiles = 0;
+    for (int i = 0; i < n; i++)
+        if (in[i].group == group) {
+            if (first < 0) first = i;
+            nfiles++;
+        }
+    /* Pass 1: names and conflicts. */
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (in[i].group != group) continue;
+        const size_t nr = json_object_array_length(in[i].rows);
+        for (size_t r = 0; r < nr; r++) {
+            json_object *row = json_object_array_get_idx(in[i].rows, r);
+            if (!is_iteration(row)) continue;
+            const char *name = row_str(row, "name");
+            seen_name *s = find_name(names, nn, name);
+            if (!s) {
+                names = xrealloc_or_exit(names, (size_t)nn + 1, sizeof *names, "merge");
+                names[nn++] = (seen_name){xstrdup_or_exit(name, "merge"), i, 1, 0};
+            } else if (s->file == i) {
+                s->reps++;
+            } else if (dup == DUP_REFUSE) {
+                errorf_esc("merge: benchmark '%s' is in both %s and %s (--duplicates pool joins "
+                           "their repetitions, first keeps %s's)",
+                           name, in[s->file].path, in[i].path, in[s->file].path);
+                rc = EXIT_USAGE;
+                break;
+            } else if (dup == DUP_POOL) {
+                s->pooled = 1;
+            }
+        }
+    }
+    if (rc) goto out;
+    /* Complete shards of one list cover exactly the list they were cut from. */
+    for (int i = 0; i < n; i++) {
+        if (in[i].group != group || !in[i].list) continue;
+        const char *total = ctx_str(in[i].ctx, "mha_sweep_benchmarks");
+        int have = 0, files = 0;
+        for (int j = 0; j < n; j++)
+            if (in[j].group == group && in[j].list && !strcmp(in[j].list, in[i].list)) files++;
+        for (int k = 0; k < nn; k++)
+            if (in[names[k].file].list && !strcmp(in[names[k].file].list, in[i].list)) have++;
+        if (total && files == in[i].shard_n && have != atoi(total)) {
+            errorf_esc("merge: list %s: the shards hold %d benchmarks, the list has %s", in[i].list,
+                       have, total);
+            rc = EXIT_USAGE;
+            goto out;
+        }
+        break;
+    }
+    /* Pass 2: the rows. Pooled names get their repetitions renumbered and
+     * lose their aggregates (they described one file's repetitions). */
+    json_object *outrows = json_object_new_array();
+    int *next_rep = xrealloc_or_exit(NULL, (size_t)(nn ? nn : 1), sizeof *next_rep, "merge");
+    int *total_rep = xrealloc_or_exit(NULL, (size_t)(nn ? nn : 1), sizeof *total_rep, "merge");
+    memset(next_rep, 0, (size_t)(nn ? nn : 1) * sizeof *next_rep);
+    memset(total_rep, 0, (size_t)(nn ? nn : 1) * sizeof *total_rep);
+    for (int i = 0; i < n; i++) {
+        if (in[i].group != group) continue;
+        const size_t nr = json_object_array_length(in[i].rows);
+        for (size_t r = 0; r < nr; r++) {
+            json_object *row = json_object_array_get_idx(in[i].rows, r);
+            seen_name *s = find_name(names, nn, row_str(row, "name"));
+            if (s && s->pooled && is_iteration(row)) total_rep[s - names]++;
+        }
+    }
+    int dropped_aggs = 0;
+    for (int i = 0; i < n; i++) {
+        if (in[i].group != group) continue;
+        const size_t nr = json_object_array_length(in[i].rows);
+        for (size_t r = 0; r < nr; r++) {
+            json_object *row = json_object_array_get_idx(in[i].rows, r);
+            const char *name = row_str(row, "name");
+            const char *run_name = row_str(row, "run_name");
+            /* an aggregate row belongs to its run_name's benchmark */
+            seen_name *s = find_name(names, nn,
+                                     is_iteration(row) ? name
+                                     : run_name        ? run_name
+                                                       : "");
+            if (s && s->file != i && dup == DUP_FIRST) continue;
+            if (!is_iteration(row) && s && s->pooled) {
+                dropped_aggs++;
+                continue;
+            }
+            json_object *copy = NULL;
+            json_object_deep_copy(row, &copy, NULL);
+            if (s && s->pooled && is_iteration(row)) {
+                const int k = (int)(s - names);
+                json_object_object_add(copy, "repetition_index",
+                                       json_object_new_int(next_rep[k]++));
+                json_object_object_add(copy, "repetitions", json_object_new_int(total_rep[k]));
+            }
+            json_object_array_add(outrows, copy);
+        }
+    }
+    free(next_rep);
+    free(total_rep);
+    /* The context: the first file's, the shard keys replaced by what was
+     * merged, skips summed. */
+    json_object *ctx = NULL;
+    json_object_deep_copy(in[first].ctx, &ctx, NULL);
+    json_object_object_del(ctx, "mha_shard");
+    json_object_object_del(ctx, "mha_shard_benchmarks");
+    long skipped = 0;
+    size_t plen = 1;
+    for (int i = 0; i < n; i++)
+        if (in[i].group == group) {
+            const char *sk = ctx_str(in[i].ctx, "mha_skipped");
+            skipped += sk ? strtol(sk, NULL, 10) : 0;
+            plen += strlen(in[i].path) + 2;
+        }
+    char *paths = xrealloc_or_exit(NULL, plen, 1, "merge"), num[32];
+    paths[0] = '\0';
+    for (int i = 0; i < n; i++)
+        if (in[i].group == group) {
+            if (paths[0]) strcat(paths, ", ");
+            strcat(paths, in[i].path);
+        }
+    json_object_object_add(ctx, "mha_merged_from", json_object_new_string(paths));
+    free(paths);
+    snprintf(num, sizeof num, "%ld", skipped);
+    json_object_object_add(ctx, "mha_skipped", json_object_new_string(num));
+    snprintf(num, sizeof num, "%d", nn);
+    json_object_object_add(ctx, "mha_merged_benchmarks", json_object_new_string(num));
+    json_object *root = json_object_new_object();
+    json_object_object_add(root, "context", ctx);
+    json_object_object_add(root, "benchmarks", outrows);
+    const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
+                                                                JSON_C_TO_STRING_NOSLASHESCAPE);
+    char why[1024];
+    mha_out w;
+    if (mha_out_begin(&w, out_path, MHA_OUT_REPLACE | MHA_OUT_MKDIRS, why, sizeof why) != MHA_OK ||
+        mha_out_write(&w, text, strlen(text), why, sizeof why) != MHA_OK ||
+        mha_out_write(&w, "\n", 1, why, sizeof why) != MHA_OK ||
+        mha_out_commit(&w, why, sizeof why) != MHA_OK) {
+        mha_out_abort(&w);
+        errorf_esc("merge: --out %s: %s", out_path, why);
+        rc = EXIT_USAGE;
+    } else {
+        int pooled = 0;
+        for (int i = 0; i < nn; i++) pooled += names[i].pooled;
+        printf("merged %d file%s (cpu %s, isa %s, cores %s): %d benchmarks%s -> %s\n", nfiles,
+               nfiles == 1 ? "" : "s", in[first].fp[0], in[first].fp[1], in[first].fp[2], nn, "",
+               out_path);
+        if (pooled)
+            printf("  %d benchmarks pooled from several files (%d aggregate rows dropped)\n",
+                   pooled, dropped_aggs);
+    }
+    json_object_put(root);
+out:
+    for (int i = 0; i < nn; i++) free(names[i].name);
+    free(names);
+    return rc;
+}
+
+int cmd_merge(int argc, char **argv) {
+    enum { O_OUT = 1000, O_OUT_DIR, O_DUP, O_PARTIAL, O_FORCE };
+    static const struct option opts[] = {{"out", required_argument, 0, O_OUT},
+                                         {"out-dir", required_argument, 0, O_OUT_DIR},
+                                         {"duplicates", required_argument, 0, O_DUP},
+                                         {"allow-partial", no_argument, 0, O_PARTIAL},
+                                         {"force", no_argument, 0, O_FORCE},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *out = NULL, *out_dir = NULL;
+    dup_rule dup = DUP_REFUSE;
+    int allow_partial = 0, force = 0;
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+        switch (c) {
+        case O_OUT:
+            out = optarg;
+            break;
+        case O_OUT_DIR:
+            out_dir = optarg;
+            break;
+        case O_DUP:
+            if (!strcmp(optarg, "refuse"))
+                dup = DUP_REFUSE;
+            else if (!strcmp(optarg, "pool"))
+                dup = DUP_POOL;
+            else if (!strcmp(optarg, "first"))
+                dup = DUP_FIRST;
+            else {
+                errorf_esc("merge: --duplicates '%s': expected refuse, pool or first", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case O_PARTIAL:
+            allow_partial = 1;
+            break;
+        case O_FORCE:
+            force = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    const int n = argc - optind;
+    if (n < 1 || !!out == !!out_dir) {
+        errorf("merge: expected result files and one of --out or --out-dir");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    input *in = xrealloc_or_exit(NULL, (size_t)n, sizeof *in, "merge");
+    memset(in, 0, (size_t)n * sizeof *in);
+    int rc = 0, ngroups = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        in[i].path = argv[optind + i];
+        rc = load_input(&in[i]);
+    }
+    if (rc) goto done;
+    /* One build: the git revision of every file agrees. */
+    for (int i = 1; i < n; i++) {
+        const char *a = in[0].git ? in[0].git : "(none)", *b = in[i].git ? in[i].git : "(none)";
+        if (strcmp(a, b) != 0) {
+            if (!force) {
+                errorf_esc("merge: different builds: mha_git_revision is '%s' in %s but '%s' in "
+                           "%s (--force merges anyway)",
+                           a, in[0].path, b, in[i].path);
+                rc = EXIT_USAGE;
+                goto done;
+            }
+            fprintf(stderr, "mhabench: merge: warning: different builds (%s, %s): --force\n", a, b);
+        }
+    }
+    /* Groups by fingerprint, in the order first seen. */
+    for (int i = 0; i < n; i++) {
+        in[i].group = -1;
+        for (int j = 0; j < i && in[i].group < 0; j++) {
+            int same = 1;
+            for (int k = 0; k < FP_COUNT; k++) same &= !strcmp(in[i].fp[k], in[j].fp[k]);
+            if (same) in[i].group = in[j].group;
+        }
+        if (in[i].group < 0) in[i].group = ngroups++;
+    }
+    if (out && ngroups > 1) {
+        errorf_esc("merge: the files come from %d machine fingerprints (e.g. %s: %s/%s/%s, and "
+                   "the first file's %s/%s/%s); use --out-dir for one file per fingerprint",
+                   ngroups, in[n - 1].path, in[n - 1].fp[0], in[n - 1].fp[1], in[n - 1].fp[2],
+                   in[0].fp[0], in[0].fp[1], in[0].fp[2]);
+        rc = EXIT_USAGE;
+        goto done;
+    }
+    for (int g = 0; g < ngroups && rc == 0; g++) {
+        /* every shard list of the group, complete */
+        for (int i = 0; i < n && rc == 0; i++) {
+            if (in[i].group != g || !in[i].list) continue;
+            int first_of_list = 1;
+            for (int j = 0; j < i; j++)
+                if (in[j].group == g && in[j].list && !strcmp(in[j].list, in[i].list))
+                    first_of_list = 0;
+            if (first_of_list) rc = check_shards(in, n, g, in[i].list, allow_partial, dup);
+        }
+        if (rc) break;
+        char path[4096];
+        int first = 0;
+        while (in[first].group != g) first++;
+        if (!out)
+            for (int k = 0; k < FP_COUNT; k++)
+                if (!name_ok(in[first].fp[k])) {
+                    errorf_esc("merge: %s: %s '%s' cannot be part of a file name", in[first].path,
+                               FP_KEYS[k], in[first].fp[k]);
+                    rc = EXIT_USAGE;
+                }
+        if (rc) break;
+        if (out)
+            snprintf(path, sizeof path, "%s", out);
+        else
+            snprintf(path, sizeof path, "%s/%s-%s-c%s.json", out_dir, in[first].fp[0],
+                     in[first].fp[1], in[first].fp[2]);
+        rc = write_group(in, n, g, path, dup);
+    }
+done:
+    for (int i = 0; i < n; i++) json_object_put(in[i].root);
+    free(in);
+    return rc;
+}

@@ -1259,6 +1259,7 @@ int cmd_sweep(int argc, char **argv) {
         return EXIT_USAGE;
     }
     const preset pr = *prp;
+    note_no_tuning_table(stdout);
     machine_info mi;
     machine_describe(&mi);
     const int all = mi.cores > 0 ? mi.cores : 1;

@@ -1253,6 +1253,12 @@ int cmd_recommend(int argc, char **argv) {
            sel.options.block_kv, splits[sel.options.split], mha_resolve_threads(&sel.options));
     printf("class     %s\n", cname);
     printf("source    %s\n", sources[sel.source]);
+    if (sel.source == MHA_CHOICE_DEFAULT) {
+        char tpath[4096];
+        mha_table_default_path(tpath, sizeof tpath);
+        printf("table     none for this CPU at %s: the cache model decided\n", tpath);
+        note_no_tuning_table(stdout);
+    }
     printf("reason    %s\n", sel.reason);
     if (sel.expected_gflops > 0)
         printf("expected  %.1f GFLOP/s (measured by tune on the class's representative shape)\n",

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mha_private.h"
 #include "util.h"
@@ -199,6 +200,7 @@ const mha_kernel *resolve_kernel(const char *name, const mha_problem *p, mha_opt
             errorf("--kernel auto: %s", mha_last_error());
             return NULL;
         }
+        if (sel.source == MHA_CHOICE_DEFAULT) note_no_tuning_table(stderr);
         *o = sel.options;
         return sel.kernel;
     }
@@ -227,4 +229,22 @@ void errorf_esc(const char *fmt, ...) {
     va_end(ap);
     mha_escape(raw, strlen(raw), esc, sizeof esc);
     errorf("%s", esc);
+}
+
+/* How long `mhabench tune` takes at its default budget (cmd_tune.c's
+ * DEFAULT_BUDGET_S, 120 s) plus the machine probe and verification. */
+#define TUNE_MINUTES "2-3"
+
+int note_no_tuning_table(FILE *f) {
+    static int said;
+    char path[4096], key[96];
+    mha_table_default_path(path, sizeof path);
+    if (said || access(path, R_OK) == 0) return 0;
+    said = 1;
+    mha_cpu_key(key, sizeof key);
+    fprintf(f,
+            "note: no tuning table for %s (%s): auto uses the cache model; `mhabench tune` "
+            "makes one in about " TUNE_MINUTES " minutes\n",
+            key, path);
+    return 1;
 }

@@ -4,6 +4,7 @@
 #define MHA_HARNESS_UTIL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "mha.h"
 
 #define EXIT_CHECK_FAILED 1
@@ -57,6 +58,11 @@ const mha_kernel *lookup_kernel(const char *name);
  * block_q / block_kv left at 0 in *o are resolved to the values that will
  * run, so reports can name them. Prints a message and returns NULL on error. */
 const mha_kernel *resolve_kernel(const char *name, const mha_problem *p, mha_options *o);
+/* On the first call in a process, when this CPU (under the MHA_ISA cap) has
+ * no tuning table where mha_select looks, prints to f "note: no tuning table
+ * for <cpu-key> (<path>): auto uses the cache model; `mhabench tune` makes one
+ * in about N minutes" and returns 1; else 0. */
+int note_no_tuning_table(FILE *f);
 
 /* Checks MHA_ISA; prints a message and returns 0 if it is malformed. */
 int check_isa_env(void);

@@ -594,6 +594,36 @@ static void test_attend_dtypes(void **state) {
     }
 }
 
+/* sweep --dtype: fp32 rows keep their names and carry dtype fields; a
+ * kernel runs only the dtypes it takes; a bad dtype is exit 2. */
+static void test_sweep_dtypes(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char out[512], buf[65536];
+    tmp_path(out, sizeof out, "sweep-dtypes.json");
+    expect_usage(run_bench("sweep", "--dtype", "int8", "--out", out, NULL), "int8");
+    expect_usage(run_bench("sweep", "--kv-dtype", "fp8", "--out", out, NULL), "fp8");
+    const int rc =
+        run_bench("sweep", "--kernels", "flash.scalar,decode.scalar", "--seq-q", "1", "--seq-kv",
+                  "64", "--heads", "2", "--head-dim", "16", "--threads", "1", "--min-time", "0.001",
+                  "--dtype", "fp32,bf16", "--kv-dtype", "fp32,bf16,int8", "--out", out, NULL);
+    if (rc != 0) fail_msg("sweep --dtype: exit %d: %s", rc, g_err);
+    tu_slurp(out, buf, sizeof buf);
+    assert_non_null(strstr(buf, "\"dtype\": \"fp32\""));
+    /* flash.scalar takes fp32 only: no typed flash.scalar row */
+    assert_null(strstr(buf, "flash.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/dtype:"));
+    assert_null(strstr(buf, "flash.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/kv_dtype:"));
+    /* with --kv-dtype fp32,bf16,int8 the fp32 decode rows also read bf16 and int8 caches;
+     * rows exist only where a kernel takes them */
+    const mha_problem pb = {1, 2, 2, 1, 64, 16, 0, 0.0f, MHA_F32, MHA_BF16};
+    const mha_kernel *dec = mha_kernel_find("decode.scalar");
+    if (mha_kernel_takes(dec, &pb) == MHA_OK)
+        assert_non_null(strstr(buf, "decode.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/"
+                                    "kv_dtype:bf16/threads:1"));
+    else
+        assert_null(strstr(buf, "kv_dtype:bf16/threads"));
+}
+
 /* forward runs fp32 only in this build: --dtype bf16 is refused up front. */
 static void test_forward_dtype(void **state) {
     (void)state;
@@ -1063,6 +1093,7 @@ int main(void) {
         cmocka_unit_test(test_profile_samples),
         cmocka_unit_test(test_attend_dtypes),
         cmocka_unit_test(test_forward_dtype),
+        cmocka_unit_test(test_sweep_dtypes),
         cmocka_unit_test(test_verify_dtypes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

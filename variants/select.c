@@ -202,7 +202,7 @@ mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection 
             const mha_kernel *k = mha_default_kernel(p);
             if (!k)
                 return mha_set_error(MHA_EUNSUPPORTED,
-                                     "mha_select: no kernel that runs here takes dtype %s with a "
+                                     "no kernel that runs here takes dtype %s with a "
                                      "%s K/V cache (%s)",
                                      mha_dtype_name(p->dtype),
                                      mha_dtype_name(mha_problem_kv_dtype(p)), why);

@@ -26,12 +26,63 @@
  *    TOL_LOGIT = 4 eps per unit allows for that with headroom.
  * A real bug (one wrong mask entry, a lost tail column, a missed rescale)
  * moves the output by ~mag/Nkv or more: >= 2e-4 * mag on the grid, ten times
- * the tolerance of the ordinary cases. */
+ * the tolerance of the ordinary cases.
+ *
+ * Other dtypes (check_tolerance). The oracle reads the inputs as stored
+ * (bf16/fp16 widened exactly, int8 * its row scale), so rounding the inputs
+ * costs nothing here; what a kernel may still round on the way adds:
+ *  - P rounded to bf16 before P.V when Q/O or K/V is bf16/fp16 (u_p = 2^-9
+ *    relative per probability): sum_j |dp_j| |v_j| <= u_p sum_j p_j |v_j|
+ *    <= u_p * mag when the row sum is taken from the unrounded p; a kernel
+ *    that sums the rounded p moves each normalised weight by at most 2 u_p,
+ *    so we allow 2 u_p * mag and either design passes;
+ *  - fp16 inputs converted to bf16 for a bf16 dot-product unit (2^-9
+ *    relative on each converted element): Q and K each perturb a logit by at
+ *    most 2^-9 * |scale| |q| |k| <= 2^-9 * smax (Cauchy-Schwarz), so with n
+ *    of Q, K in fp16 every logit moves by delta <= n 2^-9 smax, each weight
+ *    by a factor within e^(+-2 delta) after normalisation, and out by at
+ *    most expm1(2 delta) * mag; V converted adds 2^-9 * mag;
+ *  - the output rounded to its dtype: bf16 2^-9, fp16 2^-11 relative to
+ *    |out| (u_o), checked per element as u_o * |ref| + (1 + u_o) * tol;
+ *  - int8 caches: the oracle reads int8 * scale, so nothing is lost before
+ *    the kernel sees them: the fp32 tolerance (plus the terms above when Q/O
+ *    is bf16/fp16).
+ * The terms are first order; their products (~2^-18) sit well inside
+ * TOL_BASE. A wrong mask entry or a lost column is still ~mag/Nkv. */
 #define TOL_BASE 2e-5
 #define TOL_LOGIT (4.0 * 1.1920929e-7)
+#define TOL_BF16 0x1p-9 /* unit roundoff of bf16 (8 significant bits) */
+#define TOL_F16 0x1p-11 /* unit roundoff of fp16 (11 significant bits) */
 
-enum { GUARD = 64 }; /* floats of guard zone before and after every output */
-static const uint32_t SENTINEL = 0x7fc5a5a5u; /* a quiet NaN nobody computes */
+static int is_half(mha_dtype t) {
+    return t == MHA_BF16 || t == MHA_F16;
+}
+
+void check_tolerance(const mha_problem *p, double mag, double smax, double *tol_abs,
+                     double *tol_rel) {
+    const mha_dtype dt = p->dtype, kv = mha_problem_kv_dtype(p);
+    double e = TOL_BASE + TOL_LOGIT * sqrt((double)p->head_dim) * smax;
+    if (is_half(dt) || is_half(kv)) e += 2 * TOL_BF16; /* P rounded to bf16 */
+    const int n16 = (dt == MHA_F16) + (kv == MHA_F16); /* Q, K converted fp16 -> bf16 */
+    if (n16) e += expm1(2.0 * n16 * TOL_BF16 * smax);
+    if (kv == MHA_F16) e += TOL_BF16; /* V converted fp16 -> bf16 */
+    *tol_abs = (mag > 0 ? mag : 1e-30) * e;
+    *tol_rel = dt == MHA_BF16 ? TOL_BF16 : dt == MHA_F16 ? TOL_F16 : 0.0;
+}
+
+int check_input_fits(int input, mha_dtype dtype, mha_dtype kv_dtype) {
+    /* an int8 row cannot hold -inf (its scale would turn the row into NaN:
+     * nan-k again), and fp16 cannot hold the 1e30 that overflows the scores */
+    if (kv_dtype == MHA_I8 && (input == INPUT_NINF_K || input == INPUT_NINF_ALL)) return 0;
+    if (input == INPUT_HUGE && (dtype == MHA_F16 || kv_dtype == MHA_F16)) return 0;
+    return 1;
+}
+
+enum { GUARD = 64 }; /* elements of guard zone before and after every output */
+/* Quiet NaNs nobody computes (a converted NaN is 0x7fc0 / 0x7e00), one per
+ * output width: unwritten elements and stray writes show in any dtype. */
+static const uint32_t SENTINEL = 0x7fc5a5a5u;
+static const uint16_t SENTINEL_BF16 = 0x7fc5u, SENTINEL_F16 = 0x7e5au;
 
 uint64_t check_case_seed(uint64_t seed, int index) {
     uint64_t s = seed ^ (0x632be59bd9b4e019ull * (uint64_t)(index + 1));
@@ -108,10 +159,19 @@ static const char *const input_names[INPUT_COUNT] = {"uniform", "logits-x30", "e
 
 void check_describe(const check_case *c, char *buf, size_t len) {
     const mha_problem *p = &c->p;
-    snprintf(buf, len, "B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld%s layout=%s input=%s",
+    char dt[48] = "";
+    const mha_dtype kv = mha_problem_kv_dtype(p);
+    if (p->dtype != MHA_F32 || kv != MHA_F32)
+        snprintf(dt, sizeof dt, " dtype=%s kv=%s", mha_dtype_name(p->dtype), mha_dtype_name(kv));
+    snprintf(buf, len, "B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld%s layout=%s input=%s%s",
              (long long)p->batch, (long long)p->heads, (long long)p->kv_heads, (long long)p->seq_q,
              (long long)p->seq_kv, (long long)p->head_dim, p->causal ? " causal" : "",
-             layout_names[c->layout], input_names[c->input]);
+             layout_names[c->layout], input_names[c->input], dt);
+}
+
+void check_case_set_dtypes(check_case *c, mha_dtype dtype, mha_dtype kv_dtype) {
+    c->p.dtype = dtype;
+    c->p.kv_dtype = kv_dtype == dtype ? MHA_F32 : kv_dtype; /* 0 = the problem's dtype */
 }
 
 /* ---- data ---------------------------------------------------------------------- */
@@ -186,6 +246,52 @@ static float *elem(const mha_tensor *t, int64_t b, int64_t h, int64_t i, int64_t
     return (float *)t->data + b * t->stride_b + h * t->stride_h + i * t->stride_n + c;
 }
 
+/* Stores the fp32 input t (span elements, NaN in layout gaps) as dtype dt:
+ * bf16/fp16 rounded to nearest even, int8 quantised per (b, h, n) row with
+ * its scale in a contiguous [B,H,N] array (gaps hold -128, a value no row
+ * has). The fp32 buffer is then overwritten with the stored values widened,
+ * so the magnitudes the tolerance is computed from are the oracle's. */
+static mha_status store_typed(mha_dtype dt, int64_t B, int64_t H, int64_t N, int64_t d,
+                              int64_t span, float *f, mha_tensor *view, void **typed,
+                              float **scales) {
+    *typed = NULL;
+    *scales = NULL;
+    view->dtype = dt;
+    if (dt == MHA_F32) return MHA_OK;
+    void *t = mha_alloc((size_t)span * mha_dtype_size(dt));
+    if (!t) return MHA_ENOMEM;
+    if (dt != MHA_I8) {
+        mha_convert_from_f32(dt, f, t, (size_t)span);
+        mha_convert_to_f32(dt, t, f, (size_t)span);
+    } else {
+        float *sc = malloc((size_t)(B * H * N) * sizeof(float));
+        if (!sc) {
+            mha_free(t);
+            return MHA_ENOMEM;
+        }
+        memset(t, 0x80, (size_t)span);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++) {
+                const int64_t off = b * view->stride_b + h * view->stride_h;
+                float *rs = sc + (b * H + h) * N;
+                mha_quantize_rows_i8(f + off, N, d, view->stride_n, (int8_t *)t + off,
+                                     view->stride_n, rs);
+                for (int64_t i = 0; i < N; i++)
+                    for (int64_t c = 0; c < d; c++)
+                        f[off + i * view->stride_n + c] =
+                            (float)((int8_t *)t)[off + i * view->stride_n + c] * rs[i];
+            }
+        *scales = sc;
+        view->scale = sc;
+        view->scale_stride_b = H * N;
+        view->scale_stride_h = N;
+        view->scale_stride_n = 1;
+    }
+    view->data = t;
+    *typed = t;
+    return MHA_OK;
+}
+
 /* Plants the corruption of the case's input kind (positions are fixed, so a
  * failure repeats with the printed seed). */
 static void corrupt(const check_case *c, check_data *d) {
@@ -236,6 +342,22 @@ mha_status check_prepare(const check_case *c, uint64_t case_seed, check_data *d)
         return st;
     }
     corrupt(c, d);
+    /* the fp32 views stay for the tolerance's magnitudes; the typed ones go
+     * to the oracle and the kernels */
+    mha_tensor fq = d->qv, fk = d->kv, fv = d->vv;
+    const mha_dtype kvt = mha_problem_kv_dtype(p);
+    const int64_t qspan = layout_strides(c->layout, p->batch, p->heads, p->seq_q, p->head_dim).span;
+    const int64_t kspan =
+        layout_strides(c->layout, p->batch, p->kv_heads, p->seq_kv, p->head_dim).span;
+    if ((st = store_typed(p->dtype, p->batch, p->heads, p->seq_q, p->head_dim, qspan, d->q, &d->qv,
+                          &d->tq, &d->sq)) ||
+        (st = store_typed(kvt, p->batch, p->kv_heads, p->seq_kv, p->head_dim, kspan, d->k, &d->kv,
+                          &d->tk, &d->sk)) ||
+        (st = store_typed(kvt, p->batch, p->kv_heads, p->seq_kv, p->head_dim, kspan, d->v, &d->vv,
+                          &d->tv, &d->sv))) {
+        check_release(d);
+        return st;
+    }
     const size_t nout = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim);
     d->ref = malloc(nout * sizeof(double));
     if (!d->ref) {
@@ -253,16 +375,13 @@ mha_status check_prepare(const check_case *c, uint64_t case_seed, check_data *d)
         for (int64_t g = 0; g < p->kv_heads; g++)
             for (int64_t j = 0; j < p->seq_kv; j++)
                 for (int64_t k = 0; k < p->head_dim; k++) {
-                    const double a =
-                        fabs(((const float *)d->vv.data)[b * d->vv.stride_b + g * d->vv.stride_h +
-                                                         j * d->vv.stride_n + k]);
+                    const double a = fabs(*elem(&fv, b, g, j, k));
                     d->mag = a > d->mag ? a : d->mag;
                 }
-    const double smax = (double)mha_problem_scale(p) *
-                        max_row_norm(&d->qv, p->batch, p->heads, p->seq_q, p->head_dim) *
-                        max_row_norm(&d->kv, p->batch, p->kv_heads, p->seq_kv, p->head_dim);
-    d->tol =
-        (d->mag > 0 ? d->mag : 1e-30) * (TOL_BASE + TOL_LOGIT * sqrt((double)p->head_dim) * smax);
+    d->smax = (double)mha_problem_scale(p) *
+              max_row_norm(&fq, p->batch, p->heads, p->seq_q, p->head_dim) *
+              max_row_norm(&fk, p->batch, p->kv_heads, p->seq_kv, p->head_dim);
+    check_tolerance(p, d->mag, d->smax, &d->tol, &d->tol_rel);
     return MHA_OK;
 }
 
@@ -270,8 +389,16 @@ void check_release(check_data *d) {
     mha_free(d->q);
     mha_free(d->k);
     mha_free(d->v);
+    mha_free(d->tq);
+    mha_free(d->tk);
+    mha_free(d->tv);
+    free(d->sq);
+    free(d->sk);
+    free(d->sv);
     free(d->ref);
     d->q = d->k = d->v = NULL;
+    d->tq = d->tk = d->tv = NULL;
+    d->sq = d->sk = d->sv = NULL;
     d->ref = NULL;
 }
 
@@ -293,16 +420,124 @@ int check_kernel(const mha_kernel *k, const check_data *d, int threads, check_re
     return check_kernel_opts(k, d, &opt, r);
 }
 
-/* What element (b, h, i, c) must be: within tol of the reference, NaN where
- * the reference is NaN, and non-finite on a row that sees a key when the
+/* What element (b, h, i, c) must be: within tolerance of the reference, NaN
+ * where the reference is NaN, and non-finite on a row that sees a key when the
  * float32 scores overflow (INPUT_HUGE). Returns 1 if got is acceptable. */
-static int element_ok(const check_data *d, int64_t i, double want, float got, double *err) {
+static int element_ok(const check_data *d, int64_t i, double want, double got, double *err,
+                      double *allowed) {
     const mha_problem *p = &d->c.p;
     const int sees_key = !p->causal || i + p->seq_kv - p->seq_q + 1 > 0;
-    *err = fabs((double)got - want);
+    *err = fabs(got - want);
+    *allowed = (1 + d->tol_rel) * d->tol + d->tol_rel * fabs(want);
     if (isnan(want)) return isnan(got);
     if (d->c.input == INPUT_HUGE && sees_key) return !isfinite(got);
-    return *err <= d->tol; /* NaN (an unwritten sentinel too) fails */
+    return *err <= *allowed; /* NaN (an unwritten sentinel too) fails */
+}
+
+/* ---- outputs: typed, sentinel-filled, guarded ------------------------------------ */
+static void put_sentinel(void *buf, mha_dtype t, int64_t i) {
+    if (t == MHA_F32)
+        memcpy((char *)buf + 4 * i, &SENTINEL, 4);
+    else
+        memcpy((char *)buf + 2 * i, t == MHA_F16 ? &SENTINEL_F16 : &SENTINEL_BF16, 2);
+}
+
+static int is_sentinel(const void *buf, mha_dtype t, int64_t i) {
+    if (t == MHA_F32) {
+        uint32_t bits;
+        memcpy(&bits, (const char *)buf + 4 * i, 4);
+        return bits == SENTINEL;
+    }
+    uint16_t bits;
+    memcpy(&bits, (const char *)buf + 2 * i, 2);
+    return bits == (t == MHA_F16 ? SENTINEL_F16 : SENTINEL_BF16);
+}
+
+int check_out_alloc(const check_data *d, check_out *o) {
+    const mha_problem *p = &d->c.p;
+    memset(o, 0, sizeof *o);
+    o->dtype = p->dtype;
+    o->total = (int64_t)d->out_floats + 2 * GUARD;
+    o->buf = mha_alloc((size_t)o->total * mha_dtype_size(o->dtype));
+    if (!o->buf) return 0;
+    for (int64_t i = 0; i < o->total; i++) put_sentinel(o->buf, o->dtype, i);
+    const strides s = layout_strides(d->c.layout, p->batch, p->heads, p->seq_q, p->head_dim);
+    o->view = (mha_tensor_mut){.data = (char *)o->buf + GUARD * mha_dtype_size(o->dtype),
+                               .stride_b = s.sb,
+                               .stride_h = s.sh,
+                               .stride_n = s.sn,
+                               .dtype = o->dtype};
+    return 1;
+}
+
+void check_out_free(check_out *o) {
+    mha_free(o->buf);
+    o->buf = NULL;
+}
+
+int check_out_compare(const check_data *d, const check_out *o, check_report *r) {
+    const mha_problem *p = &d->c.p;
+    const mha_tensor_mut *ov = &o->view;
+    const mha_dtype t = o->dtype;
+    int result = CHECK_PASS;
+    int64_t bad = 0;
+    r->max_err = 0;
+    r->detail[0] = 0;
+    for (int64_t b = 0; b < p->batch; b++)
+        for (int64_t h = 0; h < p->heads; h++)
+            for (int64_t i = 0; i < p->seq_q; i++)
+                for (int64_t c = 0; c < p->head_dim; c++) {
+                    const int64_t at =
+                        GUARD + b * ov->stride_b + h * ov->stride_h + i * ov->stride_n + c;
+                    float got;
+                    mha_convert_to_f32(t, (const char *)o->buf + at * mha_dtype_size(t), &got, 1);
+                    const double want =
+                        d->ref[((b * p->heads + h) * p->seq_q + i) * p->head_dim + c];
+                    double err, allowed;
+                    const int unwritten = is_sentinel(o->buf, t, at);
+                    if (unwritten || !element_ok(d, i, want, got, &err, &allowed)) {
+                        if (bad++ == 0) {
+                            snprintf(r->detail, sizeof r->detail,
+                                     "first bad element (b=%lld, h=%lld, i=%lld, j=%lld): got "
+                                     "%.9g%s%s%s, want %.9g%s, |diff| %.3g > tol %.3g",
+                                     (long long)b, (long long)h, (long long)i, (long long)c,
+                                     (double)got, t != MHA_F32 ? " (" : "",
+                                     t != MHA_F32 ? mha_dtype_name(t) : "", t != MHA_F32 ? ")" : "",
+                                     want,
+                                     d->c.input == INPUT_HUGE
+                                         ? " (scores overflow float32: want non-finite)"
+                                         : "",
+                                     fabs((double)got - want),
+                                     (1 + d->tol_rel) * d->tol + d->tol_rel * fabs(want));
+                            if (unwritten) {
+                                size_t len = strlen(r->detail);
+                                snprintf(r->detail + len, sizeof r->detail - len,
+                                         " (never written)");
+                            }
+                        }
+                        r->max_err = INFINITY;
+                    } else if (isfinite(err) && err > r->max_err) {
+                        r->max_err = err;
+                    }
+                    put_sentinel(o->buf, t, at); /* for the stray-write scan */
+                }
+    if (bad) {
+        size_t len = strlen(r->detail);
+        snprintf(r->detail + len, sizeof r->detail - len, "; %lld bad elements", (long long)bad);
+        result = CHECK_FAIL;
+    }
+    /* Everything not a view element (guards, layout gaps) must be untouched. */
+    for (int64_t i = 0; i < o->total && result == CHECK_PASS; i++) {
+        if (!is_sentinel(o->buf, t, i)) {
+            snprintf(r->detail, sizeof r->detail,
+                     "stray write at %s element offset %lld of the output allocation (%s)",
+                     mha_dtype_name(t), (long long)(i - GUARD),
+                     i < GUARD || i >= GUARD + (int64_t)d->out_floats ? "guard zone"
+                                                                      : "layout gap");
+            result = CHECK_FAIL;
+        }
+    }
+    return result;
 }
 
 int check_kernel_opts(const mha_kernel *k, const check_data *d, const mha_options *o,
@@ -320,20 +555,17 @@ int check_kernel_opts(const mha_kernel *k, const check_data *d, const mha_option
         snprintf(r->detail, sizeof r->detail, "workspace query failed: %s", mha_last_error());
         return CHECK_FAIL;
     }
-    const int64_t total = (int64_t)d->out_floats + 2 * GUARD;
-    float *buf = alloc_nan(total);
+    check_out out;
+    const int have_out = check_out_alloc(d, &out);
     /* Workspace starts as NaN garbage: a kernel that reads what it never wrote shows. */
     void *ws = ws_bytes ? mha_alloc(ws_bytes) : NULL;
-    if (!buf || (ws_bytes && !ws)) {
-        mha_free(buf);
+    if (!have_out || (ws_bytes && !ws)) {
+        if (have_out) check_out_free(&out);
         mha_free(ws);
         snprintf(r->detail, sizeof r->detail, "cannot allocate %zu bytes of workspace", ws_bytes);
         return CHECK_SKIP;
     }
     if (ws) memset(ws, 0xff, ws_bytes);
-    const strides s = layout_strides(d->c.layout, p->batch, p->heads, p->seq_q, p->head_dim);
-    const mha_tensor_mut ov = {
-        .data = buf + GUARD, .stride_b = s.sb, .stride_h = s.sh, .stride_n = s.sn};
 
     struct sigaction sa, old[4];
     const int sigs[4] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE};
@@ -346,11 +578,11 @@ int check_kernel_opts(const mha_kernel *k, const check_data *d, const mha_option
     mha_status st = MHA_OK;
     if (sig == 0) {
         crash_armed = 1;
-        st = mha_attend(k, p, &opt, &d->qv, &d->kv, &d->vv, &ov, ws, ws_bytes);
+        st = mha_attend(k, p, &opt, &d->qv, &d->kv, &d->vv, &out.view, ws, ws_bytes);
     }
     crash_armed = 0;
     for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
-    int result = CHECK_PASS;
+    int result;
     if (sig != 0) {
         snprintf(r->detail, sizeof r->detail, "crashed with signal %d (%s)", sig, strsignal(sig));
         result = CHECK_FAIL;
@@ -359,58 +591,9 @@ int check_kernel_opts(const mha_kernel *k, const check_data *d, const mha_option
                  mha_last_error());
         result = CHECK_FAIL;
     } else {
-        int64_t bad = 0;
-        for (int64_t b = 0; b < p->batch; b++)
-            for (int64_t h = 0; h < p->heads; h++)
-                for (int64_t i = 0; i < p->seq_q; i++)
-                    for (int64_t c = 0; c < p->head_dim; c++) {
-                        float *e = (float *)ov.data + b * s.sb + h * s.sh + i * s.sn + c;
-                        const double want =
-                            d->ref[((b * p->heads + h) * p->seq_q + i) * p->head_dim + c];
-                        double err = fabs((double)*e - want);
-                        uint32_t bits;
-                        memcpy(&bits, e, sizeof bits);
-                        if (bits == SENTINEL || !element_ok(d, i, want, *e, &err)) {
-                            if (bad++ == 0) {
-                                snprintf(r->detail, sizeof r->detail,
-                                         "first bad element (b=%lld, h=%lld, i=%lld, j=%lld): got "
-                                         "%.9g%s, "
-                                         "want %.9g%s, |diff| %.3g > tol %.3g",
-                                         (long long)b, (long long)h, (long long)i, (long long)c,
-                                         (double)*e, bits == SENTINEL ? " (never written)" : "",
-                                         want,
-                                         d->c.input == INPUT_HUGE
-                                             ? " (scores overflow float32: want non-finite)"
-                                             : "",
-                                         err, d->tol);
-                            }
-                            r->max_err = INFINITY;
-                        } else if (isfinite(err) && err > r->max_err) {
-                            r->max_err = err;
-                        }
-                        memcpy(e, &SENTINEL, sizeof(float)); /* for the stray-write scan */
-                    }
-        if (bad) {
-            size_t len = strlen(r->detail);
-            snprintf(r->detail + len, sizeof r->detail - len, "; %lld bad elements",
-                     (long long)bad);
-            result = CHECK_FAIL;
-        }
-        /* Everything not a view element (guards, layout gaps) must be untouched. */
-        for (int64_t i = 0; i < total && result == CHECK_PASS; i++) {
-            uint32_t bits;
-            memcpy(&bits, &buf[i], sizeof bits);
-            if (bits != SENTINEL) {
-                snprintf(r->detail, sizeof r->detail,
-                         "stray write at float offset %lld of the output allocation (%s)",
-                         (long long)(i - GUARD),
-                         i < GUARD || i >= GUARD + (int64_t)d->out_floats ? "guard zone"
-                                                                          : "layout gap");
-                result = CHECK_FAIL;
-            }
-        }
+        result = check_out_compare(d, &out, r);
     }
-    mha_free(buf);
+    check_out_free(&out);
     mha_free(ws);
     return result;
 }

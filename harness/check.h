@@ -29,6 +29,10 @@ enum {
 };
 enum { LAYOUT_BHND, LAYOUT_BNHD, LAYOUT_PADDED, LAYOUT_COUNT };
 
+/* A case's p.dtype / p.kv_dtype say how its inputs are stored: generated in
+ * fp32 as for an fp32 case (the same seed gives the same values), then
+ * rounded to bf16/fp16 (nearest even) or quantised per row to int8 with
+ * scales; the oracle reads the stored values and the output is of p.dtype. */
 typedef struct {
     mha_problem p;
     int input;       /* INPUT_* */
@@ -36,18 +40,35 @@ typedef struct {
     const char *tag; /* "grid", "cross", "logits-x30", ... */
 } check_case;
 
-/* Fills up to max cases; quick selects the fast subset. Returns the count. */
+/* Fills up to max cases (all fp32); quick selects the fast subset. Returns
+ * the count. */
 int check_cases(check_case *out, int max, int quick);
+/* Sets the case's dtypes (kv_dtype equal to dtype is stored as 0). */
+void check_case_set_dtypes(check_case *c, mha_dtype dtype, mha_dtype kv_dtype);
+/* 0 when an input kind means nothing in these dtypes: -inf in an int8 cache
+ * (its row scale turns the row into NaN, which nan-k covers), 1e30 in fp16. */
+int check_input_fits(int input, mha_dtype dtype, mha_dtype kv_dtype);
+
+/* The written-down tolerance (reasoning in check.c) of problem p whose
+ * stored inputs have max|V| = mag and logit bound smax = scale max|q| max|k|:
+ * an output element passes when |out - ref| <= (1 + tol_rel) tol_abs +
+ * tol_rel |ref| (tol_rel: the rounding of the output dtype). */
+void check_tolerance(const mha_problem *p, double mag, double smax, double *tol_abs,
+                     double *tol_rel);
 
 /* Inputs, reference output and tolerance for one case. */
 typedef struct {
     check_case c;
-    float *q, *k, *v; /* whole allocations, NaN in layout gaps */
-    mha_tensor qv, kv, vv;
-    size_t out_floats; /* span of the output view */
-    double *ref;       /* [B,H,Nq,d] */
-    double mag;        /* max |v|: |out| can never exceed it */
-    double tol;        /* allowed max |out - ref| */
+    float *q, *k, *v;      /* fp32 values as stored (widened), NaN in layout gaps */
+    void *tq, *tk, *tv;    /* typed storage when a dtype is not fp32, else NULL */
+    float *sq, *sk, *sv;   /* int8 row scales, else NULL */
+    mha_tensor qv, kv, vv; /* what the kernels and the oracle read (typed) */
+    size_t out_floats;     /* span of the output view, in elements */
+    double *ref;           /* [B,H,Nq,d] */
+    double mag;            /* max |v|: |out| can never exceed it */
+    double smax;           /* scale * max|q| * max|k| (row norms) */
+    double tol;            /* allowed max |out - ref| before output rounding */
+    double tol_rel;        /* the output dtype's rounding, relative to |ref| */
 } check_data;
 
 uint64_t check_case_seed(uint64_t seed, int index);
@@ -59,6 +80,19 @@ typedef struct {
     double max_err;   /* max |out - ref| */
     char detail[384]; /* first bad element, or why skipped */
 } check_report;
+
+/* An output of the case's dtype in a sentinel-filled allocation with guard
+ * zones; check_out_compare checks every element against the reference and
+ * every other element for stray writes (then restores the sentinels). */
+typedef struct {
+    void *buf;
+    int64_t total; /* elements, guards included */
+    mha_dtype dtype;
+    mha_tensor_mut view;
+} check_out;
+int check_out_alloc(const check_data *d, check_out *o); /* 0: out of memory */
+void check_out_free(check_out *o);
+int check_out_compare(const check_data *d, const check_out *o, check_report *r);
 
 /* Runs kernel k on d with `threads` threads into a sentinel-filled, guarded
  * output; compares with the reference. A crash (SIGSEGV/SIGILL/SIGBUS/SIGFPE

@@ -74,12 +74,26 @@ static void bad_option(const char *cmd, int c, char **argv) {
 
 /* The options attend and forward share. */
 typedef struct {
-    const char *kernel; /* --kernel: a name from `mhabench list`, or "auto" */
-    const char *out;    /* --out */
-    int causal;         /* --causal */
-    float scale;        /* --scale, 0 for the default 1/sqrt(d) */
-    int64_t threads;    /* --threads, 0 for all cores */
+    const char *kernel;  /* --kernel: a name from `mhabench list`, or "auto" */
+    const char *out;     /* --out */
+    int causal;          /* --causal */
+    float scale;         /* --scale, 0 for the default 1/sqrt(d) */
+    int64_t threads;     /* --threads, 0 for all cores */
+    mha_dtype dtype;     /* --dtype: the problem's (Q/O) dtype, fp32 by default */
+    mha_dtype out_dtype; /* --out-dtype: the file written, default dtype */
+    int have_out_dtype;
 } io_opts;
+
+/* --dtype / --out-dtype / --kv-dtype VALUE: one dtype name, int8 only where
+ * allowed; 0 after a message. */
+static int parse_one_dtype(const char *opt, const char *s, int allow_i8, mha_dtype *out) {
+    if (mha_dtype_parse(s, out) != MHA_OK || (*out == MHA_I8 && !allow_i8)) {
+        errorf("%s '%s': expected %s", opt, s,
+               allow_i8 ? "fp32, bf16, fp16 or int8" : "fp32, bf16 or fp16 (int8 is a K/V dtype)");
+        return 0;
+    }
+    return 1;
+}
 
 /* One of a command's own options; each takes a value, kept as given. */
 typedef struct {
@@ -95,7 +109,17 @@ typedef struct {
     int n_own;
 } io_cmd;
 
-enum { O_KERNEL = 256, O_OUT, O_CAUSAL, O_SCALE, O_THREADS, O_OWN = 512, MAX_OWN = 8 };
+enum {
+    O_KERNEL = 256,
+    O_OUT,
+    O_CAUSAL,
+    O_SCALE,
+    O_THREADS,
+    O_DTYPE,
+    O_OUT_DTYPE,
+    O_OWN = 512,
+    MAX_OWN = 8
+};
 
 /* Parses argv into *o and cmd's own options. Returns 0 to go on, 1 when --help
  * has been printed, -1 after a message (and the usage where the command line
@@ -108,6 +132,8 @@ static int parse_io_opts(const io_cmd *cmd, int argc, char **argv, io_opts *o) {
         {"causal", no_argument, NULL, O_CAUSAL},
         {"scale", required_argument, NULL, O_SCALE},
         {"threads", required_argument, NULL, O_THREADS},
+        {"dtype", required_argument, NULL, O_DTYPE},
+        {"out-dtype", required_argument, NULL, O_OUT_DTYPE},
         {"help", no_argument, NULL, 'h'},
     };
     enum { N_COMMON = sizeof common / sizeof common[0] };
@@ -144,6 +170,13 @@ static int parse_io_opts(const io_cmd *cmd, int argc, char **argv, io_opts *o) {
         case O_THREADS:
             if (!parse_i64("--threads", optarg, 0, 65536, &o->threads)) return -1;
             break;
+        case O_DTYPE:
+            if (!parse_one_dtype("--dtype", optarg, 0, &o->dtype)) return -1;
+            break;
+        case O_OUT_DTYPE:
+            if (!parse_one_dtype("--out-dtype", optarg, 0, &o->out_dtype)) return -1;
+            o->have_out_dtype = 1;
+            break;
         case 'h':
             cmd->usage(stdout);
             return 1;
@@ -167,6 +200,7 @@ static int parse_io_opts(const io_cmd *cmd, int argc, char **argv, io_opts *o) {
         cmd->usage(stderr);
         return -1;
     }
+    if (!o->have_out_dtype) o->out_dtype = o->dtype;
     return 0;
 }
 
@@ -188,7 +222,7 @@ typedef struct {
     mha_options opt;
     void *ws; /* wbytes of workspace, NULL for none */
     size_t wbytes;
-    float *out;
+    void *out; /* the kernel's output, of the problem's dtype */
 } io_run;
 
 /* Resolves o->kernel for problem p into r->kern and r->opt: 0, or -1 after a message. */
@@ -198,7 +232,8 @@ static int choose_kernel(const io_opts *o, const mha_problem *p, io_run *r) {
     return r->kern ? 0 : -1;
 }
 
-/* Allocates r->wbytes of workspace and an output of COUNT floats. SIZED is the
+/* Allocates r->wbytes of workspace and an output of COUNT elements (room for
+ * fp32, so any dtype fits). SIZED is the
  * status of the kernel's workspace-size query that set r->wbytes, reported here
  * when it failed. 0, or -1 after a message. */
 static int alloc_buffers(io_run *r, mha_status sized, size_t count) {
@@ -216,15 +251,30 @@ static int alloc_buffers(io_run *r, mha_status sized, size_t count) {
     return 0;
 }
 
-/* Runs CALL once through the measurement core and writes r->out (SHAPE, NDIM)
- * to PATH; *seconds is the run's time. 0, or -1 after a message, with PATH
- * left as it was (npy_write replaces it whole or not at all). */
+/* Runs CALL once through the measurement core and writes r->out (SHAPE, NDIM,
+ * COUNT elements of dtype FROM) to PATH as dtype TO (widened, then rounded to
+ * nearest even); *seconds is the run's time. 0, or -1 after a message, with
+ * PATH left as it was (npy_write replaces it whole or not at all). */
 static int run_and_write(const io_run *r, const meas_call *call, const char *path,
-                         const int64_t *shape, int ndim, double *seconds) {
+                         const int64_t *shape, int ndim, size_t count, mha_dtype from, mha_dtype to,
+                         double *seconds) {
     mha_status st = meas_sample(call, seconds);
     if (st != MHA_OK) return report_mha(st, mha_kernel_name(r->kern));
     char err[512];
-    if (npy_write(path, r->out, shape, ndim, err, sizeof err) != MHA_OK) {
+    void *conv = NULL;
+    const void *data = r->out;
+    if (from != to && count > 0) {
+        float *wide = from == MHA_F32 ? r->out : mha_alloc(count * sizeof(float));
+        conv = to == MHA_F32 ? (void *)wide : mha_alloc(count * mha_dtype_size(to));
+        if (!wide || !conv) exit_out_of_memory("converting the output");
+        if (from != MHA_F32) mha_convert_to_f32(from, r->out, wide, count);
+        if (to != MHA_F32) mha_convert_from_f32(to, wide, conv, count);
+        if (wide != r->out && wide != conv) mha_free(wide);
+        data = conv;
+    }
+    st = npy_write_typed(path, to, data, shape, ndim, err, sizeof err);
+    mha_free(conv);
+    if (st != MHA_OK) {
         errorf("%s", err);
         return -1;
     }
@@ -244,7 +294,16 @@ static void attend_usage(FILE *f) {
             "                       [--causal] [--scale S] [--threads T]\n"
             "  Runs the attention core softmax(scale * q k^T + mask) v with kernel K.\n"
             "  q: [B,H,Nq,d]; k, v: [B,G,Nkv,d] with G dividing H (grouped-query);\n"
-            "  out: [B,H,Nq,d]. All float32 ('<f4') C-order .npy files.\n"
+            "                       [--dtype D] [--kv-dtype D] [--out-dtype D]\n"
+            "                       [--k-scale KS.npy --v-scale VS.npy]\n"
+            "  out: [B,H,Nq,d]. C-order .npy files: '<f4' float32, or a typed file\n"
+            "  ('<f2' fp16, '<u2' holding bf16 bits, '|i1' int8) of the dtype asked for.\n"
+            "  --dtype D     Q/O dtype: fp32 (default), bf16, fp16; float32 files are\n"
+            "                rounded to it on load (nearest even)\n"
+            "  --kv-dtype D  K/V storage: bf16, fp16 or int8 (default: --dtype); int8\n"
+            "                quantises float32 files per (b, head, token) row on load\n"
+            "  --k-scale F, --v-scale F  the '<f4' [B,G,Nkv] row scales of an int8 K, V file\n"
+            "  --out-dtype D the file written: fp32, bf16 ('<u2'), fp16 (default: --dtype)\n"
             "  --causal      bottom-right aligned mask: query i sees key j iff j <= i + Nkv - Nq\n"
             "  --scale S     softmax scale (default 1/sqrt(d))\n"
             "  --threads T   threads (0 = all cores, default 1)\n"
@@ -255,9 +314,35 @@ static void attend_usage(FILE *f) {
 static const char *const ATTEND_NAME[3] = {"q", "k", "v"};
 
 typedef struct {
-    const char *path[3]; /* --q, --k, --v */
-    npy_array a[3];
+    const char *path[3];       /* --q, --k, --v */
+    const char *scale_path[2]; /* --k-scale, --v-scale */
+    const char *kv_dtype_s;    /* --kv-dtype */
+    mha_dtype dt, kv;          /* the problem's dtype and K/V storage */
+    npy_array a[3];            /* as read */
+    npy_array sc[2];           /* int8 scales as read */
+    void *conv[3];             /* data converted on load, else NULL */
+    float *qsc[2];             /* int8 scales made on load, else NULL */
 } attend_inputs;
+
+static void free_attend_inputs(attend_inputs *in) {
+    for (int i = 0; i < 3; i++) {
+        npy_free(&in->a[i]);
+        mha_free(in->conv[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        npy_free(&in->sc[i]);
+        mha_free(in->qsc[i]);
+    }
+}
+
+/* The data of tensor i as the kernel reads it, and its int8 scales. */
+static const void *attend_data(const attend_inputs *in, int i) {
+    return in->conv[i] ? in->conv[i] : in->a[i].raw;
+}
+static const float *attend_scales(const attend_inputs *in, int i) {
+    if (i == 0 || in->kv != MHA_I8) return NULL;
+    return in->qsc[i - 1] ? in->qsc[i - 1] : in->sc[i - 1].data;
+}
 
 /* Checks q, k and v against each other: rank 4, no empty dimension, k and v
  * alike, the same batch and head_dim as q, kv heads dividing query heads.
@@ -301,17 +386,117 @@ static int check_attend_shapes(const attend_inputs *in) {
     return 0;
 }
 
-/* Reads q, k and v and checks them: 0, or -1 after a message. */
-static int load_attend_inputs(attend_inputs *in) {
+/* Reads tensor i: a float32 file, or a typed one of the dtype it is to be
+ * stored in (want); any other dtype is an error naming the file, what it
+ * holds and the option that would read it. 0, or -1 after a message. */
+static int load_typed(attend_inputs *in, int i, mha_dtype want) {
+    char err[512];
+    const unsigned all = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16) |
+                         MHA_DTYPE_BIT(MHA_I8);
+    npy_array *a = &in->a[i];
+    if (npy_read_typed(in->path[i], all, a, err, sizeof err) != MHA_OK) {
+        errorf("%s", err);
+        return -1;
+    }
+    if (a->dtype == MHA_F32 || a->dtype == want) return 0;
+    if (i == 0 && a->dtype == MHA_I8)
+        errorf("%s: q holds int8 ('%s'): int8 is a K/V dtype only (q and out are fp32, bf16 or "
+               "fp16)",
+               in->path[i], npy_descr(a->dtype));
+    else
+        errorf("%s: %s holds %s ('%s'), but the %s dtype is %s: pass %s %s to read it as it is",
+               in->path[i], ATTEND_NAME[i], mha_dtype_name(a->dtype), npy_descr(a->dtype),
+               i == 0 ? "Q/O" : "K/V", mha_dtype_name(want), i == 0 ? "--dtype" : "--kv-dtype",
+               mha_dtype_name(a->dtype));
+    return -1;
+}
+
+/* Brings tensor i (checked shape) to its storage dtype want: a float32 file
+ * is rounded (bf16/fp16) or quantised per row with its own scales (int8); an
+ * int8 file takes its scales from --k-scale / --v-scale ('<f4', [B,G,Nkv]).
+ * 0, or -1 after a message naming the file. */
+static int store_as(attend_inputs *in, int i, mha_dtype want) {
+    const npy_array *a = &in->a[i];
+    const char *sopt = i == 1 ? "--k-scale" : "--v-scale";
+    const char *spath = i > 0 ? in->scale_path[i - 1] : NULL;
+    if (spath && want != MHA_I8) {
+        errorf("%s %s: scales go with an int8 %s (--kv-dtype int8), but the K/V dtype is %s", sopt,
+               spath, ATTEND_NAME[i], mha_dtype_name(want));
+        return -1;
+    }
+    if (want == MHA_F32) return 0;
+    if (want == MHA_I8 && a->dtype == MHA_F32) {
+        if (spath) {
+            errorf("%s %s: %s is float32 and is quantised on load with its own scales; give an "
+                   "int8 ('|i1') file with its scales, or no %s",
+                   sopt, spath, in->path[i], sopt);
+            return -1;
+        }
+        const int64_t rows = a->shape[0] * a->shape[1] * a->shape[2], d = a->shape[3];
+        in->conv[i] = mha_alloc(a->count);
+        in->qsc[i - 1] = mha_alloc((size_t)rows * sizeof(float));
+        if (!in->conv[i] || !in->qsc[i - 1]) exit_out_of_memory("quantising to int8");
+        mha_quantize_rows_i8(a->data, rows, d, d, in->conv[i], d, in->qsc[i - 1]);
+        return 0;
+    }
+    if (want == MHA_I8) { /* an int8 file: its scales */
+        char s1[160], s2[160], err[512];
+        if (!spath) {
+            errorf("%s: %s is int8 ('|i1'): give its row scales with %s S.npy ('<f4', [%lld, %lld, "
+                   "%lld])",
+                   in->path[i], ATTEND_NAME[i], sopt, (long long)a->shape[0],
+                   (long long)a->shape[1], (long long)a->shape[2]);
+            return -1;
+        }
+        npy_array *sc = &in->sc[i - 1];
+        if (npy_read_typed(spath, MHA_DTYPE_BIT(MHA_F32), sc, err, sizeof err) != MHA_OK) {
+            errorf("%s: %s", sopt, err);
+            return -1;
+        }
+        if (sc->ndim != 3 || memcmp(sc->shape, a->shape, 3 * sizeof a->shape[0]) != 0) {
+            errorf("%s: %s scales have shape %s, expected [%lld, %lld, %lld] (one per row of %s "
+                   "%s)",
+                   spath, ATTEND_NAME[i], shape_str(sc, s1, sizeof s1), (long long)a->shape[0],
+                   (long long)a->shape[1], (long long)a->shape[2], in->path[i],
+                   shape_str(a, s2, sizeof s2));
+            return -1;
+        }
+        return 0;
+    }
+    if (a->dtype == MHA_F32) { /* float32 rounded to bf16/fp16 */
+        in->conv[i] = mha_alloc(a->count * mha_dtype_size(want));
+        if (!in->conv[i]) exit_out_of_memory("converting an input");
+        mha_convert_from_f32(want, a->data, in->conv[i], a->count);
+    }
+    return 0;
+}
+
+/* Reads q, k and v, checks them and stores them in their dtypes: 0, or -1
+ * after a message. */
+static int load_attend_inputs(const io_opts *o, attend_inputs *in) {
+    in->dt = o->dtype;
+    in->kv = o->dtype;
+    if (in->kv_dtype_s) {
+        if (!parse_one_dtype("--kv-dtype", in->kv_dtype_s, 1, &in->kv)) return -1;
+        if (in->dt != MHA_F32 && in->kv == MHA_F32) {
+            errorf("--kv-dtype fp32 with --dtype %s: an fp32 cache under %s queries is not "
+                   "offered (use --kv-dtype %s, or --dtype fp32)",
+                   mha_dtype_name(in->dt), mha_dtype_name(in->dt), mha_dtype_name(in->dt));
+            return -1;
+        }
+    }
     for (int i = 0; i < 3; i++)
-        if (load(in->path[i], &in->a[i]) != 0) return -1;
-    return check_attend_shapes(in);
+        if (load_typed(in, i, i == 0 ? in->dt : in->kv) != 0) return -1;
+    if (check_attend_shapes(in) != 0) return -1;
+    for (int i = 0; i < 3; i++)
+        if (store_as(in, i, i == 0 ? in->dt : in->kv) != 0) return -1;
+    return 0;
 }
 
 /* Runs the attention core on the checked inputs, writes --out and prints the
  * summary line: 0, or -1 after a message. */
 static int run_attend(const io_opts *o, const attend_inputs *in, io_run *r) {
-    const npy_array *q = &in->a[0], *k = &in->a[1], *v = &in->a[2];
+    const npy_array *q = &in->a[0], *k = &in->a[1];
     const mha_problem p = {
         .batch = q->shape[0],
         .heads = q->shape[1],
@@ -321,24 +506,34 @@ static int run_attend(const io_opts *o, const attend_inputs *in, io_run *r) {
         .head_dim = q->shape[3],
         .causal = o->causal,
         .scale = o->scale,
+        .dtype = in->dt,
+        .kv_dtype = in->kv == in->dt ? MHA_F32 : in->kv,
     };
     if (choose_kernel(o, &p, r) != 0) return -1;
-    const mha_tensor tq = mha_view_bhnd(q->data, p.heads, p.seq_q, p.head_dim);
-    const mha_tensor tk = mha_view_bhnd(k->data, p.kv_heads, p.seq_kv, p.head_dim);
-    const mha_tensor tv = mha_view_bhnd(v->data, p.kv_heads, p.seq_kv, p.head_dim);
+    const mha_tensor tq =
+        mha_view_typed(attend_data(in, 0), in->dt, NULL, p.heads, p.seq_q, p.head_dim);
+    const mha_tensor tk = mha_view_typed(attend_data(in, 1), in->kv, attend_scales(in, 1),
+                                         p.kv_heads, p.seq_kv, p.head_dim);
+    const mha_tensor tv = mha_view_typed(attend_data(in, 2), in->kv, attend_scales(in, 2),
+                                         p.kv_heads, p.seq_kv, p.head_dim);
     /* the output has q's shape */
     if (alloc_buffers(r, mha_workspace_size(r->kern, &p, &r->opt, &r->wbytes), q->count) != 0)
         return -1;
-    mha_tensor_mut to = mha_view_bhnd_mut(r->out, p.heads, p.seq_q, p.head_dim);
+    mha_tensor_mut to = mha_view_typed_mut(r->out, in->dt, p.heads, p.seq_q, p.head_dim);
     const meas_call call =
         meas_call_attend(r->kern, &p, &r->opt, &tq, &tk, &tv, &to, r->ws, r->wbytes);
     double dt;
-    if (run_and_write(r, &call, o->out, q->shape, 4, &dt) != 0) return -1;
+    if (run_and_write(r, &call, o->out, q->shape, 4, q->count, in->dt, o->out_dtype, &dt) != 0)
+        return -1;
+    char dts[80] = "";
+    if (in->dt != MHA_F32 || in->kv != MHA_F32 || o->out_dtype != MHA_F32)
+        snprintf(dts, sizeof dts, " dtype=%s kv_dtype=%s out_dtype=%s", mha_dtype_name(in->dt),
+                 mha_dtype_name(in->kv), mha_dtype_name(o->out_dtype));
     printf("kernel %s block_q=%d block_kv=%d split=%d: attend B=%lld H=%lld kv_heads=%lld "
-           "Nq=%lld Nkv=%lld d=%lld causal=%d threads=%d: %.3f ms, %.2f GFLOP/s -> %s\n",
+           "Nq=%lld Nkv=%lld d=%lld causal=%d%s threads=%d: %.3f ms, %.2f GFLOP/s -> %s\n",
            mha_kernel_name(r->kern), r->opt.block_q, r->opt.block_kv, r->opt.split,
            (long long)p.batch, (long long)p.heads, (long long)p.kv_heads, (long long)p.seq_q,
-           (long long)p.seq_kv, (long long)p.head_dim, o->causal, mha_resolve_threads(&r->opt),
+           (long long)p.seq_kv, (long long)p.head_dim, o->causal, dts, mha_resolve_threads(&r->opt),
            dt * 1e3, dt > 0 ? mha_problem_flops(&p) / dt * 1e-9 : 0.0, o->out);
     return 0;
 }
@@ -346,16 +541,21 @@ static int run_attend(const io_opts *o, const attend_inputs *in, io_run *r) {
 int cmd_attend(int argc, char **argv) {
     io_opts o;
     attend_inputs in = {0};
-    const own_opt own[] = {{"q", &in.path[0], 1}, {"k", &in.path[1], 1}, {"v", &in.path[2], 1}};
+    const own_opt own[] = {{"q", &in.path[0], 1},
+                           {"k", &in.path[1], 1},
+                           {"v", &in.path[2], 1},
+                           {"kv-dtype", &in.kv_dtype_s, 0},
+                           {"k-scale", &in.scale_path[0], 0},
+                           {"v-scale", &in.scale_path[1], 0}};
     const io_cmd cmd = {"attend", attend_usage, own, sizeof own / sizeof own[0]};
     int parsed = parse_io_opts(&cmd, argc, argv, &o);
     if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
     if (check_before_inputs(&o) != 0) return EXIT_USAGE;
 
     io_run r = {0};
-    int failed = load_attend_inputs(&in) != 0 || run_attend(&o, &in, &r) != 0;
+    int failed = load_attend_inputs(&o, &in) != 0 || run_attend(&o, &in, &r) != 0;
     free_run(&r);
-    for (int i = 0; i < 3; i++) npy_free(&in.a[i]);
+    free_attend_inputs(&in);
     return failed ? EXIT_USAGE : 0;
 }
 
@@ -375,7 +575,9 @@ static void forward_usage(FILE *f) {
                "  --causal      bottom-right aligned causal mask\n"
                "  --scale S     softmax scale (default 1/sqrt(d_model/H))\n"
                "  --threads T   threads (0 = all cores, default 1)\n"
-               "  --kernel K    the attention kernel, from `mhabench list`, or auto\n");
+               "  --kernel K    the attention kernel, from `mhabench list`, or auto\n"
+               "  --dtype D     fp32 only: the layer runs fp32 in this build\n"
+               "  --out-dtype D the file written: fp32 (default), bf16 ('<u2'), fp16\n");
 }
 
 typedef struct {
@@ -454,6 +656,12 @@ static int parse_forward(int argc, char **argv, forward_args *a) {
     if (!parse_i64("--heads", heads_s, 1, INT32_MAX, &a->heads)) return -1;
     a->kv_heads = a->heads;
     if (kvheads_s && !parse_i64("--kv-heads", kvheads_s, 1, INT32_MAX, &a->kv_heads)) return -1;
+    if (a->o.dtype != MHA_F32) {
+        errorf("forward: --dtype %s: the layer runs fp32 only in this build (use attend for "
+               "typed attention, or --out-dtype to write a typed output)",
+               mha_dtype_name(a->o.dtype));
+        return -1;
+    }
     if (a->heads % a->kv_heads != 0) {
         errorf("--kv-heads %lld does not divide --heads %lld", (long long)a->kv_heads,
                (long long)a->heads);
@@ -596,7 +804,8 @@ static int run_forward(const forward_args *a, const forward_inputs *in, io_run *
         meas_call_forward(r->kern, &L, &shp, &r->opt, x->data, self ? x->data : in->xk.data,
                           self ? x->data : in->xv.data, r->out, r->ws, r->wbytes);
     double dt;
-    if (run_and_write(r, &call, a->o.out, x->shape, 3, &dt) != 0) return -1;
+    if (run_and_write(r, &call, a->o.out, x->shape, 3, x->count, MHA_F32, a->o.out_dtype, &dt) != 0)
+        return -1;
     printf("kernel %s block_q=%d block_kv=%d split=%d: forward B=%lld Nq=%lld Nkv=%lld "
            "d_model=%lld heads=%lld kv_heads=%lld causal=%d threads=%d: %.3f ms, %.2f GFLOP/s -> "
            "%s\n",

@@ -39,6 +39,7 @@ static void usage(FILE *f) {
         "                      [--shard I/N] [--max-seconds S] [--min-time S] [--repetitions N] "
         "[--bind "
         "cores|none]\n"
+        "                      [--dtype fp32,bf16,fp16] [--kv-dtype bf16,fp16,int8]\n"
         "                      [--out F.json] [--seed N] [-- GOOGLE_BENCHMARK_FLAGS...]\n"
         "Benchmarks kernels over shapes through Google Benchmark; writes Google Benchmark\n"
         "JSON (context extended with the machine fingerprint) to --out, by default\n"
@@ -67,6 +68,10 @@ static void usage(FILE *f) {
         "  --kv-heads     KV head counts (GQA/MQA); values not dividing a head count are\n"
         "                 skipped for it (default: equal to heads)\n"
         "  --threads      thread counts; 'all' = every core (default 1,all)\n"
+        "  --dtype        Q/O dtypes (default fp32); each kernel runs the dtypes it takes;\n"
+        "                 the layer shapes run fp32 only\n"
+        "  --kv-dtype     K/V storage of the decode rows (Nq = 1; default: the --dtype);\n"
+        "                 the other rows store K/V in the --dtype\n"
         "  --max-seconds  skip a benchmark whose estimated time per call exceeds S (default 2);\n"
         "                 the estimate is each kernel's rate measured on B1 H1 N256 d64 at start\n"
         "  --min-time     Google Benchmark's minimum time per benchmark (quick 0.05, full 0.2,\n"
@@ -276,7 +281,7 @@ static void bench_body(mha_gbench_state *st, void *user) {
 /* Rate of a kernel (GFLOP/s, 1 thread) on B1 H1 N256 d64: the best of a few
  * calls after a warm-up; the basis of the time estimates. 0 on failure. */
 static double probe_rate(const mha_kernel *k) {
-    const shape s = {1, 1, 1, 256, 256, 64, 0, 0};
+    const shape s = {1, 1, 1, 256, 256, 64, 0, 0, MHA_F32, MHA_F32};
     meas_call c;
     const mha_options one = {.threads = 1};
     if (meas_prepare(&g_pool, k, &s, &one, &c) || meas_run(&c) != MHA_OK) return 0;
@@ -308,9 +313,18 @@ static void shape_text(const shape *s, char *buf, size_t len) {
     if (s->layer)
         snprintf(buf, len, "layer B=%lld N=%lld d_model=%lld H=%lld causal=%d", (long long)s->b,
                  (long long)s->nq, (long long)(s->h * s->d), (long long)s->h, s->causal);
-    else
-        snprintf(buf, len, "B=%lld H=%lld%s %s d=%lld causal=%d", (long long)s->b, (long long)s->h,
-                 kv, seq, (long long)s->d, s->causal);
+    else {
+        const mha_dtype kvt = s->kv_dtype ? s->kv_dtype : s->dtype;
+        char dt[48] = "";
+        if (s->dtype != MHA_F32 || kvt != MHA_F32)
+            snprintf(dt, sizeof dt, " %s", mha_dtype_name(s->dtype));
+        if (kvt != s->dtype) {
+            const size_t n = strlen(dt);
+            snprintf(dt + n, sizeof dt - n, " kv=%s", mha_dtype_name(kvt));
+        }
+        snprintf(buf, len, "B=%lld H=%lld%s %s d=%lld causal=%d%s", (long long)s->b,
+                 (long long)s->h, kv, seq, (long long)s->d, s->causal, dt);
+    }
 }
 
 static void on_report(const mha_gbench_result *r, void *user) {
@@ -508,6 +522,56 @@ static int count_filtered(const bench *benches, int n, const char *filter) {
     return count;
 }
 
+/* The dtype part of a row's name: "" for fp32 rows (today's names), else
+ * "/dtype:bf16" and, when K/V is stored otherwise, "/kv_dtype:int8". */
+static const char *dtype_part(const mha_problem *p, char *buf, size_t len) {
+    const mha_dtype kv = mha_problem_kv_dtype(p);
+    size_t n = 0;
+    buf[0] = '\0';
+    if (p->dtype != MHA_F32) n = (size_t)snprintf(buf, len, "/dtype:%s", mha_dtype_name(p->dtype));
+    if (kv != p->dtype && n < len) snprintf(buf + n, len - n, "/kv_dtype:%s", mha_dtype_name(kv));
+    return buf;
+}
+
+/* The shapes once per dtype: each Q/O dtype of the mask, K/V stored in it,
+ * or for decode rows (Nq = 1) in each of kv_mask when given; an fp32 cache
+ * under bf16/fp16 queries is not a problem the API offers. The layer runs
+ * fp32 only: its shapes go with fp32 (a note says so when fp32 is not asked).
+ * Returns the new array (freeing shapes) and its count in *count. */
+static shape *expand_dtypes(shape *shapes, int *count, unsigned dt_mask, unsigned kv_mask,
+                            note_list *notes) {
+    int n = 0, dropped_layer = 0;
+    const size_t cap = (size_t)*count * MHA_DTYPE_COUNT * MHA_DTYPE_COUNT + 1;
+    shape *out = sweep_realloc(NULL, cap, sizeof *out);
+    for (int dt = MHA_F32; dt < MHA_DTYPE_COUNT; dt++) {
+        if (!(dt_mask & MHA_DTYPE_BIT(dt))) continue;
+        for (int i = 0; i < *count; i++) {
+            const shape *s = &shapes[i];
+            if (s->layer) {
+                if (dt == MHA_F32)
+                    out[n++] = *s;
+                else
+                    dropped_layer = 1;
+                continue;
+            }
+            for (int kv = MHA_F32; kv < MHA_DTYPE_COUNT; kv++) {
+                const int want =
+                    s->nq == 1 && kv_mask ? (kv_mask & MHA_DTYPE_BIT(kv)) != 0 : kv == dt;
+                if (!want || (dt != MHA_F32 && kv == MHA_F32)) continue;
+                out[n] = *s;
+                out[n].dtype = (mha_dtype)dt;
+                out[n].kv_dtype = kv == dt ? MHA_F32 : (mha_dtype)kv;
+                n++;
+            }
+        }
+    }
+    if (dropped_layer && !(dt_mask & MHA_DTYPE_BIT(MHA_F32)))
+        note_add(notes, "the layer shapes run fp32 only in this build: not run for --dtype");
+    free(shapes);
+    *count = n;
+    return out;
+}
+
 /* What the benchmark list is made from. */
 typedef struct {
     const preset *pr;
@@ -584,7 +648,22 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
                     ((mha_kernel_traits(b->k) & MHA_KT_DECODE) != 0) != (s->nq == 1))
                     continue;
                 const mha_problem p = meas_problem(s);
+                /* a kernel runs the dtypes it takes (its mask columns) */
+                if (b->k && mha_kernel_takes(b->k, &p) != MHA_OK) continue;
                 const char *kname = b->k ? mha_kernel_name(b->k) : "auto";
+                char dtp[48];
+                if (s->layer)
+                    snprintf(b->name, sizeof b->name,
+                             "layer/%s/B:%lld/N:%lld/dm:%lld/H:%lld/causal:%d/threads:%d", kname,
+                             (long long)s->b, (long long)s->nq, (long long)(s->h * s->d),
+                             (long long)s->h, s->causal, b->threads);
+                else
+                    snprintf(
+                        b->name, sizeof b->name,
+                        "%s/B:%lld/H:%lld/KV:%lld/Nq:%lld/Nkv:%lld/d:%lld/causal:%d%s/threads:%d",
+                        kname, (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
+                        (long long)s->nkv, (long long)s->d, s->causal,
+                        dtype_part(&p, dtp, sizeof dtp), b->threads);
                 double krate = pl->rate[ki];
                 if (!b->k) { /* auto: what mha_select picks here, knobs included */
                     mha_selection sel;
@@ -605,17 +684,6 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
                         if (pl->kernels[kj] == b->k) krate = pl->rate[kj];
                     if (krate <= 0) krate = probe_rate(b->k);
                 }
-                if (s->layer)
-                    snprintf(b->name, sizeof b->name,
-                             "layer/%s/B:%lld/N:%lld/dm:%lld/H:%lld/causal:%d/threads:%d", kname,
-                             (long long)s->b, (long long)s->nq, (long long)(s->h * s->d),
-                             (long long)s->h, s->causal, b->threads);
-                else
-                    snprintf(
-                        b->name, sizeof b->name,
-                        "%s/B:%lld/H:%lld/KV:%lld/Nq:%lld/Nkv:%lld/d:%lld/causal:%d/threads:%d",
-                        kname, (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
-                        (long long)s->nkv, (long long)s->d, s->causal, b->threads);
                 if (mha_problem_validate(&p) != MHA_OK) {
                     note_add(skipped, "%s (invalid problem: %s)", b->name, mha_last_error());
                     continue;
@@ -623,8 +691,9 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
                 const mha_layer lay = meas_layer(s, NULL);
                 const mha_layer_shape lsh = {s->b, s->nq, s->nkv, s->causal, 0.0f};
                 b->flops = s->layer ? mha_forward_flops(&lay, &lsh) : mha_problem_flops(&p);
-                b->kv_bytes = 2.0 * (double)meas_elems_kv(s) * sizeof(float);
-                b->peak = results_kernel_peak(pl->rm, b->k) * b->threads;
+                /* at the storage widths: K/V x its dtype's size (+ int8 scales), Q/O at theirs */
+                b->kv_bytes = meas_io_bytes(s);
+                b->peak = results_peak_for(pl->rm, b->k, p.dtype) * b->threads;
                 /* decode reads K and V once per call: judged against a plain
                  * read of the same bytes at the same thread count (where
                  * that working set lives), its level named */
@@ -832,6 +901,7 @@ static int report_sweep(bench *benches, int nbench, int ngroups, const note_list
 typedef struct {
     const char *preset_name, *kernel_list, *out_path;
     const char *seq, *seq_q, *seq_kv, *heads, *kv, *dims, *batch, *causal, *threads;
+    unsigned dtypes, kv_dtypes;   /* MHA_DTYPE_BIT masks; kv_dtypes 0: each row's dtype */
     double max_seconds, min_time; /* min_time < 0: the preset's */
     int64_t reps;                 /* 0: the preset's */
     int bind;
@@ -864,6 +934,8 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         O_OUT,
         O_SEED,
         O_SHARD,
+        O_DTYPE,
+        O_KV_DTYPE,
     };
     static const struct option opts[] = {
         {"preset", required_argument, 0, O_PRESET},
@@ -884,11 +956,17 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         {"out", required_argument, 0, O_OUT},
         {"seed", required_argument, 0, O_SEED},
         {"shard", required_argument, 0, O_SHARD},
+        {"dtype", required_argument, 0, O_DTYPE},
+        {"kv-dtype", required_argument, 0, O_KV_DTYPE},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    *a = (sweep_args){
-        .preset_name = "quick", .max_seconds = 2.0, .min_time = -1, .bind = 1, .seed = 1};
+    *a = (sweep_args){.preset_name = "quick",
+                      .max_seconds = 2.0,
+                      .min_time = -1,
+                      .bind = 1,
+                      .seed = 1,
+                      .dtypes = MHA_DTYPE_BIT(MHA_F32)};
     int64_t v;
     optind = 1;
     opterr = 0;
@@ -896,6 +974,12 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         switch (c) {
         case O_PRESET:
             a->preset_name = optarg;
+            break;
+        case O_DTYPE:
+            if (!(a->dtypes = parse_dtype_list("sweep: --dtype", optarg, 0))) return -1;
+            break;
+        case O_KV_DTYPE:
+            if (!(a->kv_dtypes = parse_dtype_list("sweep: --kv-dtype", optarg, 1))) return -1;
             break;
         case O_KERNELS:
             a->kernel_list = optarg;
@@ -1180,7 +1264,7 @@ static shape *build_shapes(const sweep_args *a, const preset *pr, const sweep_ax
                                 }
                                 shapes[n++] = (shape){
                                     x->batch[ib], x->heads[ih],       kv, sq_list[is], skv_list[is],
-                                    x->dims[id],  (int)x->causal[ic], 0};
+                                    x->dims[id],  (int)x->causal[ic], 0,  MHA_F32,     MHA_F32};
                             }
                 }
     if (!x->shape_axes_given)
@@ -1240,6 +1324,7 @@ static int run_and_commit(const sweep_args *a, bench *benches, int nbench, int i
         return -1;
     }
     if (results_json_fix_nonfinite(out, why, sizeof why) != MHA_OK ||
+        results_json_add_dtypes(out, why, sizeof why) != MHA_OK ||
         (a->out_path ? mha_out_commit(out, why, sizeof why)
                      : results_commit_run(out, RUNS_DIR, started, why, sizeof why)) != MHA_OK) {
         errorf("sweep: %s", why);
@@ -1299,6 +1384,7 @@ int cmd_sweep(int argc, char **argv) {
     note_list skipped = {0}, notes = {0}, aliases = {0};
     int nshapes = 0, nbench = 0, ngroups = 0, exit_code = 0;
     shape *shapes = build_shapes(&a, &pr, &x, &notes, &nshapes);
+    shapes = expand_dtypes(shapes, &nshapes, a.dtypes, a.kv_dtypes, &notes);
     const bench_plan plan = {
         &pr, kernels,       rate,    nk, x.threads, x.nthreads, a.kernel_list != NULL,
         &rm, a.max_seconds, min_time};

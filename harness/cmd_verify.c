@@ -1,6 +1,7 @@
 /* cmd_verify.c - `mhabench verify`: every selected kernel against the float64
- * oracle over the shape grid and the adversarial cases, at each thread count.
- * Prints the seed, a repro line for every failure, a per-kernel table and the
+ * oracle over the shape grid and the adversarial cases, at each thread count,
+ * in every (dtype, kv dtype) the kernel takes (its mask columns). Prints the
+ * seed, a repro line for every failure, a per-kernel-and-dtype table and the
  * closing `N passed, N failed, N skipped`. Exit 1 on any failure. */
 #include <getopt.h>
 #include <math.h>
@@ -14,33 +15,45 @@
 #include "commands.h"
 #include "util.h"
 
-enum { MAX_CASES = 512, MAX_KERNELS = 64, MAX_THREADS = 8 };
+enum { MAX_CASES = 512, MAX_KERNELS = 64, MAX_THREADS = 8, MAX_COMBOS = 16 };
 
 static void usage(FILE *f) {
     fputs("usage: mhabench verify [--kernels a,b] [--seed N] [--quick] [--threads 1,2]\n"
-          "                       [--case I] [--verbose]\n"
+          "                       [--dtype LIST] [--kv-dtype LIST] [--case I] [--verbose]\n"
           "Checks each kernel against the float64 oracle on the shape grid and the\n"
           "adversarial inputs. Exit 0 all passed, 1 a mismatch, 2 usage error.\n"
           "  --kernels  comma list of kernel names (default: every kernel)\n"
           "  --seed     input seed (default: time based, printed); each case is re-seeded\n"
           "  --quick    the fast subset (under 10 s)\n"
           "  --threads  comma list of thread counts (default: 1 and all cores)\n"
+          "  --dtype    comma list of Q/O dtypes to check (fp32,bf16,fp16; default: every\n"
+          "             dtype some selected kernel takes)\n"
+          "  --kv-dtype comma list of K/V storage dtypes (fp32,bf16,fp16,int8; default: all)\n"
           "  --case     run only case I (as printed in a repro line)\n",
           f);
 }
 
 typedef struct {
     const mha_kernel *k;
+    mha_dtype dt, kv; /* Q/O dtype and K/V storage */
     int pass, fail, skip;
     double max_rel;
 } kernel_tally;
+
+/* Does kernel k take Q/O dtype dt with K/V stored as kv? (its mask columns) */
+static int takes(const mha_kernel *k, mha_dtype dt, mha_dtype kv) {
+    return (mha_kernel_dtypes(k) & MHA_DTYPE_BIT(dt)) &&
+           (mha_kernel_kv_dtypes(k) & MHA_DTYPE_BIT(kv));
+}
 
 int cmd_verify(int argc, char **argv) {
     static const struct option opts[] = {
         {"kernels", required_argument, 0, 'k'}, {"seed", required_argument, 0, 's'},
         {"quick", no_argument, 0, 'q'},         {"threads", required_argument, 0, 't'},
         {"case", required_argument, 0, 'c'},    {"verbose", no_argument, 0, 'v'},
+        {"dtype", required_argument, 0, 'd'},   {"kv-dtype", required_argument, 0, 'K'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    unsigned want_dt = ~0u, want_kv = ~0u;
     const char *kernel_list = NULL;
     uint64_t seed = (uint64_t)time(NULL) % 1000000;
     int quick = 0, verbose = 0, nthreads = 0;
@@ -68,6 +81,12 @@ int cmd_verify(int argc, char **argv) {
         case 'c':
             if (!parse_i64("--case", optarg, 0, MAX_CASES - 1, &only_case)) return EXIT_USAGE;
             break;
+        case 'd':
+            if (!(want_dt = parse_dtype_list("verify: --dtype", optarg, 0))) return EXIT_USAGE;
+            break;
+        case 'K':
+            if (!(want_kv = parse_dtype_list("verify: --kv-dtype", optarg, 1))) return EXIT_USAGE;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -87,17 +106,52 @@ int cmd_verify(int argc, char **argv) {
         if (all > 1) threads[nthreads++] = all;
     }
 
-    kernel_tally tally[MAX_KERNELS];
+    const mha_kernel *ks[MAX_KERNELS];
     int nk = 0;
     if (kernel_list) { /* kernels this CPU lacks are kept and reported skipped */
-        const mha_kernel *ks[MAX_KERNELS];
         if ((nk = parse_kernel_list("verify: --kernels", kernel_list, 0, ks, MAX_KERNELS)) < 0)
             return EXIT_USAGE;
-        for (int i = 0; i < nk; i++) tally[i] = (kernel_tally){ks[i], 0, 0, 0, 0};
     } else {
-        for (int i = 0; i < mha_kernel_count(); i++)
-            tally[nk++] = (kernel_tally){mha_kernel_at(i), 0, 0, 0, 0};
+        for (int i = 0; i < mha_kernel_count() && nk < MAX_KERNELS; i++)
+            ks[nk++] = mha_kernel_at(i);
     }
+    /* The (dtype, kv dtype) pairs to check: those the filters allow and some
+     * selected kernel takes; a kernel runs only the pairs it takes (fp32
+     * first, so an fp32-only run reads as before). An fp32 cache under
+     * bf16/fp16 queries is not a problem the API offers. */
+    mha_dtype combo_dt[MAX_COMBOS], combo_kv[MAX_COMBOS];
+    int ncombo = 0;
+    for (int dt = MHA_F32; dt <= MHA_F16; dt++)
+        for (int kv = MHA_F32; kv < MHA_DTYPE_COUNT; kv++) {
+            if (dt != MHA_F32 && kv == MHA_F32) continue;
+            if (!(want_dt & MHA_DTYPE_BIT(dt)) || !(want_kv & MHA_DTYPE_BIT(kv))) continue;
+            int any = 0;
+            for (int i = 0; i < nk; i++) any |= takes(ks[i], (mha_dtype)dt, (mha_dtype)kv);
+            if (!any) continue;
+            combo_dt[ncombo] = (mha_dtype)dt;
+            combo_kv[ncombo++] = (mha_dtype)kv;
+        }
+    /* A dtype asked for by name that no selected kernel takes is said once
+     * (not a skip: there is nothing that could run it). */
+    for (int t = MHA_F32; t < MHA_DTYPE_COUNT; t++) {
+        const int asked_dt = want_dt != ~0u && (want_dt & MHA_DTYPE_BIT(t));
+        const int asked_kv = want_kv != ~0u && (want_kv & MHA_DTYPE_BIT(t));
+        int seen_dt = 0, seen_kv = 0;
+        for (int c = 0; c < ncombo; c++) {
+            seen_dt |= combo_dt[c] == (mha_dtype)t;
+            seen_kv |= combo_kv[c] == (mha_dtype)t;
+        }
+        if ((asked_dt && !seen_dt) || (asked_kv && !seen_kv))
+            printf("note: no selected kernel takes %s%s in this build: nothing to check\n",
+                   asked_dt && !seen_dt ? "dtype " : "a K/V cache of ",
+                   mha_dtype_name((mha_dtype)t));
+    }
+    static kernel_tally tally[MAX_KERNELS * MAX_COMBOS];
+    int nt = 0;
+    for (int i = 0; i < nk; i++)
+        for (int c = 0; c < ncombo; c++)
+            if (takes(ks[i], combo_dt[c], combo_kv[c]))
+                tally[nt++] = (kernel_tally){ks[i], combo_dt[c], combo_kv[c], 0, 0, 0, 0};
 
     static check_case cases[MAX_CASES];
     const int ncases = check_cases(cases, MAX_CASES, quick);
@@ -116,54 +170,66 @@ int cmd_verify(int argc, char **argv) {
     int failed_any = 0;
     for (int ci = 0; ci < ncases; ci++) {
         if (only_case >= 0 && ci != only_case) continue;
-        char desc[160];
-        check_describe(&cases[ci], desc, sizeof desc);
-        check_data data;
-        mha_status st = check_prepare(&cases[ci], check_case_seed(seed, ci), &data);
-        if (st != MHA_OK) {
-            printf("ERROR case %d %s: cannot prepare inputs: %s\n", ci, desc, mha_status_str(st));
-            failed_any = 1;
-            continue;
-        }
-        for (int ki = 0; ki < nk; ki++) {
-            for (int t = 0; t < nthreads; t++) {
-                check_report rep;
-                const int res = check_kernel(tally[ki].k, &data, (int)threads[t], &rep);
-                const char *name = mha_kernel_name(tally[ki].k);
-                if (res == CHECK_PASS) {
-                    tally[ki].pass++;
-                    const double rel = rep.max_err / (data.mag > 0 ? data.mag : 1);
-                    if (rel > tally[ki].max_rel) tally[ki].max_rel = rel;
-                    if (verbose)
-                        printf("ok   %-14s case %3d %s threads=%lld max|err|/mag %.2e\n", name, ci,
-                               desc, (long long)threads[t], rel);
-                } else if (res == CHECK_SKIP) {
-                    tally[ki].skip++;
-                    if (verbose) printf("skip %-14s case %3d: %s\n", name, ci, rep.detail);
-                } else {
-                    tally[ki].fail++;
-                    failed_any = 1;
-                    printf("FAIL %-14s case %3d %s [%s] threads=%lld\n     %s\n"
-                           "     repro: mhabench verify --kernels %s --seed %llu --case %d "
-                           "--threads %lld%s\n",
-                           name, ci, desc, cases[ci].tag, (long long)threads[t], rep.detail, name,
-                           (unsigned long long)seed, ci, (long long)threads[t],
-                           quick ? " --quick" : "");
-                }
-                fflush(stdout);
+        for (int cb = 0; cb < ncombo; cb++) {
+            check_case cc = cases[ci];
+            if (!check_input_fits(cc.input, combo_dt[cb], combo_kv[cb])) continue;
+            check_case_set_dtypes(&cc, combo_dt[cb], combo_kv[cb]);
+            char desc[192], dtopt[64] = "";
+            check_describe(&cc, desc, sizeof desc);
+            if (combo_dt[cb] != MHA_F32 || combo_kv[cb] != MHA_F32)
+                snprintf(dtopt, sizeof dtopt, " --dtype %s --kv-dtype %s",
+                         mha_dtype_name(combo_dt[cb]), mha_dtype_name(combo_kv[cb]));
+            check_data data;
+            mha_status st = check_prepare(&cc, check_case_seed(seed, ci), &data);
+            if (st != MHA_OK) {
+                printf("ERROR case %d %s: cannot prepare inputs: %s\n", ci, desc,
+                       mha_status_str(st));
+                failed_any = 1;
+                continue;
             }
+            for (int ti = 0; ti < nt; ti++) {
+                kernel_tally *ta = &tally[ti];
+                if (ta->dt != combo_dt[cb] || ta->kv != combo_kv[cb]) continue;
+                for (int t = 0; t < nthreads; t++) {
+                    check_report rep;
+                    const int res = check_kernel(ta->k, &data, (int)threads[t], &rep);
+                    const char *name = mha_kernel_name(ta->k);
+                    if (res == CHECK_PASS) {
+                        ta->pass++;
+                        const double rel = rep.max_err / (data.mag > 0 ? data.mag : 1);
+                        if (rel > ta->max_rel) ta->max_rel = rel;
+                        if (verbose)
+                            printf("ok   %-14s case %3d %s threads=%lld max|err|/mag %.2e\n", name,
+                                   ci, desc, (long long)threads[t], rel);
+                    } else if (res == CHECK_SKIP) {
+                        ta->skip++;
+                        if (verbose) printf("skip %-14s case %3d: %s\n", name, ci, rep.detail);
+                    } else {
+                        ta->fail++;
+                        failed_any = 1;
+                        printf("FAIL %-14s case %3d %s [%s] threads=%lld\n     %s\n"
+                               "     repro: mhabench verify --kernels %s --seed %llu --case %d "
+                               "--threads %lld%s%s\n",
+                               name, ci, desc, cc.tag, (long long)threads[t], rep.detail, name,
+                               (unsigned long long)seed, ci, (long long)threads[t], dtopt,
+                               quick ? " --quick" : "");
+                    }
+                    fflush(stdout);
+                }
+            }
+            check_release(&data);
         }
-        check_release(&data);
     }
 
     int pass = 0, fail = 0, skip = 0;
-    printf("\n%-14s %-6s %-7s %6s %6s %7s  %s\n", "kernel", "isa", "status", "passed", "failed",
-           "skipped", "max |err|/max|V|");
-    for (int ki = 0; ki < nk; ki++) {
-        const kernel_tally *t = &tally[ki];
+    printf("\n%-17s %-10s %-5s %-5s %-7s %6s %6s %7s  %s\n", "kernel", "isa", "dtype", "kv",
+           "status", "passed", "failed", "skipped", "max |err|/max|V|");
+    for (int ti = 0; ti < nt; ti++) {
+        const kernel_tally *t = &tally[ti];
         const char *status = t->fail ? "FAILED" : (t->pass ? "PASSED" : "SKIPPED");
-        printf("%-14s %-6s %-7s %6d %6d %7d  %.2e\n", mha_kernel_name(t->k),
-               mha_isa_name(mha_kernel_isa(t->k)), status, t->pass, t->fail, t->skip, t->max_rel);
+        printf("%-17s %-10s %-5s %-5s %-7s %6d %6d %7d  %.2e\n", mha_kernel_name(t->k),
+               mha_isa_name(mha_kernel_isa(t->k)), mha_dtype_name(t->dt), mha_dtype_name(t->kv),
+               status, t->pass, t->fail, t->skip, t->max_rel);
         pass += t->pass;
         fail += t->fail;
         skip += t->skip;

@@ -1,4 +1,5 @@
-/* fmt_npy.c - NumPy .npy reader/writer for little-endian float32 C-order arrays.
+/* fmt_npy.c - NumPy .npy reader/writer for little-endian C-order arrays of
+ * fp32 ('<f4'), fp16 ('<f2'), bf16 (its bits as '<u2') and int8 ('|i1').
  * Reads format 1.0/2.0 (and 3.0, whose header is UTF-8 but here plain ASCII),
  * rejects everything else with one line naming the file and the problem (file
  * text escaped); writes 1.0 headers padded to 64 bytes through fileio's
@@ -219,13 +220,53 @@ static mha_status parse_header(const char *text, const char *path, npy_header *h
     return MHA_OK;
 }
 
-static mha_status check_descr(const char *d, const char *path, char *err, size_t errlen) {
-    if (strcmp(d, "<f4") == 0) return MHA_OK;
-    if (strcmp(d, ">f4") == 0)
+static const char *const DESCR[MHA_DTYPE_COUNT] = {
+    [MHA_F32] = "<f4", [MHA_BF16] = "<u2", [MHA_F16] = "<f2", [MHA_I8] = "|i1"};
+static const char *const DESCR_MEANS[MHA_DTYPE_COUNT] = {
+    [MHA_F32] = "float32", [MHA_BF16] = "bf16 bits", [MHA_F16] = "float16", [MHA_I8] = "int8"};
+
+const char *npy_descr(mha_dtype t) {
+    return (unsigned)t < MHA_DTYPE_COUNT ? DESCR[t] : "?";
+}
+
+/* "'<f4' (float32)" or "'<f4' (float32), '<u2' (bf16 bits) or '<f2' (float16)" */
+static void accepted_list(unsigned accept, char *buf, size_t len) {
+    size_t n = 0;
+    int count = 0, total = 0;
+    for (int t = 0; t < MHA_DTYPE_COUNT; t++) total += !!(accept & MHA_DTYPE_BIT(t));
+    buf[0] = '\0';
+    for (int t = 0; t < MHA_DTYPE_COUNT && n < len; t++)
+        if (accept & MHA_DTYPE_BIT(t)) {
+            count++;
+            n += (size_t)snprintf(buf + n, len - n, "%s'%s' (%s)",
+                                  count == 1       ? ""
+                                  : count == total ? " or "
+                                                   : ", ",
+                                  DESCR[t], DESCR_MEANS[t]);
+        }
+}
+
+/* The file's descr to a dtype in accept: MHA_OK, or MHA_EFORMAT naming it. A
+ * big-endian or unknown type is named as such. */
+static mha_status check_descr(const char *d, unsigned accept, mha_dtype *t, const char *path,
+                              char *err, size_t errlen) {
+    char want[160];
+    accepted_list(accept, want, sizeof want);
+    for (int i = 0; i < MHA_DTYPE_COUNT; i++)
+        if (strcmp(d, DESCR[i]) == 0 || (i == MHA_I8 && strcmp(d, "i1") == 0)) {
+            if (accept & MHA_DTYPE_BIT(i)) {
+                *t = (mha_dtype)i;
+                return MHA_OK;
+            }
+            return fail(err, errlen, MHA_EFORMAT, path,
+                        "dtype '%s' (%s) is not accepted here, expected %s", d, DESCR_MEANS[i],
+                        want);
+        }
+    if (d[0] == '>' && d[1] != '\0' && strcmp(d + 1, "i1") != 0 && strcmp(d + 1, "u1") != 0)
         return fail(err, errlen, MHA_EFORMAT, path,
-                    "dtype '>f4' (big-endian float32) is not supported, expected '<f4' (float32)");
-    return fail(err, errlen, MHA_EFORMAT, path,
-                "dtype '%s' is not supported, expected '<f4' (float32)", d);
+                    "dtype '%s' (big-endian) is not supported, expected %s", d, want);
+    return fail(err, errlen, MHA_EFORMAT, path, "dtype '%s' is not supported, expected %s", d,
+                want);
 }
 
 /* ---- reading ------------------------------------------------------------------------ */
@@ -236,13 +277,19 @@ static int read_full(FILE *f, void *buf, size_t n) {
 
 void npy_free(npy_array *a) {
     if (!a) return;
-    mha_free(a->data);
+    mha_free(a->raw);
+    a->raw = NULL;
     a->data = NULL;
     a->count = 0;
     a->ndim = 0;
 }
 
 mha_status npy_read(const char *path, npy_array *out, char *err, size_t errlen) {
+    return npy_read_typed(path, MHA_DTYPE_BIT(MHA_F32), out, err, errlen);
+}
+
+mha_status npy_read_typed(const char *path, unsigned accept, npy_array *out, char *err,
+                          size_t errlen) {
     if (err && errlen) err[0] = '\0';
     if (!out) return MHA_EINVAL;
     memset(out, 0, sizeof *out);
@@ -253,7 +300,7 @@ mha_status npy_read(const char *path, npy_array *out, char *err, size_t errlen) 
     if (!f) return fail(err, errlen, MHA_EIO, path, "%s", why);
     mha_status st = MHA_OK;
     char *text = NULL;
-    float *data = NULL;
+    void *data = NULL;
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0) {
         st = fail(err, errlen, MHA_EIO, path, "cannot stat: %s", strerror(errno));
@@ -324,7 +371,9 @@ mha_status npy_read(const char *path, npy_array *out, char *err, size_t errlen) 
     npy_header h;
     memset(&h, 0, sizeof h);
     if ((st = parse_header(text, path, &h, err, errlen)) != MHA_OK) goto done;
-    if ((st = check_descr(h.descr, path, err, errlen)) != MHA_OK) goto done;
+    mha_dtype dt = MHA_F32;
+    if ((st = check_descr(h.descr, accept, &dt, path, err, errlen)) != MHA_OK) goto done;
+    const size_t esize = mha_dtype_size(dt);
     if (h.fortran) {
         st = fail(err, errlen, MHA_EFORMAT, path,
                   "fortran_order True is not supported, expected C order");
@@ -341,14 +390,14 @@ mha_status npy_read(const char *path, npy_array *out, char *err, size_t errlen) 
     else
         for (int i = 0; i < h.ndim; i++) {
             uint64_t d = (uint64_t)h.shape[i];
-            if (d > (SIZE_MAX / sizeof(float)) / count) {
+            if (d > (SIZE_MAX / esize) / count) {
                 st = fail(err, errlen, MHA_EFORMAT, path,
                           "shape overflows: the byte count does not fit in size_t");
                 goto done;
             }
             count *= (size_t)d;
         }
-    uint64_t bytes = (uint64_t)count * sizeof(float);
+    uint64_t bytes = (uint64_t)count * esize;
     uint64_t avail = fsize - hstart - hlen;
     if (avail < bytes) {
         st = fail(err, errlen, MHA_EFORMAT, path,
@@ -378,7 +427,9 @@ mha_status npy_read(const char *path, npy_array *out, char *err, size_t errlen) 
     out->ndim = h.ndim;
     for (int i = 0; i < h.ndim; i++) out->shape[i] = h.shape[i];
     out->count = count;
-    out->data = data;
+    out->dtype = dt;
+    out->raw = data;
+    out->data = dt == MHA_F32 ? data : NULL;
     data = NULL;
 
 done:
@@ -392,12 +443,19 @@ done:
 
 mha_status npy_write(const char *path, const float *data, const int64_t *shape, int ndim, char *err,
                      size_t errlen) {
+    return npy_write_typed(path, MHA_F32, data, shape, ndim, err, errlen);
+}
+
+mha_status npy_write_typed(const char *path, mha_dtype t, const void *data, const int64_t *shape,
+                           int ndim, char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
     if (!path) return fail(err, errlen, MHA_EINVAL, "(null)", "no path given");
     if (ndim < 0 || ndim > NPY_MAX_DIMS)
         return fail(err, errlen, MHA_EINVAL, path, "ndim = %d: must be in 0..%d", ndim,
                     NPY_MAX_DIMS);
     if (ndim > 0 && !shape) return fail(err, errlen, MHA_EINVAL, path, "no shape given");
+    const size_t esize = mha_dtype_size(t);
+    if (esize == 0) return fail(err, errlen, MHA_EINVAL, path, "unknown dtype %d", (int)t);
     size_t count = 1;
     int zero = 0;
     for (int i = 0; i < ndim; i++) {
@@ -410,7 +468,7 @@ mha_status npy_write(const char *path, const float *data, const int64_t *shape, 
         count = 0;
     else
         for (int i = 0; i < ndim; i++) {
-            if ((uint64_t)shape[i] > (SIZE_MAX / sizeof(float)) / count)
+            if ((uint64_t)shape[i] > (SIZE_MAX / esize) / count)
                 return fail(err, errlen, MHA_EINVAL, path, "shape overflows size_t bytes");
             count *= (size_t)shape[i];
         }
@@ -418,7 +476,8 @@ mha_status npy_write(const char *path, const float *data, const int64_t *shape, 
 
     /* Header: dict, spaces, '\n'; magic+version+len+header is a multiple of 64. */
     char hdr[512];
-    int n = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+    int n =
+        snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': (", DESCR[t]);
     for (int i = 0; i < ndim; i++)
         n +=
             snprintf(hdr + n, sizeof hdr - (size_t)n, "%s%lld", i ? ", " : "", (long long)shape[i]);
@@ -442,7 +501,7 @@ mha_status npy_write(const char *path, const float *data, const int64_t *shape, 
     if (mha_out_begin(&w, path, MHA_OUT_REPLACE, why, sizeof why) != MHA_OK)
         return fail(err, errlen, MHA_EIO, path, "cannot write: %s", why);
     if (mha_out_write(&w, head, total, why, sizeof why) != MHA_OK ||
-        (count > 0 && mha_out_write(&w, data, count * sizeof(float), why, sizeof why) != MHA_OK)) {
+        (count > 0 && mha_out_write(&w, data, count * esize, why, sizeof why) != MHA_OK)) {
         mha_out_abort(&w);
         return fail(err, errlen, MHA_EIO, path, "%s", why);
     }

@@ -34,6 +34,11 @@ void results_measure_machine(results_machine *rm, double budget_s);
 /* Single-thread peak (GFLOP/s) of the ISA whose code k runs (mha_kernel_run_isa:
  * its own, or the active one for the BLAS baseline). */
 double results_kernel_peak(const results_machine *rm, const mha_kernel *k);
+/* Single-thread peak (GFLOP/s) of the unit kernel k uses for Q/O dtype t:
+ * the FP32 FMA peak of its ISA (results_kernel_peak) for fp32; for bf16/fp16
+ * the peak of a BF16 dot-product unit when the machine measures one for k's
+ * ISA, else the FP32 one (the one place to wire a measured BF16 peak). */
+double results_peak_for(const results_machine *rm, const mha_kernel *k, mha_dtype t);
 /* Read bandwidth (GB/s) of a level for a thread count: the 1-thread figure
  * for 1, the all-core one otherwise, scaled down linearly below the all-core
  * count. */
@@ -94,6 +99,11 @@ char *results_read_file(const char *path, size_t *len, char *why, size_t wlen);
  * L, column C (json-c)" and returns NULL. */
 struct json_object *results_load_json(const char *who, const char *path);
 
+/* Gives every benchmark row of w's file (from its start) "dtype" and
+ * "kv_dtype" fields after its "name", read from the name's "/dtype:X" and
+ * "/kv_dtype:Y" parts (fp32 and the row's dtype when absent). Returns MHA_OK,
+ * or MHA_EIO / MHA_ENOMEM with a reason. */
+mha_status results_json_add_dtypes(mha_out *w, char *why, size_t len);
 /* A JSON number for v, or JSON null (NULL) when v is NaN or infinite. */
 struct json_object *results_json_double(double v);
 

@@ -22,6 +22,8 @@ static void inputs_free(meas_inputs *in) {
     mha_free(in->k);
     mha_free(in->v);
     mha_free(in->o);
+    mha_free(in->k_sc);
+    mha_free(in->v_sc);
     memset(in, 0, sizeof *in);
 }
 
@@ -33,13 +35,19 @@ void meas_pool_release(meas_pool *m) {
 }
 
 mha_problem meas_problem(const meas_shape *s) {
-    mha_problem p = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, 0.0f, MHA_F32, MHA_F32};
+    mha_problem p = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, 0.0f, s->dtype, MHA_F32};
+    if (s->kv_dtype != s->dtype) p.kv_dtype = s->kv_dtype;
+    if (!s->kv_dtype) p.kv_dtype = MHA_F32; /* 0: the problem's dtype */
     return p;
 }
 
 meas_shape meas_shape_of(const mha_problem *p) {
-    return (meas_shape){p->batch,  p->heads,    p->kv_heads, p->seq_q,
-                        p->seq_kv, p->head_dim, p->causal,   0};
+    return (meas_shape){p->batch,    p->heads,  p->kv_heads, p->seq_q, p->seq_kv,
+                        p->head_dim, p->causal, 0,           p->dtype, p->kv_dtype};
+}
+
+static mha_dtype kv_type(const meas_shape *s) {
+    return s->kv_dtype ? s->kv_dtype : s->dtype;
 }
 
 size_t meas_elems_q(const meas_shape *s) {
@@ -57,7 +65,15 @@ static size_t elems_k(const meas_shape *s) {
 }
 
 size_t meas_input_bytes(const meas_shape *s) {
-    return sizeof(float) * (2 * meas_elems_q(s) + elems_k(s) + meas_elems_kv(s));
+    if (s->layer) return sizeof(float) * (2 * meas_elems_q(s) + elems_k(s) + meas_elems_kv(s));
+    const mha_dtype kv = kv_type(s);
+    const size_t rows = kv == MHA_I8 ? (size_t)(s->b * s->kv * s->nkv) : 0;
+    return mha_dtype_size(s->dtype) * 2 * meas_elems_q(s) +
+           mha_dtype_size(kv) * 2 * meas_elems_kv(s) + sizeof(float) * 2 * rows;
+}
+
+double meas_io_bytes(const meas_shape *s) {
+    return (double)meas_input_bytes(s);
 }
 
 mha_layer meas_layer(const meas_shape *s, const float *w) {
@@ -89,6 +105,28 @@ static void fill(float *p, size_t n, uint64_t seed) {
     }
 }
 
+/* Replaces the fp32 buffer *buf of n elements by its values stored as t
+ * (rounded to nearest even, or quantised per row of d with scales in
+ * *scales). 0 when out of memory. */
+static int to_dtype(void **buf, size_t n, mha_dtype t, int64_t d, float **scales) {
+    if (t == MHA_F32) return 1;
+    void *typed = mha_alloc(n * mha_dtype_size(t));
+    float *sc = t == MHA_I8 ? mha_alloc(n / (size_t)d * sizeof(float)) : NULL;
+    if (!typed || (t == MHA_I8 && !sc)) {
+        mha_free(typed);
+        mha_free(sc);
+        return 0;
+    }
+    if (t == MHA_I8)
+        mha_quantize_rows_i8(*buf, (int64_t)(n / (size_t)d), d, d, typed, d, sc);
+    else
+        mha_convert_from_f32(t, *buf, typed, n);
+    mha_free(*buf);
+    *buf = typed;
+    if (scales) *scales = sc;
+    return 1;
+}
+
 /* The inputs of a shape: cached (a few shapes, least recently used goes), so
  * grouped runs fill each shape once and interleaved ones do not refill. */
 static meas_inputs *inputs_for(meas_pool *m, const meas_shape *s) {
@@ -106,7 +144,7 @@ static meas_inputs *inputs_for(meas_pool *m, const meas_shape *s) {
     slot->q = mha_alloc(nq * sizeof(float));
     slot->k = mha_alloc(nk * sizeof(float));
     slot->v = mha_alloc(nkv * sizeof(float));
-    slot->o = mha_alloc(nq * sizeof(float));
+    slot->o = mha_alloc(nq * mha_dtype_size(s->dtype));
     if (!slot->q || !slot->k || !slot->v || !slot->o) {
         inputs_free(slot);
         return NULL;
@@ -118,10 +156,16 @@ static meas_inputs *inputs_for(meas_pool *m, const meas_shape *s) {
     fill(slot->k, nk, h ^ 2);
     if (s->layer) { /* weights ~ U(-1,1)/sqrt(d_model): activations stay O(1) */
         const float g = 1.0f / sqrtf((float)(s->h * s->d));
-        for (size_t i = 0; i < nk; i++) slot->k[i] *= g;
+        for (size_t i = 0; i < nk; i++) ((float *)slot->k)[i] *= g;
     }
     fill(slot->v, nkv, h ^ 3);
-    memset(slot->o, 0, nq * sizeof(float));
+    memset(slot->o, 0, nq * mha_dtype_size(s->dtype));
+    if (!s->layer && (!to_dtype(&slot->q, nq, s->dtype, s->d, NULL) ||
+                      !to_dtype(&slot->k, nk, kv_type(s), s->d, &slot->k_sc) ||
+                      !to_dtype(&slot->v, nkv, kv_type(s), s->d, &slot->v_sc))) {
+        inputs_free(slot);
+        return NULL;
+    }
     slot->s = *s;
     slot->bytes = meas_input_bytes(s);
     slot->last_use = ++m->use_clock;
@@ -167,15 +211,15 @@ const char *meas_prepare(meas_pool *m, const mha_kernel *k, const meas_shape *s,
         snprintf(msg, sizeof msg, "cannot allocate %zu bytes of workspace", c->ws_size);
         return msg;
     }
-    c->out = mha_view_bhnd_mut(in->o, s->h, s->nq, s->d);
-    c->q = mha_view_bhnd(in->q, s->h, s->nq, s->d); /* a layer's x, [B, N, d_model] */
+    c->out = mha_view_typed_mut(in->o, s->dtype, s->h, s->nq, s->d);
+    c->q = mha_view_typed(in->q, s->dtype, NULL, s->h, s->nq, s->d); /* a layer's x */
     if (s->layer) {
         c->L = meas_layer(s, in->k);
         c->k = c->v = c->q; /* self-attention */
         return NULL;
     }
-    c->k = mha_view_bhnd(in->k, s->kv, s->nkv, s->d);
-    c->v = mha_view_bhnd(in->v, s->kv, s->nkv, s->d);
+    c->k = mha_view_typed(in->k, kv_type(s), in->k_sc, s->kv, s->nkv, s->d);
+    c->v = mha_view_typed(in->v, kv_type(s), in->v_sc, s->kv, s->nkv, s->d);
     return NULL;
 }
 

@@ -18,18 +18,22 @@
 
 /* A problem to time. layer = 1: the full MHA layer (mha_forward) with
  * d_model = h * d, self-attention over nq = nkv tokens; its weights live in
- * the k buffer. */
+ * the k buffer (the layer is fp32). dtype / kv_dtype: how Q/O and K/V are
+ * stored (0 = fp32; kv_dtype 0 = dtype, as in mha_problem); inputs are
+ * filled in fp32, then rounded or quantised per row (int8 + scales). */
 typedef struct {
     int64_t b, h, kv, nq, nkv, d;
     int causal;
     int layer;
+    mha_dtype dtype, kv_dtype;
 } meas_shape;
 
 enum { MEAS_INPUT_CACHE = 4 };
 
 typedef struct {
     meas_shape s;
-    float *q, *k, *v, *o;
+    void *q, *k, *v, *o; /* in the shape's dtypes */
+    float *k_sc, *v_sc;  /* int8 row scales, else NULL */
     size_t bytes;
     uint64_t last_use;
 } meas_inputs;
@@ -66,8 +70,12 @@ mha_problem meas_problem(const meas_shape *s);
 meas_shape meas_shape_of(const mha_problem *p);
 size_t meas_elems_q(const meas_shape *s);
 size_t meas_elems_kv(const meas_shape *s);
-/* Bytes of Q, K (or the layer's weights and biases), V and O. */
+/* Bytes of Q, K (or the layer's weights and biases), V and O as stored. */
 size_t meas_input_bytes(const meas_shape *s);
+/* Bytes one attention call reads and writes at the storage widths: K and V
+ * elements x the K/V dtype's size (+ one fp32 scale per row each for int8),
+ * Q and O at the problem's dtype: what a bandwidth-bound (decode) row moves. */
+double meas_io_bytes(const meas_shape *s);
 /* The layer of a layer shape, its weights carved from w (NULL: no weights,
  * enough for workspace and FLOP queries). */
 mha_layer meas_layer(const meas_shape *s, const float *w);

@@ -180,6 +180,33 @@ int parse_kernel_list(const char *opt, const char *s, int flags, const mha_kerne
                : -1;
 }
 
+typedef struct {
+    const char *opt;
+    int allow_i8;
+    unsigned mask;
+} dtype_list;
+
+static int dtype_item(void *ctx, const char *text) {
+    dtype_list *l = ctx;
+    mha_dtype t;
+    if (mha_dtype_parse(text, &t) != MHA_OK || (t == MHA_I8 && !l->allow_i8)) {
+        errorf("%s: unknown dtype '%s' (expected %s)", l->opt, text,
+               l->allow_i8 ? "fp32, bf16, fp16 or int8"
+                           : "fp32, bf16 or fp16; int8 is a K/V dtype");
+        return -1;
+    }
+    l->mask |= MHA_DTYPE_BIT(t);
+    return 0;
+}
+
+unsigned parse_dtype_list(const char *opt, const char *s, int allow_i8) {
+    dtype_list l = {opt, allow_i8, 0};
+    return each_item(opt, s, "dtype list (fp32, bf16, fp16, int8, comma separated)", "dtype",
+                     dtype_item, &l) == 0
+               ? l.mask
+               : 0;
+}
+
 const mha_kernel *lookup_kernel(const char *name) {
     const mha_kernel *k = mha_kernel_find(name);
     if (!k) {

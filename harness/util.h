@@ -49,6 +49,11 @@ int parse_i64_list_all(const char *opt, const char *s, int64_t lo, int64_t hi, i
 enum { KL_AUTO = 1, KL_SUPPORTED = 2 };
 int parse_kernel_list(const char *opt, const char *s, int flags, const mha_kernel **out, int max);
 
+/* Parses a comma list of dtype names (mha_dtype_parse; int8 only with
+ * allow_i8, i.e. for K/V) into a MHA_DTYPE_BIT mask, by the splitter's rules.
+ * Returns the mask, or 0 after a message naming the bad value. */
+unsigned parse_dtype_list(const char *opt, const char *s, int allow_i8);
+
 /* Finds a kernel by name ("auto" is not handled here), checks it runs on this
  * CPU; prints a message and returns NULL otherwise. */
 const mha_kernel *lookup_kernel(const char *name);

@@ -32,7 +32,8 @@ from matplotlib.patches import Patch  # noqa: E402
 
 NAME_RE = re.compile(
     r"^(?P<kernel>[^/]+)/B:(?P<b>\d+)/H:(?P<h>\d+)/KV:(?P<kv>\d+)/Nq:(?P<nq>\d+)"
-    r"/Nkv:(?P<nkv>\d+)/d:(?P<d>\d+)/causal:(?P<causal>[01])/threads:(?P<threads>\d+)$"
+    r"/Nkv:(?P<nkv>\d+)/d:(?P<d>\d+)/causal:(?P<causal>[01])"
+    r"(?:/dtype:(?P<dtype>\w+))?(?:/kv_dtype:(?P<kv_dtype>\w+))?/threads:(?P<threads>\d+)$"
 )
 AXES = ("b", "h", "kv", "nq", "nkv", "d", "causal", "threads")
 
@@ -48,7 +49,11 @@ def load(path):
         m = NAME_RE.match(b.get("name", ""))
         if not m or "GFLOPS" not in b:
             continue
-        key = (m["kernel"], tuple(int(m[a]) for a in AXES))
+        # typed rows (README "name grammar") are their own series: "flash.x bf16"
+        kernel = m["kernel"]
+        if m["dtype"] or m["kv_dtype"]:
+            kernel += " " + (m["dtype"] or "fp32") + (f" kv:{m['kv_dtype']}" if m["kv_dtype"] else "")
+        key = (kernel, tuple(int(m[a]) for a in AXES))
         r = rows.setdefault(key, {"gflops": [], "pct_peak": []})
         r["gflops"].append(float(b["GFLOPS"]))
         r["pct_peak"].append(float(b.get("pct_peak", 0.0)))
@@ -61,7 +66,7 @@ def kernel_order(kernels):
     isa_rank = {"scalar": 0, "avx2": 1, "avx512": 2}
 
     def rank(k):
-        algo, _, isa = k.partition(".")
+        algo, _, isa = k.split(" ")[0].partition(".")
         first = 0 if algo == "naive" else 2 if algo == "blas" else 1
         return (first, algo, isa_rank.get(isa, 3), k)
 

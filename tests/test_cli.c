@@ -417,6 +417,246 @@ static void test_attend_bad_inputs(void **state) {
     expect_error(rc, "--threads", NULL, 0);
 }
 
+static void expect_usage(int rc, const char *want); /* below, with verify's cases */
+
+/* ---- dtypes on the command line ---------------------------------------------------------- */
+
+/* Writes g_tmp/name as dtype t: the values of write_f4, rounded / quantised
+ * without scale (int8: small integers). */
+static void write_typed(const char *name, mha_dtype t, const int64_t *shape, int ndim) {
+    char path[512], err[512];
+    tmp_path(path, sizeof path, name);
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    float *f = calloc(n, sizeof(float));
+    void *d = calloc(n, mha_dtype_size(t));
+    assert_non_null(f);
+    assert_non_null(d);
+    for (size_t i = 0; i < n; i++)
+        f[i] = t == MHA_I8 ? (float)(i % 7) - 3 : (float)(i % 7) * 0.25f - 0.5f;
+    mha_convert_from_f32(t, f, d, n);
+    mha_status st = npy_write_typed(path, t, d, shape, ndim, err, sizeof err);
+    free(f);
+    free(d);
+    if (st != MHA_OK) fail_msg("%s", err);
+}
+
+/* attend on g_tmp files with extra arguments (NULL-terminated, at most 8). */
+static int attend_dt(const char *kernel, const char *qn, const char *kn, const char *vn,
+                     const char *outn, ...) {
+    char q[512], k[512], v[512], out[512];
+    tmp_path(q, sizeof q, qn);
+    tmp_path(k, sizeof k, kn);
+    tmp_path(v, sizeof v, vn);
+    tmp_path(out, sizeof out, outn);
+    const char *x[9] = {0};
+    va_list ap;
+    va_start(ap, outn);
+    for (int i = 0; i < 8; i++)
+        if (!(x[i] = va_arg(ap, const char *))) break;
+    va_end(ap);
+    return run_bench("attend", "--kernel", kernel, "--q", q, "--k", k, "--v", v, "--out", out, x[0],
+                     x[1], x[2], x[3], x[4], x[5], x[6], x[7], NULL);
+}
+
+static void read_any(const char *name, npy_array *a) {
+    char path[512], err[512];
+    tmp_path(path, sizeof path, name);
+    const unsigned all = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16) |
+                         MHA_DTYPE_BIT(MHA_I8);
+    if (npy_read_typed(path, all, a, err, sizeof err) != MHA_OK) fail_msg("%s", err);
+}
+
+/* The first runnable kernel that takes (dt, kv) by its masks, or NULL. */
+static const mha_kernel *typed_kernel(mha_dtype dt, mha_dtype kv) {
+    for (int i = 0; i < mha_kernel_count(); i++) {
+        const mha_kernel *k = mha_kernel_at(i);
+        if (mha_kernel_supported(k) == MHA_OK && (mha_kernel_dtypes(k) & MHA_DTYPE_BIT(dt)) &&
+            (mha_kernel_kv_dtypes(k) & MHA_DTYPE_BIT(kv)))
+            return k;
+    }
+    return NULL;
+}
+
+/* --out-dtype converts the output; typed files are read only with the dtype
+ * that names them; bad typed inputs and scales are exit 2 naming the file. */
+static void test_attend_dtypes(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const int64_t s[4] = {1, 2, 5, 8}, s3[3] = {1, 2, 5}, s3bad[3] = {1, 2, 4};
+    write_f4("q.npy", s, 4);
+    write_f4("k.npy", s, 4);
+    write_f4("v.npy", s, 4);
+    write_typed("q_bf16.npy", MHA_BF16, s, 4);
+    write_typed("k_bf16.npy", MHA_BF16, s, 4);
+    write_typed("k_f16.npy", MHA_F16, s, 4);
+    write_typed("k_i8.npy", MHA_I8, s, 4);
+    write_typed("v_i8.npy", MHA_I8, s, 4);
+    write_typed("q_i8.npy", MHA_I8, s, 4);
+    write_f4("ks.npy", s3, 3);
+    write_f4("ks_bad.npy", s3bad, 3);
+    write_typed("ks_bf16.npy", MHA_BF16, s3, 3);
+    char ks[512], ksb[512], ksh[512];
+    tmp_path(ks, sizeof ks, "ks.npy");
+    tmp_path(ksb, sizeof ksb, "ks_bad.npy");
+    tmp_path(ksh, sizeof ksh, "ks_bf16.npy");
+
+    /* fp32 run, then the same written as bf16 and fp16: each element rounded */
+    assert_int_equal(attend_dt("naive", "q.npy", "k.npy", "v.npy", "o32.npy", NULL), 0);
+    const mha_dtype outs[2] = {MHA_BF16, MHA_F16};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(attend_dt("naive", "q.npy", "k.npy", "v.npy", "ot.npy", "--out-dtype",
+                                   mha_dtype_name(outs[i]), NULL),
+                         0);
+        assert_non_null(strstr(g_out, "out_dtype="));
+        npy_array a, b;
+        read_any("o32.npy", &a);
+        read_any("ot.npy", &b);
+        assert_int_equal(b.dtype, outs[i]);
+        assert_int_equal(b.count, a.count);
+        void *want = calloc(a.count, 2);
+        mha_convert_from_f32(outs[i], a.data, want, a.count);
+        assert_memory_equal(b.raw, want, a.count * 2);
+        free(want);
+        npy_free(&a);
+        npy_free(&b);
+    }
+
+    print_message("typed files without the dtype that reads them\n");
+    expect_error(attend_dt("naive", "q_bf16.npy", "k.npy", "v.npy", "never.npy", NULL),
+                 "q_bf16.npy", "--dtype bf16", 1);
+    expect_error(attend_dt("naive", "q.npy", "k_f16.npy", "v.npy", "never.npy", NULL), "k_f16.npy",
+                 "fp16 ('<f2')", 1);
+    expect_error(
+        attend_dt("naive", "q.npy", "k_bf16.npy", "v.npy", "never.npy", "--kv-dtype", "fp16", NULL),
+        "k_bf16.npy", "the K/V dtype is fp16", 1);
+    expect_error(attend_dt("naive", "q_i8.npy", "k.npy", "v.npy", "never.npy", NULL), "q_i8.npy",
+                 "K/V dtype only", 1);
+    print_message("int8 caches and their scales\n");
+    expect_error(attend_dt("naive", "q.npy", "k_i8.npy", "v_i8.npy", "never.npy", "--kv-dtype",
+                           "int8", NULL),
+                 "k_i8.npy", "--k-scale", 1);
+    expect_error(attend_dt("naive", "q.npy", "k_i8.npy", "v_i8.npy", "never.npy", "--kv-dtype",
+                           "int8", "--k-scale", ksb, "--v-scale", ks, NULL),
+                 "ks_bad.npy", "expected [1, 2, 5]", 1);
+    expect_error(attend_dt("naive", "q.npy", "k_i8.npy", "v_i8.npy", "never.npy", "--kv-dtype",
+                           "int8", "--k-scale", ksh, "--v-scale", ks, NULL),
+                 "ks_bf16.npy", "'<u2'", 1);
+    expect_error(attend_dt("naive", "q.npy", "k.npy", "v.npy", "never.npy", "--kv-dtype", "int8",
+                           "--k-scale", ks, NULL),
+                 "--k-scale", "quantised on load", 1);
+    expect_error(attend_dt("naive", "q.npy", "k.npy", "v.npy", "never.npy", "--k-scale", ks, NULL),
+                 "--k-scale", "int8", 1);
+    print_message("dtype options\n");
+    expect_error(
+        attend_dt("naive", "q.npy", "k.npy", "v.npy", "never.npy", "--dtype", "int8", NULL),
+        "--dtype", "int8", 1);
+    expect_error(attend_dt("naive", "q.npy", "k.npy", "v.npy", "never.npy", "--dtype", "bf16",
+                           "--kv-dtype", "fp32", NULL),
+                 "--kv-dtype fp32", "not offered", 1);
+    expect_error(
+        attend_dt("naive", "q.npy", "k.npy", "v.npy", "never.npy", "--out-dtype", "f64", NULL),
+        "--out-dtype", "f64", 1);
+    /* a kernel that does not take the dtype is refused, naming both */
+    expect_error(
+        attend_dt("naive", "q.npy", "k.npy", "v.npy", "never.npy", "--dtype", "bf16", NULL),
+        "naive", "bf16", 1);
+    expect_error(attend_dt("naive", "q.npy", "k_i8.npy", "v_i8.npy", "never.npy", "--kv-dtype",
+                           "int8", "--k-scale", ks, "--v-scale", ks, NULL),
+                 "naive", "int8", 1);
+
+    /* With a kernel that takes them: fp32 files converted on load, typed files
+     * as they are; the output within the dtype's reach of the fp32 one. */
+    static const struct {
+        mha_dtype dt, kv;
+        const char *k, *v;
+    } runs[] = {{MHA_BF16, MHA_BF16, "k.npy", "v.npy"},
+                {MHA_BF16, MHA_BF16, "k_bf16.npy", "v.npy"},
+                {MHA_F16, MHA_F16, "k.npy", "v.npy"},
+                {MHA_F32, MHA_I8, "k.npy", "v.npy"},
+                {MHA_F32, MHA_I8, "k_i8.npy", "v_i8.npy"}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        const mha_kernel *k = typed_kernel(runs[i].dt, runs[i].kv);
+        if (!k) {
+            print_message("no runnable kernel takes dtype %s with a %s cache: that run skipped\n",
+                          mha_dtype_name(runs[i].dt), mha_dtype_name(runs[i].kv));
+            continue;
+        }
+        const int i8file = !strcmp(runs[i].k, "k_i8.npy");
+        int rc = attend_dt(mha_kernel_name(k), "q.npy", runs[i].k, runs[i].v, "ot.npy", "--dtype",
+                           mha_dtype_name(runs[i].dt), "--kv-dtype", mha_dtype_name(runs[i].kv),
+                           i8file ? "--k-scale" : NULL, ks, "--v-scale", ks, NULL);
+        if (rc != 0) fail_msg("attend %s: exit %d: %s", mha_kernel_name(k), rc, g_err);
+        npy_array b;
+        read_any("ot.npy", &b);
+        assert_int_equal(b.dtype, runs[i].dt);
+        npy_free(&b);
+    }
+}
+
+/* sweep --dtype: fp32 rows keep their names and carry dtype fields; a
+ * kernel runs only the dtypes it takes; a bad dtype is exit 2. */
+static void test_sweep_dtypes(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char out[512], buf[65536];
+    tmp_path(out, sizeof out, "sweep-dtypes.json");
+    expect_usage(run_bench("sweep", "--dtype", "int8", "--out", out, NULL), "int8");
+    expect_usage(run_bench("sweep", "--kv-dtype", "fp8", "--out", out, NULL), "fp8");
+    const int rc =
+        run_bench("sweep", "--kernels", "flash.scalar,decode.scalar", "--seq-q", "1", "--seq-kv",
+                  "64", "--heads", "2", "--head-dim", "16", "--threads", "1", "--min-time", "0.001",
+                  "--dtype", "fp32,bf16", "--kv-dtype", "fp32,bf16,int8", "--out", out, NULL);
+    if (rc != 0) fail_msg("sweep --dtype: exit %d: %s", rc, g_err);
+    tu_slurp(out, buf, sizeof buf);
+    assert_non_null(strstr(buf, "\"dtype\": \"fp32\""));
+    /* flash.scalar takes fp32 only: no typed flash.scalar row */
+    assert_null(strstr(buf, "flash.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/dtype:"));
+    assert_null(strstr(buf, "flash.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/kv_dtype:"));
+    /* with --kv-dtype fp32,bf16,int8 the fp32 decode rows also read bf16 and int8 caches;
+     * rows exist only where a kernel takes them */
+    const mha_problem pb = {1, 2, 2, 1, 64, 16, 0, 0.0f, MHA_F32, MHA_BF16};
+    const mha_kernel *dec = mha_kernel_find("decode.scalar");
+    if (mha_kernel_takes(dec, &pb) == MHA_OK)
+        assert_non_null(strstr(buf, "decode.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/"
+                                    "kv_dtype:bf16/threads:1"));
+    else
+        assert_null(strstr(buf, "kv_dtype:bf16/threads"));
+}
+
+/* forward runs fp32 only in this build: --dtype bf16 is refused up front. */
+static void test_forward_dtype(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char x[512], out[512];
+    const int64_t s[3] = {1, 4, 8};
+    write_f4("fx.npy", s, 3);
+    tmp_path(x, sizeof x, "fx.npy");
+    tmp_path(out, sizeof out, "never.npy");
+    expect_error(run_bench("forward", "--kernel", "naive", "--query", x, "--heads", "2",
+                           "--weights", g_tmp, "--out", out, "--dtype", "bf16", NULL),
+                 "--dtype bf16", "fp32 only", 1);
+}
+
+/* verify's dtype filters. */
+static void test_verify_dtypes(void **state) {
+    (void)state;
+    NEED_BENCH();
+    expect_usage(run_bench("verify", "--quick", "--dtype", "int8", NULL), "int8");
+    expect_usage(run_bench("verify", "--quick", "--kv-dtype", "bf16,,fp16", NULL), "position 2");
+    assert_int_equal(run_bench("verify", "--quick", "--case", "0", "--threads", "1", "--kernels",
+                               "naive", "--dtype", "fp32", "--kv-dtype", "fp32", NULL),
+                     0);
+    assert_non_null(strstr(g_out, "dtype kv"));
+    assert_non_null(strstr(g_out, "1 passed, 0 failed"));
+    /* naive takes fp32 only: asking for bf16 runs nothing and says so */
+    assert_int_equal(run_bench("verify", "--quick", "--case", "0", "--kernels", "naive", "--dtype",
+                               "bf16", NULL),
+                     0);
+    assert_non_null(strstr(g_out, "no selected kernel takes dtype bf16"));
+    assert_non_null(strstr(g_out, "0 passed, 0 failed, 0 skipped"));
+}
+
 /* Copies the 'self' case's weights into g_tmp/<dir>, replacing w_k by a wrong shape. */
 static void make_bad_weights(const char *dir) {
     char d[512], src[1024], dst[1024], err[512];
@@ -851,6 +1091,10 @@ int main(void) {
         cmocka_unit_test(test_profile_seconds),
         cmocka_unit_test(test_profile_alloc_failure),
         cmocka_unit_test(test_profile_samples),
+        cmocka_unit_test(test_attend_dtypes),
+        cmocka_unit_test(test_forward_dtype),
+        cmocka_unit_test(test_sweep_dtypes),
+        cmocka_unit_test(test_verify_dtypes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -215,7 +215,8 @@ static void test_attend_dtype_checks(void **state) {
     int8_t i8[12] = {0};
     mha_tensor k8 = mha_view_typed(i8, MHA_I8, NULL, 1, 3, 4), v8 = k8;
     assert_int_equal(mha_reference(&p, &qt, &k8, &v8, (double[8]){0}), MHA_EINVAL);
-    if (!strstr(mha_last_error(), "k is int8 but k.scale is NULL")) fail_msg("%s", mha_last_error());
+    if (!strstr(mha_last_error(), "k is int8 but k.scale is NULL"))
+        fail_msg("%s", mha_last_error());
     mha_free(w);
 }
 

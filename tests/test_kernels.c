@@ -1,8 +1,9 @@
 /* test_kernels.c - every registered kernel against the float64 oracle on the
  * quick verification grid (odd sizes, GQA/MQA, cross, decode, causal, the
- * adversarial inputs, three memory layouts) with 1 and 2 threads. One cmocka
- * test per kernel, generated from the registry; ISAs this CPU (or MHA_ISA)
- * does not allow are skipped visibly. */
+ * adversarial inputs, three memory layouts) with 1 and 2 threads, in every
+ * (dtype, kv dtype) its mask columns say it takes. One cmocka test per
+ * kernel, generated from the registry; ISAs this CPU (or MHA_ISA) does not
+ * allow are skipped visibly. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,21 +26,31 @@ static void test_kernel(void **state) {
         skip();
     }
     int failures = 0;
-    for (int ci = 0; ci < ncases; ci++) {
-        check_data d;
-        assert_int_equal(check_prepare(&cases[ci], check_case_seed(12345, ci), &d), MHA_OK);
-        for (int threads = 1; threads <= 2; threads++) {
-            check_report r;
-            if (check_kernel(k, &d, threads, &r) != CHECK_PASS) {
-                char desc[160];
-                check_describe(&cases[ci], desc, sizeof desc);
-                print_error("%s case %d %s threads=%d: %s\n", mha_kernel_name(k), ci, desc, threads,
-                            r.detail);
-                failures++;
+    /* every (dtype, kv dtype) the kernel takes, by its mask columns */
+    for (int dt = MHA_F32; dt <= MHA_F16; dt++)
+        for (int kv = MHA_F32; kv < MHA_DTYPE_COUNT; kv++) {
+            if ((dt != MHA_F32 && kv == MHA_F32) || !(mha_kernel_dtypes(k) & MHA_DTYPE_BIT(dt)) ||
+                !(mha_kernel_kv_dtypes(k) & MHA_DTYPE_BIT(kv)))
+                continue;
+            for (int ci = 0; ci < ncases; ci++) {
+                if (!check_input_fits(cases[ci].input, (mha_dtype)dt, (mha_dtype)kv)) continue;
+                check_case c = cases[ci];
+                check_case_set_dtypes(&c, (mha_dtype)dt, (mha_dtype)kv);
+                check_data d;
+                assert_int_equal(check_prepare(&c, check_case_seed(12345, ci), &d), MHA_OK);
+                for (int threads = 1; threads <= 2; threads++) {
+                    check_report r;
+                    if (check_kernel(k, &d, threads, &r) != CHECK_PASS) {
+                        char desc[192];
+                        check_describe(&c, desc, sizeof desc);
+                        print_error("%s case %d %s threads=%d: %s\n", mha_kernel_name(k), ci, desc,
+                                    threads, r.detail);
+                        failures++;
+                    }
+                }
+                check_release(&d);
             }
         }
-        check_release(&d);
-    }
     assert_int_equal(failures, 0);
 }
 

@@ -474,6 +474,96 @@ static void test_write_special_targets(void **state) {
     unlink(path);
 }
 
+/* ---- element types ------------------------------------------------------------------- */
+
+/* Each dtype round-trips bit for bit with its descr in the header. */
+static void test_typed_roundtrip(void **state) {
+    (void)state;
+    static const struct {
+        mha_dtype t;
+        const char *descr;
+    } types[] = {{MHA_F32, "'<f4'"}, {MHA_BF16, "'<u2'"}, {MHA_F16, "'<f2'"}, {MHA_I8, "'|i1'"}};
+    const int64_t shape[4] = {2, 3, 5, 7};
+    const size_t n = 2 * 3 * 5 * 7;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const size_t es = mha_dtype_size(types[ti].t);
+        unsigned char *buf = malloc(n * es);
+        for (size_t i = 0; i < n * es; i++) buf[i] = (unsigned char)(i * 37 + 11);
+        char path[512], err[512], name[32];
+        snprintf(name, sizeof name, "typed-%s.npy", mha_dtype_name(types[ti].t));
+        path_in(path, sizeof path, name);
+        assert_int_equal(npy_write_typed(path, types[ti].t, buf, shape, 4, err, sizeof err),
+                         MHA_OK);
+        char head[128];
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        assert_int_equal(fread(head, 1, sizeof head - 1, f), sizeof head - 1);
+        fclose(f);
+        head[sizeof head - 1] = 0;
+        assert_non_null(strstr(head + 10, types[ti].descr));
+        npy_array a;
+        const unsigned all = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) |
+                             MHA_DTYPE_BIT(MHA_F16) | MHA_DTYPE_BIT(MHA_I8);
+        assert_int_equal(npy_read_typed(path, all, &a, err, sizeof err), MHA_OK);
+        assert_int_equal(a.dtype, types[ti].t);
+        assert_int_equal(a.count, n);
+        assert_memory_equal(a.raw, buf, n * es);
+        if (types[ti].t == MHA_F32)
+            assert_ptr_equal(a.data, a.raw);
+        else
+            assert_null(a.data);
+        npy_free(&a);
+        /* The fp32-only reader refuses a typed file, naming it and its type. */
+        if (types[ti].t != MHA_F32) {
+            memset(&a, 0, sizeof a);
+            assert_int_equal(npy_read(path, &a, err, sizeof err), MHA_EFORMAT);
+            print_message("  %s\n", err);
+            assert_non_null(strstr(err, path));
+            assert_non_null(strstr(err, npy_descr(types[ti].t)));
+            assert_non_null(strstr(err, "not accepted here"));
+            assert_non_null(strstr(err, "'<f4' (float32)"));
+        }
+        free(buf);
+    }
+}
+
+/* Typed descrs that are still wrong: big-endian fp16, int16, '<f8'; and a
+ * typed file whose data is short by one element. */
+static void test_typed_bad(void **state) {
+    (void)state;
+    char path[512], err[512];
+    const unsigned half = MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16);
+    static const struct {
+        const char *header, *kw;
+    } bad[] = {
+        {"{'descr': '>f2', 'fortran_order': False, 'shape': (4,), }", "big-endian"},
+        {"{'descr': '>u2', 'fortran_order': False, 'shape': (4,), }", "big-endian"},
+        {"{'descr': '<i2', 'fortran_order': False, 'shape': (4,), }", "'<i2' is not supported"},
+        {"{'descr': '<f8', 'fortran_order': False, 'shape': (4,), }", "'<f8' is not supported"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        path_in(path, sizeof path, "typed-bad.npy");
+        write_npy_raw(path, 1, bad[i].header, 1, 8);
+        npy_array a;
+        assert_int_equal(npy_read_typed(path, half, &a, err, sizeof err), MHA_EFORMAT);
+        print_message("  %s\n", err);
+        assert_non_null(strstr(err, path));
+        assert_non_null(strstr(err, bad[i].kw));
+        assert_non_null(strstr(err, "'<u2' (bf16 bits) or '<f2' (float16)"));
+    }
+    path_in(path, sizeof path, "typed-short.npy");
+    write_npy_raw(path, 1, "{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }", 1, 6);
+    npy_array a;
+    assert_int_equal(npy_read_typed(path, half, &a, err, sizeof err), MHA_EFORMAT);
+    assert_non_null(strstr(err, "expected 8 bytes"));
+    path_in(path, sizeof path, "typed-i1.npy");
+    write_npy_raw(path, 1, "{'descr': '|i1', 'fortran_order': False, 'shape': (3,), }", 1, 3);
+    assert_int_equal(npy_read_typed(path, MHA_DTYPE_BIT(MHA_I8), &a, err, sizeof err), MHA_OK);
+    assert_int_equal(a.dtype, MHA_I8);
+    assert_int_equal(((int8_t *)a.raw)[1], 7);
+    npy_free(&a);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_ranks),
@@ -499,6 +589,8 @@ int main(void) {
         cmocka_unit_test(test_read_fifo),
         cmocka_unit_test(test_header_control_bytes),
         cmocka_unit_test(test_write_special_targets),
+        cmocka_unit_test(test_typed_roundtrip),
+        cmocka_unit_test(test_typed_bad),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

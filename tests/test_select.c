@@ -488,6 +488,106 @@ static void test_table_malformed(void **state) {
     assert_non_null(strstr(s.reason, "does not run here"));
 }
 
+/* ---- dtypes in classes and selection ------------------------------------------------------ */
+
+/* fp32 class names are unchanged; other dtypes add a part, and the class's
+ * problems carry the dtypes back. */
+static void test_dtype_classes(void **state) {
+    (void)state;
+    mha_problem p = P1024;
+    assert_string_equal(class_of(&p, 1), "d64-kv1024-t1");
+    p.dtype = MHA_BF16;
+    assert_string_equal(class_of(&p, 1), "d64-kv1024-t1-bf16");
+    p.kv_dtype = MHA_BF16; /* the same as 0 */
+    assert_string_equal(class_of(&p, 1), "d64-kv1024-t1-bf16");
+    const mha_problem dec = {1, 32, 8, 1, 4096, 128, 0, 0.0f, MHA_F32, MHA_I8},
+                      dec16 = {1, 32, 8, 1, 4096, 128, 0, 0.0f, MHA_F16, MHA_I8};
+    assert_string_equal(class_of(&dec, 2), "decode-gqa-d128-kv4096-tall-kv_int8");
+    assert_string_equal(class_of(&dec16, 1), "decode-gqa-d128-kv4096-t1-fp16-kv_int8");
+    const mha_problem *ps[3] = {&p, &dec, &dec16};
+    for (int i = 0; i < 3; i++) {
+        mha_shape_class c;
+        mha_class_of(ps[i], 1, &c);
+        mha_problem rp, vp;
+        mha_class_problem(&c, &rp);
+        mha_class_verify_problem(&c, &vp);
+        assert_int_equal(rp.dtype, ps[i]->dtype);
+        assert_int_equal(mha_problem_kv_dtype(&rp), mha_problem_kv_dtype(ps[i]));
+        assert_int_equal(mha_problem_kv_dtype(&vp), mha_problem_kv_dtype(ps[i]));
+        assert_string_equal(class_of(&rp, 1), class_of(ps[i], 1));
+    }
+}
+
+/* The default takes the problem's dtypes: a kernel that takes them (decode
+ * family first for decode shapes), or none, and then mha_select says so. */
+static void test_dtype_default(void **state) {
+    (void)state;
+    const mha_problem probs[] = {
+        {1, 8, 8, 512, 512, 64, 1, 0.0f, MHA_BF16, MHA_F32},
+        {1, 8, 8, 512, 512, 64, 0, 0.0f, MHA_F16, MHA_F32},
+        {1, 32, 8, 1, 4096, 128, 0, 0.0f, MHA_F32, MHA_I8},
+        {1, 32, 32, 1, 4096, 128, 0, 0.0f, MHA_BF16, MHA_I8},
+        {1, 32, 8, 1, 4096, 128, 0, 0.0f, MHA_F32, MHA_BF16},
+    };
+    for (size_t i = 0; i < sizeof probs / sizeof probs[0]; i++) {
+        const mha_problem *p = &probs[i];
+        const mha_kernel *k = mha_default_kernel(p);
+        const char *cls = class_of(p, 1);
+        int any = 0, any_family = 0;
+        const int few = p->seq_q * (p->heads / p->kv_heads) <= 8;
+        for (int j = 0; j < mha_kernel_count(); j++) {
+            const mha_kernel *kk = mha_kernel_at(j);
+            if (mha_kernel_supported(kk) != MHA_OK || mha_kernel_takes(kk, p) != MHA_OK) continue;
+            any = 1;
+            any_family |= ((mha_kernel_traits(kk) & MHA_KT_DECODE) != 0) == few;
+        }
+        mha_selection s;
+        if (!any) {
+            print_message("%s: no kernel here takes it (default NULL, mha_select refuses)\n", cls);
+            assert_null(k);
+            assert_int_equal(mha_select(p, &(mha_options){.threads = 1}, &s), MHA_EUNSUPPORTED);
+            assert_non_null(strstr(mha_last_error(), mha_dtype_name(mha_problem_kv_dtype(p))));
+            continue;
+        }
+        print_message("%s: default %s\n", cls, mha_kernel_name(k));
+        assert_int_equal(mha_kernel_takes(k, p), MHA_OK);
+        if (any_family) assert_int_equal((mha_kernel_traits(k) & MHA_KT_DECODE) != 0, few);
+        select_ok(p, 1, &s);
+        assert_int_equal(mha_kernel_takes(s.kernel, p), MHA_OK);
+    }
+}
+
+/* A table entry for a typed class whose kernel does not take the dtype is
+ * not used; MHA_KERNEL naming such a kernel is refused. */
+static void test_dtype_table(void **state) {
+    (void)state;
+    mha_problem p = P1024;
+    p.dtype = MHA_BF16;
+    const char *path =
+        write_file("dtype.json",
+                   table_text(NULL, NULL, class_of(&p, 1),
+                              "{\"kernel\": \"flash.scalar\", \"block_q\": 32, \"block_kv\": 128, "
+                              "\"split\": 0, \"gflops\": 12.5}",
+                              NULL));
+    setenv("MHA_TUNING", path, 1);
+    mha_selection s;
+    const mha_status st = mha_select(&p, &(mha_options){.threads = 1}, &s);
+    if (st == MHA_OK) {
+        assert_int_equal(s.source, MHA_CHOICE_DEFAULT);
+        assert_non_null(strstr(s.reason, "does not take dtype bf16"));
+    } else {
+        assert_int_equal(st, MHA_EUNSUPPORTED);
+        print_message("%s\n", mha_last_error());
+        assert_non_null(strstr(mha_last_error(), "does not take dtype bf16"));
+    }
+    unsetenv("MHA_TUNING");
+    setenv("MHA_KERNEL", "flash.scalar", 1);
+    assert_int_equal(mha_select(&p, &(mha_options){.threads = 1}, &s), MHA_EUNSUPPORTED);
+    assert_non_null(strstr(mha_last_error(), "MHA_KERNEL='flash.scalar'"));
+    assert_non_null(strstr(mha_last_error(), "bf16"));
+    unsetenv("MHA_KERNEL");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_blocks),
@@ -500,6 +600,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_table_match, setup, teardown),
         cmocka_unit_test_setup_teardown(test_table_foreign, setup, teardown),
         cmocka_unit_test_setup_teardown(test_table_malformed, setup, teardown),
+        cmocka_unit_test(test_dtype_classes),
+        cmocka_unit_test_setup_teardown(test_dtype_default, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dtype_table, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -123,7 +123,7 @@ static void test_evidence(void **state) {
     assert_true(meas_disturbed(&stolen, MEAS_PROBE_MIN));
     meas_pool pool;
     meas_pool_init(&pool, 1);
-    const meas_shape s = {1, 2, 2, 16, 16, 16, 0, 0};
+    const meas_shape s = {1, 2, 2, 16, 16, 16, 0, 0, MHA_F32, MHA_F32};
     const mha_options o = {.threads = 1};
     meas_call c;
     assert_null(meas_prepare(&pool, mha_kernel_find("flash.scalar"), &s, &o, &c));
@@ -136,6 +136,46 @@ static void test_evidence(void **state) {
     meas_pool_release(&pool);
 }
 
+/* Decode rows count bytes at the storage widths: K/V elements x the K/V
+ * dtype's size plus one fp32 scale per row each for int8, Q and O at the
+ * problem's dtype. The pool stores typed inputs (views of the dtypes). */
+static void test_io_bytes(void **state) {
+    (void)state;
+    const int64_t B = 2, H = 8, G = 2, N = 300, D = 64;
+    const double q = (double)(B * H * 1 * D), kv = (double)(B * G * N * D),
+                 rows = (double)(B * G * N);
+    meas_shape s = {B, H, G, 1, N, D, 0, 0, MHA_F32, MHA_F32};
+    assert_true(meas_io_bytes(&s) == 4 * (2 * q + 2 * kv));
+    s.kv_dtype = MHA_BF16;
+    assert_true(meas_io_bytes(&s) == 4 * 2 * q + 2 * 2 * kv);
+    s.dtype = MHA_BF16, s.kv_dtype = MHA_F32; /* 0: K/V as the dtype */
+    assert_true(meas_io_bytes(&s) == 2 * 2 * q + 2 * 2 * kv);
+    s.kv_dtype = MHA_I8;
+    assert_true(meas_io_bytes(&s) == 2 * 2 * q + 1 * 2 * kv + 4 * 2 * rows);
+    const mha_problem p = meas_problem(&s);
+    assert_int_equal(p.dtype, MHA_BF16);
+    assert_int_equal(mha_problem_kv_dtype(&p), MHA_I8);
+    /* the pool's inputs come typed, with scales for int8 */
+    meas_pool pool;
+    meas_pool_init(&pool, 1);
+    const mha_kernel *any = NULL;
+    for (int i = 0; i < mha_kernel_count() && !any; i++)
+        if (mha_kernel_supported(mha_kernel_at(i)) == MHA_OK &&
+            mha_kernel_takes(mha_kernel_at(i), &p) == MHA_OK)
+            any = mha_kernel_at(i);
+    if (any) {
+        meas_call c;
+        assert_null(meas_prepare(&pool, any, &s, &(mha_options){.threads = 1}, &c));
+        assert_int_equal(c.q.dtype, MHA_BF16);
+        assert_int_equal(c.k.dtype, MHA_I8);
+        assert_non_null(c.k.scale);
+        assert_int_equal(meas_run(&c), MHA_OK);
+    } else {
+        print_message("no kernel here takes bf16 with an int8 cache: typed pool run skipped\n");
+    }
+    meas_pool_release(&pool);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_interval_order_statistics),
@@ -143,6 +183,7 @@ int main(void) {
         cmocka_unit_test(test_ties),
         cmocka_unit_test(test_evidence),
         cmocka_unit_test(test_drift_and_noise),
+        cmocka_unit_test(test_io_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

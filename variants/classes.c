@@ -43,6 +43,8 @@ void mha_class_of(const mha_problem *p, int threads, mha_shape_class *c) {
     c->gqa = c->decode && p->heads > p->kv_heads;
     c->causal = !c->decode && p->causal;
     c->threads = threads > 1 ? 0 : 1;
+    c->dtype = p->dtype;
+    c->kv_dtype = mha_problem_kv_dtype(p);
 }
 
 void mha_class_name(const mha_shape_class *c, char *buf, size_t len) {
@@ -51,9 +53,16 @@ void mha_class_name(const mha_shape_class *c, char *buf, size_t len) {
         snprintf(d, sizeof d, "d%d", class_dims[c->dim]);
     else
         snprintf(d, sizeof d, "dother");
-    snprintf(buf, len, "%s%s%s-%s%s-%s", c->decode ? "decode-" : "", c->gqa ? "gqa-" : "", d,
+    /* the dtype part: none for fp32 (committed tables keep working) */
+    char dt[32] = "";
+    if (c->dtype != MHA_F32) snprintf(dt, sizeof dt, "-%s", mha_dtype_name(c->dtype));
+    if (c->kv_dtype != c->dtype) {
+        const size_t n = strlen(dt);
+        snprintf(dt + n, sizeof dt - n, "-kv_%s", mha_dtype_name(c->kv_dtype));
+    }
+    snprintf(buf, len, "%s%s%s-%s%s-%s%s", c->decode ? "decode-" : "", c->gqa ? "gqa-" : "", d,
              class_buckets[c->bucket].name, c->causal ? "-causal" : "",
-             c->threads == 1 ? "t1" : "tall");
+             c->threads == 1 ? "t1" : "tall", dt);
 }
 
 int mha_class_head_dim(const mha_shape_class *c) {
@@ -109,7 +118,9 @@ void mha_class_problem(const mha_shape_class *c, mha_problem *p) {
                        .seq_kv = n,
                        .head_dim = d,
                        .causal = c->causal,
-                       .scale = 0.0f};
+                       .scale = 0.0f,
+                       .dtype = c->dtype,
+                       .kv_dtype = c->kv_dtype == c->dtype ? MHA_F32 : c->kv_dtype};
 }
 
 void mha_class_verify_problem(const mha_shape_class *c, mha_problem *p) {

@@ -27,9 +27,10 @@ static int verbose(void) {
     return v && *v && strcmp(v, "0") != 0;
 }
 
-/* A table choice usable here: the kernel exists and runs, the knobs are in
- * range. Otherwise writes why. */
-static int choice_usable(const mha_table_choice *c, const mha_kernel **k, char *why, size_t len) {
+/* A table choice usable here: the kernel exists, runs and takes p's dtypes,
+ * the knobs are in range. Otherwise writes why. */
+static int choice_usable(const mha_table_choice *c, const mha_problem *p, const mha_kernel **k,
+                         char *why, size_t len) {
     if (!c->present) {
         put(why, len, "no entry");
         return 0;
@@ -41,6 +42,11 @@ static int choice_usable(const mha_table_choice *c, const mha_kernel **k, char *
     }
     if (mha_kernel_supported(kk) != MHA_OK) {
         put(why, len, "kernel %s does not run here", c->kernel);
+        return 0;
+    }
+    if (mha_kernel_takes(kk, p) != MHA_OK) {
+        put(why, len, "kernel %s does not take dtype %s with a %s K/V cache", c->kernel,
+            mha_dtype_name(p->dtype), mha_dtype_name(mha_problem_kv_dtype(p)));
         return 0;
     }
     if (c->block_q < 0 || c->block_q > 4096 || c->block_kv < 0 || c->block_kv > 4096) {
@@ -69,20 +75,21 @@ static void fill_blocks(const mha_problem *p, const mha_kernel *k, mha_options *
  * else flash. */
 const mha_kernel *mha_default_kernel(const mha_problem *p) {
     const int few_rows = p->seq_q * (p->heads / p->kv_heads) <= 8;
-    const mha_kernel *best = NULL, *reference = NULL;
+    const mha_kernel *best = NULL, *other = NULL, *reference = NULL;
     for (int i = 0; i < mha_kernel_count(); i++) {
         const mha_kernel *k = mha_kernel_at(i);
-        if (mha_kernel_supported(k) != MHA_OK) continue;
+        if (mha_kernel_supported(k) != MHA_OK || mha_kernel_takes(k, p) != MHA_OK) continue;
         if (k->traits & MHA_KT_REFERENCE) {
             if (!reference) reference = k;
             continue;
         }
-        if (((k->traits & MHA_KT_DECODE) != 0) != few_rows) continue;
-        if (!best || k->rank < best->rank || (k->rank == best->rank && k->isa > best->isa))
-            best = k;
+        const mha_kernel **slot = ((k->traits & MHA_KT_DECODE) != 0) == few_rows ? &best : &other;
+        if (!*slot || k->rank < (*slot)->rank ||
+            (k->rank == (*slot)->rank && k->isa > (*slot)->isa))
+            *slot = k;
     }
     mha_clear_error();
-    return best ? best : reference;
+    return best ? best : other ? other : reference;
 }
 
 /* The table step; returns 1 and fills out when the table decides, else 0
@@ -138,9 +145,9 @@ static int select_from_table(const mha_problem *p, const mha_options *req, mha_s
     const mha_kernel *k = NULL;
     char w1[160], w2[160];
     const mha_table_choice *ch = NULL;
-    if (choice_usable(&e.winner, &k, w1, sizeof w1))
+    if (choice_usable(&e.winner, p, &k, w1, sizeof w1))
         ch = &e.winner;
-    else if (choice_usable(&e.runner_up, &k, w2, sizeof w2))
+    else if (choice_usable(&e.runner_up, p, &k, w2, sizeof w2))
         ch = &e.runner_up;
     if (!ch) {
         put(why, len, "tuning table %s, class %s: winner skipped (%s), runner-up skipped (%s)",
@@ -182,7 +189,7 @@ mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection 
         if (!k)
             return mha_set_error(MHA_EINVAL,
                                  "MHA_KERNEL='%s' is not a kernel (see `mhabench list`)", forced);
-        if ((st = mha_kernel_supported(k)) != MHA_OK)
+        if ((st = mha_kernel_supported(k)) != MHA_OK || (st = mha_kernel_takes(k, p)) != MHA_OK)
             return mha_set_error(st, "MHA_KERNEL='%s': %s", forced, mha_last_error());
         out->kernel = k;
         out->options = req;
@@ -193,6 +200,12 @@ mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection 
         char why[sizeof out->reason];
         if (!select_from_table(p, &req, out, why, sizeof why)) {
             const mha_kernel *k = mha_default_kernel(p);
+            if (!k)
+                return mha_set_error(MHA_EUNSUPPORTED,
+                                     "no kernel that runs here takes dtype %s with a "
+                                     "%s K/V cache (%s)",
+                                     mha_dtype_name(p->dtype),
+                                     mha_dtype_name(mha_problem_kv_dtype(p)), why);
             out->kernel = k;
             out->options = req;
             fill_blocks(p, k, &out->options);

@@ -21,12 +21,14 @@
  * pure stream, a group of rows per KV head does several times the work per
  * byte read, and the best kernel differs. One table in select.c defines them. */
 typedef struct {
-    int dim;     /* index into the head_dim list; MHA_CLASS_DIMS - 1 is "other" */
-    int bucket;  /* index into the seq_kv buckets */
-    int causal;  /* 0 or 1; always 0 for decode */
-    int threads; /* 1, or 0 for "all" (any count > 1) */
-    int decode;  /* seq_q == 1 */
-    int gqa;     /* decode with several query heads per KV head (compute shared per K/V load) */
+    int dim;         /* index into the head_dim list; MHA_CLASS_DIMS - 1 is "other" */
+    int bucket;      /* index into the seq_kv buckets */
+    int causal;      /* 0 or 1; always 0 for decode */
+    int threads;     /* 1, or 0 for "all" (any count > 1) */
+    int decode;      /* seq_q == 1 */
+    int gqa;         /* decode with several query heads per KV head (compute shared per K/V load) */
+    mha_dtype dtype; /* the problem's Q/O dtype (fp32 = 0) */
+    mha_dtype kv_dtype; /* K/V storage as stored (mha_problem_kv_dtype), fp32 = 0 */
 } mha_shape_class;
 
 #define MHA_CLASS_DIMS 5
@@ -35,7 +37,10 @@ typedef struct {
 
 void mha_class_of(const mha_problem *p, int threads, mha_shape_class *c);
 /* "d64-kv1024-causal-t1", "decode-d128-kv4096-tall", "decode-gqa-d128-kv4096-t1",
- * "dother-kvlong-tall". */
+ * "dother-kvlong-tall"; fp32 classes have no dtype part (the names committed
+ * tables use), others end in "-<dtype>" when Q/O is not fp32 and
+ * "-kv_<dtype>" when K/V is stored otherwise: "d64-kv1024-t1-bf16",
+ * "decode-gqa-d128-kv4096-t1-kv_int8", "decode-d128-kv4096-t1-bf16-kv_int8". */
 void mha_class_name(const mha_shape_class *c, char *buf, size_t len);
 /* head_dim of the class (0 for "other") and its bucket's bound on seq_kv (0: unbounded). */
 int mha_class_head_dim(const mha_shape_class *c);
@@ -132,7 +137,11 @@ const char *mha_table_dir(void);
  * results/tuning (tables are committed there; `meson install` ships them). */
 const char *mha_table_write_dir(void);
 
-/* The kernel mha_select falls back to without a table (tune's "default"). */
+/* The kernel mha_select falls back to without a table (tune's "default"):
+ * the best-ranked kernel that runs here and takes p's dtypes, of the decode
+ * family for a few query rows per KV head, else of the others (when none of
+ * the shape's family takes the dtypes, the best of any that does). NULL when
+ * no kernel here takes them. */
 const mha_kernel *mha_default_kernel(const mha_problem *p);
 
 #endif

@@ -89,8 +89,9 @@ typedef struct {
     char *fp[FP_COUNT]; /* NULL when the context lacks the key */
     bench *b;
     int nb, cap;
-    int rows;    /* iteration rows taken */
-    int skipped; /* rows with error_occurred */
+    int rows;      /* iteration rows taken */
+    int skipped;   /* rows with error_occurred */
+    int disturbed; /* rows the sweep's evidence marked disturbed (retaken in the file) */
 } result_set;
 
 static void result_free(result_set *rs) {
@@ -203,6 +204,15 @@ static int load_results(const char *path, result_set *rs) {
             continue;
         if (json_object_object_get_ex(row, "error_occurred", &v) && json_object_get_boolean(v)) {
             rs->skipped++;
+            continue;
+        }
+        /* A repetition the interference evidence marked (counter
+         * "disturbed", written by mhabench sweep) was retaken in the same
+         * file; it is not a sample of the code's speed. */
+        if (json_object_object_get_ex(row, "disturbed", &v) &&
+            (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)) &&
+            json_object_get_double(v) > 0) {
+            rs->disturbed++;
             continue;
         }
         const char *name = row_string(row, "name");
@@ -609,6 +619,11 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
     if (base->skipped || new->skipped)
         fprintf(stderr, "mhabench: compare: ignored %d + %d repetitions that reported an error\n",
                 base->skipped, new->skipped);
+    if (base->disturbed || new->disturbed)
+        fprintf(stderr,
+                "mhabench: compare: left out %d + %d repetitions the sweep marked disturbed "
+                "(retaken in the files)\n",
+                base->disturbed, new->disturbed);
     if (nr == 0) fprintf(stderr, "mhabench: compare: no benchmark name is in both files\n");
     free(rows);
     return regression ? EXIT_CHECK_FAILED : 0;

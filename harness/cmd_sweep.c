@@ -20,6 +20,7 @@
 #include "meas_gbench.h"
 #include "meas_core.h"
 #include "fmt_results.h"
+#include "fmt_rows.h"
 #include "shard.h"
 #include "stats.h"
 #include "util.h"
@@ -29,6 +30,12 @@ enum { MAX_LIST = 64, MAX_KERNELS = 64, MAX_REPS = 1000 };
 
 /* Every allocation in the sweep: exit 2 on an exhausted heap (util.h). */
 #define sweep_realloc(p, n, size) xrealloc_or_exit((p), (n), (size), "sweep")
+
+/* Follow-up passes (run_pass): at most this many passes in all, and the
+ * relative half-width of the median interval a multi-repetition benchmark
+ * is sampled down to. */
+enum { SWEEP_MAX_PASSES = 4 };
+#define SWEEP_TARGET_HALFWIDTH 0.02
 
 static void usage(FILE *f) {
     fputs(
@@ -80,6 +87,9 @@ static void usage(FILE *f) {
         "                 interleaved within each shape)\n"
         "  --bind         cores: pin OpenMP threads one per core through hwloc (default); none\n"
         "  --seed         seed for inputs and the interleaved order (default 1)\n"
+        "  --passes N     at most N passes (default 4): after the first, disturbed\n"
+        "                 repetitions are retaken and multi-repetition benchmarks whose\n"
+        "                 median interval is wider than 2% get more; 1: none\n"
         "  --shard I/N    run only part I of N of the benchmark list (fleet mode: N machines\n"
         "                 of one type run the N parts; `mhabench merge` joins their files)\n"
         "  after --       flags for Google Benchmark (--benchmark_filter=REGEX, ...)\n"
@@ -226,8 +236,11 @@ typedef struct {
     char auto_label[160];
     /* results (iteration rows) */
     double *gflops;
+    unsigned char *dist; /* per result: the evidence said disturbed */
     int nres, cap;
     int errors;
+    int extra;   /* repetitions registered in follow-up passes */
+    int retaken; /* disturbed repetitions retaken so far */
 } bench;
 
 typedef struct {
@@ -258,8 +271,21 @@ static void bench_body(mha_gbench_state *st, void *user) {
         }
         b->warmed = 1;
     }
+    /* The evidence brackets the whole repetition (outside Google Benchmark's
+     * timer, which runs only inside the loop). */
+    meas_window win;
+    meas_window_begin(&win, b->threads);
+    const double w0 = now_s();
     if (meas_gbench(st, &c) != MHA_OK)
         mha_gbench_skip_with_error(st, "mha_attend failed in the timed loop");
+    const double wdt = now_s() - w0;
+    meas_evidence ev;
+    meas_window_end(&win, &ev);
+    mha_gbench_counter(st, "probe", ev.probe, MHA_GBENCH_PLAIN);
+    mha_gbench_counter(st, "preempted", (double)ev.preempted, MHA_GBENCH_PLAIN);
+    mha_gbench_counter(st, "stolen_ms", ev.stolen * 1e3, MHA_GBENCH_PLAIN);
+    mha_gbench_counter(st, "disturbed", meas_disturbed_for(&ev, MEAS_PROBE_MIN, wdt),
+                       MHA_GBENCH_PLAIN);
     const int64_t iters = mha_gbench_iterations(st);
     mha_gbench_counter(st, "GFLOPS", b->flops * 1e-9, MHA_GBENCH_PER_ITER_RATE);
     mha_gbench_counter(st, "pct_peak", b->peak > 0 ? 100.0 * b->flops * 1e-9 / b->peak : 0,
@@ -299,8 +325,9 @@ static double probe_rate(const mha_kernel *k) {
 typedef struct {
     bench *benches;
     int nbench;
-    int done, total;
+    int done, total; /* this pass's rows */
     int interleaved;
+    int runs; /* every pass's rows */
 } run_state;
 
 static void shape_text(const shape *s, char *buf, size_t len) {
@@ -334,6 +361,7 @@ static void on_report(const mha_gbench_result *r, void *user) {
     for (int i = 0; i < rs->nbench && !b; i++)
         if (strcmp(rs->benches[i].name, r->name) == 0) b = &rs->benches[i];
     rs->done++;
+    rs->runs++;
     char shp[128], reps[64] = "";
     if (b) shape_text(&b->s, shp, sizeof shp);
     if (r->repetitions > 1)
@@ -359,10 +387,13 @@ static void on_report(const mha_gbench_result *r, void *user) {
     const double gf = mha_gbench_result_counter(r, "GFLOPS", 0);
     const double pp = mha_gbench_result_counter(r, "pct_peak", 0);
     const double pb = mha_gbench_result_counter(r, "pct_bw", -1);
+    const int disturbed = mha_gbench_result_counter(r, "disturbed", 0) > 0;
     if (b->nres == b->cap) {
         b->cap = b->cap ? 2 * b->cap : 4;
         b->gflops = sweep_realloc(b->gflops, (size_t)b->cap, sizeof *b->gflops);
+        b->dist = sweep_realloc(b->dist, (size_t)b->cap, sizeof *b->dist);
     }
+    b->dist[b->nres] = (unsigned char)disturbed;
     b->gflops[b->nres++] = gf;
     char bw[48] = "";
     if (pb >= 0)
@@ -374,17 +405,45 @@ static void on_report(const mha_gbench_result *r, void *user) {
         snprintf(kdisp, sizeof kdisp, "auto [%s]", b->label);
     else
         snprintf(kdisp, sizeof kdisp, "%s", mha_kernel_name(b->k));
-    printf("%s %s %s threads=%d%s ... %.1f GFLOP/s (%.1f%% of peak%s)\n", count, kdisp, shp,
-           b->threads, reps, gf, pp, bw);
+    printf("%s %s %s threads=%d%s ... %.1f GFLOP/s (%.1f%% of peak%s)%s\n", count, kdisp, shp,
+           b->threads, reps, gf, pp, bw, disturbed ? " [disturbed: retaken]" : "");
     fflush(stdout);
 }
 
+/* The samples that count, sorted into out: the undisturbed ones, or all of
+ * them when every one was disturbed. Returns the count. */
+static int bench_samples(const bench *b, double *out) {
+    int clean = 0, n = 0;
+    for (int i = 0; i < b->nres; i++) clean += !b->dist[i];
+    for (int i = 0; i < b->nres; i++)
+        if (!b->dist[i] || clean == 0) out[n++] = b->gflops[i];
+    median_inplace(out, n);
+    return n;
+}
+
+/* Median GFLOP/s of the samples that count, and its 95% interval
+ * (harness/stats.c; with one sample the interval is that sample). */
+static double bench_stats(const bench *b, double *lo, double *hi) {
+    double *x = sweep_realloc(NULL, (size_t)(b->nres ? b->nres : 1), sizeof *x);
+    const int n = bench_samples(b, x);
+    double med = 0;
+    *lo = *hi = 0;
+    if (n > 0) {
+        med = median_sorted(x, n);
+        median_interval(x, n, 0.95, lo, hi);
+    }
+    free(x);
+    return med;
+}
+
 static double bench_median(bench *b) {
-    return median_inplace(b->gflops, b->nres);
+    double lo, hi;
+    return bench_stats(b, &lo, &hi);
 }
 
 static void print_summary(bench *benches, int nbench, int ngroups) {
-    printf("\nsummary: the fastest kernel per shape (median GFLOP/s over repetitions)\n");
+    printf("\nsummary: the fastest kernel per shape (median GFLOP/s over the undisturbed "
+           "repetitions;\na tie when 95%% median intervals overlap)\n");
     /* the fastest rate per group, to flag a thread count slower than 1 thread */
     double *group_best =
         xrealloc_or_exit(NULL, (size_t)(ngroups ? ngroups : 1), sizeof(double), "sweep");
@@ -441,8 +500,28 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
         if (best->s.nq == 1 && best->bw > 0 && best->flops > 0)
             printf("  (%.1f%% of %s bw)", 100.0 * best_gf * best->kv_bytes / best->flops / best->bw,
                    machine_level_name(best->level));
-        if (autob)
-            printf("  auto %.1f%% of it [%s]", 100.0 * bench_median(autob) / best_gf, autob->label);
+        /* Ties: kernels whose median interval overlaps the fastest's. */
+        double blo, bhi;
+        bench_stats(best, &blo, &bhi);
+        int nties = 0;
+        for (int i = 0; i < nbench; i++) {
+            bench *b = &benches[i];
+            if (b->group != g || b == best || b->is_auto || b->nres == 0) continue;
+            double lo, hi;
+            bench_stats(b, &lo, &hi);
+            if (intervals_order(blo, bhi, lo, hi) == STATS_TIE) {
+                printf("%s%s", nties++ ? ", " : "  tie with ", mha_kernel_name(b->k));
+            }
+        }
+        if (nties) printf(" (intervals overlap)");
+        if (autob) {
+            double alo, ahi;
+            const double agf = bench_stats(autob, &alo, &ahi);
+            if (intervals_order(blo, bhi, alo, ahi) == STATS_TIE)
+                printf("  auto ties with it [%s]", autob->label);
+            else
+                printf("  auto %.1f%% of it [%s]", 100.0 * agf / best_gf, autob->label);
+        }
         for (int i = 0; i < nbench && !autob; i++) {
             const bench *b = &benches[i];
             if (b->group != g || !b->auto_same) continue;
@@ -453,8 +532,8 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
                        100.0 * bench_median((bench *)b) / best_gf, b->auto_label);
         }
         const int one = group_one[g];
-        if (one >= 0 && group_best[one] > 0 && best_gf < group_best[one])
-            printf("  SLOWER than 1 thread (%.1f GFLOP/s)", group_best[one]);
+        if (one >= 0 && group_best[one] > 0 && bhi < group_best[one])
+            printf("  SLOWER than 1 thread (%.1f GFLOP/s, beyond the interval)", group_best[one]);
         printf("\n");
     }
     free(group_best);
@@ -911,6 +990,7 @@ typedef struct {
     const char *filter; /* read from pass */
     int gb_reps;        /* --benchmark_repetitions, 0 if not given */
     shard_spec shard;   /* --shard I/N; count 0 when not given */
+    int passes;         /* --passes: 1 + follow-up passes at most */
 } sweep_args;
 
 /* Returns 0, 1 when --help was printed, or -1. */
@@ -934,6 +1014,7 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         O_OUT,
         O_SEED,
         O_SHARD,
+        O_PASSES,
         O_DTYPE,
         O_KV_DTYPE,
     };
@@ -956,12 +1037,14 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         {"out", required_argument, 0, O_OUT},
         {"seed", required_argument, 0, O_SEED},
         {"shard", required_argument, 0, O_SHARD},
+        {"passes", required_argument, 0, O_PASSES},
         {"dtype", required_argument, 0, O_DTYPE},
         {"kv-dtype", required_argument, 0, O_KV_DTYPE},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    *a = (sweep_args){.preset_name = "quick",
+    *a = (sweep_args){.passes = SWEEP_MAX_PASSES,
+                      .preset_name = "quick",
                       .max_seconds = 2.0,
                       .min_time = -1,
                       .bind = 1,
@@ -1039,6 +1122,10 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
             break;
         case O_SHARD:
             if (shard_parse(optarg, &a->shard) != 0) return -1;
+            break;
+        case O_PASSES:
+            if (!parse_i64("--passes", optarg, 1, SWEEP_MAX_PASSES, &v)) return -1;
+            a->passes = (int)v;
             break;
         case 'h':
             usage(stdout);
@@ -1285,6 +1372,105 @@ static shape *build_shapes(const sweep_args *a, const preset *pr, const sweep_ax
 
 /* Runs the registered benchmarks through Google Benchmark into out and
  * commits the file. Returns 0 and the run's state, or -1. */
+/* ---- follow-up passes -----------------------------------------------------------------
+ * After the first pass, a benchmark gets more repetitions when (a) the
+ * evidence said some were disturbed (each retaken once, at most as many
+ * retakes as planned repetitions), or (b) it was planned with several
+ * repetitions and the 95% interval of its median over the clean ones is
+ * still wider than SWEEP_TARGET_HALFWIDTH of the median: half the plan
+ * again, up to three times the plan in all. Passes stop when nothing needs
+ * more, after SWEEP_MAX_PASSES, or when they have taken twice the first
+ * pass's time. The extra repetitions run interleaved like the first. */
+
+static int wanted(bench *b, int repetitions) {
+    if (b->nres == 0) return 0;
+    int disturbed = 0, clean = 0;
+    for (int i = 0; i < b->nres; i++) disturbed += b->dist[i];
+    clean = b->nres - disturbed;
+    /* retakes: every disturbed sample not yet retaken, within the bound */
+    int retake = disturbed - b->retaken;
+    if (retake > repetitions - b->retaken) retake = repetitions - b->retaken;
+    if (retake < 0) retake = 0;
+    int more = 0;
+    if (repetitions >= 3 && clean >= 3 && b->nres < 3 * repetitions) {
+        double lo, hi;
+        const double med = bench_stats(b, &lo, &hi);
+        if (med > 0 && (hi - lo) / 2 / med > SWEEP_TARGET_HALFWIDTH)
+            more = repetitions / 2 > 2 ? repetitions / 2 : 2;
+    }
+    b->retaken += retake;
+    return retake + more;
+}
+
+/* One follow-up pass into *pass (an unnamed file beside out). Returns 0
+ * when it ran, 1 when nothing needed it, -1 on an error (printed). */
+static int run_pass(const sweep_args *a, bench *benches, int nbench, int repetitions,
+                    double min_time, int p, const mha_out *out, mha_out *pass, run_state *rs) {
+    int *want = sweep_realloc(NULL, (size_t)nbench, sizeof *want), nreg = 0, nb = 0;
+    for (int i = 0; i < nbench; i++) {
+        want[i] = wanted(&benches[i], repetitions);
+        nreg += want[i];
+        nb += want[i] > 0;
+    }
+    if (nreg == 0) {
+        free(want);
+        return 1;
+    }
+    int *order = sweep_realloc(NULL, (size_t)nreg, sizeof *order), k = 0;
+    for (int i = 0; i < nbench; i++)
+        for (int r = 0; r < want[i]; r++) order[k++] = i;
+    uint64_t st = a->seed ^ (0x9a55ull * (uint64_t)p);
+    for (int i = nreg - 1; i > 0; i--) {
+        const int j = (int)(splitmix64(&st) % (uint64_t)(i + 1));
+        const int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    mha_gbench_clear();
+    for (int i = 0; i < nreg; i++) {
+        bench *b = &benches[order[i]];
+        mha_gbench_def d;
+        memset(&d, 0, sizeof d);
+        d.name = b->name;
+        d.run = bench_body;
+        d.user = b;
+        d.real_time = 1;
+        d.repetitions = 1;
+        d.report_as_repetitions = want[order[i]];
+        if (mha_gbench_register(&d) != 0) {
+            errorf("sweep: cannot register %s", b->name);
+            free(order);
+            free(want);
+            return -1;
+        }
+    }
+    for (int i = 0; i < nbench; i++) benches[i].extra += want[i];
+    free(order);
+    free(want);
+    char why[1024], path[4200];
+    snprintf(path, sizeof path, "%s.pass%d", out->target, p);
+    if (mha_out_begin(pass, path, MHA_OUT_REPLACE, why, sizeof why) != MHA_OK) {
+        errorf("sweep: pass %d: %s", p + 1, why);
+        return -1;
+    }
+    char a_min[64];
+    snprintf(a_min, sizeof a_min, "--benchmark_min_time=%g", min_time);
+    char *gargv[] = {(char *)"mhabench", a_min, (char *)"--benchmark_repetitions=1", NULL};
+    printf("\npass %d: %d more repetition%s of %d benchmark%s (disturbed ones retaken, "
+           "intervals wider than %.0f%% narrowed)\n",
+           p + 1, nreg, nreg == 1 ? "" : "s", nb, nb == 1 ? "" : "s", 100 * SWEEP_TARGET_HALFWIDTH);
+    fflush(stdout);
+    rs->done = 0;
+    rs->total = nreg;
+    const int rc = mha_gbench_run(3, gargv, pass->name, on_report, rs);
+    if (rc != 0 || results_json_fix_nonfinite(pass, why, sizeof why) != MHA_OK) {
+        errorf("sweep: pass %d failed%s%s", p + 1, rc ? "" : ": ", rc ? "" : why);
+        mha_out_abort(pass);
+        return -1;
+    }
+    return 0;
+}
+
 static int run_and_commit(const sweep_args *a, bench *benches, int nbench, int interleaved,
                           int repetitions, double min_time, int nskipped, mha_out *out,
                           time_t started, run_state *rs, double *t0) {
@@ -1304,7 +1490,7 @@ static int run_and_commit(const sweep_args *a, bench *benches, int nbench, int i
 
     const int filtered = count_filtered(benches, nbench, a->filter);
     const int rows_per = interleaved ? repetitions : (a->gb_reps > 0 ? a->gb_reps : repetitions);
-    *rs = (run_state){benches, nbench, 0, filtered >= 0 ? filtered * rows_per : -1, interleaved};
+    *rs = (run_state){benches, nbench, 0, filtered >= 0 ? filtered * rows_per : -1, interleaved, 0};
     printf("%d benchmark%s x %d repetition%s (%s), min time %g s, %d skipped\n", nbench,
            nbench == 1 ? "" : "s", rows_per, rows_per == 1 ? "" : "s",
            interleaved ? "interleaved" : "grouped", min_time, nskipped);
@@ -1323,8 +1509,27 @@ static int run_and_commit(const sweep_args *a, bench *benches, int nbench, int i
         errorf("sweep: Google Benchmark wrote no results to '%s'; nothing committed", out->target);
         return -1;
     }
-    if (results_json_fix_nonfinite(out, why, sizeof why) != MHA_OK ||
-        results_json_add_dtypes(out, why, sizeof why) != MHA_OK ||
+    if (results_json_fix_nonfinite(out, why, sizeof why) != MHA_OK) {
+        errorf("sweep: %s", why);
+        return -1;
+    }
+    /* Follow-up passes: disturbed repetitions retaken, wide intervals
+     * narrowed; their rows join the file (fmt_rows.c). */
+    mha_out passes[SWEEP_MAX_PASSES];
+    int npasses = 0;
+    const double pass1 = now_s() - *t0;
+    for (int p = 1; p < a->passes && now_s() - *t0 < 3 * pass1; p++) {
+        if (run_pass(a, benches, nbench, repetitions, min_time, p, out, &passes[npasses], rs) != 0)
+            break;
+        npasses++;
+    }
+    const mha_status fst = rows_finish(out, passes, npasses, why, sizeof why);
+    for (int p = 0; p < npasses; p++) mha_out_abort(&passes[p]);
+    if (fst != MHA_OK) {
+        errorf("sweep: %s", why);
+        return -1;
+    }
+    if (results_json_add_dtypes(out, why, sizeof why) != MHA_OK ||
         (a->out_path ? mha_out_commit(out, why, sizeof why)
                      : results_commit_run(out, RUNS_DIR, started, why, sizeof why)) != MHA_OK) {
         errorf("sweep: %s", why);
@@ -1432,12 +1637,15 @@ int cmd_sweep(int argc, char **argv) {
         goto done;
     }
     snprintf(path, sizeof path, "%s", out.target);
-    if (report_sweep(benches, nbench, ngroups, &skipped, rs.done, t0, path) > 0)
+    if (report_sweep(benches, nbench, ngroups, &skipped, rs.runs, t0, path) > 0)
         exit_code = EXIT_CHECK_FAILED;
 
 done:
     mha_out_abort(&out); /* no-op after a commit */
-    for (int i = 0; i < nbench; i++) free(benches[i].gflops);
+    for (int i = 0; i < nbench; i++) {
+        free(benches[i].gflops);
+        free(benches[i].dist);
+    }
     free(benches);
     note_free(&skipped);
     note_free(&notes);

@@ -368,23 +368,38 @@ static long involuntary_switches(void) {
     return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_nivcsw : 0;
 }
 
-mha_status meas_sample_guarded(const meas_call *c, int threads, double *seconds,
-                               meas_evidence *ev) {
+void meas_window_begin(meas_window *w, int threads) {
     probe_calibrate();
-    if (threads < 1) threads = 1;
-    const double steal0 = steal_seconds();
-    const long csw0 = involuntary_switches();
-    const double before = probe_rate(threads);
-    const mha_status st = meas_sample(c, seconds);
-    const double after = probe_rate(threads);
+    w->threads = threads < 1 ? 1 : threads;
+    w->steal0 = steal_seconds();
+    w->csw0 = involuntary_switches();
+    w->before = probe_rate(w->threads);
+}
+
+void meas_window_end(const meas_window *w, meas_evidence *ev) {
+    const double after = probe_rate(w->threads);
     const long csw1 = involuntary_switches();
     const double steal1 = steal_seconds();
-    const double slow = before < after ? before : after, fast = before > after ? before : after;
+    const double slow = w->before < after ? w->before : after,
+                 fast = w->before > after ? w->before : after;
     if (fast > probe_best) probe_best = fast;
     ev->probe = probe_best > 0 ? slow / probe_best : 1;
-    ev->preempted = csw1 - csw0;
-    ev->stolen = steal0 >= 0 && steal1 >= 0 ? steal1 - steal0 : 0;
+    ev->preempted = csw1 - w->csw0;
+    ev->stolen = w->steal0 >= 0 && steal1 >= 0 ? steal1 - w->steal0 : 0;
+}
+
+mha_status meas_sample_guarded(const meas_call *c, int threads, double *seconds,
+                               meas_evidence *ev) {
+    meas_window w;
+    meas_window_begin(&w, threads);
+    const mha_status st = meas_sample(c, seconds);
+    meas_window_end(&w, ev);
     return st;
+}
+
+int meas_disturbed_for(const meas_evidence *ev, double probe_min, double seconds) {
+    const double allowed = MEAS_PREEMPT_MAX * (seconds > 0.02 ? seconds / 0.02 : 1.0);
+    return ev->probe < probe_min || (double)ev->preempted > allowed || ev->stolen > 0;
 }
 
 int meas_disturbed(const meas_evidence *ev, double probe_min) {

@@ -151,6 +151,20 @@ typedef struct {
     double stolen;  /* steal time during the sample, seconds (all CPUs; 0 if unknown) */
 } meas_evidence;
 
+/* The same evidence around any stretch of work (a Google Benchmark
+ * repetition): begin before it, end after it. */
+typedef struct {
+    double steal0, before;
+    long csw0;
+    int threads;
+} meas_window;
+void meas_window_begin(meas_window *w, int threads);
+void meas_window_end(const meas_window *w, meas_evidence *ev);
+/* meas_disturbed for a stretch of `seconds`: a quiet VM preempts a process
+ * now and then, so the preemption bound grows with the stretch
+ * (MEAS_PREEMPT_MAX per 20 ms). */
+int meas_disturbed_for(const meas_evidence *ev, double probe_min, double seconds);
+
 /* One timed call bracketed by probes on `threads` threads; *ev says what
  * happened around it. */
 mha_status meas_sample_guarded(const meas_call *c, int threads, double *seconds, meas_evidence *ev);

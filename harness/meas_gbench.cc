@@ -293,7 +293,10 @@ int run_benchmarks(int argc, char **argv, const char *json_out, mha_gbench_repor
     } else {
         ran = benchmark::RunSpecifiedBenchmarks(&display);
     }
-    benchmark::Shutdown();
+    // No benchmark::Shutdown() here: in 1.7.1 it deletes the custom context
+    // without clearing the pointer, so a second run in this process (the
+    // sweep's follow-up passes) would read freed memory. The process's exit
+    // frees it.
     return ran == 0 ? MHA_GBENCH_NO_MATCH : 0;
 }
 

@@ -119,10 +119,11 @@ static void test_schema(void **state) {
     REQUIRE_BENCH();
     char out[512];
     snprintf(out, sizeof out, "%s/tiny.json", g_tmp);
-    const char *args[] = {
-        "sweep",   "--kernels",  "flash.scalar", "--seq-q", "1,48",     "--seq-kv", "48",
-        "--heads", "2",          "--head-dim",   "16",      "--causal", "0",        "--threads",
-        "1",       "--min-time", "0.01",         "--out",   out,        NULL};
+    const char *args[] = {"sweep",     "--passes",   "1",          "--kernels", "flash.scalar",
+                          "--seq-q",   "1,48",       "--seq-kv",   "48",        "--heads",
+                          "2",         "--head-dim", "16",         "--causal",  "0",
+                          "--threads", "1",          "--min-time", "0.01",      "--out",
+                          out,         NULL};
     const int rc = run_bench(args);
     if (rc != 0) print_error("exit %d, stderr:\n%s\n", rc, g_err);
     assert_int_equal(rc, 0);
@@ -186,6 +187,8 @@ static void test_interleaved(void **state) {
     char out[512];
     snprintf(out, sizeof out, "%s/ci.json", g_tmp);
     const char *args[] = {"sweep",
+                          "--passes",
+                          "1",
                           "--preset",
                           "ci",
                           "--kernels",
@@ -246,6 +249,8 @@ static void test_passthrough_filter(void **state) {
     char out[512];
     snprintf(out, sizeof out, "%s/filtered.json", g_tmp);
     const char *args[] = {"sweep",
+                          "--passes",
+                          "1",
                           "--kernels",
                           "flash.scalar",
                           "--seq",
@@ -299,6 +304,8 @@ static void test_keys_unchanged(void **state) {
     snprintf(out, sizeof out, "%s/keys.json", g_tmp);
     snprintf(listp, sizeof listp, "%s/sweep_keys.txt", data);
     const char *args[] = {"sweep",
+                          "--passes",
+                          "1",
                           "--preset",
                           "quick",
                           "--kernels",

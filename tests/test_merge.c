@@ -73,7 +73,7 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The sorted iteration-row names of a result file, joined by '\n', and the
+/* The sorted distinct iteration-row names of a result file, joined by '\n', and the
  * sorted set of keys its rows carry. */
 static void names_and_keys(const char *path, char *names, size_t nlen, char *keys, size_t klen) {
     json_object *root = json_object_from_file(path), *rows;
@@ -100,11 +100,13 @@ static void names_and_keys(const char *path, char *names, size_t nlen, char *key
     qsort(nm, cnt, sizeof *nm, cmp_str);
     qsort(ks, nk, sizeof *ks, cmp_str);
     names[0] = keys[0] = '\0';
-    for (size_t i = 0; i < cnt; i++) {
-        strncat(names, nm[i], nlen - strlen(names) - 2);
-        strcat(names, "\n");
-        free(nm[i]);
+    for (size_t i = 0; i < cnt; i++) { /* distinct names: retakes repeat a name */
+        if (i == 0 || strcmp(nm[i], nm[i - 1]) != 0) {
+            strncat(names, nm[i], nlen - strlen(names) - 2);
+            strcat(names, "\n");
+        }
     }
+    for (size_t i = 0; i < cnt; i++) free(nm[i]);
     for (size_t i = 0; i < nk; i++) {
         strncat(keys, ks[i], klen - strlen(keys) - 2);
         strcat(keys, " ");

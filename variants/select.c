@@ -27,9 +27,10 @@ static int verbose(void) {
     return v && *v && strcmp(v, "0") != 0;
 }
 
-/* A table choice usable here: the kernel exists and runs, the knobs are in
- * range. Otherwise writes why. */
-static int choice_usable(const mha_table_choice *c, const mha_kernel **k, char *why, size_t len) {
+/* A table choice usable here: the kernel exists, runs and takes p's dtypes,
+ * the knobs are in range. Otherwise writes why. */
+static int choice_usable(const mha_table_choice *c, const mha_problem *p, const mha_kernel **k,
+                         char *why, size_t len) {
     if (!c->present) {
         put(why, len, "no entry");
         return 0;
@@ -41,6 +42,10 @@ static int choice_usable(const mha_table_choice *c, const mha_kernel **k, char *
     }
     if (mha_kernel_supported(kk) != MHA_OK) {
         put(why, len, "kernel %s does not run here", c->kernel);
+        return 0;
+    }
+    if (mha_kernel_takes(kk, p) != MHA_OK) {
+        put(why, len, "kernel %s does not take %s", c->kernel, mha_dtype_name(p->dtype));
         return 0;
     }
     if (c->block_q < 0 || c->block_q > 4096 || c->block_kv < 0 || c->block_kv > 4096) {
@@ -66,13 +71,15 @@ static void fill_blocks(const mha_problem *p, const mha_kernel *k, mha_options *
 
 /* The best kernel the CPU runs without a table, by algorithm: decode for a
  * few query rows per KV head (Nq = 1 decode steps: memory-bound, split-KV),
- * else flash. */
+ * else flash; only kernels that take p's dtypes (a bf16 problem never gets
+ * an fp32-only kernel, nor an fp32 one a bf16 kernel). NULL when none here
+ * takes them. */
 const mha_kernel *mha_default_kernel(const mha_problem *p) {
     const int few_rows = p->seq_q * (p->heads / p->kv_heads) <= 8;
     const mha_kernel *best = NULL, *reference = NULL;
     for (int i = 0; i < mha_kernel_count(); i++) {
         const mha_kernel *k = mha_kernel_at(i);
-        if (mha_kernel_supported(k) != MHA_OK) continue;
+        if (mha_kernel_supported(k) != MHA_OK || mha_kernel_takes(k, p) != MHA_OK) continue;
         if (k->traits & MHA_KT_REFERENCE) {
             if (!reference) reference = k;
             continue;
@@ -138,9 +145,9 @@ static int select_from_table(const mha_problem *p, const mha_options *req, mha_s
     const mha_kernel *k = NULL;
     char w1[160], w2[160];
     const mha_table_choice *ch = NULL;
-    if (choice_usable(&e.winner, &k, w1, sizeof w1))
+    if (choice_usable(&e.winner, p, &k, w1, sizeof w1))
         ch = &e.winner;
-    else if (choice_usable(&e.runner_up, &k, w2, sizeof w2))
+    else if (choice_usable(&e.runner_up, p, &k, w2, sizeof w2))
         ch = &e.runner_up;
     if (!ch) {
         put(why, len, "tuning table %s, class %s: winner skipped (%s), runner-up skipped (%s)",
@@ -193,6 +200,12 @@ mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection 
         char why[sizeof out->reason];
         if (!select_from_table(p, &req, out, why, sizeof why)) {
             const mha_kernel *k = mha_default_kernel(p);
+            if (!k)
+                return mha_set_error(MHA_EUNSUPPORTED,
+                                     "no kernel that runs here (ISA %s) takes a %s problem with "
+                                     "%s K/V",
+                                     mha_isa_name(mha_isa_active()), mha_dtype_name(p->dtype),
+                                     mha_dtype_name(mha_problem_kv_dtype(p)));
             out->kernel = k;
             out->options = req;
             fill_blocks(p, k, &out->options);

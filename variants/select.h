@@ -132,7 +132,8 @@ const char *mha_table_dir(void);
  * results/tuning (tables are committed there; `meson install` ships them). */
 const char *mha_table_write_dir(void);
 
-/* The kernel mha_select falls back to without a table (tune's "default"). */
+/* The kernel mha_select falls back to without a table (tune's "default"):
+ * the best-ranked one that runs here and takes p's dtypes; NULL if none does. */
 const mha_kernel *mha_default_kernel(const mha_problem *p);
 
 #endif

@@ -89,7 +89,7 @@ static int run_bench(const char *first, ...) {
 }
 
 /* The kernels `mhabench list` marks runnable here: lines "<name> <algorithm> <isa>
- * <yes|no> ..." after a header line starting with "kernel". */
+ * <yes|no> ..." after a header line starting with "kernel"; those that take fp32. */
 static void load_kernels(void) {
     if (g_nkernels >= 0) return;
     int rc = run_bench("list", NULL);
@@ -105,7 +105,10 @@ static void load_kernels(void) {
             continue;
         }
         if (sscanf(line, "%63s %63s %63s %15s", name, alg, isa, yes) != 4) continue;
-        if (strcmp(yes, "yes") == 0 && g_nkernels < MAX_KERNELS)
+        /* the .npy files here are fp32: kernels that do not take fp32 are out */
+        const mha_kernel *k = mha_kernel_find(name);
+        if (strcmp(yes, "yes") == 0 && k && (mha_kernel_dtypes(k) & MHA_DTYPE_BIT(MHA_F32)) &&
+            g_nkernels < MAX_KERNELS)
             snprintf(g_kernels[g_nkernels++], sizeof g_kernels[0], "%s", name);
     }
     int naive = 0;

@@ -79,17 +79,22 @@ static void print_text(const machine_info *m, const char *key, const isa_peak *p
                caches[i].clamped ? "  (clamped: implausible or unknown)" : "");
     }
 
-    printf("\nFP32 FMA peak, single thread\n");
-    printf("%-8s %10s %8s %12s %9s\n", "isa", "GFLOP/s", "GHz", "nominal", "measured");
+    printf("\nFP32 FMA peak, single thread (bf16: the vdpbf16ps loop where the ISA has it)\n");
+    printf("%-10s %10s %8s %12s %9s %12s\n", "isa", "GFLOP/s", "GHz", "nominal", "measured",
+           "bf16 GFLOP/s");
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
         const isa_peak *p = &peaks[i];
         if (p->status != MHA_OK) {
-            printf("%-8s %s\n", mha_isa_name((mha_isa)i), p->why);
+            printf("%-10s %s\n", mha_isa_name((mha_isa)i), p->why);
             continue;
         }
-        printf("%-8s %10.1f %8.3f %12.1f %8.1f%%\n", mha_isa_name((mha_isa)i), p->peak.gflops,
+        printf("%-10s %10.1f %8.3f %12.1f %8.1f%%", mha_isa_name((mha_isa)i), p->peak.gflops,
                p->peak.ghz, p->peak.nominal_gflops,
                p->peak.nominal_gflops > 0 ? 100.0 * p->peak.gflops / p->peak.nominal_gflops : 0.0);
+        if (p->peak.bf16_gflops > 0)
+            printf(" %12.1f\n", p->peak.bf16_gflops);
+        else
+            printf(" %12s\n", "-");
     }
 
     printf("\nread bandwidth per level (working set: half of each level; DRAM: >= 4 x L3)\n");
@@ -164,10 +169,11 @@ static void print_json(const machine_info *m, const char *key, const isa_peak *p
             putchar('}');
         } else
             printf("\"measured\": true, \"gflops\": %.2f, \"ghz\": %.3f, \"nominal_gflops\": %.2f, "
-                   "\"pct_nominal\": %.1f}",
+                   "\"pct_nominal\": %.1f, \"bf16_gflops\": %.2f}",
                    p->peak.gflops, p->peak.ghz, p->peak.nominal_gflops,
                    p->peak.nominal_gflops > 0 ? 100.0 * p->peak.gflops / p->peak.nominal_gflops
-                                              : 0.0);
+                                              : 0.0,
+                   p->peak.bf16_gflops);
         printf("%s\n", i + 1 < MHA_ISA_COUNT ? "," : "");
     }
     printf("  ],\n  \"read_bandwidth\": [");

@@ -19,12 +19,14 @@ static void usage(FILE *f) {
         "usage: mhabench profile --kernel K [--batch B] [--heads H] [--kv-heads G] --seq N\n"
         "                        [--seq-kv M] --head-dim D [--causal] [--threads T] [--seconds S]\n"
         "                        [--block-q BQ] [--block-kv BK] [--split 0|1|2] [--samples S]\n"
+        "                        [--dtype fp32|bf16|fp16]\n"
         "Runs one shape for about S seconds (default 2) and prints GFLOP/s and, in a build\n"
         "configured with -Dphase_timing=true, the share of cycles per phase. Knobs left out\n"
         "come from the cache model (mha_default_blocks), as for an explicit --kernel.\n"
         "--samples S: instead, S single-call samples, each bracketed by the interference\n"
         "probe (meas_core.h); one line per sample with its evidence, then the median and its\n"
-        "95% interval over all samples and over the undisturbed ones.\n",
+        "95% interval over all samples and over the undisturbed ones.\n"
+        "--dtype: the element type of Q, K, V and O (default fp32); inputs uniform in [-1, 1).\n",
         f);
 }
 
@@ -66,20 +68,81 @@ static int guarded_samples(const meas_call *c, int n, int threads, double flops)
     return 0;
 }
 
+/* Q, K, V, O and workspace for a bf16/fp16 problem ([B,H,N,d], inputs
+ * uniform in [-1, 1) rounded to the dtype). */
+typedef struct {
+    void *q, *k, *v, *o, *ws;
+    mha_tensor qv, kv, vv;
+    mha_tensor_mut ov;
+} typed_inputs;
+
+static int typed_prepare(typed_inputs *t, const mha_problem *p, size_t ws_bytes) {
+    const size_t nq = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim),
+                 nkv = (size_t)(p->batch * p->kv_heads * p->seq_kv * p->head_dim),
+                 es = mha_dtype_size(p->dtype), chunk = 4096;
+    t->q = mha_alloc(nq * es);
+    t->k = mha_alloc(nkv * es);
+    t->v = mha_alloc(nkv * es);
+    t->o = mha_alloc(nq * es);
+    t->ws = mha_alloc(ws_bytes);
+    float *f = malloc(chunk * sizeof(float));
+    if (!t->q || !t->k || !t->v || !t->o || !t->ws || !f) {
+        free(f);
+        return -1;
+    }
+    uint64_t r = 12345;
+    void *const bufs[3] = {t->q, t->k, t->v};
+    const size_t counts[3] = {nq, nkv, nkv};
+    for (int b = 0; b < 3; b++)
+        for (size_t i = 0; i < counts[b]; i += chunk) {
+            const size_t n = counts[b] - i < chunk ? counts[b] - i : chunk;
+            for (size_t j = 0; j < n; j++) {
+                r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+                f[j] = (float)((double)(r >> 11) * 0x1p-52 - 1.0);
+            }
+            mha_convert_from_f32(p->dtype, f, (char *)bufs[b] + i * es, n);
+        }
+    free(f);
+    memset(t->o, 0, nq * es);
+    memset(t->ws, 0, ws_bytes);
+    t->qv = mha_view_typed(t->q, p->dtype, NULL, p->heads, p->seq_q, p->head_dim);
+    t->kv = mha_view_typed(t->k, p->dtype, NULL, p->kv_heads, p->seq_kv, p->head_dim);
+    t->vv = mha_view_typed(t->v, p->dtype, NULL, p->kv_heads, p->seq_kv, p->head_dim);
+    t->ov = mha_view_typed_mut(t->o, p->dtype, p->heads, p->seq_q, p->head_dim);
+    return 0;
+}
+
+static void typed_release(typed_inputs *t) {
+    mha_free(t->q);
+    mha_free(t->k);
+    mha_free(t->v);
+    mha_free(t->o);
+    mha_free(t->ws);
+}
+
 int cmd_profile(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"kernel", required_argument, 0, 'k'},   {"batch", required_argument, 0, 'b'},
-        {"heads", required_argument, 0, 'H'},    {"kv-heads", required_argument, 0, 'G'},
-        {"seq", required_argument, 0, 'n'},      {"seq-kv", required_argument, 0, 'm'},
-        {"head-dim", required_argument, 0, 'd'}, {"causal", no_argument, 0, 'c'},
-        {"threads", required_argument, 0, 't'},  {"seconds", required_argument, 0, 's'},
-        {"block-q", required_argument, 0, 'Q'},  {"block-kv", required_argument, 0, 'K'},
-        {"split", required_argument, 0, 'S'},    {"samples", required_argument, 0, 'N'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    static const struct option opts[] = {{"kernel", required_argument, 0, 'k'},
+                                         {"batch", required_argument, 0, 'b'},
+                                         {"heads", required_argument, 0, 'H'},
+                                         {"kv-heads", required_argument, 0, 'G'},
+                                         {"seq", required_argument, 0, 'n'},
+                                         {"seq-kv", required_argument, 0, 'm'},
+                                         {"head-dim", required_argument, 0, 'd'},
+                                         {"causal", no_argument, 0, 'c'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"seconds", required_argument, 0, 's'},
+                                         {"block-q", required_argument, 0, 'Q'},
+                                         {"block-kv", required_argument, 0, 'K'},
+                                         {"split", required_argument, 0, 'S'},
+                                         {"samples", required_argument, 0, 'N'},
+                                         {"dtype", required_argument, 0, 'T'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     const char *kname = NULL;
     int64_t B = 1, H = 8, G = 0, N = 0, M = 0, d = 0, T = 1, BQ = 0, BK = 0, SP = 0, NS = 0;
     double seconds = 2.0;
     int causal = 0;
+    mha_dtype dt = MHA_F32;
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
         int ok = 1;
@@ -126,6 +189,12 @@ int cmd_profile(int argc, char **argv) {
         case 'N':
             ok = parse_i64("--samples", optarg, 1, 100000, &NS);
             break;
+        case 'T':
+            if (mha_dtype_parse(optarg, &dt) != MHA_OK || dt == MHA_I8) {
+                errorf("profile: --dtype '%s': expected fp32, bf16 or fp16", optarg);
+                ok = 0;
+            }
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -144,7 +213,7 @@ int cmd_profile(int argc, char **argv) {
     const mha_kernel *k = lookup_kernel(kname);
     results_bind_threads(mha_resolve_threads(&(mha_options){.threads = (int)T})); /* as sweep */
     if (!k) return EXIT_USAGE;
-    const mha_problem p = {B, H, G ? G : H, N, M ? M : N, d, causal, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem p = {B, H, G ? G : H, N, M ? M : N, d, causal, 0.0f, dt, dt};
     const mha_options o = {
         .threads = (int)T, .block_q = (int)BQ, .block_kv = (int)BK, .split = (int)SP};
     size_t ws_bytes;
@@ -157,7 +226,14 @@ int cmd_profile(int argc, char **argv) {
     meas_call call;
     int rc = EXIT_USAGE;
     const meas_shape shp = meas_shape_of(&p);
-    if (meas_prepare(&pool, k, &shp, &o, &call)) {
+    typed_inputs ti = {0};
+    if (dt != MHA_F32) { /* the pool's inputs are fp32: typed ones of our own */
+        if (typed_prepare(&ti, &p, ws_bytes)) {
+            errorf("profile: cannot allocate inputs and %zu bytes of workspace", ws_bytes);
+            goto done;
+        }
+        call = meas_call_attend(k, &p, &o, &ti.qv, &ti.kv, &ti.vv, &ti.ov, ti.ws, ws_bytes);
+    } else if (meas_prepare(&pool, k, &shp, &o, &call)) {
         errorf("profile: cannot allocate inputs and %zu bytes of workspace", ws_bytes);
         goto done;
     }
@@ -179,11 +255,14 @@ int cmd_profile(int argc, char **argv) {
     const int have = mha_phase_cycles(cyc, 1);
     const double gf = mha_problem_flops(&p) * calls / t * 1e-9;
     printf(
-        "kernel %s B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld causal=%d threads=%d: %d calls, "
+        "kernel %s B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld causal=%d %sthreads=%d: %d calls, "
         "%.3f ms/call, %.1f GFLOP/s\n",
         mha_kernel_name(k), (long long)B, (long long)H, (long long)p.kv_heads, (long long)N,
-        (long long)p.seq_kv, (long long)d, causal, mha_resolve_threads(&o), calls, t / calls * 1e3,
-        gf);
+        (long long)p.seq_kv, (long long)d, causal,
+        dt == MHA_F32    ? ""
+        : dt == MHA_BF16 ? "bf16 "
+                         : "fp16 ",
+        mha_resolve_threads(&o), calls, t / calls * 1e3, gf);
     if (have) {
         const double tot = (double)(cyc[0] + cyc[1] + cyc[2] + cyc[3]);
         printf(
@@ -195,6 +274,7 @@ int cmd_profile(int argc, char **argv) {
     }
     rc = 0;
 done:
+    typed_release(&ti);
     meas_pool_release(&pool);
     return rc;
 }

@@ -718,7 +718,10 @@ static tune_status choose_kernels(tune_run *r) {
          * at 1 thread here), so their SIMD twins stay in. */
         for (int i = 0; i < mha_kernel_count(); i++) {
             const mha_kernel *k = mha_kernel_at(i);
-            if (mha_kernel_supported(k) != MHA_OK || (mha_kernel_traits(k) & MHA_KT_REFERENCE))
+            /* The classes are fp32 problems: kernels that do not take fp32
+             * (flash.avx512bf16) have nothing to tune here. */
+            if (mha_kernel_supported(k) != MHA_OK || (mha_kernel_traits(k) & MHA_KT_REFERENCE) ||
+                !(mha_kernel_dtypes(k) & MHA_DTYPE_BIT(MHA_F32)))
                 continue;
             const int bw_bound =
                 (mha_kernel_traits(k) & MHA_KT_DECODE) && mha_kernel_isa(k) != MHA_ISA_SCALAR;

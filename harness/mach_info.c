@@ -171,6 +171,15 @@ mha_status machine_fma_peak(mha_isa isa, double seconds_budget, machine_peak *ou
     out->gflops = best_gflops;
     out->ghz = best_ghz;
     out->nominal_gflops = 2.0 * ops->lanes * 2.0 * best_ghz;
+    if (ops->bf16_peak_loop) { /* the same procedure on the bf16 loop: best of the trials */
+        const peak_fn g = ops->bf16_peak_loop;
+        const int64_t it = calibrate(timed_peak, g, 1024, 0.8 * per_trial);
+        for (int t = 0; t < PEAK_TRIALS; t++) {
+            const double t0 = now_s(), flop = g(it), t1 = now_s();
+            if (t1 > t0 && flop / (t1 - t0) * 1e-9 > out->bf16_gflops)
+                out->bf16_gflops = flop / (t1 - t0) * 1e-9;
+        }
+    }
     return MHA_OK;
 }
 

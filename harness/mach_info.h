@@ -29,10 +29,15 @@ typedef struct {
     double gflops;         /* measured single-thread FP32 FMA rate */
     double ghz;            /* measured core clock during the run */
     double nominal_gflops; /* 2 FMA pipes x lanes x 2 FLOP x ghz */
+    /* measured single-thread bf16 dot-product rate (vdpbf16ps, 2 FLOP per
+     * bf16 multiply-add: 64 per zmm instruction); 0 where the ISA has none */
+    double bf16_gflops;
 } machine_peak;
 
 /* Measures the single-thread FP32 FMA peak for an ISA the CPU runs (register
- * resident loop, ~seconds_budget long). Returns MHA_EUNSUPPORTED otherwise. */
+ * resident loop, ~seconds_budget long), and the bf16 dot-product peak where
+ * the ISA has one (ops table's bf16_peak_loop; a second budget of the same
+ * length). Returns MHA_EUNSUPPORTED otherwise. */
 mha_status machine_fma_peak(mha_isa isa, double seconds_budget, machine_peak *out);
 
 /* The memory levels a working set can live in, and the bytes the bandwidth

@@ -29,7 +29,9 @@ static void usage(FILE *f) {
     fputs("usage: mhabench <command> [options]   (mhabench <command> --help)\n\ncommands:\n", f);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
-    fputs("\nenvironment: MHA_ISA=scalar|avx2|avx512 caps the dispatch; OMP_* as usual.\n", f);
+    fputs(
+        "\nenvironment: MHA_ISA=scalar|avx2|avx512|avx512bf16 caps the dispatch; OMP_* as usual.\n",
+        f);
 }
 
 int cmd_list(int argc, char **argv) {
@@ -44,10 +46,10 @@ int cmd_list(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (!check_isa_env()) return EXIT_USAGE;
-    printf("%-14s %-10s %-7s %-9s %s\n", "kernel", "algorithm", "isa", "runs-here", "summary");
+    printf("%-16s %-10s %-10s %-9s %s\n", "kernel", "algorithm", "isa", "runs-here", "summary");
     for (int i = 0; i < mha_kernel_count(); i++) {
         const mha_kernel *k = mha_kernel_at(i);
-        printf("%-14s %-10s %-7s %-9s %s\n", mha_kernel_name(k), mha_kernel_algorithm(k),
+        printf("%-16s %-10s %-10s %-9s %s\n", mha_kernel_name(k), mha_kernel_algorithm(k),
                mha_isa_name(mha_kernel_isa(k)), mha_kernel_supported(k) == MHA_OK ? "yes" : "no",
                mha_kernel_summary(k));
     }

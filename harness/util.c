@@ -242,7 +242,7 @@ const mha_kernel *resolve_kernel(const char *name, const mha_problem *p, mha_opt
 
 int check_isa_env(void) {
     if (mha_isa_env_status() != MHA_OK) {
-        errorf("MHA_ISA='%s' is not one of scalar, avx2, avx512", getenv("MHA_ISA"));
+        errorf("MHA_ISA='%s' is not one of scalar, avx2, avx512, avx512bf16", getenv("MHA_ISA"));
         return 0;
     }
     return 1;

@@ -39,10 +39,18 @@ MHA_API const char *mha_status_str(mha_status s);
 MHA_API const char *mha_last_error(void);
 
 /* ---- instruction sets ---------------------------------------------------- */
-typedef enum { MHA_ISA_SCALAR = 0, MHA_ISA_AVX2 = 1, MHA_ISA_AVX512 = 2 } mha_isa;
-#define MHA_ISA_COUNT 3
+/* Each level includes the ones below it. AVX512BF16 is AVX-512 plus the bf16
+ * dot product (vdpbf16ps) and conversions (Zen 4, Cooper Lake, Sapphire
+ * Rapids): the fp32 kernels are AVX-512's, the bf16 ones use it. */
+typedef enum {
+    MHA_ISA_SCALAR = 0,
+    MHA_ISA_AVX2 = 1,
+    MHA_ISA_AVX512 = 2,
+    MHA_ISA_AVX512BF16 = 3
+} mha_isa;
+#define MHA_ISA_COUNT 4
 
-MHA_API const char *mha_isa_name(mha_isa isa); /* "scalar", "avx2", "avx512" */
+MHA_API const char *mha_isa_name(mha_isa isa); /* "scalar", "avx2", "avx512", "avx512bf16" */
 MHA_API mha_status mha_isa_parse(const char *s, mha_isa *out);
 MHA_API mha_isa mha_isa_detected(void); /* best ISA the CPU + OS support */
 /* The active level: min(detected, MHA_ISA cap). A malformed MHA_ISA value caps
@@ -193,7 +201,8 @@ MHA_API unsigned mha_kernel_traits(const mha_kernel *k);
 MHA_API int mha_kernel_rank(const mha_kernel *k);
 /* The ISA whose code k runs now: its own, or the active one (MHA_KT_BASELINE). */
 MHA_API mha_isa mha_kernel_run_isa(const mha_kernel *k);
-/* The kernel of k's algorithm at ISA level isa, or NULL. */
+/* The kernel of k's algorithm that takes the same dtypes at ISA level isa, or
+ * NULL (flash.avx512bf16 is no twin of the fp32 flash.avx512). */
 MHA_API const mha_kernel *mha_kernel_twin(const mha_kernel *k, mha_isa isa);
 
 /* The options k runs with for p: o validated (MHA_EINVAL naming a bad

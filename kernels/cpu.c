@@ -25,12 +25,16 @@ static mha_isa detect(void) {
     const uint64_t xcr0 = read_xcr0();
     if ((xcr0 & 0x6) != 0x6) return MHA_ISA_SCALAR; /* XMM and YMM state */
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return MHA_ISA_SCALAR;
+    const unsigned max_subleaf7 = a;
     const int has_avx2 = (b >> 5) & 1;
     if (!has_avx2) return MHA_ISA_SCALAR;
     /* AVX-512 F, DQ, BW, VL and the opmask / ZMM_Hi256 / Hi16_ZMM state. */
     const int has_512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
-    if (has_512 && (xcr0 & 0xe0) == 0xe0) return MHA_ISA_AVX512;
-    return MHA_ISA_AVX2;
+    if (!has_512 || (xcr0 & 0xe0) != 0xe0) return MHA_ISA_AVX2;
+    /* AVX512_BF16: leaf 7 subleaf 1, EAX bit 5 (no new register state). */
+    if (max_subleaf7 >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1))
+        return MHA_ISA_AVX512BF16;
+    return MHA_ISA_AVX512;
 }
 
 /* The levels meson builds (its isa_flags dict, in enum order): their names

@@ -34,6 +34,9 @@ typedef struct {
      * a sum with the widest loads (read bandwidth). */
     double (*fma_peak_loop)(int64_t iters);
     uint64_t (*read_sum)(const uint64_t *p, size_t n);
+    /* The bf16 dot-product peak loop (vdpbf16ps; returns FLOPs, 2 per bf16
+     * multiply-add), NULL at levels without one. */
+    double (*bf16_peak_loop)(int64_t iters);
 } mha_isa_ops;
 
 /* The table of ISA level isa, or NULL if none was built (or isa is out of

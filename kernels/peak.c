@@ -143,6 +143,47 @@ double MHA_SYM(fma_peak_loop)(int64_t iters) {
 
 #endif
 
+#ifdef __AVX512BF16__
+/* The bf16 peak: 16 chains of vdpbf16ps in zmm0-15 (acc += a0 b0 + a1 b1
+ * per fp32 lane), the pairs in zmm16/17. a = (2^-30, 2^-30), b = (1, 1):
+ * each addition to 1 rounds back to 1, so the chains stay exactly 1 (as in
+ * the FMA loop above). 64 FLOPs per instruction: 16 lanes x 2 products x
+ * (multiply + add). */
+#define DOT1(i) "vdpbf16ps %%zmm17, %%zmm16, %%zmm" STR(i) "\n\t"
+#define BMOV1(i) "vmovaps %%zmm0, %%zmm" STR(i) "\n\t"
+#define BADD1(d, s) "vaddps %%zmm" STR(s) ", %%zmm" STR(d) ", %%zmm" STR(d) "\n\t"
+double MHA_SYM(bf16_peak_loop)(int64_t iters) {
+    if (iters <= 0) return 0.0;
+    const float one = 1.0f;
+    const uint32_t a = 0x30803080u, b = 0x3f803f80u; /* bf16 pairs (2^-30, 2^-30), (1, 1) */
+    float out[16];
+    int64_t n = iters;
+    __asm__ __volatile__(
+        "vbroadcastss %[one], %%zmm0\n\t"
+        "vpbroadcastd %[a], %%zmm16\n\t"
+        "vpbroadcastd %[b], %%zmm17\n\t" BMOV1(1) BMOV1(2) BMOV1(3) BMOV1(4) BMOV1(5) BMOV1(6)
+            BMOV1(7) BMOV1(8) BMOV1(9) BMOV1(10) BMOV1(11) BMOV1(12) BMOV1(13) BMOV1(14)
+                BMOV1(15) ".p2align 5\n"
+                          "1:\n\t" DOT1(0) DOT1(1) DOT1(2) DOT1(3) DOT1(4) DOT1(5) DOT1(6) DOT1(7)
+                              DOT1(8) DOT1(9) DOT1(10) DOT1(11) DOT1(12) DOT1(13) DOT1(14)
+                                  DOT1(15) "dec %[n]\n\t"
+                                           "jnz 1b\n\t" BADD1(0, 8) BADD1(1, 9) BADD1(2, 10)
+                                               BADD1(3, 11) BADD1(4, 12) BADD1(5, 13) BADD1(6, 14)
+                                                   BADD1(7, 15) BADD1(0, 4) BADD1(1, 5) BADD1(2, 6)
+                                                       BADD1(3, 7) BADD1(0, 2) BADD1(1, 3)
+                                                           BADD1(0, 1) "vmovups %%zmm0, %[out]\n\t"
+                                                                       "vzeroupper\n\t"
+        : [n] "+r"(n), [out] "=m"(out)
+        : [one] "m"(one), [a] "m"(a), [b] "m"(b)
+        : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+          "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17");
+    float s = 0.0f;
+    for (int i = 0; i < 16; i++) s += out[i];
+    peak_sink = s;
+    return (double)iters * 16 * 16 * 2 * 2.0;
+}
+#endif
+
 /* ---- memory read bandwidth -------------------------------------------------
  * Sums n 64-bit words with the widest loads this ISA has and four independent
  * integer accumulators (no FP denormal or latency effects), so one core keeps

@@ -15,6 +15,11 @@
  * version uses mulss + addss (baseline x86-64 has no FMA). */
 double MHA_SYM(fma_peak_loop)(int64_t iters);
 
+/* Where the ISA has AVX512_BF16: iters iterations of independent vdpbf16ps
+ * on register-resident zmm accumulators; returns the FLOPs executed (2 per
+ * bf16 pair element, 64 per instruction). */
+double MHA_SYM(bf16_peak_loop)(int64_t iters);
+
 /* Sum of n 64-bit words read with the ISA's widest loads (memory bandwidth probe). */
 uint64_t MHA_SYM(read_sum)(const uint64_t *p, size_t n);
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "mach_info.h"
+#include "mha_private.h"
 
 #define KIB ((uint64_t)1024)
 #define MIB (1024 * KIB)
@@ -147,6 +148,16 @@ static void test_peak(void **state) {
         if (ratio > 0.4 && ratio < 1.5) break;
     }
     assert_true(ratio > 0.4 && ratio < 1.5);
+    /* The bf16 dot-product peak: measured exactly where the ISA has the loop;
+     * a vdpbf16ps does 2 FLOPs per bf16 element against an FMA's 2 per fp32
+     * lane, so it lands near 2x the FMA rate (Zen 4) and never below 0.5x. */
+    if (mha_ops_for(isa)->bf16_peak_loop) {
+        print_message("%s: bf16 %.1f GFLOP/s (%.2fx the FMA peak)\n", mha_isa_name(isa),
+                      p.bf16_gflops, p.bf16_gflops / p.gflops);
+        assert_true(p.bf16_gflops > 0.5 * p.gflops && p.bf16_gflops < 4 * p.gflops);
+    } else {
+        assert_true(p.bf16_gflops == 0);
+    }
 }
 
 /* MHA_EUNSUPPORTED above the active level, tested here even when the CPU has

@@ -72,7 +72,9 @@ static void fill_blocks(const mha_problem *p, const mha_kernel *k, mha_options *
 
 /* The best kernel the CPU runs without a table, by algorithm: decode for a
  * few query rows per KV head (Nq = 1 decode steps: memory-bound, split-KV),
- * else flash. */
+ * else flash; only kernels that take p's dtypes (a bf16 problem never gets
+ * an fp32-only kernel, nor an fp32 one a bf16 kernel). NULL when none here
+ * takes them. */
 const mha_kernel *mha_default_kernel(const mha_problem *p) {
     const int few_rows = p->seq_q * (p->heads / p->kv_heads) <= 8;
     const mha_kernel *best = NULL, *other = NULL, *reference = NULL;

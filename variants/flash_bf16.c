@@ -1,0 +1,472 @@
+/* flash_bf16.c - kernel flash.<isa> on the bf16 dot product (built for the
+ * levels with AVX512_BF16: flash.avx512bf16). The algorithm of flash.c
+ * (FlashAttention-2 streaming softmax, lazy reference max, causal block
+ * skipping, the same split and threads) with both products on vdpbf16ps:
+ * pairs of bf16 along the reduction dimension, fp32 accumulation.
+ *
+ * Storage: Q/O bf16 or fp16, K/V bf16 or fp16 (any pair); fp16 is rounded to
+ * bf16 (RNE) while packing, so fp16 runs through a bf16 conversion (there is
+ * no AVX512-FP16 here). Per query block, Q is packed once as pairs along
+ * head_dim with the queries along the lanes (Qp[pair][query]); per KV block,
+ * K is packed row-wise with head_dim padded to even (the pair a tile
+ * broadcasts) and V as pairs of keys with head_dim along the lanes
+ * (Vp[key pair][col][2]). S^T = K Q^T is exact products with fp32 sums,
+ * scaled in fp32 (Q is not pre-scaled: that would round it again); the online
+ * softmax is fp32 as in flash.c; P is rounded to bf16 (RNE) into the pair
+ * layout for O = P V, while the row sums l add the fp32 P. The output is
+ * rounded from the fp32 accumulators to the problem's dtype. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "internal.h"
+#include "phase.h"
+#include "ukernels.h"
+
+#ifndef __AVX512BF16__
+#error "flash_bf16.c needs AVX512_BF16 (meson builds it only for such levels)"
+#endif
+
+#define LOG2E 1.44269504088896341f
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+#define BF_BQ 64 /* defaults when the options leave blocks at 0 (mha_attend resolves them) */
+#define BF_BK 64
+
+typedef struct {
+    int64_t bq, bqp, bk, kpairs, dh, dv;
+    size_t qp, st, pp, kp, vp, ob, vec, per_thread; /* byte sizes, each 64-aligned */
+} bf_layout;
+
+/* The one plan of the workspace, for mha_workspace_size and the run. Per
+ * thread: Qp (dh pairs x bqp queries, 32-bit words), S^T (bk x bqp fp32), Pp
+ * (kpairs x bqp words), Kp (bk rows of 2 dh bf16), Vp (kpairs x dv words),
+ * O (bqp x dv fp32) and the four per-query vectors m, l, alpha, bsum. */
+static bf_layout bf_plan(const mha_problem *p, const mha_options *o) {
+    bf_layout L;
+    L.bq = o->block_q > 0 ? o->block_q : BF_BQ;
+    if (L.bq > p->seq_q) L.bq = p->seq_q;
+    L.bqp = (L.bq + VW - 1) / VW * VW;
+    L.bk = o->block_kv > 0 ? o->block_kv : BF_BK;
+    if (L.bk > p->seq_kv) L.bk = p->seq_kv;
+    L.kpairs = (L.bk + 1) / 2;
+    L.dh = (p->head_dim + 1) / 2;
+    L.dv = (p->head_dim + VW - 1) / VW * VW;
+    const size_t w = 4, bqp = (size_t)L.bqp;
+    L.qp = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.dh, bqp), w));
+    L.st = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.bk, bqp), w));
+    L.pp = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.kpairs, bqp), w));
+    L.kp = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.bk, (size_t)L.dh), w));
+    L.vp = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.kpairs, (size_t)L.dv), w));
+    L.ob = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.dv, bqp), w));
+    L.vec = mha_align64(bqp * w);
+    L.per_thread = mha_add_sz(mha_add_sz(mha_add_sz(L.qp, L.st), mha_add_sz(L.pp, L.kp)),
+                              mha_add_sz(mha_add_sz(L.vp, L.ob), mha_mul_sz(4, L.vec)));
+    return L;
+}
+
+size_t MHA_CAT(MHA_SYM(flash), _workspace)(const mha_problem *p, const mha_options *o,
+                                           int threads) {
+    return mha_mul_sz(bf_plan(p, o).per_thread, (size_t)threads);
+}
+
+/* ---- packing ---------------------------------------------------------------------------- */
+
+/* One element as bf16 bits: bf16 as is, fp16 rounded (RNE) through fp32. */
+static inline uint16_t elem_bf16(const uint16_t *src, mha_dtype t, int64_t i) {
+    return t == MHA_BF16 ? src[i] : mha_f32_to_bf16(mha_f16_to_f32(src[i]));
+}
+
+/* Qp[p * ld + i] = (Q[i][2p], Q[i][2p + 1]) for i < n, zero for the padding
+ * queries up to ld and for the missing element of an odd head_dim. Once per
+ * query block (O(bq d) against O(bq Nkv d) of work): plain code. */
+static void pack_q(int64_t n, int64_t d, const uint16_t *src, int64_t rs, mha_dtype t,
+                   uint32_t *dst, int64_t ld) {
+    const int64_t dh = (d + 1) / 2;
+    for (int64_t p = 0; p < dh; p++)
+        for (int64_t i = n; i < ld; i++) dst[p * ld + i] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const uint16_t *row = src + i * rs;
+        for (int64_t p = 0; p < dh; p++) {
+            const uint32_t lo = elem_bf16(row, t, 2 * p);
+            const uint32_t hi = 2 * p + 1 < d ? elem_bf16(row, t, 2 * p + 1) : 0;
+            dst[p * ld + i] = lo | hi << 16;
+        }
+    }
+}
+
+/* Kp[r][0, 2 dh) = K row r as bf16, the odd head_dim's last pair padded with 0. */
+static void pack_k(int64_t rows, int64_t d, const uint16_t *src, int64_t rs, mha_dtype t,
+                   uint16_t *dst, int64_t ld) {
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *row = src + r * rs;
+        uint16_t *out = dst + r * ld;
+        if (t == MHA_BF16) {
+            for (int64_t c = 0; c < ld; c += 32) {
+                const int nl = (int)(d - c < 32 ? d - c : 32),
+                          ns = (int)(ld - c < 32 ? ld - c : 32);
+                const __m512i v =
+                    _mm512_maskz_loadu_epi16((__mmask32)(((uint64_t)1 << nl) - 1), row + c);
+                _mm512_mask_storeu_epi16(out + c, (__mmask32)(((uint64_t)1 << ns) - 1), v);
+            }
+        } else {
+            for (int64_t c = 0; c < ld; c += 16) {
+                const int nl = (int)(d - c < 16 ? d - c : 16),
+                          ns = (int)(ld - c < 16 ? ld - c : 16);
+                const __m256i v = vf_to_bf16(vf16_load_n(row + c, nl));
+                _mm256_mask_storeu_epi16(out + c, (__mmask16)((1u << ns) - 1u), v);
+            }
+        }
+    }
+}
+
+/* 16 columns [c, c + 16) of one row as bf16 (columns past d read 0). */
+static inline __m256i row16_bf16(const uint16_t *row, mha_dtype t, int64_t c, int64_t d) {
+    const int n = (int)(d - c < 16 ? d - c : 16);
+    if (t == MHA_BF16) return _mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1u), row + c);
+    return vf_to_bf16(vf16_load_n(row + c, n));
+}
+
+/* Vp[q][c][2] = (V[2q][c], V[2q + 1][c]) for q < ceil(rows / 2), c < dv:
+ * zero past head_dim and for the missing key of an odd block, so the padded
+ * pair meets P = 0 with a finite (zero) value. */
+static void pack_v(int64_t rows, int64_t d, int64_t dv, const uint16_t *src, int64_t rs,
+                   mha_dtype t, uint16_t *dst) {
+    for (int64_t q = 0; q < (rows + 1) / 2; q++) {
+        const uint16_t *a = src + 2 * q * rs, *b = a + rs;
+        const int has_b = 2 * q + 1 < rows;
+        uint16_t *out = dst + q * 2 * dv;
+        for (int64_t c = 0; c < dv; c += VW) {
+            const __m256i lo = row16_bf16(a, t, c, d);
+            const __m256i hi = has_b ? row16_bf16(b, t, c, d) : _mm256_setzero_si256();
+            const vbf both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            _mm512_storeu_si512(out + 2 * c, vbf_interleave(both));
+        }
+    }
+}
+
+/* Pp[q][i] = (P^T[2q][i], P^T[2q + 1][i]) rounded to bf16, for i < ncols. */
+static void pack_p(int64_t rows, int64_t ncols, const float *st, int64_t ld, uint32_t *pp) {
+    for (int64_t q = 0; q < (rows + 1) / 2; q++) {
+        const float *a = st + 2 * q * ld, *b = a + ld;
+        const int has_b = 2 * q + 1 < rows;
+        for (int64_t i = 0; i < ncols; i += VW) {
+            const vbf x = vbf_from2(vload(a + i), has_b ? vload(b + i) : vzero());
+            _mm512_store_si512(pp + q * ld + i, vbf_interleave(x));
+        }
+    }
+}
+
+/* ---- micro-kernels ------------------------------------------------------------------------ */
+
+/* One R x NV tile of S^T = K Q^T (keys r, queries in NV vectors), turned into
+ * P^T = 2^(S^T - m) in the epilogue exactly as gemm.c's tile_exp does (see
+ * there and k_scores_exp in ukernels.h for m, bsum, alpha and the mask):
+ * kp rows of ldk bf16 (pairs broadcast), qp [dh][ldq] pair words. */
+ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64_t dh,
+                              const uint16_t *kp, int64_t ldk, const uint32_t *qp, int64_t ldq,
+                              float qscale, float *c, int64_t ldc, int64_t r0, float *m,
+                              float *bsum, float *alpha, int64_t t) {
+    vf acc[6][4];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = vzero();
+    for (int64_t p = 0; p < dh; p++) {
+        vbf bv[4];
+        for (int v = 0; v < NV; v++) bv[v] = _mm512_load_si512(qp + p * ldq + v * VW);
+        for (int r = 0; r < R; r++) {
+            const vbf a = vbf_pair_bcast(kp + r * ldk + 2 * p);
+            for (int v = 0; v < NV; v++) acc[r][v] = vdot_bf16(acc[r][v], a, bv[v]);
+        }
+    }
+    const vf sc = vset1(qscale), lazy = vset1(MHA_LAZY_LOG2), ninf = vset1(-INFINITY);
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = vmul(acc[r][v], sc);
+    if (MASKED) /* column i of row r is visible iff i >= t + r: others -> -inf */
+        for (int v = 0; v < NV; v++) {
+            const vf col = vadd(viota(), vset1((float)(v * VW)));
+            for (int r = 0; r < R; r++)
+                acc[r][v] = vselect_gt(col, vset1((float)(t + r - 1)), acc[r][v], ninf);
+        }
+    for (int v = 0; v < NV; v++) {
+        vf tm = acc[0][v];
+        for (int r = 1; r < R; r++) tm = vmax(tm, acc[r][v]);
+        vf mv = vload(m + v * VW);
+        const vf limit = vadd(mv, lazy);
+        if (vany_gt(tm, limit)) {
+            const vf mn = vselect_gt(tm, limit, tm, mv);
+            const vf f = vexp2_nonpos(vselect_eq(mv, mn, vzero(), vsub(mv, mn)));
+            for (int64_t rr = 0; rr < r0; rr++) {
+                float *row = c + (rr - r0) * ldc + v * VW;
+                vstore(row, vmul(vload(row), f));
+            }
+            vstore(bsum + v * VW, vmul(vload(bsum + v * VW), f));
+            vstore(alpha + v * VW, vmul(vload(alpha + v * VW), f));
+            vstore(m + v * VW, mn);
+            mv = mn;
+        }
+        if (MASKED) mv = vselect_eq(mv, ninf, vzero(), mv);
+        vf sum = vzero();
+        for (int r = 0; r < R; r++) {
+            const vf pv = vexp2_nonpos(vsub(acc[r][v], mv));
+            vstore(c + r * ldc + v * VW, pv);
+            sum = vadd(sum, pv);
+        }
+        vstore(bsum + v * VW, vadd(vload(bsum + v * VW), sum));
+    }
+}
+
+/* One R x NV tile of O = P V: rows are queries (their P pairs broadcast from
+ * pp[q * ldp + r]), columns head_dim in NV vectors of vp [kpairs][ldv words];
+ * C = P V, C += P V or C = alpha[r] C + P V (init), over kpairs key pairs. */
+ALWAYS_INLINE void pv_tile(const int R, const int NV, int64_t kpairs, const uint32_t *pp,
+                           int64_t ldp, const uint16_t *vp, int64_t ldv, float *c, int64_t ldc,
+                           int init, const float *alpha) {
+    vf acc[6][4];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < NV; v++)
+            acc[r][v] = init == MHA_INIT_ZERO ? vzero() : vload(c + r * ldc + v * VW);
+    if (init == MHA_INIT_ROWSCALE)
+        for (int r = 0; r < R; r++) {
+            const vf s = vset1(alpha[r]);
+            for (int v = 0; v < NV; v++) acc[r][v] = vmul(acc[r][v], s);
+        }
+    for (int64_t q = 0; q < kpairs; q++) {
+        vbf bv[4];
+        for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_si512(vp + q * 2 * ldv + v * 2 * VW);
+        for (int r = 0; r < R; r++) {
+            const vbf a = _mm512_set1_epi32((int)pp[q * ldp + r]);
+            for (int v = 0; v < NV; v++) acc[r][v] = vdot_bf16(acc[r][v], a, bv[v]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < NV; v++) vstore(c + r * ldc + v * VW, acc[r][v]);
+}
+
+/* Every (R, NV) with R <= 6 and NV <= 4 as a compile-time tile. */
+#define BF_CASE(FN, R, N, ...)                                                                     \
+    case (R)*8 + (N):                                                                              \
+        FN(R, N, __VA_ARGS__);                                                                     \
+        return;
+#define BF_ROW(FN, R, ...)                                                                         \
+    BF_CASE(FN, R, 1, __VA_ARGS__)                                                                 \
+    BF_CASE(FN, R, 2, __VA_ARGS__) BF_CASE(FN, R, 3, __VA_ARGS__) BF_CASE(FN, R, 4, __VA_ARGS__)
+#define BF_SWITCH(rows, nv, FN, ...)                                                               \
+    switch ((rows)*8 + (nv)) {                                                                     \
+        BF_ROW(FN, 1, __VA_ARGS__)                                                                 \
+        BF_ROW(FN, 2, __VA_ARGS__)                                                                 \
+        BF_ROW(FN, 3, __VA_ARGS__)                                                                 \
+        BF_ROW(FN, 4, __VA_ARGS__)                                                                 \
+        BF_ROW(FN, 5, __VA_ARGS__)                                                                 \
+        BF_ROW(FN, 6, __VA_ARGS__)                                                                 \
+    default:                                                                                       \
+        break;                                                                                     \
+    }
+_Static_assert(MHA_MR == 6 && MHA_NV == 4, "the bf16 tiles are written for AVX-512's 6 x 4");
+
+#define SCORE_UNMASKED(R, N, ...) score_tile(R, N, 0, __VA_ARGS__)
+#define SCORE_MASKED(R, N, ...) score_tile(R, N, 1, __VA_ARGS__)
+static void score_dispatch(int rows, int nv, int masked, int64_t dh, const uint16_t *kp,
+                           int64_t ldk, const uint32_t *qp, int64_t ldq, float qscale, float *c,
+                           int64_t ldc, int64_t r0, float *m, float *bsum, float *alpha,
+                           int64_t t) {
+    if (masked) {
+        BF_SWITCH(rows, nv, SCORE_MASKED, dh, kp, ldk, qp, ldq, qscale, c, ldc, r0, m, bsum, alpha,
+                  t)
+    } else {
+        BF_SWITCH(rows, nv, SCORE_UNMASKED, dh, kp, ldk, qp, ldq, qscale, c, ldc, r0, m, bsum,
+                  alpha, t)
+    }
+}
+
+static void pv_dispatch(int rows, int nv, int64_t kpairs, const uint32_t *pp, int64_t ldp,
+                        const uint16_t *vp, int64_t ldv, float *c, int64_t ldc, int init,
+                        const float *alpha) {
+    BF_SWITCH(rows, nv, pv_tile, kpairs, pp, ldp, vp, ldv, c, ldc, init, alpha)
+}
+
+/* First column of row tile r0 with any visible score (a multiple of VW). */
+static int64_t first_visible(int masked, int64_t t0, int64_t r0, int64_t ncols) {
+    if (!masked) return 0;
+    int64_t c0 = t0 + r0 <= 0 ? 0 : (t0 + r0) / VW * VW;
+    return c0 > ncols ? ncols : c0;
+}
+
+/* k_scores_exp's contract (ukernels.h) on the packed bf16 operands. */
+static void scores_exp(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *kp, int64_t ldk,
+                       const uint32_t *qp, int64_t ldq, float qscale, float *c, int64_t ldc,
+                       float *m, float *bsum, float *alpha, int masked, int64_t t0) {
+    if (masked)
+        for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
+            const int64_t c0 = first_visible(masked, t0, r0, ncols);
+            for (int64_t r = r0; r < rows && r < r0 + MHA_MR; r++)
+                for (int64_t i = 0; i < c0; i += VW) vstore(c + r * ldc + i, vzero());
+        }
+    for (int64_t j0 = 0; j0 < ncols; j0 += MHA_NR) {
+        const int64_t nc = ncols - j0 < MHA_NR ? ncols - j0 : MHA_NR;
+        for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
+            const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
+            int64_t s = first_visible(masked, t0, r0, ncols);
+            s = s < j0 ? j0 : s;
+            if (s >= j0 + nc) continue;
+            score_dispatch(r, (int)((j0 + nc - s) / VW), masked, dh, kp + r0 * ldk, ldk, qp + s,
+                           ldq, qscale, c + r0 * ldc + s, ldc, r0, m + s, bsum + s, alpha + s,
+                           t0 + r0 - s);
+        }
+    }
+}
+
+/* O[0, rows) += P V over kpairs key pairs (init as pv_tile), all dv columns. */
+static void pv(int64_t rows, int64_t kpairs, const uint32_t *pp, int64_t ldp, const uint16_t *vp,
+               int64_t dv, float *o, int init, const float *alpha) {
+    for (int64_t c0 = 0; c0 < dv; c0 += MHA_NR) {
+        const int nv = (int)((dv - c0 < MHA_NR ? dv - c0 : MHA_NR) / VW);
+        for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
+            const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
+            pv_dispatch(r, nv, kpairs, pp + r0, ldp, vp + 2 * c0, dv, o + r0 * dv + c0, dv, init,
+                        alpha + r0);
+        }
+    }
+}
+
+/* out[i] = O[i] / l[i] in the output dtype (RNE), zeros for the first
+ * `blind` rows; l == 0 (every visible score -inf) or NaN gives NaN rows. */
+static void store_out(int64_t n, int64_t d, const float *o, int64_t ldo, const float *l,
+                      int64_t blind, uint16_t *out, int64_t rs, mha_dtype t) {
+    for (int64_t i = 0; i < n; i++) {
+        const vf inv = i < blind ? vzero() : vset1(1.0f / l[i]);
+        for (int64_t c = 0; c < d; c += VW) {
+            const int nc = (int)(d - c < VW ? d - c : VW);
+            const vf x = i < blind ? vzero() : vmul(vload(o + i * ldo + c), inv);
+            const __m256i h = t == MHA_BF16 ? vf_to_bf16(x) : vf_to_f16(x);
+            _mm256_mask_storeu_epi16(out + i * rs + c, (__mmask16)((1u << nc) - 1u), h);
+        }
+    }
+}
+
+/* ---- the algorithm ------------------------------------------------------------------------ */
+
+typedef struct {
+    const mha_problem *p;
+    bf_layout L;
+    int64_t group, off;
+    float qscale;
+    mha_dtype qt, kvt;
+    const mha_tensor *q, *k, *v;
+    const mha_tensor_mut *out;
+} bf_ctx;
+
+/* One (batch, head, query block) on this thread's workspace: flash.c's
+ * flash_block with the packs and the bf16 products. */
+static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws) {
+    const mha_problem *p = x->p;
+    const bf_layout *L = &x->L;
+    const int64_t d = p->head_dim, g = h / x->group, off = x->off, ld = L->bqp;
+    PHASE_START();
+    char *w = ws;
+    uint32_t *Qp = (uint32_t *)w;
+    float *St = (float *)(w += L->qp);
+    uint32_t *Pp = (uint32_t *)(w += L->st);
+    uint16_t *Kp = (uint16_t *)(w += L->pp);
+    uint16_t *Vp = (uint16_t *)(w += L->kp);
+    float *Ob = (float *)(w += L->vp);
+    float *m = (float *)(w += L->ob), *l = m + L->vec / 4, *alpha = l + L->vec / 4,
+          *bsum = alpha + L->vec / 4;
+    const uint16_t *qh = (const uint16_t *)x->q->data + b * x->q->stride_b + h * x->q->stride_h;
+    const uint16_t *kh = (const uint16_t *)x->k->data + b * x->k->stride_b + g * x->k->stride_h;
+    const uint16_t *vh = (const uint16_t *)x->v->data + b * x->v->stride_b + g * x->v->stride_h;
+    const int64_t skn = x->k->stride_n, svn = x->v->stride_n, son = x->out->stride_n;
+    uint16_t *oh = (uint16_t *)x->out->data + b * x->out->stride_b + h * x->out->stride_h;
+
+    const int64_t i0 = qb * L->bq, n = p->seq_q - i0 < L->bq ? p->seq_q - i0 : L->bq;
+    const int64_t ncols = (n + VW - 1) / VW * VW;
+    const int64_t kv_end = mha_kv_end(p, i0 + n - 1);
+    if (kv_end == 0) { /* every row masked: zeros by convention */
+        for (int64_t i = 0; i < n; i++) memset(oh + (i0 + i) * son, 0, (size_t)d * 2);
+        return;
+    }
+    for (int64_t i = 0; i < ncols; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    pack_q(n, d, qh + i0 * x->q->stride_n, x->q->stride_n, x->qt, Qp, ld);
+    PHASE(PHASE_PACK);
+    /* flash.c's split of the keys: [0, full) seen by every row in equal
+     * blocks of at most bk on the fast path, the causal triangle after. */
+    int64_t full = p->causal ? i0 + off + 1 : kv_end;
+    full = full < 0 ? 0 : (full > kv_end ? kv_end : full);
+    const int64_t nfull = (full + L->bk - 1) / L->bk;
+    int64_t even = nfull > 0 ? (full + nfull - 1) / nfull : L->bk;
+    even = (even + MHA_MR - 1) / MHA_MR * MHA_MR;
+    even = even > L->bk ? L->bk : even;
+    for (int64_t j0 = 0, bkk; j0 < kv_end; j0 += bkk) {
+        const int diag = j0 >= full;
+        bkk = diag ? kv_end - j0 : full - j0;
+        bkk = bkk < (diag ? L->bk : even) ? bkk : (diag ? L->bk : even);
+        pack_k(bkk, d, kh + j0 * skn, skn, x->kvt, Kp, 2 * L->dh);
+        pack_v(bkk, d, L->dv, vh + j0 * svn, svn, x->kvt, Vp);
+        PHASE(PHASE_PACK);
+        for (int64_t i = 0; i < ncols; i++) {
+            bsum[i] = 0.0f;
+            alpha[i] = 1.0f;
+        }
+        scores_exp(bkk, ncols, L->dh, Kp, 2 * L->dh, Qp, ld, x->qscale, St, ld, m, bsum, alpha,
+                   diag, j0 - off - i0);
+        PHASE(PHASE_QK);
+        int changed = 0;
+        for (int64_t i = 0; i < ncols; i += VW) {
+            const vf a = vload(alpha + i);
+            vstore(l + i, vfma(vload(l + i), a, vload(bsum + i)));
+            changed |= vany_ne(a, vset1(1.0f));
+        }
+        pack_p(bkk, ncols, St, ld, Pp);
+        PHASE(PHASE_SOFTMAX);
+        const int init = j0 == 0 ? MHA_INIT_ZERO : (changed ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
+        if (!diag) {
+            pv(n, (bkk + 1) / 2, Pp, ld, Vp, L->dv, Ob, init, alpha);
+        } else {
+            for (int64_t r0 = 0; r0 < n; r0 += MHA_MR) {
+                const int64_t rows = n - r0 < MHA_MR ? n - r0 : MHA_MR;
+                int64_t kc = i0 + r0 + rows - 1 + off + 1 - j0; /* keys the last row sees */
+                kc = kc < 0 ? 0 : (kc > bkk ? bkk : kc);
+                pv(rows, (kc + 1) / 2, Pp + r0, ld, Vp, L->dv, Ob + r0 * L->dv, init, alpha + r0);
+            }
+        }
+        PHASE(PHASE_PV);
+    }
+    store_out(n, d, Ob, L->dv, l, mha_rows_blind(p, i0, n), oh + i0 * son, son, p->dtype);
+    PHASE(PHASE_PACK);
+}
+
+mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options *o, int threads,
+                                         const mha_tensor *q, const mha_tensor *k,
+                                         const mha_tensor *v, const mha_tensor_mut *out,
+                                         void *workspace) {
+    const bf_ctx x = {p,
+                      bf_plan(p, o),
+                      p->heads / p->kv_heads,
+                      p->seq_kv - p->seq_q,
+                      mha_problem_scale(p) * LOG2E, /* scores in log2 units -> exp2 */
+                      p->dtype,
+                      mha_problem_kv_dtype(p),
+                      q,
+                      k,
+                      v,
+                      out};
+    const int64_t H = p->heads, nqb = (p->seq_q + x.L.bq - 1) / x.L.bq, pairs = p->batch * H;
+    if (o->split == MHA_SPLIT_HEADS) {
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+        for (int64_t bh = 0; bh < pairs; bh++) {
+            char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x.L.per_thread;
+            for (int64_t qb = 0; qb < nqb; qb++) bf_block(&x, bh / H, bh % H, qb, ws);
+        }
+    } else {
+        /* (batch, head, query block) tasks, the costly last (causal) blocks first. */
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+        for (int64_t it = 0; it < pairs * nqb; it++) {
+            char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x.L.per_thread;
+            const int64_t bh = it / nqb;
+            bf_block(&x, bh / H, bh % H, nqb - 1 - it % nqb, ws);
+        }
+    }
+    return MHA_OK;
+}

@@ -201,16 +201,23 @@ typedef struct {
     int pooled;
 } seen_name;
 
+/* name -> index into the seen names: a hash lookup (json-c's object is a
+ * hash table), so a merge of 1,000 shards is linear in its rows. */
+static json_object *g_index;
+
 static seen_name *find_name(seen_name *s, int n, const char *name) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(s[i].name, name)) return &s[i];
-    return NULL;
+    json_object *v;
+    if (!name || !g_index || !json_object_object_get_ex(g_index, name, &v)) return NULL;
+    const int i = json_object_get_int(v);
+    return i >= 0 && i < n ? &s[i] : NULL;
 }
 
 /* Builds and writes the merged file of one group. Returns 0 or EXIT_USAGE. */
 static int write_group(input *in, int n, int group, const char *out_path, dup_rule dup) {
     seen_name *names = NULL;
     int nn = 0, rc = 0, first = -1, nfiles = 0;
+    json_object_put(g_index);
+    g_index = json_object_new_object();
     for (int i = 0; i < n; i++)
         if (in[i].group == group) {
             if (first < 0) first = i;
@@ -226,7 +233,9 @@ static int write_group(input *in, int n, int group, const char *out_path, dup_ru
             const char *name = row_str(row, "name");
             seen_name *s = find_name(names, nn, name);
             if (!s) {
-                names = xrealloc_or_exit(names, (size_t)nn + 1, sizeof *names, "merge");
+                if (nn % 1024 == 0)
+                    names = xrealloc_or_exit(names, (size_t)nn + 1024, sizeof *names, "merge");
+                json_object_object_add(g_index, name, json_object_new_int(nn));
                 names[nn++] = (seen_name){xstrdup_or_exit(name, "merge"), i, 1, 0};
             } else if (s->file == i) {
                 s->reps++;
@@ -361,6 +370,8 @@ static int write_group(input *in, int n, int group, const char *out_path, dup_ru
 out:
     for (int i = 0; i < nn; i++) free(names[i].name);
     free(names);
+    json_object_put(g_index);
+    g_index = NULL;
     return rc;
 }
 

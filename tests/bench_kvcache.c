@@ -6,8 +6,9 @@
  * step reads each layer's cache once). Bytes are counted at the storage
  * width: K + V elements x dtype size + int8 scales + Q and O. The read
  * bandwidth of the level the working set fits is measured before and after
- * (harness/mach_info.c's probe). A benchmark, not a test:
- *   build/tests/bench_kvcache [--kernel decode.avx512] [--threads 2] [--reps 21]
+ * (harness/mach_info.c's probe). Pin the threads (README: unpinned, both
+ * threads of a call sometimes share a vCPU). A benchmark, not a test:
+ *   OMP_PROC_BIND=true build/tests/bench_kvcache [--kernel decode.avx512] [--threads 2] [--reps 21]
  *                             [--kv-heads 32,8] [--seq-kv 4096] */
 #include <getopt.h>
 #include <stdio.h>
@@ -204,6 +205,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (threads <= 0) threads = mha_resolve_threads(NULL);
+    if (threads > 1 && !getenv("OMP_PROC_BIND"))
+        fprintf(stderr, "bench_kvcache: OMP_PROC_BIND is unset: threads may share a vCPU "
+                        "(set OMP_PROC_BIND=true)\n");
     machine_info mi;
     machine_describe(&mi);
     printf("bench_kvcache: %s, L3 %llu MiB; bytes at storage width (K+V + int8 scales + Q/O)\n",

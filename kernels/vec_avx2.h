@@ -4,6 +4,8 @@
 #ifndef MHA_VEC_AVX2_H
 #define MHA_VEC_AVX2_H
 #include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
 
 #define VW 8
 #define MHA_MR 4 /* 4x3 = 12 accumulators + 3 loads + 1 broadcast = 16 ymm */
@@ -36,6 +38,36 @@ static inline vf vloadu_n(const float *p, int n) {
 }
 static inline void vstoreu_n(float *p, vf v, int n) {
     _mm256_maskstore_ps(p, vmask_n(n), v);
+}
+/* Widening loads of VW stored elements into fp32 lanes (exact): bf16 is the
+ * top half of an fp32, fp16 through vcvtph2ps (F16C), int8 sign-extended and
+ * converted (unscaled: the caller applies the row's scale). AVX2 has no
+ * masked 8/16-bit loads, so the _n forms (0 <= n <= VW) copy the first n
+ * elements into a zeroed block first: never a byte past them. */
+static inline vf vload_bf16(const uint16_t *p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+static inline vf vload_bf16_n(const uint16_t *p, int n) {
+    uint16_t t[VW] = {0};
+    memcpy(t, p, (size_t)n * sizeof *p);
+    return vload_bf16(t);
+}
+static inline vf vload_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+static inline vf vload_f16_n(const uint16_t *p, int n) {
+    uint16_t t[VW] = {0};
+    memcpy(t, p, (size_t)n * sizeof *p);
+    return vload_f16(t);
+}
+static inline vf vload_i8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+static inline vf vload_i8_n(const int8_t *p, int n) {
+    int8_t t[VW] = {0};
+    memcpy(t, p, (size_t)n);
+    return vload_i8(t);
 }
 static inline vf vfma(vf a, vf b, vf c) {
     return _mm256_fmadd_ps(a, b, c);

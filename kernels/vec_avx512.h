@@ -4,6 +4,7 @@
 #ifndef MHA_VEC_AVX512_H
 #define MHA_VEC_AVX512_H
 #include <immintrin.h>
+#include <stdint.h>
 
 #define VW 16    /* lanes */
 #define MHA_MR 6 /* micro-tile rows (broadcast operand) */
@@ -34,6 +35,33 @@ static inline vf vloadu_n(const float *p, int n) {
 }
 static inline void vstoreu_n(float *p, vf v, int n) {
     _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1u), v);
+}
+/* Widening loads of VW stored elements into fp32 lanes (exact): bf16 is the
+ * top half of an fp32, fp16 through vcvtph2ps (F16C), int8 sign-extended and
+ * converted (unscaled: the caller applies the row's scale). The _n forms read
+ * only the first n elements (0 <= n <= VW; masked, never past them) and give
+ * 0 in the other lanes. */
+static inline vf vload_bf16(const uint16_t *p) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+static inline vf vload_bf16_n(const uint16_t *p, int n) {
+    const __m512i w =
+        _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1u), p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+static inline vf vload_f16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline vf vload_f16_n(const uint16_t *p, int n) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1u), p));
+}
+static inline vf vload_i8(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+static inline vf vload_i8_n(const int8_t *p, int n) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8((__mmask16)((1u << n) - 1u), p)));
 }
 static inline vf vfma(vf a, vf b, vf c) {
     return _mm512_fmadd_ps(a, b, c);

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "dtype.h"
+
 #define VW 1
 #define MHA_MR 4 /* 4x4 scalar accumulators fit the 16 xmm registers */
 #define MHA_NV 4
@@ -35,6 +37,26 @@ static inline vf vloadu_n(const float *p, int n) {
 }
 static inline void vstoreu_n(float *p, vf v, int n) {
     if (n > 0) *p = v;
+}
+/* Widening loads (one element), the conversions of kernels/dtype.h; int8
+ * unscaled (the caller applies the row's scale). _n: 0 when n == 0. */
+static inline vf vload_bf16(const uint16_t *p) {
+    return mha_bf16_to_f32(*p);
+}
+static inline vf vload_bf16_n(const uint16_t *p, int n) {
+    return n > 0 ? mha_bf16_to_f32(*p) : 0.0f;
+}
+static inline vf vload_f16(const uint16_t *p) {
+    return mha_f16_to_f32(*p);
+}
+static inline vf vload_f16_n(const uint16_t *p, int n) {
+    return n > 0 ? mha_f16_to_f32(*p) : 0.0f;
+}
+static inline vf vload_i8(const int8_t *p) {
+    return (float)*p;
+}
+static inline vf vload_i8_n(const int8_t *p, int n) {
+    return n > 0 ? (float)*p : 0.0f;
 }
 static inline vf vfma(vf a, vf b, vf c) {
     return a * b + c;

@@ -6,7 +6,15 @@
  * the online softmax runs with keys along the lanes. When there are fewer
  * (batch, KV head) pairs than threads, the KV sequence is split across threads
  * and the partial results merged with their log-sum-exp (Flash-Decoding).
- * Any problem is accepted (long Nq just makes many row chunks). */
+ * Any problem is accepted (long Nq just makes many row chunks).
+ * Storage types: K and V may be fp32, bf16, fp16 or int8 with one fp32 scale
+ * per (batch, KV head, token) row; they are widened to fp32 vectors as they
+ * are loaded, inside the dot products and the P.V loops, so the stream reads
+ * the stored bytes only (no conversion pass). An int8 row's scale is folded
+ * into its score (s_j = scale_k[j] * q.k_j) and into its probability for V
+ * (p_j * scale_v[j]), never applied per element. Q (fp32, bf16, fp16) is
+ * widened once per pass into per-thread scratch; O is written in the
+ * problem's dtype (round to nearest even). */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -18,8 +26,47 @@
 enum { DEC_RB = 4, DEC_BK = 64 }; /* rows per pass over K/V, keys per softmax block */
 enum { DEC_PF_BYTES = 8192 };     /* how far ahead K / V are prefetched (measured best here) */
 
-static inline void prefetch_row(const float *p, int64_t d) {
-    for (int64_t c = 0; c < d; c += 16) __builtin_prefetch(p + c, 0, 0);
+/* Every cache line of a stored row of `bytes` bytes. */
+static inline void prefetch_row(const void *p, int64_t bytes) {
+    for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch((const char *)p + c, 0, 0);
+}
+
+/* ---- stored elements ---------------------------------------------------------
+ * t is a K/V storage type (mha_dtype); every function below that takes one is
+ * inlined into a per-type instance (the DEC_TYPES table at the end), where t
+ * is a constant and the switches fold away. */
+static inline __attribute__((always_inline)) int64_t esize(int t) {
+    return t == MHA_F32 ? 4 : t == MHA_I8 ? 1 : 2;
+}
+/* Element i of a row (or any base) of type t. */
+static inline __attribute__((always_inline)) const void *elem(int t, const void *base, int64_t i) {
+    return (const char *)base + i * esize(t);
+}
+/* VW elements at p, widened to fp32 (int8 unscaled). */
+static inline __attribute__((always_inline)) vf vload_kv(int t, const void *p) {
+    switch (t) {
+    case MHA_BF16:
+        return vload_bf16((const uint16_t *)p);
+    case MHA_F16:
+        return vload_f16((const uint16_t *)p);
+    case MHA_I8:
+        return vload_i8((const int8_t *)p);
+    default:
+        return vloadu((const float *)p);
+    }
+}
+/* The first n (<= VW) elements at p, the other lanes 0; nothing past them is read. */
+static inline __attribute__((always_inline)) vf vload_kv_n(int t, const void *p, int n) {
+    switch (t) {
+    case MHA_BF16:
+        return vload_bf16_n((const uint16_t *)p, n);
+    case MHA_F16:
+        return vload_f16_n((const uint16_t *)p, n);
+    case MHA_I8:
+        return vload_i8_n((const int8_t *)p, n);
+    default:
+        return vloadu_n((const float *)p, n);
+    }
 }
 
 typedef struct {
@@ -28,6 +75,7 @@ typedef struct {
     int64_t chunk;  /* keys per chunk */
     size_t part;    /* bytes of the partial results (0 when nsplit == 1) */
     size_t scratch; /* bytes per thread */
+    int wide_q;     /* Q is not fp32: its rows are widened into the scratch */
 } dec_plan;
 
 static dec_plan plan(const mha_problem *p, int threads) {
@@ -47,9 +95,12 @@ static dec_plan plan(const mha_problem *p, int threads) {
         P.nsplit > 1
             ? mha_align64(mha_mul_sz(mha_mul_sz((size_t)(pairs * P.rows * P.nsplit), d + 2), f))
             : 0;
-    /* s[RB][BK] scores, o[RB][dp] accumulators, m/l per row */
+    /* s[RB][BK] scores, o[RB][dp] accumulators, m/l per row, and the Q rows
+     * widened to fp32 [RB][dp] when Q is bf16/fp16 */
     const size_t dp = (d + 15) / 16 * 16;
-    P.scratch = mha_align64((DEC_RB * DEC_BK + DEC_RB * dp + 2 * DEC_RB) * f);
+    P.wide_q = p->dtype != MHA_F32;
+    P.scratch = mha_align64(
+        (DEC_RB * DEC_BK + DEC_RB * dp + 2 * DEC_RB + (P.wide_q ? DEC_RB * dp : 0)) * f);
     return P;
 }
 
@@ -61,83 +112,154 @@ size_t MHA_CAT(MHA_SYM(decode), _workspace)(const mha_problem *p, const mha_opti
 }
 
 /* out[r] = q[r] . krow for r < R (R <= DEC_RB, a constant where inlined):
- * each K vector is loaded once for all rows, two accumulators per row, and
- * the row sums are reduced together. */
-static inline __attribute__((always_inline)) void
-dots_n(const int R, const float *const *q, const float *krow, int64_t d, float out[DEC_RB]) {
+ * each K vector is loaded (and widened) once for all rows, two accumulators
+ * per row, and the row sums are reduced together. */
+static inline __attribute__((always_inline)) void dots_n(const int t, const int R,
+                                                         const float *const *q, const void *krow,
+                                                         int64_t d, float out[DEC_RB]) {
     vf acc[DEC_RB] = {vzero(), vzero(), vzero(), vzero()}, acc2[DEC_RB];
     for (int r = 0; r < R; r++) acc2[r] = vzero();
     int64_t c = 0;
     for (; c + 2 * VW <= d; c += 2 * VW) {
-        const vf k0 = vloadu(krow + c), k1 = vloadu(krow + c + VW);
+        const vf k0 = vload_kv(t, elem(t, krow, c)), k1 = vload_kv(t, elem(t, krow, c + VW));
         for (int r = 0; r < R; r++) {
             acc[r] = vfma(vloadu(q[r] + c), k0, acc[r]);
             acc2[r] = vfma(vloadu(q[r] + c + VW), k1, acc2[r]);
         }
     }
     for (; c < d; c += VW) {
-        const int t = d - c < VW ? (int)(d - c) : VW;
-        const vf kv = vloadu_n(krow + c, t);
-        for (int r = 0; r < R; r++) acc[r] = vfma(vloadu_n(q[r] + c, t), kv, acc[r]);
+        const int n = d - c < VW ? (int)(d - c) : VW;
+        const vf kv = vload_kv_n(t, elem(t, krow, c), n);
+        for (int r = 0; r < R; r++) acc[r] = vfma(vloadu_n(q[r] + c, n), kv, acc[r]);
     }
     for (int r = 0; r < R; r++) acc[r] = vadd(acc[r], acc2[r]);
     vhsum4(acc, out);
 }
 
-static inline float dot(const float *a, const float *b, int64_t d) {
+static inline __attribute__((always_inline)) float dot(const int t, const float *a, const void *b,
+                                                       int64_t d) {
     vf acc0 = vzero(), acc1 = vzero();
     int64_t c = 0;
     for (; c + 2 * VW <= d; c += 2 * VW) {
-        acc0 = vfma(vloadu(a + c), vloadu(b + c), acc0);
-        acc1 = vfma(vloadu(a + c + VW), vloadu(b + c + VW), acc1);
+        acc0 = vfma(vloadu(a + c), vload_kv(t, elem(t, b, c)), acc0);
+        acc1 = vfma(vloadu(a + c + VW), vload_kv(t, elem(t, b, c + VW)), acc1);
     }
-    for (; c + VW <= d; c += VW) acc0 = vfma(vloadu(a + c), vloadu(b + c), acc0);
-    if (c < d) acc1 = vfma(vloadu_n(a + c, (int)(d - c)), vloadu_n(b + c, (int)(d - c)), acc1);
+    for (; c + VW <= d; c += VW) acc0 = vfma(vloadu(a + c), vload_kv(t, elem(t, b, c)), acc0);
+    if (c < d)
+        acc1 =
+            vfma(vloadu_n(a + c, (int)(d - c)), vload_kv_n(t, elem(t, b, c), (int)(d - c)), acc1);
     return vhsum(vadd(acc0, acc1));
 }
 
 /* Scores of keys [j0, j0 + bk) (log2 units, -inf past a row's end) into
- * s[r][j]. The stream is memory-bound with little work per byte, so the K
- * rows pf ahead are prefetched; with several rows, so are the V rows of this
- * block, which the register-blocked P.V reads next. Kept out of line per row
- * count: one loop nest per case lets each keep its registers (one row ran
- * 10% slower sharing a loop with the multi-row case). */
-static __attribute__((noinline)) void scores_block(int R, const float *const *qrow,
-                                                   const int64_t *end, const float *kh, int64_t skn,
-                                                   const float *vh, int64_t svn, int64_t j0,
-                                                   int64_t bk, int64_t kend, int64_t pf, int64_t d,
-                                                   float qscale, float *s) {
-    for (int64_t j = 0; j < bk; j++) {
-        const float *krow = kh + (j0 + j) * skn;
+ * s[r][j]; an int8 K row's scale ks[j * kss] multiplies its score. The
+ * stream is memory-bound with little work per byte, so the K rows pf ahead
+ * are prefetched; with several rows, so are the V rows of this block, which
+ * the register-blocked P.V reads next. Kept out of line per row count and
+ * storage type (the DEC_TYPES instances): one loop nest per case lets each
+ * keep its registers (one row ran 10% slower sharing a loop with the
+ * multi-row case). */
+/* out[r][u] = q[r] . K row u, for R rows and 4 keys at once: each q vector
+ * is loaded once for 4 keys and each K vector once for R rows, so the loads
+ * per FMA halve against one key at a time (with 4 rows the loop was load-port
+ * bound), and the R x 4 sums share R horizontal reductions. */
+static inline __attribute__((always_inline)) void dots_x4(const int t, const int R,
+                                                          const float *const *q,
+                                                          const void *const *kr, int64_t d,
+                                                          float out[DEC_RB][4]) {
+    vf acc[DEC_RB * 4];
+    for (int f = 0; f < 4 * R; f++) acc[f] = vzero();
+    int64_t c = 0;
+    for (; c + VW <= d; c += VW) {
+        vf kv[4];
+        for (int u = 0; u < 4; u++) kv[u] = vload_kv(t, elem(t, kr[u], c));
+        for (int r = 0; r < R; r++) {
+            const vf qv = vloadu(q[r] + c);
+            for (int u = 0; u < 4; u++) acc[4 * r + u] = vfma(qv, kv[u], acc[4 * r + u]);
+        }
+    }
+    if (c < d) {
+        const int n = (int)(d - c);
+        vf kv[4];
+        for (int u = 0; u < 4; u++) kv[u] = vload_kv_n(t, elem(t, kr[u], c), n);
+        for (int r = 0; r < R; r++) {
+            const vf qv = vloadu_n(q[r] + c, n);
+            for (int u = 0; u < 4; u++) acc[4 * r + u] = vfma(qv, kv[u], acc[4 * r + u]);
+        }
+    }
+    for (int r = 0; r < R; r++) vhsum4(acc + 4 * r, out[r]);
+}
+
+static inline __attribute__((always_inline)) void
+scores_block(const int t, int R, const float *const *qrow, const int64_t *end, const void *kh,
+             int64_t skn, const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0,
+             int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s) {
+    const int64_t rb = d * esize(t); /* bytes of a stored row */
+    int64_t j = 0;
+    /* int8: 4 keys at a time (dots_x4); it was 25% faster here, while bf16 and
+     * fp16, twice the bytes per FMA, ran 15% slower than one key at a time
+     * (G = 8, one thread, interleaved A/B runs of bench_kvcache) */
+    for (; t == MHA_I8 && j + 4 <= bk; j += 4) {
+        const void *kr[4];
+        for (int u = 0; u < 4; u++) {
+            kr[u] = elem(t, kh, (j0 + j + u) * skn);
+            if (j0 + j + u + pf < kend) {
+                prefetch_row(elem(t, kr[u], pf * skn), rb);
+                prefetch_row(elem(t, vh, (j0 + j + u) * svn), rb);
+            }
+        }
+        float dj[DEC_RB][4];
+        switch (R) {
+        case 2:
+            dots_x4(t, 2, qrow, kr, d, dj);
+            break;
+        case 3:
+            dots_x4(t, 3, qrow, kr, d, dj);
+            break;
+        default:
+            dots_x4(t, 4, qrow, kr, d, dj);
+            break;
+        }
+        for (int u = 0; u < 4; u++) {
+            const int64_t jj = j0 + j + u;
+            const float sc = t == MHA_I8 ? qscale * ks[jj * kss] : qscale;
+            for (int r = 0; r < R; r++)
+                s[r * DEC_BK + j + u] = jj < end[r] ? dj[r][u] * sc : -INFINITY;
+        }
+    }
+    for (; j < bk; j++) { /* one key at a time (int8: the block's last keys) */
+        const void *krow = elem(t, kh, (j0 + j) * skn);
         if (j0 + j + pf < kend) {
-            prefetch_row(krow + pf * skn, d);
-            prefetch_row(vh + (j0 + j) * svn, d);
+            prefetch_row(elem(t, krow, pf * skn), rb);
+            prefetch_row(elem(t, vh, (j0 + j) * svn), rb);
         }
         float dj[DEC_RB];
         switch (R) {
         case 2:
-            dots_n(2, qrow, krow, d, dj);
+            dots_n(t, 2, qrow, krow, d, dj);
             break;
         case 3:
-            dots_n(3, qrow, krow, d, dj);
+            dots_n(t, 3, qrow, krow, d, dj);
             break;
         default:
-            dots_n(4, qrow, krow, d, dj);
+            dots_n(t, 4, qrow, krow, d, dj);
             break;
         }
-        for (int r = 0; r < R; r++)
-            s[r * DEC_BK + j] = j0 + j < end[r] ? dj[r] * qscale : -INFINITY;
+        const float sc = t == MHA_I8 ? qscale * ks[(j0 + j) * kss] : qscale;
+        for (int r = 0; r < R; r++) s[r * DEC_BK + j] = j0 + j < end[r] ? dj[r] * sc : -INFINITY;
     }
 }
 
-static __attribute__((noinline)) void scores_block1(const float *qrow, int64_t end, const float *kh,
-                                                    int64_t skn, int64_t j0, int64_t bk,
-                                                    int64_t kend, int64_t pf, int64_t d,
-                                                    float qscale, float *s) {
+static inline __attribute__((always_inline)) void
+scores_block1(const int t, const float *qrow, int64_t end, const void *kh, int64_t skn,
+              const float *ks, int64_t kss, int64_t j0, int64_t bk, int64_t kend, int64_t pf,
+              int64_t d, float qscale, float *s) {
+    const int64_t rb = d * esize(t);
     for (int64_t j = 0; j < bk; j++) {
-        const float *krow = kh + (j0 + j) * skn;
-        if (j0 + j + pf < kend) prefetch_row(krow + pf * skn, d);
-        s[j] = j0 + j < end ? dot(qrow, krow, d) * qscale : -INFINITY;
+        const void *krow = elem(t, kh, (j0 + j) * skn);
+        if (j0 + j + pf < kend) prefetch_row(elem(t, krow, pf * skn), rb);
+        const float sc = t == MHA_I8 ? qscale * ks[(j0 + j) * kss] : qscale;
+        s[j] = j0 + j < end ? dot(t, qrow, krow, d) * sc : -INFINITY;
     }
 }
 
@@ -149,45 +271,171 @@ typedef struct {
 } dec_ctx;
 
 /* One row: o = alpha o + sum_j p[j] V[j0 + j] as a plain stream, V row by
- * row with its own prefetch ahead and o in L1 (out of line, as above). */
-static __attribute__((noinline)) void pv_block1(int init, float alpha, const float *p,
-                                                const float *vh, int64_t svn, int64_t j0,
-                                                int64_t bk, int64_t kend, int64_t pf, int64_t d,
-                                                int64_t dp, float *o) {
+ * row (widened as loaded) with its own prefetch ahead and o in L1. */
+static inline __attribute__((always_inline)) void
+pv_block1(const int t, int init, float alpha, const float *p, const void *vh, int64_t svn,
+          int64_t j0, int64_t bk, int64_t kend, int64_t pf, int64_t d, int64_t dp, float *o) {
     if (init == MHA_INIT_ZERO) memset(o, 0, (size_t)dp * sizeof(float));
     if (init == MHA_INIT_ROWSCALE)
         for (int64_t c = 0; c < dp; c += VW) vstoreu(o + c, vmul(vloadu(o + c), vset1(alpha)));
+    const int64_t rb = d * esize(t);
     for (int64_t j = 0; j < bk; j++) {
-        const float *vrow = vh + (j0 + j) * svn;
-        if (j0 + j + pf < kend) prefetch_row(vrow + pf * svn, d);
+        const void *vrow = elem(t, vh, (j0 + j) * svn);
+        if (j0 + j + pf < kend) prefetch_row(elem(t, vrow, pf * svn), rb);
         const vf pj = vset1(p[j]);
         int64_t c = 0;
-        for (; c + VW <= d; c += VW) vstoreu(o + c, vfma(pj, vloadu(vrow + c), vloadu(o + c)));
-        if (c < d) vstoreu(o + c, vfma(pj, vloadu_n(vrow + c, (int)(d - c)), vloadu(o + c)));
+        for (; c + VW <= d; c += VW)
+            vstoreu(o + c, vfma(pj, vload_kv(t, elem(t, vrow, c)), vloadu(o + c)));
+        if (c < d)
+            vstoreu(o + c, vfma(pj, vload_kv_n(t, elem(t, vrow, c), (int)(d - c)), vloadu(o + c)));
     }
 }
 
+/* Several rows, V stored narrow: o[r][c0 .. c0 + NV*VW) = init(o) + sum_j
+ * p[r][j] V[j0 + j][..] with the R x NV accumulators in registers, each V
+ * vector widened once for all rows (k_gemm's register blocking, which reads
+ * fp32 only). The last vector holds tail (<= VW) valid columns; o's rows are
+ * padded to dp, so full vectors are stored. */
+static inline __attribute__((always_inline)) void
+pv_strip(const int t, const int R, const int NV, int init, const float *alpha, const float *p,
+         const void *vh, int64_t svn, int64_t j0, int64_t bk, int64_t c0, int tail, float *o,
+         int64_t dp) {
+    vf acc[DEC_RB][MHA_NV];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < NV; v++) {
+            const float *src = o + r * dp + c0 + v * VW;
+            acc[r][v] = init == MHA_INIT_ZERO       ? vzero()
+                        : init == MHA_INIT_ROWSCALE ? vmul(vloadu(src), vset1(alpha[r]))
+                                                    : vloadu(src);
+        }
+    for (int64_t j = 0; j < bk; j++) {
+        const void *vrow = elem(t, vh, (j0 + j) * svn);
+        vf x[MHA_NV];
+        for (int v = 0; v < NV; v++)
+            x[v] = v == NV - 1 && tail < VW ? vload_kv_n(t, elem(t, vrow, c0 + v * VW), tail)
+                                            : vload_kv(t, elem(t, vrow, c0 + v * VW));
+        for (int r = 0; r < R; r++) {
+            const vf pr = vset1(p[r * DEC_BK + j]);
+            for (int v = 0; v < NV; v++) acc[r][v] = vfma(pr, x[v], acc[r][v]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < NV; v++) vstoreu(o + r * dp + c0 + v * VW, acc[r][v]);
+}
+
+static inline __attribute__((always_inline)) void
+pv_rows_r(const int t, const int R, int init, const float *alpha, const float *p, const void *vh,
+          int64_t svn, int64_t j0, int64_t bk, int64_t d, float *o, int64_t dp) {
+    int64_t c = 0;
+    for (; c + MHA_NV * VW <= d; c += MHA_NV * VW)
+        pv_strip(t, R, MHA_NV, init, alpha, p, vh, svn, j0, bk, c, VW, o, dp);
+    for (; c < d; c += VW)
+        pv_strip(t, R, 1, init, alpha, p, vh, svn, j0, bk, c, d - c < VW ? (int)(d - c) : VW, o,
+                 dp);
+}
+
+static inline __attribute__((always_inline)) void
+pv_rows(const int t, int R, int init, const float *alpha, const float *p, const void *vh,
+        int64_t svn, int64_t j0, int64_t bk, int64_t d, float *o, int64_t dp) {
+    switch (R) {
+    case 2:
+        pv_rows_r(t, 2, init, alpha, p, vh, svn, j0, bk, d, o, dp);
+        break;
+    case 3:
+        pv_rows_r(t, 3, init, alpha, p, vh, svn, j0, bk, d, o, dp);
+        break;
+    default:
+        pv_rows_r(t, 4, init, alpha, p, vh, svn, j0, bk, d, o, dp);
+        break;
+    }
+}
+
+/* The per-type instances: one out-of-line copy of each streaming loop per K/V
+ * storage type, reached through dec_fns[kv dtype]. */
+typedef struct {
+    void (*scores)(int R, const float *const *qrow, const int64_t *end, const void *kh, int64_t skn,
+                   const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0,
+                   int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s);
+    void (*scores1)(const float *qrow, int64_t end, const void *kh, int64_t skn, const float *ks,
+                    int64_t kss, int64_t j0, int64_t bk, int64_t kend, int64_t pf, int64_t d,
+                    float qscale, float *s);
+    void (*pv1)(int init, float alpha, const float *p, const void *vh, int64_t svn, int64_t j0,
+                int64_t bk, int64_t kend, int64_t pf, int64_t d, int64_t dp, float *o);
+    void (*pvn)(int R, int init, const float *alpha, const float *p, const void *vh, int64_t svn,
+                int64_t j0, int64_t bk, int64_t d, float *o, int64_t dp);
+} dec_fn_set;
+
+#define DEC_INSTANCE(name, T)                                                                      \
+    static __attribute__((noinline)) void scores_##name(                                           \
+        int R, const float *const *qrow, const int64_t *end, const void *kh, int64_t skn,          \
+        const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0, int64_t bk,         \
+        int64_t kend, int64_t pf, int64_t d, float qscale, float *s) {                             \
+        scores_block(T, R, qrow, end, kh, skn, ks, kss, vh, svn, j0, bk, kend, pf, d, qscale, s);  \
+    }                                                                                              \
+    static __attribute__((noinline)) void scores1_##name(                                          \
+        const float *qrow, int64_t end, const void *kh, int64_t skn, const float *ks, int64_t kss, \
+        int64_t j0, int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s) {     \
+        scores_block1(T, qrow, end, kh, skn, ks, kss, j0, bk, kend, pf, d, qscale, s);             \
+    }                                                                                              \
+    static __attribute__((noinline)) void pv1_##name(                                              \
+        int init, float alpha, const float *p, const void *vh, int64_t svn, int64_t j0,            \
+        int64_t bk, int64_t kend, int64_t pf, int64_t d, int64_t dp, float *o) {                   \
+        pv_block1(T, init, alpha, p, vh, svn, j0, bk, kend, pf, d, dp, o);                         \
+    }                                                                                              \
+    static __attribute__((noinline)) void pvn_##name(                                              \
+        int R, int init, const float *alpha, const float *p, const void *vh, int64_t svn,          \
+        int64_t j0, int64_t bk, int64_t d, float *o, int64_t dp) {                                 \
+        pv_rows(T, R, init, alpha, p, vh, svn, j0, bk, d, o, dp);                                  \
+    }
+DEC_INSTANCE(f32, MHA_F32)
+DEC_INSTANCE(bf16, MHA_BF16)
+DEC_INSTANCE(f16, MHA_F16)
+DEC_INSTANCE(i8, MHA_I8)
+#undef DEC_INSTANCE
+
+static const dec_fn_set dec_fns[MHA_DTYPE_COUNT] = {
+    [MHA_F32] = {scores_f32, scores1_f32, pv1_f32, pvn_f32},
+    [MHA_BF16] = {scores_bf16, scores1_bf16, pv1_bf16, pvn_bf16},
+    [MHA_F16] = {scores_f16, scores1_f16, pv1_f16, pvn_f16},
+    [MHA_I8] = {scores_i8, scores1_i8, pv1_i8, pvn_i8},
+};
+
 /* Rows [r0, r0+R) of KV head (b, g) over keys [k0, k1): leaves the unnormalised
- * o, the max m (log2 units) and the sum l per row in the scratch arrays. */
+ * o, the max m (log2 units) and the sum l per row in the scratch arrays. qw
+ * (R rows of dp floats) takes the Q rows widened to fp32 when Q is not fp32. */
 static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, int64_t k0,
-                     int64_t k1, float *s, float *o, int64_t dp, float *m, float *l) {
+                     int64_t k1, float *s, float *o, int64_t dp, float *m, float *l, float *qw) {
     const mha_problem *p = x->p;
     const int64_t d = p->head_dim, Nq = p->seq_q;
+    const mha_tensor *q = x->q, *k = x->k, *v = x->v;
+    const int kvt = k->dtype;
     const float *qrow[DEC_RB];
     int64_t end[DEC_RB];
     for (int r = 0; r < R; r++) {
         const int64_t rr = r0 + r, h = g * x->group + rr / Nq, i = rr % Nq;
-        qrow[r] = (const float *)x->q->data + b * x->q->stride_b + h * x->q->stride_h +
-                  i * x->q->stride_n;
+        const int64_t off = b * q->stride_b + h * q->stride_h + i * q->stride_n;
+        if (q->dtype == MHA_F32) {
+            qrow[r] = (const float *)q->data + off;
+        } else { /* once per pass: d elements against the whole cache */
+            for (int64_t c = 0; c < d; c++)
+                qw[r * dp + c] = mha_load_elem(q->data, q->dtype, off + c);
+            qrow[r] = qw + r * dp;
+        }
         end[r] = mha_kv_end(p, i);
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
-    const float *kh = (const float *)x->k->data + b * x->k->stride_b + g * x->k->stride_h;
-    const float *vh = (const float *)x->v->data + b * x->v->stride_b + g * x->v->stride_h;
-    const int64_t pf = DEC_PF_BYTES / (d * (int64_t)sizeof(float)) > 4
-                           ? DEC_PF_BYTES / (d * (int64_t)sizeof(float))
-                           : 4;
+    const void *kh = elem(kvt, k->data, b * k->stride_b + g * k->stride_h);
+    const void *vh = elem(kvt, v->data, b * v->stride_b + g * v->stride_h);
+    /* int8: this head's row scales (NULL otherwise, never read) */
+    const float *ks =
+        kvt == MHA_I8 ? k->scale + b * k->scale_stride_b + g * k->scale_stride_h : NULL;
+    const float *vs =
+        kvt == MHA_I8 ? v->scale + b * v->scale_stride_b + g * v->scale_stride_h : NULL;
+    const int64_t kss = k->scale_stride_n, vss = v->scale_stride_n;
+    const dec_fn_set *F = &dec_fns[kvt];
+    /* prefetch distance: a fixed number of bytes of storage ahead */
+    const int64_t rowb = d * esize(kvt), pf = DEC_PF_BYTES / rowb > 4 ? DEC_PF_BYTES / rowb : 4;
     int64_t kend = k0; /* keys any row sees */
     for (int r = 0; r < R; r++) kend = end[r] > kend ? end[r] : kend;
     if (kend > k1) kend = k1;
@@ -197,10 +445,11 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
         const int64_t bk = kend - j0 < DEC_BK ? kend - j0 : DEC_BK;
         /* scores: one pass over the K block serves every row */
         if (R == 1)
-            scores_block1(qrow[0], end[0], kh, x->k->stride_n, j0, bk, kend, pf, d, x->qscale, s);
+            F->scores1(qrow[0], end[0], kh, k->stride_n, ks, kss, j0, bk, kend, pf, d, x->qscale,
+                       s);
         else
-            scores_block(R, qrow, end, kh, x->k->stride_n, vh, x->v->stride_n, j0, bk, kend, pf, d,
-                         x->qscale, s);
+            F->scores(R, qrow, end, kh, k->stride_n, ks, kss, vh, v->stride_n, j0, bk, kend, pf, d,
+                      x->qscale, s);
         float arow[DEC_RB];
         int rescale = 0;
         for (int r = 0; r < R; r++) {
@@ -230,19 +479,42 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
             m[r] = m_new;
             arow[r] = alpha;
             rescale |= alpha != 1.0f;
+            /* int8 V: the row scale joins the weight (after the sum, which
+             * is of the weights alone); keys this row cannot see keep
+             * weight 0 whatever their scale, as in the oracle */
+            if (kvt == MHA_I8) {
+                const int64_t vis = end[r] - j0 < bk ? end[r] - j0 : bk;
+                for (j = 0; j < vis; j++) sr[j] *= vs[(j0 + j) * vss];
+            }
         }
         /* o[r] = alpha[r] o[r] + sum_j p[r][j] V[j0+j]. Several rows (GQA
-         * groups, Nq > 1): the register-blocked micro-kernel, V read in place
-         * (its rows were prefetched during the scores). One row is a pure
+         * groups, Nq > 1): register-blocked, V read in place (its rows were
+         * prefetched during the scores): fp32 through the k_gemm
+         * micro-kernel, narrower types widened in pv_rows. One row is a pure
          * stream: V row by row with its own prefetch ahead, o in L1. */
         const int init = j0 == k0 ? MHA_INIT_ZERO : (rescale ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
-        if (R > 1) {
-            k_gemm(R, d, bk, s, DEC_BK, 1, vh + j0 * x->v->stride_n, x->v->stride_n, o, dp,
+        if (R > 1 && kvt == MHA_F32)
+            k_gemm(R, d, bk, s, DEC_BK, 1, (const float *)vh + j0 * v->stride_n, v->stride_n, o, dp,
                    init | MHA_B_EXACT, arow);
-            continue;
-        }
-        pv_block1(init, arow[0], s, vh, x->v->stride_n, j0, bk, kend, pf, d, dp, o);
+        else if (R > 1)
+            F->pvn(R, init, arow, s, vh, v->stride_n, j0, bk, d, o, dp);
+        else
+            F->pv1(init, arow[0], s, vh, v->stride_n, j0, bk, kend, pf, d, dp, o);
     }
+}
+
+/* Row i of head h of batch b of out = row (d floats, normalised), rounded to
+ * out's dtype (nearest even); fp32 goes through store_normalized directly. */
+static void store_row(const mha_tensor_mut *out, int64_t b, int64_t h, int64_t i, float *row,
+                      int64_t d, const float *lsum, int64_t blind) {
+    const int64_t off = b * out->stride_b + h * out->stride_h + i * out->stride_n;
+    if (out->dtype == MHA_F32) {
+        k_store_normalized(1, d, row, d, lsum, blind, (float *)out->data + off, d);
+        return;
+    }
+    k_store_normalized(1, d, row, d, lsum, blind, row, d); /* in place */
+    void *dst = (char *)out->data + off * (int64_t)mha_dtype_size(out->dtype);
+    for (int64_t c = 0; c < d; c++) mha_store_elem(dst, out->dtype, c, row[c]);
 }
 
 mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_options *o, int threads,
@@ -261,6 +533,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
     {
         char *sc = scratch0 + (size_t)omp_get_thread_num() * P.scratch;
         float *s = (float *)sc, *ob = s + DEC_RB * DEC_BK, *m = ob + DEC_RB * dp, *l = m + DEC_RB;
+        float *qw = P.wide_q ? l + DEC_RB : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < items; it++) {
             const int64_t split = it % P.nsplit, rc = (it / P.nsplit) % nrc,
@@ -269,7 +542,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
             const int R = (int)(P.rows - r0 < DEC_RB ? P.rows - r0 : DEC_RB);
             const int64_t k0 = split * P.chunk,
                           k1 = k0 + P.chunk < p->seq_kv ? k0 + P.chunk : p->seq_kv;
-            dec_rows(&x, b, g, r0, R, k0, k1, s, ob, dp, m, l);
+            dec_rows(&x, b, g, r0, R, k0, k1, s, ob, dp, m, l, qw);
             for (int r = 0; r < R; r++) {
                 const int64_t rr = r0 + r;
                 if (P.nsplit > 1) {
@@ -279,10 +552,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     dst[d + 1] = l[r];
                 } else {
                     const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
-                    float *orow = (float *)out->data + b * out->stride_b + h * out->stride_h +
-                                  i * out->stride_n;
-                    k_store_normalized(1, d, ob + r * dp, dp, &l[r], mha_rows_blind(p, i, 1), orow,
-                                       out->stride_n);
+                    store_row(out, b, h, i, ob + r * dp, d, &l[r], mha_rows_blind(p, i, 1));
                 }
             }
         }
@@ -308,10 +578,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     for (int64_t c = 0; c < d; c++) acc[c] += w * src[c];
                 }
                 const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
-                float *orow =
-                    (float *)out->data + b * out->stride_b + h * out->stride_h + i * out->stride_n;
-                k_store_normalized(1, d, acc, dp, &lsum, mha_rows_blind(p, i, 1), orow,
-                                   out->stride_n);
+                store_row(out, b, h, i, acc, d, &lsum, mha_rows_blind(p, i, 1));
             }
         }
     }

@@ -82,6 +82,10 @@ typedef struct {
     char *name;
     double *t; /* real time per iteration of each repetition, ns */
     int n, cap;
+    /* its drift group: memory-bound rows (a bw_level field: decode) drift
+     * with the host's memory traffic at their thread count, the others
+     * with the core's clock and share */
+    int mem, threads;
 } bench;
 
 typedef struct {
@@ -131,7 +135,7 @@ static void add_time(result_set *rs, const char *name, double ns) {
             rs->b = xrealloc(rs->b, (size_t)rs->cap * sizeof *rs->b);
         }
         b = &rs->b[rs->nb++];
-        *b = (bench){xstrdup(name), NULL, 0, 0};
+        *b = (bench){xstrdup(name), NULL, 0, 0, 0, 0};
     }
     if (b->n == b->cap) {
         b->cap = b->cap ? 2 * b->cap : 16;
@@ -241,6 +245,9 @@ static int load_results(const char *path, result_set *rs) {
         char *key = xstrdup(name);
         strip_repeats(key);
         add_time(rs, key, t * scale);
+        bench *added = find_bench(rs, key);
+        added->mem |= json_object_object_get_ex(row, "bw_level", NULL);
+        if (json_object_object_get_ex(row, "threads", &v)) added->threads = json_object_get_int(v);
         free(key);
         rs->rows++;
     }
@@ -393,15 +400,23 @@ typedef struct {
     int normalize;       /* remove the drift common to every benchmark before testing */
 } settings;
 
+/* A drift group: thread count, size, memory-bound or not, and its drift. */
+typedef struct {
+    int threads, n, mem;
+    double drift;
+} mem_group;
+
 /* What compare_sets used, for the report: the drift it removed and where the
  * threshold came from. */
 typedef struct {
     int n;          /* benchmarks in both files */
-    double drift;   /* log(new / base) common to all; 0 when not normalised */
+    double drift;   /* log(new / base) of the compute-bound rows; 0 when not normalised */
     int normalized; /* the drift was removed */
     double sigma;   /* robust spread of the residual changes, percent */
     double threshold;
     const char *threshold_source; /* "given", "derived", "default" (< STATS_DRIFT_MIN benchmarks) */
+    mem_group mem_groups[16];     /* the drift groups (threads x compute/memory) */
+    int nmem;
 } gate_info;
 
 #define DEFAULT_THRESHOLD 5.0
@@ -471,12 +486,46 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         r->med_n = median_sorted(n->t, n->n);
         lr[nr++] = log(r->med_n / r->med_b);
     }
-    gate_info g = {nr, 0, 0, 0, s->threshold, "given"};
+    gate_info g = {nr, 0, 0, 0, s->threshold, "given", {{0, 0, 0, 0}}, 0};
+    /* The drift per resource group: rows at one thread count that are
+     * compute-bound share the cores' clock and share, memory-bound ones (a
+     * bw_level field: decode) the host's memory traffic. A group too small
+     * to estimate (compute: < STATS_DRIFT_MIN, memory: < 2) takes the drift
+     * of the compute rows at its thread count, else of all compute rows. */
+    double *gdrift = xrealloc(NULL, (size_t)(nr ? nr : 1) * sizeof *gdrift);
+    double *tmp = xrealloc(NULL, (size_t)(nr ? nr : 1) * sizeof *tmp);
+    for (int i = 0; i < nr; i++) gdrift[i] = 0;
     if (s->normalize && nr >= STATS_DRIFT_MIN) {
-        g.drift = stats_common_drift(lr, nr);
+        int nc = 0;
+        for (int i = 0; i < nr; i++)
+            if (!find_bench(base, rows[i].name)->mem) tmp[nc++] = lr[i];
+        g.drift = nc >= STATS_DRIFT_MIN ? stats_common_drift(tmp, nc) : stats_common_drift(lr, nr);
         g.normalized = 1;
+        for (int i = 0; i < nr; i++) {
+            const bench *bi = find_bench(base, rows[i].name);
+            int nm = 0, ncomp = 0;
+            for (int j = 0; j < nr; j++) {
+                const bench *bj = find_bench(base, rows[j].name);
+                if (bj->threads == bi->threads && bj->mem == bi->mem) tmp[nm++] = lr[j];
+            }
+            const int enough = bi->mem ? nm >= 2 : nm >= STATS_DRIFT_MIN;
+            if (enough) {
+                gdrift[i] = median_inplace(tmp, nm);
+            } else {
+                for (int j = 0; j < nr; j++) {
+                    const bench *bj = find_bench(base, rows[j].name);
+                    if (bj->threads == bi->threads && !bj->mem) tmp[ncomp++] = lr[j];
+                }
+                gdrift[i] = ncomp >= STATS_DRIFT_MIN ? median_inplace(tmp, ncomp) : g.drift;
+            }
+            int seen = 0;
+            for (int k = 0; k < g.nmem; k++)
+                seen |= g.mem_groups[k].threads == bi->threads && g.mem_groups[k].mem == bi->mem;
+            if (!seen && g.nmem < (int)(sizeof g.mem_groups / sizeof g.mem_groups[0]))
+                g.mem_groups[g.nmem++] = (mem_group){bi->threads, nm, bi->mem, gdrift[i]};
+        }
     }
-    for (int i = 0; i < nr; i++) lr[i] -= g.drift;
+    for (int i = 0; i < nr; i++) lr[i] -= gdrift[i];
     if (!s->threshold_given) {
         g.threshold = stats_derived_threshold(lr, nr, DEFAULT_THRESHOLD, &g.sigma);
         g.threshold_source = nr >= STATS_DRIFT_MIN ? "derived" : "default";
@@ -485,13 +534,14 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         (void)stats_derived_threshold(lr, nr, DEFAULT_THRESHOLD, &unused);
         g.sigma = unused;
     }
+    free(tmp);
     settings eff = *s;
     eff.threshold = g.threshold;
-    /* Pass 2: the U test on the new samples with the drift divided out. */
-    const double f = exp(-g.drift);
+    /* Pass 2: the U test on the new samples with their group's drift divided out. */
     double *scaled = NULL;
     for (int i = 0; i < nr; i++) {
         row *r = &rows[i];
+        const double f = exp(-gdrift[i]);
         const bench *b = find_bench(base, r->name), *n = find_bench(new, r->name);
         scaled = xrealloc(scaled, (size_t)n->n * sizeof *scaled);
         for (int j = 0; j < n->n; j++) scaled[j] = n->t[j] * f;
@@ -505,6 +555,7 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
     }
     free(scaled);
     free(lr);
+    free(gdrift);
     s = &eff;
     for (int i = 0; i < new->nb; i++) only_n += !find_bench(base, new->b[i].name);
     const int regression = count[V_SLOWER] > 0;
@@ -518,6 +569,18 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         json_object_object_add(o, "residual_sigma_pct", results_json_double(g.sigma));
         json_object_object_add(o, "drift_pct", results_json_double(100 * (exp(g.drift) - 1)));
         json_object_object_add(o, "drift_removed", json_object_new_boolean(g.normalized));
+        json_object *mg = json_object_new_array();
+        for (int k = 0; k < g.nmem; k++) {
+            json_object *e = json_object_new_object();
+            json_object_object_add(e, "threads", json_object_new_int(g.mem_groups[k].threads));
+            json_object_object_add(
+                e, "bound", json_object_new_string(g.mem_groups[k].mem ? "memory" : "compute"));
+            json_object_object_add(e, "benchmarks", json_object_new_int(g.mem_groups[k].n));
+            json_object_object_add(e, "drift_pct",
+                                   results_json_double(100 * (exp(g.mem_groups[k].drift) - 1)));
+            json_object_array_add(mg, e);
+        }
+        json_object_object_add(o, "drift_groups", mg);
         json_object_object_add(o, "alpha", results_json_double(s->alpha));
         json_object_object_add(o, "min_repetitions", json_object_new_int(MIN_REPS));
         json_object *fp = json_object_new_object();
@@ -566,11 +629,20 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
                    base->fp[1] ? base->fp[1] : "?", base->fp[2] ? base->fp[2] : "?",
                    base->fp[3] ? ", threads " : "", base->fp[3] ? base->fp[3] : "",
                    forced ? " (fingerprints differ: --force)" : "");
-        if (g.normalized)
-            printf("host drift: the new run is %+.1f%% on the median of %d benchmarks; divided out "
-                   "of every\nnew sample before testing (--no-normalize keeps it)\n",
-                   100 * (exp(g.drift) - 1), g.n);
-        else if (s->normalize)
+        if (g.normalized) {
+            printf("host drift, divided out of every new sample before testing (--no-normalize "
+                   "keeps it):\n");
+            for (int k = 0; k < g.nmem; k++)
+                printf("  %s-bound at %d thread%s: %+.1f%% (%d benchmark%s%s)\n",
+                       g.mem_groups[k].mem ? "memory" : "compute", g.mem_groups[k].threads,
+                       g.mem_groups[k].threads == 1 ? "" : "s",
+                       100 * (exp(g.mem_groups[k].drift) - 1), g.mem_groups[k].n,
+                       g.mem_groups[k].n == 1 ? "" : "s",
+                       (g.mem_groups[k].mem ? g.mem_groups[k].n < 2
+                                            : g.mem_groups[k].n < STATS_DRIFT_MIN)
+                           ? "; too few: the compute rows' drift"
+                           : "");
+        } else if (s->normalize)
             printf("host drift: not removed (fewer than %d benchmarks in both files)\n",
                    STATS_DRIFT_MIN);
         if (strcmp(g.threshold_source, "derived") == 0)

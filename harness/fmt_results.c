@@ -28,7 +28,10 @@ void results_measure_machine(results_machine *rm, double budget_s) {
     machine_cpu_key(&rm->m, rm->cpu_key, sizeof rm->cpu_key);
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
         machine_peak p;
-        if (machine_fma_peak((mha_isa)i, budget_s, &p) == MHA_OK) rm->peak_gflops[i] = p.gflops;
+        if (machine_fma_peak((mha_isa)i, budget_s, &p) == MHA_OK) {
+            rm->peak_gflops[i] = p.gflops;
+            rm->bf16_peak_gflops[i] = p.bf16_gflops;
+        }
     }
     rm->bw_threads_all = rm->m.cores > 0 ? rm->m.cores : 1;
     for (int l = 0; l < MACH_LEVELS; l++)
@@ -49,10 +52,13 @@ double results_kernel_peak(const results_machine *rm, const mha_kernel *k) {
 }
 
 double results_peak_for(const results_machine *rm, const mha_kernel *k, mha_dtype t) {
-    (void)t;
-    /* No BF16 peak is measured yet: every kernel is held to its ISA's FP32
-     * FMA peak. When mach_info measures one (the avx512bf16 level), return
-     * it here for kernels whose ISA has that unit and t is bf16/fp16. */
+    /* A bf16/fp16 problem on a kernel whose ISA has the BF16 dot-product unit
+     * (flash.avx512bf16: its products run there) is held to that unit's
+     * peak; everything else (fp32, and decode's widen-then-FMA on 16-bit
+     * caches) to the FP32 FMA peak of its ISA. */
+    const mha_isa isa = mha_kernel_run_isa(k);
+    if ((t == MHA_BF16 || t == MHA_F16) && rm->bf16_peak_gflops[isa] > 0)
+        return rm->bf16_peak_gflops[isa];
     return results_kernel_peak(rm, k);
 }
 
@@ -203,6 +209,10 @@ void results_context(const results_machine *rm, const results_run_info *ri, resu
         char key[64];
         snprintf(key, sizeof key, "mha_peak_gflops_%s", mha_isa_name((mha_isa)i));
         EMITF(key, "%.2f", rm->peak_gflops[i]);
+        if (rm->bf16_peak_gflops[i] > 0) {
+            snprintf(key, sizeof key, "mha_peak_gflops_bf16_%s", mha_isa_name((mha_isa)i));
+            EMITF(key, "%.2f", rm->bf16_peak_gflops[i]);
+        }
     }
     EMITF("mha_read_bw_gbs_1t", "%.2f", rm->read_bw_1t); /* DRAM */
     EMITF("mha_read_bw_gbs_all", "%.2f", rm->read_bw_all);

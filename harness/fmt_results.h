@@ -21,6 +21,9 @@ typedef struct {
     /* Measured single-thread FP32 FMA peak per ISA in GFLOP/s; 0 for ISAs
      * that do not run here (not on the CPU, or above the MHA_ISA cap). */
     double peak_gflops[MHA_ISA_COUNT];
+    /* Measured single-thread BF16 dot-product peak per ISA (vdpbf16ps), 0
+     * where the ISA has no such unit or does not run here. */
+    double bf16_peak_gflops[MHA_ISA_COUNT];
     double read_bw_1t, read_bw_all;  /* GB/s from DRAM, 1 thread and all cores */
     int bw_threads_all;              /* the thread count of read_bw_all */
     double level_bw[MACH_LEVELS][2]; /* GB/s per level (mach_info.h), [0] 1 thread, [1] all */

@@ -9,8 +9,12 @@ writes into DIR (default: the result file's directory), named after the file:
   <stem>-pct_peak.png  the same as % of the measured FMA peak (kernel ISA x threads)
   <stem>-fastest.png   the fastest kernel for every shape and thread count
 
-Per-repetition rows of one name are reduced to their median; aggregate rows
-(_mean, _median, ...) and failed runs are ignored. A panel's point at length N
+Per-repetition rows of one name are reduced to their median over the
+repetitions the interference evidence did not mark disturbed, drawn with the
+95% interval of that median as an error bar (harness/stats.c's order
+statistics); the measured FP32 FMA peak (and the BF16 dot-product peak where
+measured) x threads is drawn as a roofline line, 100% on the pct_peak plot.
+Aggregate rows (_mean, _median, ...) and failed runs are ignored. A panel's point at length N
 is the median over the axes the panel does not show (batch, heads, kv_heads),
 so it reads as "a typical shape of that length"; cross-attention and decode
 shapes (Nq != Nkv) appear only in the fastest-kernel map. Debian's
@@ -54,11 +58,47 @@ def load(path):
         if m["dtype"] or m["kv_dtype"]:
             kernel += " " + (m["dtype"] or "fp32") + (f" kv:{m['kv_dtype']}" if m["kv_dtype"] else "")
         key = (kernel, tuple(int(m[a]) for a in AXES))
-        r = rows.setdefault(key, {"gflops": [], "pct_peak": []})
+        r = rows.setdefault(key, {"gflops": [], "pct_peak": [], "disturbed": []})
         r["gflops"].append(float(b["GFLOPS"]))
         r["pct_peak"].append(float(b.get("pct_peak", 0.0)))
-    out = {k: {m: statistics.median(v[m]) for m in v} for k, v in rows.items()}
+        r["disturbed"].append(bool(b.get("disturbed", 0)))
+    out = {}
+    for k, v in rows.items():
+        # the repetitions that count: the undisturbed ones (all if none is)
+        keep = [i for i, d in enumerate(v["disturbed"]) if not d] or list(range(len(v["gflops"])))
+        e = {}
+        for m in ("gflops", "pct_peak"):
+            xs = [v[m][i] for i in keep]
+            lo, hi = median_interval(xs)
+            e[m], e[m + "_lo"], e[m + "_hi"] = statistics.median(xs), lo, hi
+        out[k] = e
     return out, data.get("context", {})
+
+
+def median_interval(xs, conf=0.95):
+    """The distribution-free interval of harness/stats.c: [x_(j), x_(n+1-j)]
+    with the largest j whose binomial coverage is >= conf (whole range when
+    there are too few samples; one sample is its own interval)."""
+    x = sorted(xs)
+    n = len(x)
+    best, tail = 1, 0.5 ** n
+    j = 2
+    while 2 * j <= n + 1:
+        tail += math.comb(n, j - 1) * 0.5 ** n
+        if 1 - 2 * tail < conf:
+            break
+        best = j
+        j += 1
+    return x[best - 1], x[n - best]
+
+
+def peak_of(ctx, threads):
+    """The highest measured FP32 FMA peak in the context (GFLOP/s, 1 thread) x
+    threads, and the bf16 one when measured; None when absent."""
+    fma = [float(v) for k, v in ctx.items() if re.fullmatch(r"mha_peak_gflops_[a-z0-9]+", k)
+           and not k.startswith("mha_peak_gflops_bf16")]
+    bf = [float(v) for k, v in ctx.items() if k.startswith("mha_peak_gflops_bf16_")]
+    return (max(fma) * threads if fma else None, max(bf) * threads if bf else None)
 
 
 def kernel_order(kernels):
@@ -111,7 +151,7 @@ def plot_lines(results, ctx, metric, ylabel, path):
             continue
         panels.setdefault((d, causal, threads), {}).setdefault(kernel, {}).setdefault(
             nkv, []
-        ).append(r[metric])
+        ).append((r[metric], r[metric + "_lo"], r[metric + "_hi"]))
     if not panels:
         return False
     keys = sorted(panels)
@@ -129,9 +169,29 @@ def plot_lines(results, ctx, metric, ylabel, path):
             if not series:
                 continue
             xs = sorted(series)
-            ys = [statistics.median(series[x]) for x in xs]
+            ys = [statistics.median(v[0] for v in series[x]) for x in xs]
+            # the error bar: the 95% interval of the median (medians of the
+            # bounds when a point stands for several shapes)
+            lo = [statistics.median(v[1] for v in series[x]) for x in xs]
+            hi = [statistics.median(v[2] for v in series[x]) for x in xs]
             color, ls = styles[kernel]
-            ax.plot(xs, ys, marker="o", ms=3, lw=1.4, color=color, ls=ls, label=kernel)
+            ax.errorbar(xs, ys, yerr=[[max(0.0, y - l) for y, l in zip(ys, lo)],
+                                      [max(0.0, h - y) for y, h in zip(ys, hi)]],
+                        marker="o", ms=3, lw=1.4, color=color, ls=ls, label=kernel,
+                        capsize=2, elinewidth=0.8)
+        # the roofline: the measured peak of the unit (x threads)
+        if metric == "gflops":
+            fma, bf = peak_of(ctx, threads)
+            if fma:
+                ax.axhline(fma, color="0.4", ls="-.", lw=0.9)
+                ax.annotate("FP32 FMA peak", (0.02, fma), xycoords=("axes fraction", "data"),
+                            fontsize=6, color="0.3", va="bottom")
+            if bf:
+                ax.axhline(bf, color="0.6", ls=":", lw=0.9)
+                ax.annotate("BF16 dot peak", (0.02, bf), xycoords=("axes fraction", "data"),
+                            fontsize=6, color="0.4", va="bottom")
+        elif metric == "pct_peak":
+            ax.axhline(100, color="0.4", ls="-.", lw=0.9)
         ax.set_xscale("log", base=2)
         ax.set_title(f"d={d} causal={causal} threads={threads}", fontsize=9)
         ax.set_xlabel("sequence length (Nq = Nkv)", fontsize=8)

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# test.sh - sets up and runs every test: the unit tests natively and under
-# each MHA_ISA cap (tests for an ISA this CPU lacks skip), then the same
-# suite in an AddressSanitizer + UBSan build, then a bounded libFuzzer run of
-# each reader (scripts/fuzz.sh, about a minute). Ends with "N passed, N failed".
+# test.sh - sets up and runs every test: the unit tests natively (the full
+# verify grid, the fleet tests), the ISA-dependent ones under each MHA_ISA
+# cap (tests for an ISA this CPU lacks skip; kernel grids a third, verify
+# --quick), then an AddressSanitizer + UBSan build (everything but the full
+# grid and the fleet, kernel grids a third), then a bounded libFuzzer run of
+# each reader (scripts/fuzz.sh, about a minute). The suites and setups are
+# in tests/meson.build. Ends with "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh || { echo "0 passed, 1 failed"; exit 1; }
@@ -28,7 +31,7 @@ if [ ! -f build-asan/build.ninja ]; then
 fi
 if meson compile -C build-asan >"$log" 2>&1; then
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        meson test -C build-asan --print-errorlogs 2>&1 | tee "$log"
+        meson test -C build-asan --setup sanitize --print-errorlogs 2>        meson test -C build-asan --print-errorlogs 2>&1 | tee "$log"1 | tee "$log"
     tally "$log"
 else
     cat "$log"

@@ -118,16 +118,26 @@ static result_writer begin_results(const char *path, fingerprint fp) {
 
 /* One benchmark: n iteration rows with times t (in unit), then the aggregates
  * Google Benchmark adds (with absurd values: compare must ignore them). */
-static void add_bench(result_writer *w, const char *name, int n, const double *t,
-                      const char *unit) {
+static void add_aggregates(result_writer *w, const char *name, int n, const char *unit);
+static void add_bench_x(result_writer *w, const char *name, int n, const double *t,
+                        const char *unit, const char *extra) {
     for (int i = 0; i < n; i++)
         fprintf(w->f,
                 "%s\n    {\"name\": \"%s\", \"family_index\": 0, \"per_family_instance_index\": 0,"
                 " \"run_name\": \"%s\", \"run_type\": \"iteration\", \"repetitions\": %d,"
                 " \"repetition_index\": %d, \"threads\": 1, \"iterations\": 100,"
                 " \"real_time\": %.17g, \"cpu_time\": %.17g, \"time_unit\": \"%s\","
-                " \"GFLOPS\": 1.5e+01, \"pct_peak\": 12.5}",
-                w->rows++ ? "," : "", name, name, n, i, t[i], t[i], unit);
+                " \"GFLOPS\": 1.5e+01, \"pct_peak\": 12.5%s}",
+                w->rows++ ? "," : "", name, name, n, i, t[i], t[i], unit, extra);
+    add_aggregates(w, name, n, unit);
+}
+
+static void add_bench(result_writer *w, const char *name, int n, const double *t,
+                      const char *unit) {
+    add_bench_x(w, name, n, t, unit, "");
+}
+
+static void add_aggregates(result_writer *w, const char *name, int n, const char *unit) {
     static const char *const aggs[] = {"mean", "median", "stddev", "cv"};
     for (int a = 0; a < 4; a++)
         fprintf(w->f,
@@ -279,7 +289,7 @@ static void test_drift_removed(void **state) {
     assert_true(fabs(json_object_get_double(get(bench_at(r, 5), "change_raw_pct")) - 16.6) < 1e-6);
     json_object_put(r);
     EXPECT_EXIT(1, run_bench("compare", a, b, NULL));
-    EXPECT_IN(g_out, "host drift: the new run is +6.0% on the median of 12 benchmarks");
+    EXPECT_IN(g_out, "compute-bound at 1 thread: +6.0% (12 benchmarks)");
     EXPECT_IN(g_out, "threshold: 2.0% derived");
     /* kept: all twelve are slower */
     EXPECT_EXIT(1, run_bench("compare", a, b, "--json", "--no-normalize", NULL));
@@ -293,6 +303,37 @@ static void test_drift_removed(void **state) {
     assert_string_equal(json_object_get_string(get(r, "threshold_source")), "given");
     assert_string_equal(verdict_at(r, 5), "same");
     json_object_put(r);
+}
+
+/* Memory-bound rows (a bw_level field) drift with the host's memory
+ * traffic, not with the cores: eight compute rows unchanged, three
+ * memory-bound rows 12% slower (the host's traffic) and one of them 10% more
+ * (a real change): only that one is slower. */
+static void test_memory_drift(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *a = tmp_path("mem_a.json"), *b = tmp_path("mem_b.json");
+    for (int side = 0; side < 2; side++) {
+        result_writer w = begin_results(side ? b : a, FP_HERE);
+        for (int k = 0; k < 11; k++) {
+            char name[160];
+            double t[12];
+            const int mem = k >= 8;
+            snprintf(name, sizeof name, "%s/B:1/H:%d/KV:8/Nq:%d/Nkv:4096/d:64/causal:0/threads:1",
+                     mem ? "decode.avx2" : "flash.avx2", 8 + k, mem ? 1 : 512);
+            const double f = side && mem ? (k == 10 ? 1.12 * 1.10 : 1.12) : 1.0;
+            sample(t, 12, 1000.0 * (k + 1) * f, 0.01);
+            add_bench_x(&w, name, 12, t, "ns", mem ? ", \"bw_level\": 4" : "");
+        }
+        end_results(&w);
+    }
+    EXPECT_EXIT(1, run_bench("compare", a, b, "--json", NULL));
+    json_object *r = parse_report();
+    for (int k = 0; k < 11; k++) assert_string_equal(verdict_at(r, k), k == 10 ? "slower" : "same");
+    json_object_put(r);
+    EXPECT_EXIT(1, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_out, "memory-bound at 1 thread: +12.0% (3 benchmarks)");
+    EXPECT_IN(g_out, "compute-bound at 1 thread: +0.0% (8 benchmarks)");
 }
 
 static void test_noisy_overlap(void **state) {
@@ -791,6 +832,7 @@ int main(void) {
         cmocka_unit_test(test_identical_same),
         cmocka_unit_test(test_slower_tight),
         cmocka_unit_test(test_drift_removed),
+        cmocka_unit_test(test_memory_drift),
         cmocka_unit_test(test_noisy_overlap),
         cmocka_unit_test(test_too_few),
         cmocka_unit_test(test_fingerprint_mismatch),

@@ -123,3 +123,8 @@ int tu_run_va(const char *prog, const char *first, va_list ap, const char *dir, 
     args[n] = NULL;
     return tu_run(prog, args, dir, out, outlen, err, errlen);
 }
+
+int tu_quick(void) {
+    const char *q = getenv("MHA_TEST_QUICK");
+    return q && *q && strcmp(q, "0") != 0;
+}

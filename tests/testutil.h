@@ -10,6 +10,9 @@
 void tu_rm_tree(const char *dir);
 /* Entries of dir besides . and ..; -1 if it cannot be opened. */
 int tu_count_entries(const char *dir);
+/* 1 when MHA_TEST_QUICK is set (the ISA-cap and sanitizer setups of
+ * tests/meson.build): the big kernel grids then take every third case. */
+int tu_quick(void);
 /* Reads up to len-1 bytes of path into buf, NUL-terminated ("" if unreadable). */
 void tu_slurp(const char *path, char *buf, size_t len);
 /* Runs argv[0] with argv (NULL-terminated); stdout and stderr go through

@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "mach_info.h"
 #include "mha_private.h"
+#include "shard.h"
 #include "stats.h"
 #include "fmt_results.h"
 #include "util.h"
@@ -541,7 +542,7 @@ static int commit_log(mha_out *w, const char *dir, const char *key, const char *
 static void usage_tune(FILE *f) {
     fprintf(f,
             "usage: mhabench tune [--budget SECONDS] [--classes quick|full] [--kernels a,b]\n"
-            "                     [--threads 1,N] [--out TABLE.json] [--seed N]\n"
+            "                     [--threads 1,N] [--out TABLE.json] [--seed N] [--shard I/N]\n"
             "  Searches block_q / block_kv (and the parallel split where the kernel has one)\n"
             "  per shape class, verifying every candidate against the float64 oracle, and\n"
             "  writes the tuning table mha_select and `--kernel auto` use, plus a JSON Lines\n"
@@ -553,7 +554,9 @@ static void usage_tune(FILE *f) {
             "  --threads T   thread counts: 1 for the t1 classes, N > 1 for the tall ones\n"
             "                (default 1,<cores>)\n"
             "  --out F       the table (default <results/tuning>/<cpu key>.json)\n"
-            "  --seed N      input data seed (default 1)\n",
+            "  --seed N      input data seed (default 1)\n"
+            "  --shard I/N   tune every N-th class from the I-th (fleet mode: N hosts of one\n"
+            "                CPU type; `scripts/fleet_report.py tuning` joins their tables)\n",
             DEFAULT_BUDGET_S);
 }
 
@@ -585,12 +588,13 @@ typedef struct {
     float budget;
     const char *set, *kernels, *threads, *out;
     int64_t seed;
+    shard_spec shard; /* --shard I/N; count 0: every class */
 } tune_args;
 
 /* Parses argv into a. Returns TUNE_OK, TUNE_HELP, or TUNE_BAD_INPUT after
  * printing what was wrong. */
 static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
-    enum { O_BUDGET = 256, O_CLASSES, O_KERNELS, O_THREADS, O_OUT, O_SEED };
+    enum { O_BUDGET = 256, O_CLASSES, O_KERNELS, O_THREADS, O_OUT, O_SEED, O_SHARD };
     static const struct option longopts[] = {
         {"budget", required_argument, NULL, O_BUDGET},
         {"classes", required_argument, NULL, O_CLASSES},
@@ -598,6 +602,7 @@ static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
         {"threads", required_argument, NULL, O_THREADS},
         {"out", required_argument, NULL, O_OUT},
         {"seed", required_argument, NULL, O_SEED},
+        {"shard", required_argument, NULL, O_SHARD},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -628,6 +633,9 @@ static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
             break;
         case O_SEED:
             if (!parse_i64("--seed", optarg, 0, INT64_MAX, &a->seed)) return TUNE_BAD_INPUT;
+            break;
+        case O_SHARD:
+            if (shard_parse(optarg, &a->shard) != 0) return TUNE_BAD_INPUT;
             break;
         case 'h':
             usage_tune(stdout);
@@ -699,6 +707,17 @@ static tune_status choose_classes(tune_run *r) {
         if ((r->classes[i].threads == 1 && r->t1) || (r->classes[i].threads == 0 && r->tall))
             r->classes[kept++] = r->classes[i];
     r->ncls = kept;
+    /* A shard takes every N-th class: each class gets an equal share of the
+     * budget, so equal counts are equal times. Shards of one run write their
+     * own tables; scripts/fleet_report.py tuning joins them per CPU key. */
+    if (r->a.shard.count > 0) {
+        kept = 0;
+        for (int i = 0; i < r->ncls; i++)
+            if (i % r->a.shard.count == r->a.shard.index - 1) r->classes[kept++] = r->classes[i];
+        printf("tune: shard %d/%d: %d of %d classes\n", r->a.shard.index, r->a.shard.count, kept,
+               r->ncls);
+        r->ncls = kept;
+    }
     return TUNE_OK;
 }
 
@@ -1051,6 +1070,11 @@ static json_object *table_root(const tune_run *r, double elapsed) {
     json_object_object_add(root, "budget_s", results_json_double(r->a.budget));
     json_object_object_add(root, "elapsed_s", results_json_double(round(elapsed * 10) / 10));
     json_object_object_add(root, "seed", json_object_new_int64(r->a.seed));
+    if (r->a.shard.count > 0) {
+        char sh[32];
+        snprintf(sh, sizeof sh, "%d/%d", r->a.shard.index, r->a.shard.count);
+        json_object_object_add(root, "shard", json_object_new_string(sh));
+    }
     json_object_object_add(root, "load_avg_start", results_json_double(r->load0[0]));
     json_object_object_add(root, "contended_classes", json_object_new_int(r->contended));
     const char *lp = strrchr(r->log_path, '/');

@@ -35,22 +35,7 @@ import re
 import statistics
 import sys
 
-
-def median_interval(xs, conf=0.95):
-    """[lo, hi] covering the median with probability >= conf (order statistics)."""
-    x = sorted(xs)
-    n = len(x)
-    if n == 0:
-        return (0.0, 0.0)
-    best, tail = 1, 0.5 ** n
-    j = 2
-    while 2 * j <= n + 1:
-        tail += math.comb(n, j - 1) * 0.5 ** n
-        if 1 - 2 * tail < conf:
-            break
-        best = j
-        j += 1
-    return (x[best - 1], x[n - best])
+from mha_stats import median_interval  # scripts/: shared with plot_results/fleet_report
 
 
 def split_name(name):

@@ -28,6 +28,8 @@ import re
 import statistics
 import sys
 
+from mha_stats import median_interval  # scripts/: shared with plot_results/fleet_report
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -73,23 +75,6 @@ def load(path):
             e[m], e[m + "_lo"], e[m + "_hi"] = statistics.median(xs), lo, hi
         out[k] = e
     return out, data.get("context", {})
-
-
-def median_interval(xs, conf=0.95):
-    """The distribution-free interval of harness/stats.c: [x_(j), x_(n+1-j)]
-    with the largest j whose binomial coverage is >= conf (whole range when
-    there are too few samples; one sample is its own interval)."""
-    x = sorted(xs)
-    n = len(x)
-    best, tail = 1, 0.5 ** n
-    j = 2
-    while 2 * j <= n + 1:
-        tail += math.comb(n, j - 1) * 0.5 ** n
-        if 1 - 2 * tail < conf:
-            break
-        best = j
-        j += 1
-    return x[best - 1], x[n - best]
 
 
 def peak_of(ctx, threads):
@@ -186,7 +171,7 @@ def plot_lines(results, ctx, metric, ylabel, path):
                 ax.axhline(fma, color="0.4", ls="-.", lw=0.9)
                 ax.annotate("FP32 FMA peak", (0.02, fma), xycoords=("axes fraction", "data"),
                             fontsize=6, color="0.3", va="bottom")
-            if bf:
+            if bf and any(" bf16" in k or " fp16" in k for k in kernels):
                 ax.axhline(bf, color="0.6", ls=":", lw=0.9)
                 ax.annotate("BF16 dot peak", (0.02, bf), xycoords=("axes fraction", "data"),
                             fontsize=6, color="0.4", va="bottom")

@@ -319,35 +319,47 @@ mha_status results_commit_run(mha_out *w, const char *dir, time_t t, char *why, 
     return MHA_EIO;
 }
 
-mha_status results_json_fix_nonfinite(mha_out *w, char *why, size_t len) {
-    const int fd = w->fd;
+/* The whole unnamed file of w (read back from its start) as a
+ * NUL-terminated string of *n bytes; NULL with the reason in why. */
+char *results_out_read(const mha_out *w, size_t *n, char *why, size_t len) {
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
+    if (fstat(w->fd, &sb) != 0) {
         snprintf(why, len, "cannot stat the result file: %s", strerror(errno));
-        return MHA_EIO;
+        return NULL;
     }
-    const size_t n = (size_t)sb.st_size;
-    /* null is one byte longer than NaN or inf: at most 4/3 of the input. */
-    char *in = malloc(n + 1), *out = malloc(n + n / 3 + 8);
-    if (!in || !out) {
-        free(in);
-        free(out);
-        snprintf(why, len, "out of memory reading the result file (%zu bytes)", n);
-        return MHA_ENOMEM;
+    *n = (size_t)sb.st_size;
+    char *in = malloc(*n + 1);
+    if (!in) {
+        snprintf(why, len, "out of memory reading the result file (%zu bytes)", *n);
+        return NULL;
     }
     size_t got = 0;
-    while (got < n) {
-        const ssize_t k = pread(fd, in + got, n - got, (off_t)got);
+    while (got < *n) {
+        const ssize_t k = pread(w->fd, in + got, *n - got, (off_t)got);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) break;
         got += (size_t)k;
     }
-    if (got != n) {
-        snprintf(why, len, "cannot read back the result file: %s",
-                 got < n ? "short read" : strerror(errno));
+    if (got != *n) {
+        snprintf(why, len, "cannot read back the result file: short read");
         free(in);
-        free(out);
-        return MHA_EIO;
+        return NULL;
+    }
+    in[*n] = '\0';
+    return in;
+}
+
+mha_status results_json_fix_nonfinite(mha_out *w, char *why, size_t len) {
+    const int fd = w->fd;
+    size_t n;
+    char *in = results_out_read(w, &n, why, len);
+    if (!in) return MHA_EIO;
+    /* null is one byte longer than NaN or inf: at most 4/3 of the input. */
+    char *out = malloc(n + n / 3 + 8);
+    if (!out) {
+        free(in);
+        snprintf(why, len, "out of memory reading the result file (%zu bytes)", n);
+        return MHA_ENOMEM;
     }
     /* Outside strings, a bare NaN / Infinity token (any sign, any case of
      * nan/inf) becomes null. */
@@ -415,30 +427,9 @@ static void name_part(const char *name, size_t n, const char *key, const char *d
 
 mha_status results_json_add_dtypes(mha_out *w, char *why, size_t len) {
     const int fd = w->fd;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        snprintf(why, len, "cannot stat the result file: %s", strerror(errno));
-        return MHA_EIO;
-    }
-    const size_t n = (size_t)sb.st_size;
-    char *in = malloc(n + 1);
-    if (!in) {
-        snprintf(why, len, "out of memory reading the result file (%zu bytes)", n);
-        return MHA_ENOMEM;
-    }
-    size_t got = 0;
-    while (got < n) {
-        const ssize_t k = pread(fd, in + got, n - got, (off_t)got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
-    if (got != n) {
-        snprintf(why, len, "cannot read back the result file: short read");
-        free(in);
-        return MHA_EIO;
-    }
-    in[n] = '\0';
+    size_t n;
+    char *in = results_out_read(w, &n, why, len);
+    if (!in) return MHA_EIO;
     /* rows: every "name": "..." after the "benchmarks" key */
     const char *bench = strstr(in, "\"benchmarks\"");
     size_t rows = 0;

@@ -94,6 +94,9 @@ mha_status results_commit_run(mha_out *w, const char *dir, time_t t, char *why, 
  * not JSON: rewrites the output file of w (from its start) with null there.
  * Returns MHA_OK, or MHA_EIO / MHA_ENOMEM with a reason. */
 mha_status results_json_fix_nonfinite(mha_out *w, char *why, size_t len);
+/* The whole unnamed file of w (read back from its start), NUL-terminated,
+ * *n bytes; NULL with the reason in why. */
+char *results_out_read(const mha_out *w, size_t *n, char *why, size_t len);
 /* Reads a whole regular file (a FIFO or device is refused, never waited on);
  * NULL with the reason in why on failure. The text is NUL-terminated. */
 char *results_read_file(const char *path, size_t *len, char *why, size_t wlen);

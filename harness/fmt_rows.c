@@ -16,37 +16,9 @@
 #include "stats.h"
 #include "util.h"
 
-/* The whole unnamed file of w as a NUL-terminated string. */
-static char *slurp(const mha_out *w, char *why, size_t len) {
-    struct stat sb;
-    if (fstat(w->fd, &sb) != 0) {
-        snprintf(why, len, "cannot stat a result file: %s", strerror(errno));
-        return NULL;
-    }
-    const size_t n = (size_t)sb.st_size;
-    char *buf = malloc(n + 1);
-    if (!buf) {
-        snprintf(why, len, "out of memory reading a result file (%zu bytes)", n);
-        return NULL;
-    }
-    size_t got = 0;
-    while (got < n) {
-        const ssize_t k = pread(w->fd, buf + got, n - got, (off_t)got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
-    if (got != n) {
-        snprintf(why, len, "cannot read back a result file");
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    return buf;
-}
-
 static json_object *parse_out(const mha_out *w, char *why, size_t len) {
-    char *text = slurp(w, why, len);
+    size_t n;
+    char *text = results_out_read(w, &n, why, len);
     if (!text) return NULL;
     json_object *root = json_tokener_parse(text);
     free(text);

@@ -12,7 +12,7 @@ writes into DIR (default: the result file's directory), named after the file:
 Per-repetition rows of one name are reduced to their median over the
 repetitions the interference evidence did not mark disturbed, drawn with the
 95% interval of that median as an error bar (harness/stats.c's order
-statistics); the measured FP32 FMA peak (and the BF16 dot-product peak where
+statistics); the measured FP32 FMA peak (and, on plots with bf16/fp16 rows, the BF16 dot-product peak where
 measured) x threads is drawn as a roofline line, 100% on the pct_peak plot.
 Aggregate rows (_mean, _median, ...) and failed runs are ignored. A panel's point at length N
 is the median over the axes the panel does not show (batch, heads, kv_heads),

@@ -31,7 +31,7 @@ if [ ! -f build-asan/build.ninja ]; then
 fi
 if meson compile -C build-asan >"$log" 2>&1; then
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        meson test -C build-asan --setup sanitize --print-errorlogs 2>        meson test -C build-asan --print-errorlogs 2>&1 | tee "$log"1 | tee "$log"
+        meson test -C build-asan --setup sanitize --print-errorlogs 2>&1 | tee "$log"
     tally "$log"
 else
     cat "$log"

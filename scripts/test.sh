@@ -38,8 +38,8 @@ else
     fail=$((fail + 1))
 fi
 
-echo "== fuzz smoke: each libFuzzer target of tests/fuzz for 20 s (scripts/fuzz.sh)"
-if ./scripts/fuzz.sh 20 2>&1 | tee "$log"; then :; fi
+echo "== fuzz smoke: each libFuzzer target of tests/fuzz for 10 s (scripts/fuzz.sh)"
+if ./scripts/fuzz.sh 10 2>&1 | tee "$log"; then :; fi
 f_line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
 if [ -n "$f_line" ]; then
     pass=$((pass + $(echo "$f_line" | awk '{print $1}')))

@@ -882,6 +882,39 @@ static int take_shard(bench *benches, int nbench, const shard_spec *sh, double m
     return kept;
 }
 
+/* Fisher-Yates over order[0..n) with splitmix64 seeded by seed: a seeded run
+ * repeats its order exactly. */
+static void shuffle_order(int *order, int n, uint64_t seed) {
+    uint64_t st = seed;
+    for (int i = n - 1; i > 0; i--) {
+        const int j = (int)(splitmix64(&st) % (uint64_t)(i + 1));
+        const int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+/* Registers b with Google Benchmark: repeated by its own flags
+ * (report_as 0), or as one repetition of a name registered report_as times
+ * (interleaved). Returns 0, or -1 after a message. */
+static int register_one(bench *b, int report_as) {
+    mha_gbench_def d;
+    memset(&d, 0, sizeof d);
+    d.name = b->name;
+    d.run = bench_body;
+    d.user = b;
+    d.real_time = 1;
+    if (report_as > 0) {
+        d.repetitions = 1;
+        d.report_as_repetitions = report_as;
+    }
+    if (mha_gbench_register(&d) != 0) {
+        errorf("sweep: cannot register %s", b->name);
+        return -1;
+    }
+    return 0;
+}
+
 /* Registers the benchmarks with Google Benchmark. Returns 0, or -1 after a
  * message. */
 static int register_benches(bench *benches, int nbench, int interleaved, int by_shape,
@@ -900,15 +933,7 @@ static int register_benches(bench *benches, int nbench, int interleaved, int by_
     int nreg = nbench * per_bench;
     int *order = sweep_realloc(NULL, (size_t)nreg, sizeof *order);
     for (int i = 0; i < nreg; i++) order[i] = i / per_bench;
-    if (interleaved) {
-        uint64_t st = seed ^ 0x5eedull;
-        for (int i = nreg - 1; i > 0; i--) {
-            const int j = (int)(splitmix64(&st) % (uint64_t)(i + 1));
-            const int t = order[i];
-            order[i] = order[j];
-            order[j] = t;
-        }
-    }
+    if (interleaved) shuffle_order(order, nreg, seed ^ 0x5eedull);
     if (interleaved && by_shape) {
         /* roofline: shapes in their listed order, the shuffle kept within each
          * (a stable insertion sort by the shape's first benchmark) */
@@ -930,24 +955,11 @@ static int register_benches(bench *benches, int nbench, int interleaved, int by_
         free(first);
     }
     mha_gbench_clear();
-    for (int i = 0; i < nreg; i++) {
-        bench *b = &benches[order[i]];
-        mha_gbench_def d;
-        memset(&d, 0, sizeof d);
-        d.name = b->name;
-        d.run = bench_body;
-        d.user = b;
-        d.real_time = 1;
-        if (interleaved) {
-            d.repetitions = 1;
-            d.report_as_repetitions = repetitions;
-        }
-        if (mha_gbench_register(&d) != 0) {
-            errorf("sweep: cannot register %s", b->name);
+    for (int i = 0; i < nreg; i++)
+        if (register_one(&benches[order[i]], interleaved ? repetitions : 0) != 0) {
             free(order);
             return -1;
         }
-    }
     free(order);
     return 0;
 }
@@ -1419,31 +1431,14 @@ static int run_pass(const sweep_args *a, bench *benches, int nbench, int repetit
     int *order = sweep_realloc(NULL, (size_t)nreg, sizeof *order), k = 0;
     for (int i = 0; i < nbench; i++)
         for (int r = 0; r < want[i]; r++) order[k++] = i;
-    uint64_t st = a->seed ^ (0x9a55ull * (uint64_t)p);
-    for (int i = nreg - 1; i > 0; i--) {
-        const int j = (int)(splitmix64(&st) % (uint64_t)(i + 1));
-        const int t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
+    shuffle_order(order, nreg, a->seed ^ (0x9a55ull * (uint64_t)p));
     mha_gbench_clear();
-    for (int i = 0; i < nreg; i++) {
-        bench *b = &benches[order[i]];
-        mha_gbench_def d;
-        memset(&d, 0, sizeof d);
-        d.name = b->name;
-        d.run = bench_body;
-        d.user = b;
-        d.real_time = 1;
-        d.repetitions = 1;
-        d.report_as_repetitions = want[order[i]];
-        if (mha_gbench_register(&d) != 0) {
-            errorf("sweep: cannot register %s", b->name);
+    for (int i = 0; i < nreg; i++)
+        if (register_one(&benches[order[i]], want[order[i]]) != 0) {
             free(order);
             free(want);
             return -1;
         }
-    }
     for (int i = 0; i < nbench; i++) benches[i].extra += want[i];
     free(order);
     free(want);

@@ -144,21 +144,6 @@ static void add_time(result_set *rs, const char *name, double ns) {
     b->t[b->n++] = ns;
 }
 
-static double unit_ns(const char *unit) {
-    if (strcmp(unit, "ns") == 0) return 1;
-    if (strcmp(unit, "us") == 0) return 1e3;
-    if (strcmp(unit, "ms") == 0) return 1e6;
-    if (strcmp(unit, "s") == 0) return 1e9;
-    return 0;
-}
-
-static const char *row_string(json_object *row, const char *key) {
-    json_object *v;
-    if (!json_object_object_get_ex(row, key, &v) || !json_object_is_type(v, json_type_string))
-        return NULL;
-    return json_object_get_string(v);
-}
-
 /* Loads a Google Benchmark JSON file and appends its iteration rows to rs (which
  * may already hold rows from other files: A/B rounds are pooled). The first file
  * loaded sets the fingerprint. Returns 0, or EXIT_USAGE after printing why. */
@@ -202,10 +187,7 @@ static int load_results(const char *path, result_set *rs) {
         /* Aggregates (_mean, _median, _stddev, _cv) are derived; only the
          * repetitions themselves are samples. Files without run_type (old
          * Google Benchmark) mark aggregates with aggregate_name. */
-        const char *type = row_string(row, "run_type");
-        if (type ? strcmp(type, "iteration") != 0
-                 : json_object_object_get_ex(row, "aggregate_name", NULL))
-            continue;
+        if (!results_row_is_iteration(row)) continue;
         if (json_object_object_get_ex(row, "error_occurred", &v) && json_object_get_boolean(v)) {
             rs->skipped++;
             continue;
@@ -219,7 +201,7 @@ static int load_results(const char *path, result_set *rs) {
             rs->disturbed++;
             continue;
         }
-        const char *name = row_string(row, "name");
+        const char *name = results_row_str(row, "name");
         if (!name || !*name) {
             errorf_esc("compare: %s: benchmarks[%zu] has no \"name\"", path, i);
             goto out;
@@ -230,8 +212,8 @@ static int load_results(const char *path, result_set *rs) {
             goto out;
         }
         const double t = json_object_get_double(v);
-        const char *unit = row_string(row, "time_unit");
-        const double scale = unit ? unit_ns(unit) : 1;
+        const char *unit = results_row_str(row, "time_unit");
+        const double scale = results_unit_ns(unit);
         if (scale == 0) {
             errorf_esc("compare: %s: benchmark '%s': time_unit '%s' is not one of ns, us, ms, s",
                        path, name, unit);
@@ -405,7 +387,7 @@ typedef struct {
 typedef struct {
     int threads, n, mem;
     double drift;
-} mem_group;
+} drift_group;
 
 /* What compare_sets used, for the report: the drift it removed and where the
  * threshold came from. */
@@ -416,8 +398,8 @@ typedef struct {
     double sigma;   /* robust spread of the residual changes, percent */
     double threshold;
     const char *threshold_source; /* "given", "derived", "default" (< STATS_DRIFT_MIN benchmarks) */
-    mem_group mem_groups[16];     /* the drift groups (threads x compute/memory) */
-    int nmem;
+    drift_group groups[16];       /* the drift groups (threads x compute/memory) */
+    int ngroups;
 } gate_info;
 
 #define DEFAULT_THRESHOLD 5.0
@@ -464,6 +446,19 @@ static json_object *name_list(const result_set *in, const result_set *other) {
     return a;
 }
 
+/* The log changes lr of the rows in one drift group into out: the rows
+ * with `threads` threads (any when threads < 0) that are memory-bound (mem
+ * 1) or compute-bound (mem 0). Returns the count. */
+static int group_changes(const result_set *base, const row *rows, const double *lr, int nr,
+                         int threads, int mem, double *out) {
+    int n = 0;
+    for (int j = 0; j < nr; j++) {
+        const bench *b = find_bench(base, rows[j].name);
+        if ((threads < 0 || b->threads == threads) && b->mem == mem) out[n++] = lr[j];
+    }
+    return n;
+}
+
 /* Compares new against base and prints the report. Returns the exit status. */
 static int compare_sets(const result_set *base, const result_set *new, const char *base_label,
                         const char *new_label, int fp_checked, int forced, const settings *s) {
@@ -493,48 +488,45 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
      * compute-bound share the cores' clock and share, memory-bound ones (a
      * bw_level field: decode) the host's memory traffic. A group too small
      * to estimate (compute: < STATS_DRIFT_MIN, memory: < 2) takes the drift
-     * of the compute rows at its thread count, else of all compute rows. */
+     * of the compute rows at its thread count, else of all compute rows.
+     * Each group's drift is computed once (g.groups), then given to its rows. */
     double *gdrift = xrealloc(NULL, (size_t)(nr ? nr : 1) * sizeof *gdrift);
     double *tmp = xrealloc(NULL, (size_t)(nr ? nr : 1) * sizeof *tmp);
     for (int i = 0; i < nr; i++) gdrift[i] = 0;
     if (s->normalize && nr >= STATS_DRIFT_MIN) {
-        int nc = 0;
-        for (int i = 0; i < nr; i++)
-            if (!find_bench(base, rows[i].name)->mem) tmp[nc++] = lr[i];
+        int nc = group_changes(base, rows, lr, nr, -1, 0, tmp);
         g.drift = nc >= STATS_DRIFT_MIN ? stats_common_drift(tmp, nc) : stats_common_drift(lr, nr);
         g.normalized = 1;
         for (int i = 0; i < nr; i++) {
             const bench *bi = find_bench(base, rows[i].name);
-            int nm = 0, ncomp = 0;
-            for (int j = 0; j < nr; j++) {
-                const bench *bj = find_bench(base, rows[j].name);
-                if (bj->threads == bi->threads && bj->mem == bi->mem) tmp[nm++] = lr[j];
-            }
-            const int enough = bi->mem ? nm >= 2 : nm >= STATS_DRIFT_MIN;
-            if (enough) {
-                gdrift[i] = median_inplace(tmp, nm);
-            } else {
-                for (int j = 0; j < nr; j++) {
-                    const bench *bj = find_bench(base, rows[j].name);
-                    if (bj->threads == bi->threads && !bj->mem) tmp[ncomp++] = lr[j];
+            const drift_group *dg = NULL;
+            for (int k = 0; k < g.ngroups && !dg; k++)
+                if (g.groups[k].threads == bi->threads && g.groups[k].mem == bi->mem)
+                    dg = &g.groups[k];
+            drift_group here;
+            if (!dg) {
+                here = (drift_group){bi->threads, 0, bi->mem, g.drift};
+                here.n = group_changes(base, rows, lr, nr, bi->threads, bi->mem, tmp);
+                if (here.n >= (bi->mem ? 2 : STATS_DRIFT_MIN)) {
+                    here.drift = median_inplace(tmp, here.n);
+                } else {
+                    nc = group_changes(base, rows, lr, nr, bi->threads, 0, tmp);
+                    if (nc >= STATS_DRIFT_MIN) here.drift = median_inplace(tmp, nc);
                 }
-                gdrift[i] = ncomp >= STATS_DRIFT_MIN ? median_inplace(tmp, ncomp) : g.drift;
+                dg = &here;
+                if (g.ngroups < (int)(sizeof g.groups / sizeof g.groups[0])) {
+                    g.groups[g.ngroups] = here;
+                    dg = &g.groups[g.ngroups++];
+                }
             }
-            int seen = 0;
-            for (int k = 0; k < g.nmem; k++)
-                seen |= g.mem_groups[k].threads == bi->threads && g.mem_groups[k].mem == bi->mem;
-            if (!seen && g.nmem < (int)(sizeof g.mem_groups / sizeof g.mem_groups[0]))
-                g.mem_groups[g.nmem++] = (mem_group){bi->threads, nm, bi->mem, gdrift[i]};
+            gdrift[i] = dg->drift;
         }
     }
     for (int i = 0; i < nr; i++) lr[i] -= gdrift[i];
+    const double derived = stats_derived_threshold(lr, nr, DEFAULT_THRESHOLD, &g.sigma);
     if (!s->threshold_given) {
-        g.threshold = stats_derived_threshold(lr, nr, DEFAULT_THRESHOLD, &g.sigma);
+        g.threshold = derived;
         g.threshold_source = nr >= STATS_DRIFT_MIN ? "derived" : "default";
-    } else {
-        double unused;
-        (void)stats_derived_threshold(lr, nr, DEFAULT_THRESHOLD, &unused);
-        g.sigma = unused;
     }
     free(tmp);
     settings eff = *s;
@@ -572,14 +564,14 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         json_object_object_add(o, "drift_pct", results_json_double(100 * (exp(g.drift) - 1)));
         json_object_object_add(o, "drift_removed", json_object_new_boolean(g.normalized));
         json_object *mg = json_object_new_array();
-        for (int k = 0; k < g.nmem; k++) {
+        for (int k = 0; k < g.ngroups; k++) {
             json_object *e = json_object_new_object();
-            json_object_object_add(e, "threads", json_object_new_int(g.mem_groups[k].threads));
-            json_object_object_add(
-                e, "bound", json_object_new_string(g.mem_groups[k].mem ? "memory" : "compute"));
-            json_object_object_add(e, "benchmarks", json_object_new_int(g.mem_groups[k].n));
+            json_object_object_add(e, "threads", json_object_new_int(g.groups[k].threads));
+            json_object_object_add(e, "bound",
+                                   json_object_new_string(g.groups[k].mem ? "memory" : "compute"));
+            json_object_object_add(e, "benchmarks", json_object_new_int(g.groups[k].n));
             json_object_object_add(e, "drift_pct",
-                                   results_json_double(100 * (exp(g.mem_groups[k].drift) - 1)));
+                                   results_json_double(100 * (exp(g.groups[k].drift) - 1)));
             json_object_array_add(mg, e);
         }
         json_object_object_add(o, "drift_groups", mg);
@@ -634,14 +626,12 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         if (g.normalized) {
             printf("host drift, divided out of every new sample before testing (--no-normalize "
                    "keeps it):\n");
-            for (int k = 0; k < g.nmem; k++)
+            for (int k = 0; k < g.ngroups; k++)
                 printf("  %s-bound at %d thread%s: %+.1f%% (%d benchmark%s%s)\n",
-                       g.mem_groups[k].mem ? "memory" : "compute", g.mem_groups[k].threads,
-                       g.mem_groups[k].threads == 1 ? "" : "s",
-                       100 * (exp(g.mem_groups[k].drift) - 1), g.mem_groups[k].n,
-                       g.mem_groups[k].n == 1 ? "" : "s",
-                       (g.mem_groups[k].mem ? g.mem_groups[k].n < 2
-                                            : g.mem_groups[k].n < STATS_DRIFT_MIN)
+                       g.groups[k].mem ? "memory" : "compute", g.groups[k].threads,
+                       g.groups[k].threads == 1 ? "" : "s", 100 * (exp(g.groups[k].drift) - 1),
+                       g.groups[k].n, g.groups[k].n == 1 ? "" : "s",
+                       (g.groups[k].mem ? g.groups[k].n < 2 : g.groups[k].n < STATS_DRIFT_MIN)
                            ? "; too few: the compute rows' drift"
                            : "");
         } else if (s->normalize)
@@ -706,15 +696,6 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
 
 /* ---- baselines ------------------------------------------------------------------------ */
 
-/* A CPU key becomes a file name: only [A-Za-z0-9._+-], not starting with '.'. */
-static int key_ok(const char *key) {
-    if (!*key || *key == '.') return 0;
-    for (const char *p = key; *p; p++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-", *p))
-            return 0;
-    return 1;
-}
-
 static int cmd_save_baseline(const char *path, const char *dir) {
     result_set rs = {0};
     if (load_results(path, &rs)) return EXIT_USAGE;
@@ -726,7 +707,7 @@ static int cmd_save_baseline(const char *path, const char *dir) {
                    path);
         goto out;
     }
-    if (!key_ok(key)) {
+    if (!file_name_part_ok(key)) {
         errorf_esc("compare: %s: mha_cpu_key '%s' is not usable as a file name", path, key);
         goto out;
     }
@@ -834,7 +815,7 @@ static int find_baseline(const char *dir, const result_set *nw, int force, resul
                    nw->path);
         return EXIT_USAGE;
     }
-    if (!key_ok(key)) {
+    if (!file_name_part_ok(key)) {
         errorf_esc("compare: %s: mha_cpu_key '%s' is not usable as a file name", nw->path, key);
         return EXIT_USAGE;
     }

@@ -50,35 +50,12 @@ static void usage(FILE *f) {
           f);
 }
 
-/* A context value used in a file name: only [A-Za-z0-9._+-], not starting
- * with '.'. */
-static int name_ok(const char *v) {
-    if (!*v || *v == '.') return 0;
-    for (const char *p = v; *p; p++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-", *p))
-            return 0;
-    return 1;
-}
-
 static const char *ctx_str(json_object *ctx, const char *key) {
     json_object *v;
     if (!ctx || !json_object_object_get_ex(ctx, key, &v) || !v ||
         json_object_is_type(v, json_type_object) || json_object_is_type(v, json_type_array))
         return NULL;
     return json_object_get_string(v);
-}
-
-static const char *row_str(json_object *row, const char *key) {
-    json_object *v;
-    if (!json_object_object_get_ex(row, key, &v) || !json_object_is_type(v, json_type_string))
-        return NULL;
-    return json_object_get_string(v);
-}
-
-static int is_iteration(json_object *row) {
-    const char *type = row_str(row, "run_type");
-    return type ? strcmp(type, "iteration") == 0
-                : !json_object_object_get_ex(row, "aggregate_name", NULL);
 }
 
 /* Loads one file and its facts. Returns 0, or EXIT_USAGE after a message. */
@@ -124,7 +101,7 @@ static int load_input(input *in) {
     const size_t n = json_object_array_length(in->rows);
     for (size_t i = 0; i < n; i++) {
         json_object *row = json_object_array_get_idx(in->rows, i);
-        if (!json_object_is_type(row, json_type_object) || !row_str(row, "name")) {
+        if (!json_object_is_type(row, json_type_object) || !results_row_str(row, "name")) {
             errorf_esc("merge: %s: benchmarks[%zu] is not an object with a \"name\"", in->path, i);
             return EXIT_USAGE;
         }
@@ -229,8 +206,8 @@ static int write_group(input *in, int n, int group, const char *out_path, dup_ru
         const size_t nr = json_object_array_length(in[i].rows);
         for (size_t r = 0; r < nr; r++) {
             json_object *row = json_object_array_get_idx(in[i].rows, r);
-            if (!is_iteration(row)) continue;
-            const char *name = row_str(row, "name");
+            if (!results_row_is_iteration(row)) continue;
+            const char *name = results_row_str(row, "name");
             seen_name *s = find_name(names, nn, name);
             if (!s) {
                 if (nn % 1024 == 0)
@@ -280,8 +257,8 @@ static int write_group(input *in, int n, int group, const char *out_path, dup_ru
         const size_t nr = json_object_array_length(in[i].rows);
         for (size_t r = 0; r < nr; r++) {
             json_object *row = json_object_array_get_idx(in[i].rows, r);
-            seen_name *s = find_name(names, nn, row_str(row, "name"));
-            if (s && s->pooled && is_iteration(row)) total_rep[s - names]++;
+            seen_name *s = find_name(names, nn, results_row_str(row, "name"));
+            if (s && s->pooled && results_row_is_iteration(row)) total_rep[s - names]++;
         }
     }
     int dropped_aggs = 0;
@@ -290,21 +267,21 @@ static int write_group(input *in, int n, int group, const char *out_path, dup_ru
         const size_t nr = json_object_array_length(in[i].rows);
         for (size_t r = 0; r < nr; r++) {
             json_object *row = json_object_array_get_idx(in[i].rows, r);
-            const char *name = row_str(row, "name");
-            const char *run_name = row_str(row, "run_name");
+            const char *name = results_row_str(row, "name");
+            const char *run_name = results_row_str(row, "run_name");
             /* an aggregate row belongs to its run_name's benchmark */
             seen_name *s = find_name(names, nn,
-                                     is_iteration(row) ? name
-                                     : run_name        ? run_name
-                                                       : "");
+                                     results_row_is_iteration(row) ? name
+                                     : run_name                    ? run_name
+                                                                   : "");
             if (s && s->file != i && dup == DUP_FIRST) continue;
-            if (!is_iteration(row) && s && s->pooled) {
+            if (!results_row_is_iteration(row) && s && s->pooled) {
                 dropped_aggs++;
                 continue;
             }
             json_object *copy = NULL;
             json_object_deep_copy(row, &copy, NULL);
-            if (s && s->pooled && is_iteration(row)) {
+            if (s && s->pooled && results_row_is_iteration(row)) {
                 const int k = (int)(s - names);
                 json_object_object_add(copy, "repetition_index",
                                        json_object_new_int(next_rep[k]++));
@@ -484,7 +461,7 @@ int cmd_merge(int argc, char **argv) {
         while (in[first].group != g) first++;
         if (!out)
             for (int k = 0; k < FP_COUNT; k++)
-                if (!name_ok(in[first].fp[k])) {
+                if (!file_name_part_ok(in[first].fp[k])) {
                     errorf_esc("merge: %s: %s '%s' cannot be part of a file name", in[first].path,
                                FP_KEYS[k], in[first].fp[k]);
                     rc = EXIT_USAGE;

@@ -545,3 +545,24 @@ json_object *results_load_json(const char *who, const char *path) {
     free(text);
     return root;
 }
+
+const char *results_row_str(json_object *row, const char *key) {
+    json_object *v;
+    if (!json_object_object_get_ex(row, key, &v) || !json_object_is_type(v, json_type_string))
+        return NULL;
+    return json_object_get_string(v);
+}
+
+int results_row_is_iteration(json_object *row) {
+    const char *type = results_row_str(row, "run_type");
+    return type ? strcmp(type, "iteration") == 0
+                : !json_object_object_get_ex(row, "aggregate_name", NULL);
+}
+
+double results_unit_ns(const char *unit) {
+    if (!unit || strcmp(unit, "ns") == 0) return 1;
+    if (strcmp(unit, "us") == 0) return 1e3;
+    if (strcmp(unit, "ms") == 0) return 1e6;
+    if (strcmp(unit, "s") == 0) return 1e9;
+    return 0;
+}

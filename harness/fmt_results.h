@@ -110,6 +110,16 @@ struct json_object *results_load_json(const char *who, const char *path);
  * "/kv_dtype:Y" parts (fp32 and the row's dtype when absent). Returns MHA_OK,
  * or MHA_EIO / MHA_ENOMEM with a reason. */
 mha_status results_json_add_dtypes(mha_out *w, char *why, size_t len);
+/* A Google Benchmark row's string field key, or NULL when absent or not a
+ * string. */
+const char *results_row_str(struct json_object *row, const char *key);
+/* 1 for a per-repetition row (run_type "iteration"; files without run_type
+ * mark aggregates with aggregate_name), 0 for an aggregate. */
+int results_row_is_iteration(struct json_object *row);
+/* Nanoseconds per time_unit: 1 for NULL (Google Benchmark's default) and
+ * "ns", 1e3 "us", 1e6 "ms", 1e9 "s"; 0 for anything else. */
+double results_unit_ns(const char *unit);
+
 /* A JSON number for v, or JSON null (NULL) when v is NaN or infinite. */
 struct json_object *results_json_double(double v);
 

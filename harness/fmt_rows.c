@@ -32,29 +32,12 @@ static json_object *parse_out(const mha_out *w, char *why, size_t len) {
     return root;
 }
 
-static const char *str_of(json_object *o, const char *key) {
-    json_object *v;
-    return json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_string)
-               ? json_object_get_string(v)
-               : NULL;
-}
-
 static double num_of(json_object *o, const char *key, double dflt) {
     json_object *v;
     if (!json_object_object_get_ex(o, key, &v) ||
         !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
         return dflt;
     return json_object_get_double(v);
-}
-
-static int is_iteration(json_object *row) {
-    const char *t = str_of(row, "run_type");
-    return t ? strcmp(t, "iteration") == 0
-             : !json_object_object_get_ex(row, "aggregate_name", NULL);
-}
-
-static double unit_ns(const char *u) {
-    return !u || !strcmp(u, "ns") ? 1 : !strcmp(u, "us") ? 1e3 : !strcmp(u, "ms") ? 1e6 : 1e9;
 }
 
 typedef struct {
@@ -148,8 +131,8 @@ mha_status rows_finish(mha_out *main, mha_out *passes, int npasses, char *why, s
         const size_t n = json_object_array_length(src);
         for (size_t i = 0; i < n; i++) {
             json_object *row = json_object_array_get_idx(src, i);
-            const char *name = str_of(row, "name");
-            if (!name || !is_iteration(row)) continue;
+            const char *name = results_row_str(row, "name");
+            if (!name || !results_row_is_iteration(row)) continue;
             const int before = na;
             acc *x = acc_find(&a, &na, name);
             const int k = (int)(x - a);
@@ -167,7 +150,8 @@ mha_status rows_finish(mha_out *main, mha_out *passes, int npasses, char *why, s
             const int failed = json_object_object_get_ex(row, "error_occurred", &err) &&
                                json_object_get_boolean(err);
             if (!failed) {
-                x->ns[x->n] = num_of(row, "real_time", 0) * unit_ns(str_of(row, "time_unit"));
+                x->ns[x->n] = num_of(row, "real_time", 0) *
+                              results_unit_ns(results_row_str(row, "time_unit"));
                 x->gf[x->n] = num_of(row, "GFLOPS", 0);
                 dist[k][x->n] = num_of(row, "disturbed", 0) > 0;
                 x->disturbed += dist[k][x->n];
@@ -186,12 +170,12 @@ mha_status rows_finish(mha_out *main, mha_out *passes, int npasses, char *why, s
     memset(total, 0, (size_t)(na ? na : 1) * sizeof *total);
     const size_t nout = json_object_array_length(out);
     for (size_t i = 0; i < nout; i++) {
-        acc *x = acc_find(&a, &na, str_of(json_object_array_get_idx(out, i), "name"));
+        acc *x = acc_find(&a, &na, results_row_str(json_object_array_get_idx(out, i), "name"));
         total[x - a]++;
     }
     for (size_t i = 0; i < nout; i++) {
         json_object *row = json_object_array_get_idx(out, i);
-        acc *x = acc_find(&a, &na, str_of(row, "name"));
+        acc *x = acc_find(&a, &na, results_row_str(row, "name"));
         if (total[x - a] < 2 && x->extra == 0) continue; /* a lone row keeps what gbench wrote */
         json_object_object_add(row, "repetition_index", json_object_new_int(seen[x - a]++));
         json_object_object_add(row, "repetitions", json_object_new_int(total[x - a]));
@@ -200,8 +184,8 @@ mha_status rows_finish(mha_out *main, mha_out *passes, int npasses, char *why, s
     const size_t nmain = json_object_array_length(rows);
     for (size_t i = 0; i < nmain; i++) {
         json_object *row = json_object_array_get_idx(rows, i);
-        if (is_iteration(row)) continue;
-        const char *rn = str_of(row, "run_name");
+        if (results_row_is_iteration(row)) continue;
+        const char *rn = results_row_str(row, "run_name");
         int stale = 0;
         for (int k = 0; k < na && rn; k++)
             if (!strcmp(a[k].name, rn)) stale = a[k].extra > 0;

@@ -275,3 +275,11 @@ int note_no_tuning_table(FILE *f) {
             key, path);
     return 1;
 }
+
+int file_name_part_ok(const char *s) {
+    if (!*s || *s == '.') return 0;
+    for (const char *p = s; *p; p++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-", *p))
+            return 0;
+    return 1;
+}

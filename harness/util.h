@@ -23,6 +23,9 @@ void errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* errorf for messages that quote file content (benchmark names, units,
  * context values, which JSON escapes can fill with newlines or terminal
  * controls): the whole line is escaped (mha_escape). */
+/* 1 when s can be (part of) a file name we make from file content (a CPU
+ * key, an ISA name): only [A-Za-z0-9._+-], not empty, not starting with '.'. */
+int file_name_part_ok(const char *s);
 void errorf_esc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Parses a whole decimal integer in [lo, hi]; on failure prints a message

@@ -1,0 +1,442 @@
+#!/usr/bin/env python3
+"""mha_peer.py - one Python attention peer (torch, onnxruntime or openvino) as a
+long-lived helper process of mhabench (harness/peers/peer_py.c). The helper
+imports its library once, keeps many prepared instances alive at once, and
+answers with its own clock, so interpreter start-up, imports and the pipe
+round trip are never part of a timing.
+
+Started as: python mha_peer.py --peer NAME --shm-fd N
+
+Protocol (the same text opens harness/peers/peer_py.c):
+  - stdin (fd 0) is one end of a socketpair: requests arrive on it as one
+    JSON object per line and every request gets exactly one JSON line back on
+    the same socket. The helper moves fds 0 and 1 out of the way at start
+    (stdin to /dev/null, stdout to stderr), so nothing a library prints can
+    break the protocol.
+  - fd N (--shm-fd) is a memfd the C side owns and grows: bulk data
+    (inputs at prepare, the output at output) crosses only through it, at the
+    byte offsets the request names; never through the JSON.
+  - Responses: {"ok": true, ...} or {"ok": false, "error": "text"}.
+  - Requests:
+      {"op": "hello"}             -> {"version": "torch 2.15.0 (...)"};
+                                     imports the library (an import error is
+                                     the error)
+      {"op": "prepare", "batch", "heads", "kv_heads", "seq_q", "seq_kv",
+       "head_dim", "causal" (0/1, bottom-right aligned), "scale" (resolved,
+       never 0), "dtype" ("fp32", "bf16", "fp16"), "threads",
+       "shm_bytes", "q", "k", "v" (byte offsets into the memfd; contiguous
+       [B,H,N,d] / [B,KV,N,d], 16-bit types as their bit patterns)}
+                                  -> {"id": n, "settings": "..."}; copies the
+                                     inputs into the peer's own tensors in the
+                                     layout it prefers, builds its graph or
+                                     session and makes one untimed warm-up call
+      {"op": "run", "id"}         -> {"seconds": s}: time.perf_counter() around
+                                     exactly one call of the attention
+      {"op": "output", "id", "shm_bytes", "offset"}
+                                  -> {}: the last call's output as contiguous
+                                     [B,H,Nq,d] of the problem's dtype written
+                                     into the memfd at offset
+      {"op": "release", "id"}     -> {}
+      {"op": "quit"}              -> {} and the helper exits
+Standard library plus the peer's own packages (and numpy) only.
+"""
+
+import argparse
+import json
+import mmap
+import os
+import re
+import sys
+import time
+import traceback
+
+np = None  # imported at hello, with the peer's library
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def shm_read(fd, size, offset, count, np_dtype):
+    """A private copy of count elements at offset of the memfd."""
+    with mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
+        itemsize = np.dtype(np_dtype).itemsize
+        return np.frombuffer(mm, dtype=np_dtype, count=count, offset=offset).copy() \
+            if count * itemsize else np.zeros(0, np_dtype)
+
+
+def shm_write(fd, size, offset, data):
+    raw = np.ascontiguousarray(data).tobytes()
+    with mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as mm:
+        mm[offset:offset + len(raw)] = raw
+
+
+def load_inputs(req, fd):
+    """q, k, v as numpy arrays [B,H,N,d] / [B,KV,N,d]: float32, or uint16 bit
+    patterns for bf16 / fp16."""
+    B, H, G = req["batch"], req["heads"], req["kv_heads"]
+    Nq, Nkv, d = req["seq_q"], req["seq_kv"], req["head_dim"]
+    npt = np.float32 if req["dtype"] == "fp32" else np.uint16
+    size = req["shm_bytes"]
+    q = shm_read(fd, size, req["q"], B * H * Nq * d, npt).reshape(B, H, Nq, d)
+    k = shm_read(fd, size, req["k"], B * G * Nkv * d, npt).reshape(B, G, Nkv, d)
+    v = shm_read(fd, size, req["v"], B * G * Nkv * d, npt).reshape(B, G, Nkv, d)
+    return q, k, v
+
+
+def causal_mask_needed(req):
+    """Our causal is bottom-right: query i sees key j iff j <= i + (Nkv - Nq).
+    Returns "none" (no mask: not causal, or a single query row that sees the
+    whole cache), "square" (Nq == Nkv: every library's own causal flag is the
+    same triangle) or "explicit" (Nq < Nkv: the libraries' flags are
+    top-left, so a mask built here). Nq > Nkv is refused by the C side."""
+    if not req["causal"] or req["seq_q"] == 1:
+        return "none"
+    if req["seq_q"] == req["seq_kv"]:
+        return "square"
+    return "explicit"
+
+
+def allowed_matrix(Nq, Nkv):
+    i = np.arange(Nq)[:, None]
+    j = np.arange(Nkv)[None, :]
+    return j <= i + (Nkv - Nq)
+
+
+# ---- torch ------------------------------------------------------------------
+class TorchPeer:
+    def __init__(self):
+        import torch
+        import torch.nn.functional as F
+        self.torch, self.F = torch, F
+        cfg = torch.__config__.show()
+        libs = []
+        for line in cfg.splitlines():
+            line = line.strip()
+            if "Math Kernel Library Version" in line:
+                libs.append("MKL " + line.split("Version", 1)[1].split("-")[0].strip())
+            elif line.startswith("- Intel(R) MKL-DNN") or line.startswith("- Intel(R) oneDNN"):
+                found = re.search(r"v(\d[\d.]*)", line)
+                libs.append("oneDNN " + (found.group(1) if found else "?"))
+            elif "CPU capability usage" in line:
+                libs.append("CPU capability " + line.split(":", 1)[1].strip())
+        self.version = "torch %s (numpy %s%s)" % (
+            torch.__version__, np.__version__, ", " + ", ".join(libs) if libs else "")
+        torch.set_grad_enabled(False)
+
+    def prepare(self, req, fd):
+        torch = self.torch
+        q, k, v = load_inputs(req, fd)
+        tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[req["dtype"]]
+        threads = req["threads"]
+
+        def tensor(a):
+            if req["dtype"] == "fp32":
+                return torch.from_numpy(a.copy())
+            return torch.from_numpy(a.view(np.int16).copy()).view(tdt)
+
+        inst = {"threads": threads, "scale": float(req["scale"]), "dtype": req["dtype"]}
+        with torch.inference_mode():
+            inst["q"], inst["k"], inst["v"] = tensor(q), tensor(k), tensor(v)
+            kind = causal_mask_needed(req)
+            inst["is_causal"] = kind == "square"
+            inst["mask"] = None
+            if kind == "explicit":
+                # torch's is_causal is top-left for Nq != Nkv; an additive mask
+                # of the query dtype (what the fused CPU kernel takes without a
+                # per-call conversion), built here, untimed.
+                allowed = torch.from_numpy(allowed_matrix(req["seq_q"], req["seq_kv"]))
+                inst["mask"] = torch.zeros(allowed.shape, dtype=tdt).masked_fill(
+                    ~allowed, float("-inf"))
+        inst["gqa"] = req["heads"] != req["kv_heads"]
+        self.run(inst)  # the untimed warm-up
+        mask = {"none": "none", "square": "is_causal",
+                "explicit": "additive lower-right mask built at prepare"}[kind]
+        inst["settings"] = (
+            "torch.set_num_threads(%d) inference_mode F.scaled_dot_product_attention "
+            "dtype=%s [B,H,N,d] scale=%.9g causal=%s gqa=%s" % (
+                threads, req["dtype"], inst["scale"], mask,
+                "enable_gqa=True" if inst["gqa"] else "no"))
+        return inst
+
+    def run(self, inst):
+        torch, F = self.torch, self.F
+        if torch.get_num_threads() != inst["threads"]:
+            torch.set_num_threads(inst["threads"])
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            out = F.scaled_dot_product_attention(
+                inst["q"], inst["k"], inst["v"], attn_mask=inst["mask"],
+                is_causal=inst["is_causal"], scale=inst["scale"], enable_gqa=inst["gqa"])
+            t1 = time.perf_counter()
+        inst["out"] = out
+        return t1 - t0
+
+    def output(self, inst):
+        out = inst["out"].contiguous()
+        if inst["dtype"] == "fp32":
+            return out.numpy()
+        return out.view(self.torch.int16).numpy()
+
+
+# ---- onnxruntime -------------------------------------------------------------
+class OrtPeer:
+    def __init__(self):
+        import onnx
+        import onnxruntime as ort
+        self.onnx, self.ort = onnx, ort
+        self.version = "onnxruntime %s (onnx %s, numpy %s, %s)" % (
+            ort.__version__, onnx.__version__, np.__version__, ort.get_device())
+
+    def model(self, req, kind, G_in):
+        from onnx import TensorProto, helper
+        B, H = req["batch"], req["heads"]
+        Nq, Nkv, d = req["seq_q"], req["seq_kv"], req["head_dim"]
+        f = TensorProto.FLOAT16 if req["dtype"] == "fp16" else TensorProto.FLOAT
+        # com.microsoft MultiHeadAttention: query [B,Nq,H*d]; key and value
+        # [B,H,Nkv,d] (BNSH: taken as they are, no transpose inside); output
+        # [B,Nq,H*d]. Its unidirectional flag is top-left when Nq != Nkv
+        # (measured), so lower-right causal is an additive attention_bias.
+        inputs = [helper.make_tensor_value_info("q", f, [B, Nq, H * d]),
+                  helper.make_tensor_value_info("k", f, [B, G_in, Nkv, d]),
+                  helper.make_tensor_value_info("v", f, [B, G_in, Nkv, d])]
+        names = ["q", "k", "v"]
+        if kind == "explicit":
+            inputs.append(helper.make_tensor_value_info("bias", f, [1, 1, Nq, Nkv]))
+            names += ["", "", "bias"]
+        node = helper.make_node(
+            "MultiHeadAttention", names, ["o"], domain="com.microsoft", num_heads=H,
+            scale=float(req["scale"]), unidirectional=1 if kind == "square" else 0)
+        graph = helper.make_graph(
+            [node], "mha_peer", inputs,
+            [helper.make_tensor_value_info("o", f, [B, Nq, H * d])])
+        m = helper.make_model(graph, opset_imports=[
+            helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+        m.ir_version = 9  # what this onnxruntime reads (onnx 1.23 writes newer)
+        return m.SerializeToString()
+
+    def prepare(self, req, fd):
+        ort = self.ort
+        q, k, v = load_inputs(req, fd)
+        B, H, G = req["batch"], req["heads"], req["kv_heads"]
+        Nq, d = req["seq_q"], req["head_dim"]
+        # GQA: MultiHeadAttention wants as many KV heads as query heads, so K
+        # and V are repeated here (GroupQueryAttention is a KV-cache decoder
+        # op with rotary and seqlens plumbing, not a plain attention).
+        if G != H:
+            k = np.repeat(k, H // G, axis=1)
+            v = np.repeat(v, H // G, axis=1)
+        # fp16 crosses as bit patterns: the same bits as numpy float16
+        npt = np.float16 if req["dtype"] == "fp16" else np.float32
+        q, k, v = (a.view(npt) for a in (q, k, v))
+        kind = causal_mask_needed(req)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = req["threads"]
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(self.model(req, kind, H), so,
+                                    providers=["CPUExecutionProvider"])
+        feeds = {"q": np.ascontiguousarray(q.transpose(0, 2, 1, 3).reshape(B, Nq, H * d)),
+                 "k": np.ascontiguousarray(k), "v": np.ascontiguousarray(v)}
+        if kind == "explicit":
+            allowed = allowed_matrix(Nq, req["seq_kv"])
+            feeds["bias"] = np.where(allowed, 0.0, -np.inf).astype(npt)[None, None]
+        inst = {"sess": sess, "values": {}, "shape": (B, Nq, H, d), "fp16": npt is np.float16}
+        binding = sess.io_binding()
+        for name, arr in feeds.items():
+            val = ort.OrtValue.ortvalue_from_numpy(arr, "cpu", 0)
+            inst["values"][name] = val
+            binding.bind_ortvalue_input(name, val)
+        out = ort.OrtValue.ortvalue_from_shape_and_type([B, Nq, H * d], npt, "cpu", 0)
+        inst["out"] = out
+        binding.bind_ortvalue_output("o", out)
+        inst["binding"] = binding
+        self.run(inst)  # the untimed warm-up
+        inst["settings"] = (
+            "com.microsoft.MultiHeadAttention %s q=[B,Nq,H*d] kv=[B,H,Nkv,d] scale=%.9g "
+            "causal=%s gqa=%s intra_op_num_threads=%d inter_op_num_threads=1 "
+            "graph_optimization_level=ORT_ENABLE_ALL execution_mode=sequential "
+            "CPUExecutionProvider IOBinding" % (
+                req["dtype"], req["scale"],
+                {"none": "none", "square": "unidirectional",
+                 "explicit": "additive lower-right attention_bias built at prepare"}[kind],
+                "K/V heads repeated at prepare" if G != H else "no", req["threads"]))
+        return inst
+
+    def run(self, inst):
+        sess, binding = inst["sess"], inst["binding"]
+        t0 = time.perf_counter()
+        sess.run_with_iobinding(binding)
+        t1 = time.perf_counter()
+        return t1 - t0
+
+    def output(self, inst):
+        B, Nq, H, d = inst["shape"]
+        o = inst["out"].numpy().reshape(B, Nq, H, d)
+        o = np.ascontiguousarray(o.transpose(0, 2, 1, 3))
+        return o.view(np.uint16) if inst["fp16"] else o
+
+
+# ---- openvino ------------------------------------------------------------------
+class OpenvinoPeer:
+    def __init__(self):
+        import openvino as ov
+        import openvino.opset13 as ops
+        self.ov, self.ops = ov, ops
+        self.core = ov.Core()
+        caps = self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+        self.version = "openvino %s (numpy %s, CPU capabilities %s)" % (
+            ov.get_version(), np.__version__, " ".join(caps))
+
+    def model(self, req, kind, et):
+        ov, ops = self.ov, self.ops
+        B, H, G = req["batch"], req["heads"], req["kv_heads"]
+        Nq, Nkv, d = req["seq_q"], req["seq_kv"], req["head_dim"]
+        q = ops.parameter([B, H, Nq, d], et, name="q")
+        k = ops.parameter([B, G, Nkv, d], et, name="k")
+        v = ops.parameter([B, G, Nkv, d], et, name="v")
+        kk, vv = k, v
+        if G != H:
+            # GQA as exported LLMs spell it (Unsqueeze, Broadcast, Reshape),
+            # which the CPU plugin folds into its SDPA node
+            def widen(x):
+                x = ops.unsqueeze(x, ops.constant(np.array([2], np.int64)))
+                x = ops.broadcast(x, ops.constant(np.array([B, G, H // G, Nkv, d], np.int64)))
+                return ops.reshape(x, ops.constant(np.array([B, H, Nkv, d], np.int64)), False)
+            kk, vv = widen(k), widen(v)
+        scale = ops.constant(np.array(req["scale"], np.float32))
+        if et != ov.Type.f32:
+            scale = ops.convert(scale, et)
+        if kind == "explicit":
+            # its causal flag is top-left (PyTorch's) when Nq != Nkv: a
+            # boolean mask (True = attends) as a constant of the graph
+            mask = ops.constant(allowed_matrix(Nq, Nkv))
+            sdpa = ops.scaled_dot_product_attention(q, kk, vv, mask, scale, causal=False)
+        else:
+            zero = ops.constant(np.array(0.0, np.float32))
+            if et != ov.Type.f32:
+                zero = ops.convert(zero, et)
+            sdpa = ops.scaled_dot_product_attention(q, kk, vv, zero, scale,
+                                                    causal=kind == "square")
+        return ov.Model([sdpa.output(0)], [q, k, v], "mha_peer")
+
+    def prepare(self, req, fd):
+        ov = self.ov
+        q, k, v = load_inputs(req, fd)
+        bf16 = req["dtype"] == "bf16"
+        et = ov.Type.bf16 if bf16 else ov.Type.f32
+        kind = causal_mask_needed(req)
+        config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": req["threads"],
+                  "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32"}
+        compiled = self.core.compile_model(self.model(req, kind, et), "CPU", config)
+        request = compiled.create_infer_request()
+        for i, a in enumerate((q, k, v)):
+            t = ov.Tensor(et, list(a.shape))
+            t.data.view(a.dtype)[...] = a  # bf16 tensors show as float16 views
+            request.set_input_tensor(i, t)
+        inst = {"compiled": compiled, "request": request, "bf16": bf16}
+        self.run(inst)  # the untimed warm-up
+        precision = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+        # what the plugin actually runs: its layers and their precisions
+        ran = []
+        for op in compiled.get_runtime_model().get_ordered_ops():
+            info = op.get_rt_info()
+            layer = info["layerType"].astype(str) if "layerType" in info else "?"
+            if layer not in ("Input", "Output", "Const"):
+                ran.append("%s:%s" % (layer, info["runtimePrecision"].astype(str)
+                                      if "runtimePrecision" in info else "?"))
+        inst["settings"] = (
+            "opset13.scaled_dot_product_attention %s [B,H,N,d] scale=%.9g causal=%s gqa=%s "
+            "CPU PERFORMANCE_HINT=LATENCY INFERENCE_NUM_THREADS=%d NUM_STREAMS=1 "
+            "INFERENCE_PRECISION_HINT=%s ran=%s" % (
+                req["dtype"], req["scale"],
+                {"none": "none", "square": "flag",
+                 "explicit": "boolean lower-right mask constant"}[kind],
+                "K/V broadcast in the graph" if req["heads"] != req["kv_heads"] else "no",
+                compiled.get_property("INFERENCE_NUM_THREADS"), precision, ",".join(ran)))
+        return inst
+
+    def run(self, inst):
+        request = inst["request"]
+        t0 = time.perf_counter()
+        request.infer(share_outputs=True)
+        t1 = time.perf_counter()
+        return t1 - t0
+
+    def output(self, inst):
+        data = inst["request"].get_output_tensor(0).data
+        return data.view(np.uint16).copy() if inst["bf16"] else data.copy()
+
+
+PEERS = {"torch": TorchPeer, "onnxruntime": OrtPeer, "openvino": OpenvinoPeer}
+
+
+def serve(peer_name, shm_fd, chan):
+    global np
+    peer = None
+    instances = {}
+    next_id = 1
+    rfile = os.fdopen(os.dup(chan), "rb")
+
+    def reply(obj):
+        data = (json.dumps(obj) + "\n").encode()
+        while data:
+            data = data[os.write(chan, data):]
+
+    for line in rfile:
+        try:
+            req = json.loads(line)
+            op = req["op"]
+            if op == "quit":
+                reply({"ok": True})
+                return
+            if op == "hello":
+                if peer is None:
+                    import numpy
+                    np = numpy
+                    peer = PEERS[peer_name]()
+                reply({"ok": True, "version": peer.version})
+                continue
+            if peer is None:
+                raise RuntimeError("request %r before hello" % op)
+            if op == "prepare":
+                inst = peer.prepare(req, shm_fd)
+                instances[next_id] = inst
+                reply({"ok": True, "id": next_id, "settings": inst["settings"]})
+                next_id += 1
+            elif op == "run":
+                reply({"ok": True, "seconds": peer.run(instances[req["id"]])})
+            elif op == "output":
+                out = peer.output(instances[req["id"]])
+                shm_write(shm_fd, req["shm_bytes"], req["offset"], out)
+                reply({"ok": True})
+            elif op == "release":
+                instances.pop(req["id"], None)
+                reply({"ok": True})
+            else:
+                raise ValueError("unknown request %r" % op)
+        except Exception as e:  # the C side reports it; the helper lives on
+            msg = "%s: %s" % (type(e).__name__, e)
+            if not isinstance(e, (ImportError, KeyError, ValueError)):
+                sys.stderr.write(traceback.format_exc())
+            reply({"ok": False, "error": " ".join(msg.split())[:2000]})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--peer", required=True, choices=sorted(PEERS))
+    ap.add_argument("--shm-fd", type=int, required=True)
+    args = ap.parse_args()
+    # The protocol channel moves off fds 0/1: a library printing to stdout
+    # (C or Python) then lands on stderr instead of in the replies.
+    chan = os.dup(0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    serve(args.peer, args.shm_fd, chan)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,680 @@
+/* peer_py.c - the Python peers (torch, onnxruntime, openvino): each runs in
+ * a long-lived helper process, `python scripts/peers/mha_peer.py --peer NAME
+ * --shm-fd 3`, started lazily by probe() and kept for the whole run, so the
+ * interpreter's start-up and imports are never timed; the helper times each
+ * call with its own clock, so neither is the round trip.
+ *
+ * Protocol (the same text opens scripts/peers/mha_peer.py):
+ *  - the helper's fd 0 is one end of a socketpair (our end: h->chan): one
+ *    JSON object per line each way, one reply per request, in order. A
+ *    socket, not two pipes, so send(MSG_NOSIGNAL) reports a dead helper as
+ *    EPIPE without a SIGPIPE and without touching the process's signal
+ *    state. The helper moves the channel off fds 0/1 at once (stdout goes
+ *    to stderr), so what a library prints cannot corrupt a reply.
+ *  - fd 3 of the helper is a memfd we own (h->shm): bulk data crosses only
+ *    through it, never through the JSON. We size it for one request
+ *    (inputs at prepare, the output at output), name byte offsets in the
+ *    request, and truncate it to 0 afterwards so it holds no memory between
+ *    requests.
+ *  - replies: {"ok": true, ...} or {"ok": false, "error": "..."}.
+ *  - requests: hello -> version; prepare (problem, dtype, threads, resolved
+ *    scale, shm_bytes, q/k/v offsets) -> id, settings (the helper copies
+ *    the inputs into its own tensors in the layout its library prefers,
+ *    builds the graph or session and makes one untimed warm-up call); run
+ *    (id) -> seconds, time.perf_counter() around exactly one call; output
+ *    (id, shm_bytes, offset) -> the last output, contiguous [B,H,Nq,d] of
+ *    the problem's dtype, in the memfd; release (id); quit.
+ * No call can hang on a dead or stuck helper: every reply is awaited with
+ * poll() and a deadline (600 s for prepare, 300 s for run and output); EOF,
+ * EPIPE or a missed deadline stops the helper (SIGKILL when it does not
+ * quit), reaps it and is reported with how it ended. The next prepare
+ * starts a fresh helper; instances of the old one fail with that why. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "peer.h"
+
+#ifndef MHA_SOURCE_DIR
+#define MHA_SOURCE_DIR "."
+#endif
+
+extern char **environ;
+
+/* Seconds to wait for a reply: importing torch or openvino takes seconds,
+ * compiling a big graph or copying GBs of inputs minutes. */
+enum {
+    WAIT_HELLO = 180,
+    WAIT_PREPARE = 600,
+    WAIT_RUN = 300,
+    WAIT_OUTPUT = 300,
+    WAIT_SMALL = 30,
+    WAIT_QUIT = 5,
+    HELPER_SHM_FD = 3,
+    MAX_LINE = 1 << 20
+};
+
+/* The peer-specific facts of takes(), in one place per peer. */
+typedef struct {
+    const char *name;                       /* "torch": the helper's --peer and the row names */
+    const char *label;                      /* "PyTorch": messages */
+    unsigned dtypes;                        /* MHA_DTYPE_BIT of the dtypes taken */
+    const char *why_dtype[MHA_DTYPE_COUNT]; /* why one is refused */
+} py_rules;
+
+typedef struct {
+    const py_rules *r;
+    pid_t pid;     /* 0: not running */
+    int chan, shm; /* -1 when closed */
+    unsigned gen;  /* bumped at each start: instances remember theirs */
+    int probed;    /* 0 not yet, 1 ran, -1 failed (why) */
+    char why[1024];
+    char version[512];
+    char *buf; /* received bytes not yet consumed */
+    size_t len, cap;
+} helper;
+
+struct peer_inst {
+    helper *h;
+    unsigned gen;
+    int64_t id;
+    size_t out_bytes;
+    char *settings;
+};
+
+static const py_rules RULES_TORCH = {
+    "torch",
+    "PyTorch",
+    MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16),
+    {0},
+};
+static const py_rules RULES_ORT = {
+    "onnxruntime",
+    "ONNX Runtime",
+    MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_F16),
+    {[MHA_BF16] = "bf16: ONNX Runtime's CPU execution provider has no bf16 MultiHeadAttention "
+                  "kernel (NOT_IMPLEMENTED)"},
+};
+static const py_rules RULES_OV = {
+    "openvino",
+    "OpenVINO",
+    MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
+    {[MHA_F16] = "fp16: OpenVINO's CPU plugin computes in fp16 only on AMX-FP16 CPUs (elsewhere "
+                 "it would run f32 or bf16 and not be an fp16 peer)"},
+};
+
+static helper HELPERS[3] = {
+    {.r = &RULES_TORCH, .chan = -1, .shm = -1},
+    {.r = &RULES_ORT, .chan = -1, .shm = -1},
+    {.r = &RULES_OV, .chan = -1, .shm = -1},
+};
+
+static void setwhy(char *why, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void setwhy(char *why, size_t len, const char *fmt, ...) {
+    if (!why || !len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, len, fmt, ap);
+    va_end(ap);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* fd moved to >= 10 (close-on-exec), so the child's dup2 onto 0, 1 and 3
+ * can never overwrite one of its own sources. */
+static int high_fd(int fd) {
+    if (fd < 0 || fd >= 10) return fd;
+    int h = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    close(fd);
+    return h;
+}
+
+/* ---- process plumbing ---------------------------------------------------------- */
+
+/* How a reaped child ended: "exited with status 1", "killed by signal 9
+ * (Killed)". */
+static void describe_status(int st, char *buf, size_t len) {
+    if (WIFEXITED(st))
+        snprintf(buf, len, "exited with status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+        snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else
+        snprintf(buf, len, "ended (wait status %#x)", (unsigned)st);
+}
+
+/* Reaps h's child, waiting up to grace seconds for it to exit by itself
+ * and then killing it; describes how it ended into buf. */
+static void reap(helper *h, double grace, char *buf, size_t len) {
+    int st = 0;
+    pid_t r = 0;
+    const double end = now_s() + grace;
+    while ((r = waitpid(h->pid, &st, WNOHANG)) == 0 && now_s() < end) {
+        struct timespec ms = {0, 10 * 1000 * 1000};
+        nanosleep(&ms, NULL);
+    }
+    if (r == 0) {
+        kill(h->pid, SIGKILL);
+        while ((r = waitpid(h->pid, &st, 0)) < 0 && errno == EINTR) {
+        }
+    }
+    if (buf && len) {
+        if (r == h->pid)
+            describe_status(st, buf, len);
+        else
+            snprintf(buf, len, "could not be reaped (%s)", strerror(errno));
+    }
+    h->pid = 0;
+}
+
+static void close_fds(helper *h) {
+    if (h->chan >= 0) close(h->chan);
+    if (h->shm >= 0) close(h->shm);
+    h->chan = h->shm = -1;
+    free(h->buf);
+    h->buf = NULL;
+    h->len = h->cap = 0;
+}
+
+/* Stops h's child after a failure (no quit: it may be stuck) and keeps in
+ * h->why how it ended, prefixed with what we were doing. */
+static void helper_fail(helper *h, const char *doing, const char *what) {
+    char how[128] = "";
+    const pid_t pid = h->pid;
+    if (h->chan >= 0) shutdown(h->chan, SHUT_RDWR); /* an alive helper reads EOF */
+    if (pid) reap(h, 1.0, how, sizeof how);
+    close_fds(h);
+    snprintf(h->why, sizeof h->why, "the %s helper (pid %ld) %s during %s%s%s", h->r->name,
+             (long)pid, what, doing, how[0] ? ": " : "", how);
+}
+
+static const char *python_path(char *buf, size_t len) {
+    const char *env = getenv("MHA_PEERS_PYTHON");
+    if (env && *env) return env;
+    snprintf(buf, len, "%s/.venv-peers/bin/python3", MHA_SOURCE_DIR);
+    return access(buf, X_OK) == 0 ? buf : NULL;
+}
+
+static const char *script_path(char *buf, size_t len) {
+    const char *env = getenv("MHA_PEERS_SCRIPT");
+    if (env && *env) return env;
+    snprintf(buf, len, "%s/scripts/peers/mha_peer.py", MHA_SOURCE_DIR);
+    return buf;
+}
+
+/* Starts h's child; 0, or -1 with why. Does not say hello. */
+static int helper_spawn(helper *h, char *why, size_t len) {
+    char pybuf[4096], scbuf[4096];
+    const char *py = python_path(pybuf, sizeof pybuf);
+    if (!py) {
+        setwhy(why, len,
+               "no peer Python environment: run scripts/peers/setup-venv.sh or set "
+               "MHA_PEERS_PYTHON");
+        return -1;
+    }
+    const char *script = script_path(scbuf, sizeof scbuf);
+    if (access(script, R_OK) != 0) {
+        setwhy(why, len, "peer helper script %s: %s (MHA_PEERS_SCRIPT overrides)", script,
+               strerror(errno));
+        return -1;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "mha-peer-%s", h->r->name);
+    int sv[2] = {-1, -1}, ep[2] = {-1, -1};
+    int shm = high_fd(memfd_create(name, MFD_CLOEXEC));
+    if (shm < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
+        (sv[1] = high_fd(sv[1])) < 0 || pipe2(ep, O_CLOEXEC) != 0) {
+        setwhy(why, len, "cannot set up the %s helper's channels: %s", h->r->name, strerror(errno));
+        if (shm >= 0) close(shm);
+        for (int i = 0; i < 2; i++) {
+            if (sv[i] >= 0) close(sv[i]);
+            if (ep[i] >= 0) close(ep[i]);
+        }
+        return -1;
+    }
+    char fdarg[16];
+    snprintf(fdarg, sizeof fdarg, "%d", HELPER_SHM_FD);
+    char *const argv[] = {(char *)py, (char *)script, "--peer", (char *)h->r->name,
+                          "--shm-fd", fdarg,          NULL};
+    const pid_t pid = fork();
+    if (pid == 0) {
+        /* only async-signal-safe calls until exec: the parent may have threads */
+        int ok = dup2(sv[1], 0) == 0 && dup2(2, 1) == 1 && dup2(shm, HELPER_SHM_FD) >= 0;
+        /* its own process group: a ^C meant for mhabench reaches the helper
+         * as EOF when mhabench has gone, not as a KeyboardInterrupt mid-reply */
+        setpgid(0, 0);
+        if (ok) execve(py, argv, environ);
+        const int e = errno;
+        ssize_t w = write(ep[1], &e, sizeof e);
+        (void)w;
+        _exit(127);
+    }
+    const int fork_errno = errno;
+    close(sv[1]);
+    close(ep[1]);
+    if (pid < 0) {
+        close(sv[0]);
+        close(ep[0]);
+        close(shm);
+        setwhy(why, len, "cannot start the %s helper: fork: %s", h->r->name, strerror(fork_errno));
+        return -1;
+    }
+    /* exec succeeded iff the close-on-exec pipe closes without a word */
+    int e = 0;
+    ssize_t n;
+    while ((n = read(ep[0], &e, sizeof e)) < 0 && errno == EINTR) {
+    }
+    close(ep[0]);
+    h->pid = pid;
+    h->chan = sv[0];
+    h->shm = shm;
+    h->gen++;
+    if (n == (ssize_t)sizeof e) {
+        close_fds(h);
+        reap(h, 5.0, NULL, 0);
+        setwhy(why, len, "cannot run the peer Python %s: %s", py, strerror(e));
+        return -1;
+    }
+    return 0;
+}
+
+/* One request and its reply: 0 with *reply (ok true; the caller puts it),
+ * or -1 with why: the helper's own error (it lives on) or what happened to
+ * it (then it is stopped and reaped). */
+static int request(helper *h, json_object *req, int wait_s, json_object **reply, char *why,
+                   size_t len) {
+    *reply = NULL;
+    const char *op = json_object_get_string(json_object_object_get(req, "op"));
+    if (!h->pid) {
+        setwhy(why, len, "%s", h->why[0] ? h->why : "the helper is not running");
+        return -1;
+    }
+    const char *text = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
+    const size_t tn = strlen(text);
+    char *line = malloc(tn + 2);
+    if (!line) {
+        setwhy(why, len, "%s: out of memory", h->r->name);
+        return -1;
+    }
+    memcpy(line, text, tn);
+    line[tn] = '\n';
+    size_t sent = 0;
+    while (sent < tn + 1) {
+        const ssize_t s = send(h->chan, line + sent, tn + 1 - sent, MSG_NOSIGNAL);
+        if (s < 0 && errno == EINTR) continue;
+        if (s <= 0) {
+            free(line);
+            helper_fail(h, op, errno == EPIPE ? "had gone (EPIPE)" : "could not be written to");
+            setwhy(why, len, "%s", h->why);
+            return -1;
+        }
+        sent += (size_t)s;
+    }
+    free(line);
+    /* read until a newline, within the deadline */
+    const double end = now_s() + wait_s;
+    char *nl;
+    while (!(nl = h->buf ? memchr(h->buf, '\n', h->len) : NULL)) {
+        if (h->len + 4096 > h->cap) {
+            if (h->cap >= MAX_LINE) {
+                helper_fail(h, op, "sent a reply line over 1 MiB");
+                setwhy(why, len, "%s", h->why);
+                return -1;
+            }
+            const size_t cap = h->cap ? 2 * h->cap : 65536;
+            char *b = realloc(h->buf, cap);
+            if (!b) {
+                helper_fail(h, op, "could not be read (out of memory)");
+                setwhy(why, len, "%s", h->why);
+                return -1;
+            }
+            h->buf = b;
+            h->cap = cap;
+        }
+        const double left = end - now_s();
+        struct pollfd pf = {.fd = h->chan, .events = POLLIN};
+        const int pr = left > 0 ? poll(&pf, 1, (int)(left * 1000) + 1) : 0;
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr == 0) {
+            char what[96];
+            snprintf(what, sizeof what, "gave no answer within %d s: stopped it", wait_s);
+            helper_fail(h, op, what);
+            setwhy(why, len, "%s", h->why);
+            return -1;
+        }
+        const ssize_t r = pr < 0 ? -1 : recv(h->chan, h->buf + h->len, h->cap - h->len, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            helper_fail(h, op, "ended");
+            setwhy(why, len, "%s", h->why);
+            return -1;
+        }
+        h->len += (size_t)r;
+    }
+    *nl = 0;
+    json_object *o = json_tokener_parse(h->buf);
+    const size_t used = (size_t)(nl - h->buf) + 1;
+    memmove(h->buf, h->buf + used, h->len - used);
+    h->len -= used;
+    if (!o || !json_object_is_type(o, json_type_object)) {
+        json_object_put(o);
+        helper_fail(h, op, "sent a reply that is not a JSON object");
+        setwhy(why, len, "%s", h->why);
+        return -1;
+    }
+    if (!json_object_get_boolean(json_object_object_get(o, "ok"))) {
+        const char *err = json_object_get_string(json_object_object_get(o, "error"));
+        setwhy(why, len, "%s %s: %s", h->r->name, op, err ? err : "failed (no message)");
+        json_object_put(o);
+        return -1;
+    }
+    *reply = o;
+    return 0;
+}
+
+static json_object *new_request(const char *op) {
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "op", json_object_new_string(op));
+    return o;
+}
+
+/* The helper running and greeted, or -1 with why. */
+static int helper_start(helper *h, char *why, size_t len) {
+    if (h->pid) return 0;
+    h->why[0] = 0;
+    if (helper_spawn(h, why, len) != 0) return -1;
+    json_object *req = new_request("hello"), *reply;
+    const int rc = request(h, req, WAIT_HELLO, &reply, why, len);
+    json_object_put(req);
+    if (rc != 0) {
+        if (h->pid) {
+            /* its import failed: no use keeping it */
+            if (h->chan >= 0) shutdown(h->chan, SHUT_RDWR);
+            reap(h, WAIT_QUIT, NULL, 0);
+            close_fds(h);
+        }
+        return -1;
+    }
+    const char *v = json_object_get_string(json_object_object_get(reply, "version"));
+    snprintf(h->version, sizeof h->version, "%s", v ? v : h->r->name);
+    json_object_put(reply);
+    return 0;
+}
+
+/* quit, then reap (killing it when it does not exit). */
+static void helper_stop(helper *h) {
+    if (h->pid) {
+        json_object *req = new_request("quit"), *reply = NULL;
+        char why[256];
+        if (request(h, req, WAIT_QUIT, &reply, why, sizeof why) == 0) json_object_put(reply);
+        json_object_put(req);
+        if (h->pid) {
+            if (h->chan >= 0) shutdown(h->chan, SHUT_RDWR);
+            reap(h, WAIT_QUIT, NULL, 0);
+        }
+    }
+    close_fds(h);
+    h->probed = 0;
+    h->why[0] = 0;
+}
+
+/* Maps the memfd at bytes (growing it first); NULL with why. */
+static void *shm_map(helper *h, size_t bytes, char *why, size_t len) {
+    if (ftruncate(h->shm, (off_t)bytes) != 0) {
+        setwhy(why, len, "%s: cannot size the shared region to %zu bytes: %s", h->r->name, bytes,
+               strerror(errno));
+        return NULL;
+    }
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, h->shm, 0);
+    if (m == MAP_FAILED) {
+        setwhy(why, len, "%s: cannot map the shared region (%zu bytes): %s", h->r->name, bytes,
+               strerror(errno));
+        return NULL;
+    }
+    return m;
+}
+
+/* Unmaps and empties the memfd (it holds no memory between requests). */
+static void shm_unmap(helper *h, void *m, size_t bytes) {
+    if (m) munmap(m, bytes);
+    if (h->shm >= 0 && ftruncate(h->shm, 0) != 0) { /* keeps the pages: harmless */
+    }
+}
+
+/* ---- the peer_ops functions, shared by the three peers -------------------------- */
+
+static int py_probe(helper *h, char *why, size_t len) {
+    if (h->probed == 1 && h->pid) return 1;
+    if (h->probed == -1) {
+        setwhy(why, len, "%s", h->why);
+        return 0;
+    }
+    char w[1024];
+    if (helper_start(h, w, sizeof w) != 0) {
+        snprintf(h->why, sizeof h->why, "%s", w);
+        h->probed = -1;
+        setwhy(why, len, "%s", w);
+        return 0;
+    }
+    h->probed = 1;
+    return 1;
+}
+
+static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len) {
+    const py_rules *r = h->r;
+    const mha_dtype kv = mha_problem_kv_dtype(p);
+    if (kv == MHA_I8) {
+        setwhy(why, len, "int8 KV cache: not a %s SDPA input", r->label);
+        return 0;
+    }
+    if ((unsigned)p->dtype >= MHA_DTYPE_COUNT || !(r->dtypes & MHA_DTYPE_BIT(p->dtype))) {
+        const char *w = (unsigned)p->dtype < MHA_DTYPE_COUNT ? r->why_dtype[p->dtype] : NULL;
+        setwhy(why, len, "%s", w ? w : "dtype not taken");
+        return 0;
+    }
+    if (kv != p->dtype) {
+        setwhy(why, len, "K/V of %s under %s queries: %s attention takes one dtype for all",
+               mha_dtype_name(kv), mha_dtype_name(p->dtype), r->label);
+        return 0;
+    }
+    if (p->dtype == MHA_BF16 && r == &RULES_OV && mha_isa_detected() < MHA_ISA_AVX512BF16) {
+        setwhy(why, len,
+               "bf16: OpenVINO's CPU plugin runs bf16 only with AVX512_BF16 or AMX (this CPU "
+               "would run f32)");
+        return 0;
+    }
+    if (p->causal && p->seq_q > p->seq_kv) {
+        setwhy(why, len,
+               "causal with seq_q %lld > seq_kv %lld: its first rows see no key (zeros in our "
+               "contract, NaN from a %s mask)",
+               (long long)p->seq_q, (long long)p->seq_kv, r->label);
+        return 0;
+    }
+    return 1;
+}
+
+static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const void *q,
+                             const void *k, const void *v, char *why, size_t len) {
+    if (mha_problem_validate(p) != MHA_OK) {
+        setwhy(why, len, "%s: invalid problem: %s", h->r->name, mha_last_error());
+        return NULL;
+    }
+    if (!py_takes(h, p, why, len)) return NULL;
+    if (!h->pid) { /* it ended since the probe: a fresh one */
+        char w[1024];
+        if (h->probed != 1 || helper_start(h, w, sizeof w) != 0) {
+            setwhy(why, len, "%s", h->probed != 1 ? "probe() first" : w);
+            return NULL;
+        }
+    }
+    if (threads < 1) threads = mha_resolve_threads(&(mha_options){0});
+    const size_t es = mha_dtype_size(p->dtype);
+    const size_t qb = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim) * es;
+    const size_t kb = (size_t)(p->batch * p->kv_heads * p->seq_kv * p->head_dim) * es;
+    const size_t total = qb + 2 * kb;
+    char *m = shm_map(h, total, why, len);
+    if (!m) return NULL;
+    memcpy(m, q, qb);
+    memcpy(m + qb, k, kb);
+    memcpy(m + qb + kb, v, kb);
+    json_object *req = new_request("prepare");
+    const struct {
+        const char *key;
+        int64_t val;
+    } ints[] = {{"batch", p->batch},
+                {"heads", p->heads},
+                {"kv_heads", p->kv_heads},
+                {"seq_q", p->seq_q},
+                {"seq_kv", p->seq_kv},
+                {"head_dim", p->head_dim},
+                {"causal", p->causal ? 1 : 0},
+                {"threads", threads},
+                {"shm_bytes", (int64_t)total},
+                {"q", 0},
+                {"k", (int64_t)qb},
+                {"v", (int64_t)(qb + kb)}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        json_object_object_add(req, ints[i].key, json_object_new_int64(ints[i].val));
+    json_object_object_add(req, "scale", json_object_new_double(mha_problem_scale(p)));
+    json_object_object_add(req, "dtype", json_object_new_string(mha_dtype_name(p->dtype)));
+    json_object *reply;
+    const int rc = request(h, req, WAIT_PREPARE, &reply, why, len);
+    json_object_put(req);
+    shm_unmap(h, m, total);
+    if (rc != 0) return NULL;
+    peer_inst *pi = calloc(1, sizeof *pi);
+    const char *s = json_object_get_string(json_object_object_get(reply, "settings"));
+    if (pi) pi->settings = strdup(s ? s : "");
+    if (!pi || !pi->settings) {
+        free(pi);
+        json_object_put(reply);
+        setwhy(why, len, "%s: out of memory", h->r->name);
+        return NULL;
+    }
+    pi->h = h;
+    pi->gen = h->gen;
+    pi->id = json_object_get_int64(json_object_object_get(reply, "id"));
+    pi->out_bytes = qb;
+    json_object_put(reply);
+    return pi;
+}
+
+/* 0 when pi's helper is the one running now, else -1 with why. */
+static int inst_alive(const peer_inst *pi, char *why, size_t len) {
+    const helper *h = pi->h;
+    if (h->pid && h->gen == pi->gen) return 0;
+    setwhy(why, len, "%s", h->why[0] ? h->why : "its helper has ended since prepare");
+    return -1;
+}
+
+static json_object *inst_request(const peer_inst *pi, const char *op) {
+    json_object *req = new_request(op);
+    json_object_object_add(req, "id", json_object_new_int64(pi->id));
+    return req;
+}
+
+static int py_run(peer_inst *pi, double *seconds, char *why, size_t len) {
+    *seconds = -1;
+    if (inst_alive(pi, why, len) != 0) return -1;
+    json_object *req = inst_request(pi, "run"), *reply;
+    const int rc = request(pi->h, req, WAIT_RUN, &reply, why, len);
+    json_object_put(req);
+    if (rc != 0) return -1;
+    const double s = json_object_get_double(json_object_object_get(reply, "seconds"));
+    json_object_put(reply);
+    if (!(s > 0) || !isfinite(s)) {
+        setwhy(why, len, "%s run: the helper's time %g s is not a positive number", pi->h->r->name,
+               s);
+        return -1;
+    }
+    *seconds = s;
+    return 0;
+}
+
+static int py_output(peer_inst *pi, void *out, char *why, size_t len) {
+    if (inst_alive(pi, why, len) != 0) return -1;
+    helper *h = pi->h;
+    char *m = shm_map(h, pi->out_bytes, why, len);
+    if (!m) return -1;
+    json_object *req = inst_request(pi, "output"), *reply;
+    json_object_object_add(req, "shm_bytes", json_object_new_int64((int64_t)pi->out_bytes));
+    json_object_object_add(req, "offset", json_object_new_int64(0));
+    const int rc = request(h, req, WAIT_OUTPUT, &reply, why, len);
+    json_object_put(req);
+    if (rc == 0) {
+        memcpy(out, m, pi->out_bytes);
+        json_object_put(reply);
+    }
+    shm_unmap(h, m, pi->out_bytes);
+    return rc;
+}
+
+static const char *py_settings(const peer_inst *pi) {
+    return pi->settings;
+}
+
+static void py_release(peer_inst *pi) {
+    if (!pi) return;
+    char why[256];
+    if (inst_alive(pi, why, sizeof why) == 0) {
+        json_object *req = inst_request(pi, "release"), *reply;
+        if (request(pi->h, req, WAIT_SMALL, &reply, why, sizeof why) == 0) json_object_put(reply);
+        json_object_put(req);
+    }
+    free(pi->settings);
+    free(pi);
+}
+
+/* ---- the three peers ------------------------------------------------------------- */
+#define PY_PEER(var, idx, nm)                                                                      \
+    static int var##_probe(char *why, size_t len) {                                                \
+        return py_probe(&HELPERS[idx], why, len);                                                  \
+    }                                                                                              \
+    static const char *var##_version(void) {                                                       \
+        return HELPERS[idx].version;                                                               \
+    }                                                                                              \
+    static int var##_takes(const mha_problem *p, char *why, size_t len) {                          \
+        return py_takes(&HELPERS[idx], p, why, len);                                               \
+    }                                                                                              \
+    static peer_inst *var##_prepare(const mha_problem *p, int threads, const void *q,              \
+                                    const void *k, const void *v, char *why, size_t len) {         \
+        return py_prepare(&HELPERS[idx], p, threads, q, k, v, why, len);                           \
+    }                                                                                              \
+    static void var##_shutdown(void) {                                                             \
+        helper_stop(&HELPERS[idx]);                                                                \
+    }                                                                                              \
+    const peer_ops var = {                                                                         \
+        .name = nm,                                                                                \
+        .probe = var##_probe,                                                                      \
+        .version = var##_version,                                                                  \
+        .takes = var##_takes,                                                                      \
+        .prepare = var##_prepare,                                                                  \
+        .run = py_run,                                                                             \
+        .output = py_output,                                                                       \
+        .settings = py_settings,                                                                   \
+        .release = py_release,                                                                     \
+        .shutdown = var##_shutdown,                                                                \
+    }
+
+PY_PEER(peer_torch, 0, "torch");
+PY_PEER(peer_onnxruntime, 1, "onnxruntime");
+PY_PEER(peer_openvino, 2, "openvino");

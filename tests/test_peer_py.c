@@ -1,0 +1,290 @@
+/* test_peer_py.c - the Python peers (harness/peers/peer_py.c and its helper
+ * scripts/peers/mha_peer.py): each peer's output against the float64 oracle
+ * with the written-down tolerance of its dtype, over shapes that catch tails
+ * and layout bugs (N = 1, 7, 33, 197; d = 64, 80; causal and not; cross with
+ * Nq = 1 and Nq < Nkv causal; GQA 8/2; batch 2; bf16 and fp16 where taken).
+ * A peer whose helper does not start here (no peer Python: CI) is a visible
+ * skip with its why, never a failure. Also: takes() refuses int8 KV with a
+ * message, a killed helper gives an error (not a hang or a crash) and the next
+ * prepare starts a fresh one, and a missing Python or script is a clear why. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "peers/peer.h"
+
+#define SEED 20261130ull
+enum { THREADS = 2 };
+
+static const peer_ops *const PY[] = {&peer_torch, &peer_onnxruntime, &peer_openvino};
+
+typedef struct {
+    int64_t b, h, g, nq, nkv, d;
+    int causal;
+} shape;
+
+static const shape SHAPES[] = {
+    {1, 2, 2, 1, 1, 64, 0},     /* N = 1 */
+    {1, 2, 2, 7, 7, 64, 1},     /* a tail, causal square */
+    {2, 3, 3, 33, 33, 80, 0},   /* batch 2, d = 80 */
+    {1, 2, 2, 197, 197, 64, 1}, /* long tail, causal */
+    {1, 8, 2, 33, 33, 64, 1},   /* GQA 8 / 2, causal */
+    {2, 8, 2, 7, 197, 80, 1},   /* cross Nq < Nkv causal (bottom-right), GQA, batch 2 */
+    {1, 4, 4, 1, 197, 64, 1},   /* decode: one query row sees the whole cache */
+    {2, 4, 1, 7, 33, 80, 0},    /* cross, MQA */
+    {1, 2, 2, 197, 7, 64, 0},   /* Nq > Nkv, not causal */
+    {1, 8, 2, 197, 197, 80, 0}, /* GQA, long, d = 80 */
+};
+enum { NSHAPES = sizeof SHAPES / sizeof SHAPES[0] };
+
+static mha_problem problem_of(const shape *s, mha_dtype dt) {
+    return (mha_problem){.batch = s->b,
+                         .heads = s->h,
+                         .kv_heads = s->g,
+                         .seq_q = s->nq,
+                         .seq_kv = s->nkv,
+                         .head_dim = s->d,
+                         .causal = s->causal,
+                         .dtype = dt};
+}
+
+/* 1 when peer runs here; else a visible skip naming why. */
+static int probe_or_skip(const peer_ops *peer) {
+    char why[1024] = "";
+    if (peer->probe(why, sizeof why)) {
+        printf("[ peer     ] %s: %s\n", peer->name, peer->version());
+        return 1;
+    }
+    printf("[ SKIPPED  ] peer %s: %s\n", peer->name, why);
+    return 0;
+}
+
+/* Prepares, runs and checks one case; returns 1 when the peer took it. */
+static int check_one(const peer_ops *peer, const shape *s, mha_dtype dt, int index) {
+    check_case c = {
+        .p = problem_of(s, MHA_F32), .input = INPUT_UNIFORM, .layout = LAYOUT_BHND, .tag = "peer"};
+    check_case_set_dtypes(&c, dt, dt);
+    char why[1024] = "", desc[256];
+    check_describe(&c, desc, sizeof desc);
+    if (!peer->takes(&c.p, why, sizeof why)) {
+        assert_true(why[0] != 0);
+        static char last[1024];
+        if (strcmp(last, why) != 0) /* once per reason, not per shape */
+            printf("[ refused  ] %s %s: %s\n", peer->name, mha_dtype_name(dt), why);
+        snprintf(last, sizeof last, "%s", why);
+        return 0;
+    }
+    check_data d;
+    assert_int_equal(check_prepare(&c, check_case_seed(SEED, index), &d), MHA_OK);
+    peer_inst *pi = peer->prepare(&c.p, THREADS, d.qv.data, d.kv.data, d.vv.data, why, sizeof why);
+    if (!pi) fprintf(stderr, "%s %s %s: prepare: %s\n", peer->name, mha_dtype_name(dt), desc, why);
+    assert_non_null(pi);
+    double seconds = 0;
+    if (peer->run(pi, &seconds, why, sizeof why) != 0)
+        fprintf(stderr, "%s %s: run: %s\n", peer->name, desc, why);
+    assert_true(seconds > 0);
+    check_out o;
+    assert_true(check_out_alloc(&d, &o));
+    if (peer->output(pi, o.view.data, why, sizeof why) != 0)
+        fprintf(stderr, "%s %s: output: %s\n", peer->name, desc, why);
+    check_report r;
+    const int res = check_out_compare(&d, &o, &r);
+    printf("[ %-8s ] %s %s %s: max err %.3g, %.1f us; %s\n", res == CHECK_PASS ? "ok" : "FAIL",
+           peer->name, mha_dtype_name(dt), desc, r.max_err, seconds * 1e6, peer->settings(pi));
+    if (res != CHECK_PASS)
+        fprintf(stderr, "%s: %s (seed %llu)\n", desc, r.detail, (unsigned long long)SEED);
+    check_out_free(&o);
+    peer->release(pi);
+    check_release(&d);
+    assert_int_equal(res, CHECK_PASS);
+    return 1;
+}
+
+static void check_peer(const peer_ops *peer) {
+    if (!probe_or_skip(peer)) skip();
+    static const mha_dtype dts[] = {MHA_F32, MHA_BF16, MHA_F16};
+    int taken = 0, index = 0;
+    for (size_t t = 0; t < sizeof dts / sizeof dts[0]; t++)
+        for (int i = 0; i < NSHAPES; i++) taken += check_one(peer, &SHAPES[i], dts[t], index++);
+    /* every peer takes fp32 of every shape above */
+    assert_true(taken >= NSHAPES);
+}
+
+static void test_torch(void **state) {
+    (void)state;
+    check_peer(&peer_torch);
+}
+static void test_onnxruntime(void **state) {
+    (void)state;
+    check_peer(&peer_onnxruntime);
+}
+static void test_openvino(void **state) {
+    (void)state;
+    check_peer(&peer_openvino);
+}
+
+/* Decided in C, no helper needed: int8 KV, mixed dtypes and causal rows that
+ * see no key are refused with a message; the plain problem is taken. */
+static void test_takes(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof PY / sizeof PY[0]; i++) {
+        char why[512] = "";
+        mha_problem p = problem_of(&SHAPES[1], MHA_F32);
+        assert_true(PY[i]->takes(&p, why, sizeof why));
+        p.kv_dtype = MHA_I8;
+        assert_false(PY[i]->takes(&p, why, sizeof why));
+        assert_non_null(strstr(why, "int8 KV cache: not a "));
+        assert_non_null(strstr(why, "SDPA input"));
+        p.kv_dtype = MHA_BF16;
+        why[0] = 0;
+        assert_false(PY[i]->takes(&p, why, sizeof why));
+        assert_true(why[0] != 0);
+        p = problem_of(&(shape){1, 2, 2, 33, 7, 64, 1}, MHA_F32);
+        why[0] = 0;
+        assert_false(PY[i]->takes(&p, why, sizeof why));
+        assert_non_null(strstr(why, "see no key"));
+    }
+    char why[512] = "";
+    mha_problem p = problem_of(&SHAPES[1], MHA_BF16);
+    assert_false(peer_onnxruntime.takes(&p, why, sizeof why));
+    assert_true(why[0] != 0);
+    p.dtype = MHA_F16;
+    assert_true(peer_torch.takes(&p, why, sizeof why));
+    assert_false(peer_openvino.takes(&p, why, sizeof why));
+}
+
+/* The pid of this process's child running `mha_peer.py --peer name`, or 0. */
+static pid_t helper_pid(const char *name) {
+    DIR *dir = opendir("/proc");
+    pid_t found = 0;
+    struct dirent *e;
+    while (dir && !found && (e = readdir(dir))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+        char path[300], buf[4096] = "";
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        const size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        const char *rp = strrchr(buf, ')');
+        char state;
+        long ppid;
+        if (!rp || sscanf(rp + 1, " %c %ld", &state, &ppid) != 2 || ppid != (long)getpid())
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        f = fopen(path, "r");
+        if (!f) continue;
+        const size_t m = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        for (size_t i = 0; i + 1 < m; i++)
+            if (buf[i] == 0) buf[i] = ' ';
+        buf[m] = 0;
+        char want[64];
+        snprintf(want, sizeof want, "--peer %s", name);
+        if (strstr(buf, want)) found = (pid_t)atol(e->d_name);
+    }
+    if (dir) closedir(dir);
+    return found;
+}
+
+/* A helper killed between prepare and run: run and output fail with a why
+ * naming what happened, release is safe, and the next prepare works on a
+ * fresh helper. */
+static void test_killed_helper(void **state) {
+    (void)state;
+    const peer_ops *peer = NULL;
+    char why[1024] = "";
+    for (size_t i = 0; i < sizeof PY / sizeof PY[0] && !peer; i++)
+        if (PY[i]->probe(why, sizeof why)) peer = PY[i];
+    if (!peer) {
+        printf("[ SKIPPED  ] no Python peer runs here: %s\n", why);
+        skip();
+    }
+    const shape s = {1, 2, 2, 7, 7, 64, 1};
+    check_case c = {.p = problem_of(&s, MHA_F32), .layout = LAYOUT_BHND, .tag = "peer"};
+    check_data d;
+    assert_int_equal(check_prepare(&c, check_case_seed(SEED, 999), &d), MHA_OK);
+    peer_inst *pi = peer->prepare(&c.p, 1, d.qv.data, d.kv.data, d.vv.data, why, sizeof why);
+    assert_non_null(pi);
+    const pid_t pid = helper_pid(peer->name);
+    assert_true(pid > 0);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    double seconds = 0;
+    why[0] = 0;
+    assert_int_equal(peer->run(pi, &seconds, why, sizeof why), -1);
+    printf("[ killed   ] %s run: %s\n", peer->name, why);
+    assert_non_null(strstr(why, "signal 9"));
+    check_out o;
+    assert_true(check_out_alloc(&d, &o));
+    why[0] = 0;
+    assert_int_equal(peer->output(pi, o.view.data, why, sizeof why), -1);
+    assert_true(why[0] != 0);
+    peer->release(pi);
+    /* a fresh helper for the next prepare */
+    pi = peer->prepare(&c.p, 1, d.qv.data, d.kv.data, d.vv.data, why, sizeof why);
+    assert_non_null(pi);
+    assert_int_equal(peer->run(pi, &seconds, why, sizeof why), 0);
+    assert_int_equal(peer->output(pi, o.view.data, why, sizeof why), 0);
+    check_report r;
+    assert_int_equal(check_out_compare(&d, &o, &r), CHECK_PASS);
+    /* an instance of the dead helper stays dead */
+    peer->release(pi);
+    check_out_free(&o);
+    check_release(&d);
+}
+
+/* No Python, or no script: a probe that fails with a why naming it. Runs
+ * after shutdown (which forgets the probes) and shuts down again after. */
+static void test_missing_python(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof PY / sizeof PY[0]; i++)
+        if (PY[i]->shutdown) PY[i]->shutdown();
+    char *saved = getenv("MHA_PEERS_PYTHON") ? strdup(getenv("MHA_PEERS_PYTHON")) : NULL;
+    char why[1024] = "";
+    setenv("MHA_PEERS_PYTHON", "/nonexistent/mha/python3", 1);
+    assert_false(peer_torch.probe(why, sizeof why));
+    printf("[ why      ] %s\n", why);
+    assert_non_null(strstr(why, "/nonexistent/mha/python3"));
+    peer_torch.shutdown();
+    setenv("MHA_PEERS_PYTHON", "/bin/sh", 1);
+    setenv("MHA_PEERS_SCRIPT", "/nonexistent/mha_peer.py", 1);
+    assert_false(peer_openvino.probe(why, sizeof why));
+    printf("[ why      ] %s\n", why);
+    assert_non_null(strstr(why, "/nonexistent/mha_peer.py"));
+    peer_openvino.shutdown();
+    unsetenv("MHA_PEERS_SCRIPT");
+    if (saved)
+        setenv("MHA_PEERS_PYTHON", saved, 1);
+    else
+        unsetenv("MHA_PEERS_PYTHON");
+    free(saved);
+}
+
+static int shutdown_all(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof PY / sizeof PY[0]; i++)
+        if (PY[i]->shutdown) PY[i]->shutdown();
+    return 0;
+}
+
+int main(void) {
+    printf("[ seed     ] %llu\n", (unsigned long long)SEED);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_takes),         cmocka_unit_test(test_torch),
+        cmocka_unit_test(test_onnxruntime),   cmocka_unit_test(test_openvino),
+        cmocka_unit_test(test_killed_helper), cmocka_unit_test(test_missing_python),
+    };
+    return cmocka_run_group_tests(tests, NULL, shutdown_all);
+}

@@ -75,6 +75,7 @@ typedef struct {
     const char *label;                      /* "PyTorch": messages */
     unsigned dtypes;                        /* MHA_DTYPE_BIT of the dtypes taken */
     const char *why_dtype[MHA_DTYPE_COUNT]; /* why one is refused */
+    int bf16_needs_isa; /* bf16 only where the CPU has AVX512_BF16 (else it runs f32) */
 } py_rules;
 
 typedef struct {
@@ -98,24 +99,24 @@ struct peer_inst {
 };
 
 static const py_rules RULES_TORCH = {
-    "torch",
-    "PyTorch",
-    MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16),
-    {0},
+    .name = "torch",
+    .label = "PyTorch",
+    .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16),
 };
 static const py_rules RULES_ORT = {
-    "onnxruntime",
-    "ONNX Runtime",
-    MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_F16),
-    {[MHA_BF16] = "bf16: ONNX Runtime's CPU execution provider has no bf16 MultiHeadAttention "
-                  "kernel (NOT_IMPLEMENTED)"},
+    .name = "onnxruntime",
+    .label = "ONNX Runtime",
+    .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_F16),
+    .why_dtype = {[MHA_BF16] = "bf16: ONNX Runtime's CPU execution provider has no bf16 "
+                               "MultiHeadAttention kernel (NOT_IMPLEMENTED)"},
 };
 static const py_rules RULES_OV = {
-    "openvino",
-    "OpenVINO",
-    MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
-    {[MHA_F16] = "fp16: OpenVINO's CPU plugin computes in fp16 only on AMX-FP16 CPUs (elsewhere "
-                 "it would run f32 or bf16 and not be an fp16 peer)"},
+    .name = "openvino",
+    .label = "OpenVINO",
+    .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
+    .why_dtype = {[MHA_F16] = "fp16: OpenVINO's CPU plugin computes in fp16 only on AMX-FP16 "
+                              "CPUs (elsewhere it would run f32 or bf16 and not be an fp16 peer)"},
+    .bf16_needs_isa = 1,
 };
 
 static helper HELPERS[3] = {
@@ -496,10 +497,9 @@ static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len
                mha_dtype_name(kv), mha_dtype_name(p->dtype), r->label);
         return 0;
     }
-    if (p->dtype == MHA_BF16 && r == &RULES_OV && mha_isa_detected() < MHA_ISA_AVX512BF16) {
-        setwhy(why, len,
-               "bf16: OpenVINO's CPU plugin runs bf16 only with AVX512_BF16 or AMX (this CPU "
-               "would run f32)");
+    if (p->dtype == MHA_BF16 && r->bf16_needs_isa && mha_isa_detected() < MHA_ISA_AVX512BF16) {
+        setwhy(why, len, "bf16: %s runs bf16 only with AVX512_BF16 or AMX (this CPU would run f32)",
+               r->label);
         return 0;
     }
     if (p->causal && p->seq_q > p->seq_kv) {

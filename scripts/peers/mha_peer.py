@@ -435,7 +435,10 @@ def main():
     os.close(devnull)
     sys.stdout.flush()
     os.dup2(2, 1)
-    serve(args.peer, args.shm_fd, chan)
+    try:
+        serve(args.peer, args.shm_fd, chan)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # mhabench has gone: nothing left to answer
 
 
 if __name__ == "__main__":

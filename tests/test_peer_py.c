@@ -245,6 +245,43 @@ static void test_killed_helper(void **state) {
     check_release(&d);
 }
 
+/* A helper that stops answering (SIGSTOP: alive, silent) is given up after
+ * the deadline (MHA_PEERS_WAIT_S shortens it here), killed and reaped; the
+ * why says so, and the next prepare works on a fresh helper. */
+static void test_stuck_helper(void **state) {
+    (void)state;
+    const peer_ops *peer = NULL;
+    char why[1024] = "";
+    for (size_t i = 0; i < sizeof PY / sizeof PY[0] && !peer; i++)
+        if (PY[i]->probe(why, sizeof why)) peer = PY[i];
+    if (!peer) {
+        printf("[ SKIPPED  ] no Python peer runs here: %s\n", why);
+        skip();
+    }
+    const shape s = {1, 2, 2, 7, 7, 64, 0};
+    check_case c = {.p = problem_of(&s, MHA_F32), .layout = LAYOUT_BHND, .tag = "peer"};
+    check_data d;
+    assert_int_equal(check_prepare(&c, check_case_seed(SEED, 998), &d), MHA_OK);
+    peer_inst *pi = peer->prepare(&c.p, 1, d.qv.data, d.kv.data, d.vv.data, why, sizeof why);
+    assert_non_null(pi);
+    const pid_t pid = helper_pid(peer->name);
+    assert_true(pid > 0);
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    setenv("MHA_PEERS_WAIT_S", "1", 1);
+    double seconds = 0;
+    assert_int_equal(peer->run(pi, &seconds, why, sizeof why), -1);
+    unsetenv("MHA_PEERS_WAIT_S");
+    printf("[ stuck    ] %s run: %s\n", peer->name, why);
+    assert_non_null(strstr(why, "no answer within 1 s"));
+    assert_int_equal(helper_pid(peer->name), 0); /* reaped: no zombie, no stopped child */
+    peer->release(pi);
+    pi = peer->prepare(&c.p, 1, d.qv.data, d.kv.data, d.vv.data, why, sizeof why);
+    assert_non_null(pi);
+    assert_int_equal(peer->run(pi, &seconds, why, sizeof why), 0);
+    peer->release(pi);
+    check_release(&d);
+}
+
 /* No Python, or no script: a probe that fails with a why naming it. Runs
  * after shutdown (which forgets the probes) and shuts down again after. */
 static void test_missing_python(void **state) {
@@ -282,9 +319,10 @@ static int shutdown_all(void **state) {
 int main(void) {
     printf("[ seed     ] %llu\n", (unsigned long long)SEED);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_takes),         cmocka_unit_test(test_torch),
-        cmocka_unit_test(test_onnxruntime),   cmocka_unit_test(test_openvino),
-        cmocka_unit_test(test_killed_helper), cmocka_unit_test(test_missing_python),
+        cmocka_unit_test(test_takes),          cmocka_unit_test(test_torch),
+        cmocka_unit_test(test_onnxruntime),    cmocka_unit_test(test_openvino),
+        cmocka_unit_test(test_killed_helper),  cmocka_unit_test(test_stuck_helper),
+        cmocka_unit_test(test_missing_python),
     };
     return cmocka_run_group_tests(tests, NULL, shutdown_all);
 }

@@ -57,7 +57,9 @@
 extern char **environ;
 
 /* Seconds to wait for a reply: importing torch or openvino takes seconds,
- * compiling a big graph or copying GBs of inputs minutes. */
+ * compiling a big graph or copying GBs of inputs minutes. MHA_PEERS_WAIT_S
+ * caps them all (fail fast on a machine where minutes mean a stuck helper;
+ * the tests' stopped-helper case). */
 enum {
     WAIT_HELLO = 180,
     WAIT_PREPARE = 600,
@@ -204,8 +206,8 @@ static void helper_fail(helper *h, const char *doing, const char *what) {
     if (h->chan >= 0) shutdown(h->chan, SHUT_RDWR); /* an alive helper reads EOF */
     if (pid) reap(h, 1.0, how, sizeof how);
     close_fds(h);
-    snprintf(h->why, sizeof h->why, "the %s helper (pid %ld) %s during %s%s%s", h->r->name,
-             (long)pid, what, doing, how[0] ? ": " : "", how);
+    snprintf(h->why, sizeof h->why, "the %s helper (pid %ld), during %s: %s%s%s%s", h->r->name,
+             (long)pid, doing, what, how[0] ? " (" : "", how, how[0] ? ")" : "");
 }
 
 static const char *python_path(char *buf, size_t len) {
@@ -301,9 +303,17 @@ static int helper_spawn(helper *h, char *why, size_t len) {
 /* One request and its reply: 0 with *reply (ok true; the caller puts it),
  * or -1 with why: the helper's own error (it lives on) or what happened to
  * it (then it is stopped and reaped). */
+static int wait_cap(int wait_s) {
+    const char *env = getenv("MHA_PEERS_WAIT_S");
+    char *end;
+    const long cap = env && *env ? strtol(env, &end, 10) : 0;
+    return env && *env && !*end && cap > 0 && cap < wait_s ? (int)cap : wait_s;
+}
+
 static int request(helper *h, json_object *req, int wait_s, json_object **reply, char *why,
                    size_t len) {
     *reply = NULL;
+    wait_s = wait_cap(wait_s);
     const char *op = json_object_get_string(json_object_object_get(req, "op"));
     if (!h->pid) {
         setwhy(why, len, "%s", h->why[0] ? h->why : "the helper is not running");
@@ -357,7 +367,8 @@ static int request(helper *h, json_object *req, int wait_s, json_object **reply,
         if (pr < 0 && errno == EINTR) continue;
         if (pr == 0) {
             char what[96];
-            snprintf(what, sizeof what, "gave no answer within %d s: stopped it", wait_s);
+            snprintf(what, sizeof what, "gave no answer within %d s, so mhabench stopped it",
+                     wait_s);
             helper_fail(h, op, what);
             setwhy(why, len, "%s", h->why);
             return -1;

@@ -4,7 +4,7 @@
  * interpreter's start-up and imports are never timed; the helper times each
  * call with its own clock, so neither is the round trip.
  *
- * Protocol (the same text opens scripts/peers/mha_peer.py):
+ * Protocol (also written out at the top of scripts/peers/mha_peer.py):
  *  - the helper's fd 0 is one end of a socketpair (our end: h->chan): one
  *    JSON object per line each way, one reply per request, in order. A
  *    socket, not two pipes, so send(MSG_NOSIGNAL) reports a dead helper as

@@ -7,7 +7,7 @@ round trip are never part of a timing.
 
 Started as: python mha_peer.py --peer NAME --shm-fd N
 
-Protocol (the same text opens harness/peers/peer_py.c):
+Protocol (also written out at the top of harness/peers/peer_py.c):
   - stdin (fd 0) is one end of a socketpair: requests arrive on it as one
     JSON object per line and every request gets exactly one JSON line back on
     the same socket. The helper moves fds 0 and 1 out of the way at start

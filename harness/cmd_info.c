@@ -51,8 +51,15 @@ static const char *fmt_bytes(uint64_t b, char *buf, size_t len) {
     return buf;
 }
 
+/* Every core's FMA loop at once, as a share of cores x one core (top ISA). */
+typedef struct {
+    mha_isa isa;
+    int threads;
+    double ratio; /* 0: not measured (one core) */
+} fma_ceiling;
+
 static void print_text(const machine_info *m, const char *key, const isa_peak *peaks,
-                       const bw_point *bw, int nbw) {
+                       const fma_ceiling *ceil, const bw_point *bw, int nbw) {
     const char *env = getenv("MHA_ISA");
     printf("cpu        %s\n", m->model[0] ? m->model : "unknown");
     printf("vendor     %s  family %d  model %d  stepping %d\n",
@@ -96,6 +103,10 @@ static void print_text(const machine_info *m, const char *key, const isa_peak *p
         else
             printf(" %12s\n", "-");
     }
+    if (ceil->ratio > 0)
+        printf("every core at once (%d threads, %s loop): %.3f x %d x one core "
+               "(multi-thread rows' peak)\n",
+               ceil->threads, mha_isa_name(ceil->isa), ceil->ratio, ceil->threads);
 
     printf("\nread bandwidth per level (working set: half of each level; DRAM: >= 4 x L3)\n");
     for (int i = 0; i < nbw; i++)
@@ -119,7 +130,7 @@ static void json_str(const char *s) {
 }
 
 static void print_json(const machine_info *m, const char *key, const isa_peak *peaks,
-                       const bw_point *bw, int nbw) {
+                       const fma_ceiling *ceil, const bw_point *bw, int nbw) {
     const char *env = getenv("MHA_ISA");
     printf("{\n  \"model\": ");
     json_str(m->model);
@@ -159,7 +170,8 @@ static void print_json(const machine_info *m, const char *key, const isa_peak *p
                caches[i].name, (unsigned long long)caches[i].raw,
                (unsigned long long)caches[i].used, caches[i].clamped ? "true" : "false",
                i < 2 ? "," : "");
-    printf("  },\n  \"fma_peak\": [\n");
+    printf("  },\n  \"fma_ceiling_all\": %.4f,\n  \"fma_peak\": [\n",
+           ceil->ratio > 0 ? ceil->ratio : 1.0);
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
         const isa_peak *p = &peaks[i];
         printf("    {\"isa\": \"%s\", ", mha_isa_name((mha_isa)i));
@@ -239,6 +251,14 @@ int cmd_info(int argc, char **argv) {
         }
     }
 
+    fma_ceiling ceil = {MHA_ISA_SCALAR, m.cores, 0};
+    for (int i = MHA_ISA_COUNT - 1; i >= 0 && m.cores > 1; i--)
+        if (peaks[i].status == MHA_OK) {
+            ceil.isa = (mha_isa)i;
+            ceil.ratio = machine_fma_ceiling((mha_isa)i, m.cores, budget);
+            break;
+        }
+
     bw_point bw[2 * MACH_LEVELS];
     int nbw = 0;
     for (int l = 0; l < MACH_LEVELS; l++)
@@ -252,8 +272,8 @@ int cmd_info(int argc, char **argv) {
         }
 
     if (json)
-        print_json(&m, key, peaks, bw, nbw);
+        print_json(&m, key, peaks, &ceil, bw, nbw);
     else
-        print_text(&m, key, peaks, bw, nbw);
+        print_text(&m, key, peaks, &ceil, bw, nbw);
     return 0;
 }

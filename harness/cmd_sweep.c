@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "meas_gbench.h"
 #include "meas_core.h"
+#include "peers/peer_check.h"
 #include "fmt_results.h"
 #include "fmt_rows.h"
 #include "shard.h"
@@ -47,6 +48,7 @@ static void usage(FILE *f) {
         "[--bind "
         "cores|none]\n"
         "                      [--dtype fp32,bf16,fp16] [--kv-dtype bf16,fp16,int8]\n"
+        "                      [--peers torch,onnxruntime,openvino,onednn,libxsmm|all]\n"
         "                      [--out F.json] [--seed N] [-- GOOGLE_BENCHMARK_FLAGS...]\n"
         "Benchmarks kernels over shapes through Google Benchmark; writes Google Benchmark\n"
         "JSON (context extended with the machine fingerprint) to --out, by default\n"
@@ -90,6 +92,10 @@ static void usage(FILE *f) {
         "  --passes N     at most N passes (default 4): after the first, disturbed\n"
         "                 repetitions are retaken and multi-repetition benchmarks whose\n"
         "                 median interval is wider than 2% get more; 1: none\n"
+        "  --peers        other libraries' attention as rows peer.<name>/<shape> of the same\n"
+        "                 sweep (harness/peers; the Python ones need scripts/peers/setup-venv.sh\n"
+        "                 or MHA_PEERS_PYTHON); each is checked against the float64 oracle\n"
+        "                 before it is timed, and one that fails is reported, not timed\n"
         "  --shard I/N    run only part I of N of the benchmark list (fleet mode: N machines\n"
         "                 of one type run the N parts; `mhabench merge` joins their files)\n"
         "  after --       flags for Google Benchmark (--benchmark_filter=REGEX, ...)\n"
@@ -214,9 +220,12 @@ static const preset *preset_find(const char *name) {
 }
 
 /* One benchmark: a kernel on a shape at a thread count. For the `auto`
- * pseudo-kernel, k and opts are mha_select's choice for this shape. */
+ * pseudo-kernel, k and opts are mha_select's choice for this shape; for a
+ * peer (harness/peers), k is NULL and peer says which. */
 typedef struct {
     const mha_kernel *k;
+    const peer_ops *peer;
+    char kname[48]; /* what the row names: the kernel, "auto" or "peer.<name>" */
     int is_auto;
     mha_options opts;
     char label[160];
@@ -241,6 +250,8 @@ typedef struct {
     int errors;
     int extra;   /* repetitions registered in follow-up passes */
     int retaken; /* disturbed repetitions retaken so far */
+    /* a peer's check against the oracle before it was timed */
+    double max_err, check_worst;
 } bench;
 
 typedef struct {
@@ -256,7 +267,8 @@ static meas_pool g_pool;
 static void bench_body(mha_gbench_state *st, void *user) {
     bench *b = user;
     meas_call c;
-    const char *err = meas_prepare(&g_pool, b->k, &b->s, &b->opts, &c);
+    const char *err = b->peer ? meas_prepare_peer(&g_pool, b->peer, &b->s, b->threads, &c)
+                              : meas_prepare(&g_pool, b->k, &b->s, &b->opts, &c);
     if (err) {
         mha_gbench_skip_with_error(st, err);
         return;
@@ -266,7 +278,7 @@ static void bench_body(mha_gbench_state *st, void *user) {
     if (!b->warmed) {
         const mha_status s = meas_run(&c);
         if (s != MHA_OK) {
-            mha_gbench_skip_with_error(st, mha_last_error());
+            mha_gbench_skip_with_error(st, b->peer ? meas_peer_error() : mha_last_error());
             return;
         }
         b->warmed = 1;
@@ -277,7 +289,8 @@ static void bench_body(mha_gbench_state *st, void *user) {
     meas_window_begin(&win, b->threads);
     const double w0 = now_s();
     if (meas_gbench(st, &c) != MHA_OK)
-        mha_gbench_skip_with_error(st, "mha_attend failed in the timed loop");
+        mha_gbench_skip_with_error(st, b->peer ? meas_peer_error()
+                                               : "mha_attend failed in the timed loop");
     const double wdt = now_s() - w0;
     meas_evidence ev;
     meas_window_end(&win, &ev);
@@ -294,7 +307,11 @@ static void bench_body(mha_gbench_state *st, void *user) {
     mha_gbench_counter(st, "block_q", c.o.block_q, MHA_GBENCH_PLAIN);
     mha_gbench_counter(st, "block_kv", c.o.block_kv, MHA_GBENCH_PLAIN);
     mha_gbench_counter(st, "split", c.o.split, MHA_GBENCH_PLAIN);
-    if (b->is_auto) mha_gbench_set_label(st, b->label);
+    if (b->is_auto || b->peer) mha_gbench_set_label(st, b->label);
+    if (b->peer) { /* what its check against the oracle found, before timing */
+        mha_gbench_counter(st, "max_err", b->max_err, MHA_GBENCH_PLAIN);
+        mha_gbench_counter(st, "err_vs_tol", b->check_worst, MHA_GBENCH_PLAIN);
+    }
     if (b->s.nq == 1 && !b->s.layer) {
         mha_gbench_set_bytes_processed(st, (int64_t)b->kv_bytes * iters);
         mha_gbench_counter(st, "pct_bw", b->bw > 0 ? 100.0 * b->kv_bytes * 1e-9 / b->bw : 0,
@@ -379,8 +396,8 @@ static void on_report(const mha_gbench_result *r, void *user) {
     }
     if (r->error) {
         b->errors++;
-        printf("%s %s %s threads=%d%s ... ERROR: %s\n", count, mha_kernel_name(b->k), shp,
-               b->threads, reps, r->error_message);
+        printf("%s %s %s threads=%d%s ... ERROR: %s\n", count, b->kname, shp, b->threads, reps,
+               r->error_message);
         fflush(stdout);
         return;
     }
@@ -404,7 +421,7 @@ static void on_report(const mha_gbench_result *r, void *user) {
     if (b->is_auto)
         snprintf(kdisp, sizeof kdisp, "auto [%s]", b->label);
     else
-        snprintf(kdisp, sizeof kdisp, "%s", mha_kernel_name(b->k));
+        snprintf(kdisp, sizeof kdisp, "%s", b->kname);
     printf("%s %s %s threads=%d%s ... %.1f GFLOP/s (%.1f%% of peak%s)%s\n", count, kdisp, shp,
            b->threads, reps, gf, pp, bw, disturbed ? " [disturbed: retaken]" : "");
     fflush(stdout);
@@ -451,7 +468,7 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
     for (int g = 0; g < ngroups; g++) group_best[g] = 0, group_one[g] = -1;
     for (int i = 0; i < nbench; i++) {
         const bench *b = &benches[i];
-        if (b->nres && !b->is_auto && bench_median((bench *)b) > group_best[b->group])
+        if (b->nres && !b->is_auto && !b->peer && bench_median((bench *)b) > group_best[b->group])
             group_best[b->group] = bench_median((bench *)b);
     }
     for (int i = 0; i < nbench; i++) /* the 1-thread group of the same shape */
@@ -464,8 +481,8 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
     /* `auto` (mha_select per shape) is not a candidate: its rate is shown as a
      * share of the fastest kernel's. */
     for (int g = 0; g < ngroups; g++) {
-        bench *best = NULL, *naive = NULL, *blas = NULL, *any = NULL, *autob = NULL;
-        double best_gf = 0;
+        bench *best = NULL, *naive = NULL, *blas = NULL, *any = NULL, *autob = NULL, *peer = NULL;
+        double best_gf = 0, peer_gf = 0;
         for (int i = 0; i < nbench; i++) {
             bench *b = &benches[i];
             if (b->group != g) continue;
@@ -474,6 +491,10 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
             const double gf = bench_median(b);
             if (b->is_auto) { /* compared with the fastest, not a candidate */
                 autob = b;
+                continue;
+            }
+            if (b->peer) { /* the best peer: what ours is compared with */
+                if (!peer || gf > peer_gf) peer = b, peer_gf = gf;
                 continue;
             }
             if (mha_kernel_traits(b->k) & MHA_KT_REFERENCE) naive = b;
@@ -487,7 +508,9 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
         char shp[128];
         shape_text(&any->s, shp, sizeof shp);
         if (!best) {
-            printf("%-44s %7d  %-14s\n", shp, any->threads, "(none ran)");
+            printf("%-44s %7d  %-14s", shp, any->threads, "(none ran)");
+            if (peer) printf("  best peer %s %.1f", peer->kname, peer_gf);
+            printf("\n");
             continue;
         }
         char vn[16] = "n/a", vb[16] = "n/a";
@@ -495,8 +518,8 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
         if (blas) snprintf(vb, sizeof vb, "%.2fx", best_gf / bench_median(blas));
         /* Percentages of the median, not the mean of percentages. */
         const double pct = best->peak > 0 ? 100.0 * best_gf / best->peak : 0;
-        printf("%-44s %7d  %-14s %9.1f %6.1f%% %9s %9s", shp, best->threads,
-               mha_kernel_name(best->k), best_gf, pct, vn, vb);
+        printf("%-44s %7d  %-14s %9.1f %6.1f%% %9s %9s", shp, best->threads, best->kname, best_gf,
+               pct, vn, vb);
         if (best->s.nq == 1 && best->bw > 0 && best->flops > 0)
             printf("  (%.1f%% of %s bw)", 100.0 * best_gf * best->kv_bytes / best->flops / best->bw,
                    machine_level_name(best->level));
@@ -506,11 +529,11 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
         int nties = 0;
         for (int i = 0; i < nbench; i++) {
             bench *b = &benches[i];
-            if (b->group != g || b == best || b->is_auto || b->nres == 0) continue;
+            if (b->group != g || b == best || b->is_auto || b->peer || b->nres == 0) continue;
             double lo, hi;
             bench_stats(b, &lo, &hi);
             if (intervals_order(blo, bhi, lo, hi) == STATS_TIE) {
-                printf("%s%s", nties++ ? ", " : "  tie with ", mha_kernel_name(b->k));
+                printf("%s%s", nties++ ? ", " : "  tie with ", b->kname);
             }
         }
         if (nties) printf(" (intervals overlap)");
@@ -528,12 +551,20 @@ static void print_summary(bench *benches, int nbench, int ngroups) {
             if (b == best)
                 printf("  auto = this row [%s]", b->auto_label);
             else if (b->nres)
-                printf("  auto = the %s row, %.1f%% of it [%s]", mha_kernel_name(b->k),
+                printf("  auto = the %s row, %.1f%% of it [%s]", b->kname,
                        100.0 * bench_median((bench *)b) / best_gf, b->auto_label);
         }
         const int one = group_one[g];
         if (one >= 0 && group_best[one] > 0 && bhi < group_best[one])
             printf("  SLOWER than 1 thread (%.1f GFLOP/s, beyond the interval)", group_best[one]);
+        if (peer) {
+            double plo, phi;
+            bench_stats(peer, &plo, &phi);
+            printf("  best peer %s %.1f: ours/peer %.2fx%s", peer->kname, peer_gf,
+                   best_gf / peer_gf,
+                   intervals_order(blo, bhi, plo, phi) == STATS_TIE ? " (tie: intervals overlap)"
+                                                                    : "");
+        }
         printf("\n");
     }
     free(group_best);
@@ -662,6 +693,8 @@ typedef struct {
     int kernels_given; /* --kernels: ci's pairing of algorithms and shapes is off */
     const results_machine *rm;
     double max_seconds, min_time;
+    const peer_ops *const *peers; /* --peers that run here */
+    int npeers;
 } bench_plan;
 
 /* The benchmarks, grouped by (shape, threads), estimated and maybe skipped
@@ -699,13 +732,56 @@ static int fold_auto(bench *benches, int nbench, note_list *aliases) {
     return o;
 }
 
+/* A peer's benchmark of shape s at `threads` into *b: 1, or 0 when the peer
+ * does not take the shape (noted in skipped). Its name is our row's with
+ * peer.<name> for the kernel; the same FLOPs, bytes and peak rules (the
+ * machine's best peak for the dtype: we do not know which unit it uses). */
+static int plan_peer(const bench_plan *pl, const peer_ops *peer, const shape *s, int threads,
+                     int group, bench *b, note_list *skipped) {
+    memset(b, 0, sizeof *b);
+    b->peer = peer;
+    b->s = *s;
+    b->threads = threads;
+    b->group = group;
+    b->opts = (mha_options){.threads = threads};
+    snprintf(b->kname, sizeof b->kname, "peer.%s", peer->name);
+    const mha_problem p = meas_problem(s);
+    char dtp[48], why[256] = "";
+    const int takes = !s->layer && peer->takes(&p, why, sizeof why);
+    if (s->layer) snprintf(why, sizeof why, "peers run the attention core only");
+    if (!takes) {
+        char shp[160];
+        snprintf(shp, sizeof shp, "B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld causal=%d%s",
+                 (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
+                 (long long)s->nkv, (long long)s->d, s->causal, dtype_part(&p, dtp, sizeof dtp));
+        if (threads == pl->threads[0])
+            note_add(skipped, "%s on %s%s (%s)", b->kname, s->layer ? "the layer " : "",
+                     s->layer ? "" : shp, why);
+        return 0;
+    }
+    snprintf(b->name, sizeof b->name,
+             "%s/B:%lld/H:%lld/KV:%lld/Nq:%lld/Nkv:%lld/d:%lld/causal:%d%s/threads:%d", b->kname,
+             (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
+             (long long)s->nkv, (long long)s->d, s->causal, dtype_part(&p, dtp, sizeof dtp),
+             threads);
+    b->flops = mha_problem_flops(&p);
+    b->kv_bytes = meas_io_bytes(s);
+    b->peak = results_peak_at(pl->rm, results_machine_peak(pl->rm, p.dtype), threads);
+    b->level = machine_level_of(&pl->rm->m, b->kv_bytes, threads);
+    b->bw = s->nq == 1 ? results_read_bw_at(b->kv_bytes, threads)
+                       : results_level_bw(pl->rm, b->level, threads);
+    b->warmed = 1; /* prepare made one untimed call */
+    return 1;
+}
+
 static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshapes,
                            note_list *skipped, note_list *aliases, int *nbench_out,
                            int *ngroups_out) {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     const double mem_limit = pages > 0 && page > 0 ? 0.5 * (double)pages * (double)page : 1e12;
     int nbench = 0, ngroups = 0;
-    const size_t nslots = (size_t)nshapes * (size_t)pl->nthreads * (size_t)pl->nk + 1;
+    const size_t nslots =
+        (size_t)nshapes * (size_t)pl->nthreads * (size_t)(pl->nk + pl->npeers) + 1;
     bench *benches = sweep_realloc(NULL, nslots, sizeof *benches);
     memset(benches, 0, nslots * sizeof *benches);
     for (int si = 0; si < nshapes; si++)
@@ -730,6 +806,7 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
                 /* a kernel runs the dtypes it takes (its mask columns) */
                 if (b->k && mha_kernel_takes(b->k, &p) != MHA_OK) continue;
                 const char *kname = b->k ? mha_kernel_name(b->k) : "auto";
+                snprintf(b->kname, sizeof b->kname, "%s", kname);
                 char dtp[48];
                 if (s->layer)
                     snprintf(b->name, sizeof b->name,
@@ -772,7 +849,8 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
                 b->flops = s->layer ? mha_forward_flops(&lay, &lsh) : mha_problem_flops(&p);
                 /* at the storage widths: K/V x its dtype's size (+ int8 scales), Q/O at theirs */
                 b->kv_bytes = meas_io_bytes(s);
-                b->peak = results_peak_for(pl->rm, b->k, p.dtype) * b->threads;
+                b->peak =
+                    results_peak_at(pl->rm, results_peak_for(pl->rm, b->k, p.dtype), b->threads);
                 /* decode reads K and V once per call: judged against a plain
                  * read of the same bytes at the same thread count (where
                  * that working set lives), its level named */
@@ -813,6 +891,9 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
                 b->warmed = est >= pl->min_time;
                 nbench++;
             }
+            for (int pi = 0; pi < pl->npeers; pi++)
+                nbench += plan_peer(pl, pl->peers[pi], &shapes[si], (int)pl->threads[ti], group,
+                                    &benches[nbench], skipped);
         }
     nbench = fold_auto(benches, nbench, aliases);
     *nbench_out = nbench;
@@ -828,8 +909,9 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
  * reference kernels at 1 GFLOP/s), never less than the min time Google
  * Benchmark spends on any row. Only its proportions matter. */
 static double nominal_seconds(const bench *b, double min_time) {
-    const unsigned tr = mha_kernel_traits(b->k);
-    const int lanes = mha_ops_for(mha_kernel_run_isa(b->k))->lanes;
+    /* a peer: as a kernel of the widest vectors built (16 lanes) */
+    const unsigned tr = b->peer ? 0 : mha_kernel_traits(b->k);
+    const int lanes = b->peer ? 16 : mha_ops_for(mha_kernel_run_isa(b->k))->lanes;
     const double rate = (tr & MHA_KT_REFERENCE ? 1.0 : 8.0 * lanes) * 1e9 * b->threads;
     double t = b->flops / rate;
     if (b->s.nq == 1 && !b->s.layer) {
@@ -904,6 +986,7 @@ static int register_one(bench *b, int report_as) {
     d.run = bench_body;
     d.user = b;
     d.real_time = 1;
+    d.manual_time = b->peer != NULL; /* a helper process's own clock (meas_gbench) */
     if (report_as > 0) {
         d.repetitions = 1;
         d.report_as_repetitions = report_as;
@@ -988,9 +1071,16 @@ static int report_sweep(bench *benches, int nbench, int ngroups, const note_list
  * Each step returns 0, or -1 after printing a message (a usage or input
  * error); only cmd_sweep turns that into an exit code. */
 
+/* Every peer the project has an adapter for: a name here that this build
+ * lacks (peer_find: NULL) is "not built", not unknown. */
+static const char *const PEER_NAMES[] = {"torch", "onnxruntime", "openvino", "onednn", "libxsmm"};
+enum { MAX_PEERS = 8 };
+
 /* The command line as given. */
 typedef struct {
     const char *preset_name, *kernel_list, *out_path;
+    const char *peer_names[MAX_PEERS]; /* --peers, each once (PEER_NAMES' strings) */
+    int npeer_names;
     const char *seq, *seq_q, *seq_kv, *heads, *kv, *dims, *batch, *causal, *threads;
     unsigned dtypes, kv_dtypes;   /* MHA_DTYPE_BIT masks; kv_dtypes 0: each row's dtype */
     double max_seconds, min_time; /* min_time < 0: the preset's */
@@ -1004,6 +1094,34 @@ typedef struct {
     shard_spec shard;   /* --shard I/N; count 0 when not given */
     int passes;         /* --passes: 1 + follow-up passes at most */
 } sweep_args;
+
+/* --peers: names of PEER_NAMES or "all", into a (each once). 0, or -1
+ * after a message naming the bad one. */
+static int parse_peers(const char *list, sweep_args *a) {
+    const int nnames = (int)(sizeof PEER_NAMES / sizeof PEER_NAMES[0]);
+    a->npeer_names = 0;
+    if (strcmp(list, "all") == 0) {
+        for (int i = 0; i < nnames; i++) a->peer_names[a->npeer_names++] = PEER_NAMES[i];
+        return 0;
+    }
+    for (const char *p = list;;) {
+        const size_t len = strcspn(p, ",");
+        int found = -1;
+        for (int i = 0; i < nnames; i++)
+            if (strlen(PEER_NAMES[i]) == len && strncmp(PEER_NAMES[i], p, len) == 0) found = i;
+        if (found < 0) {
+            errorf("sweep: --peers '%.*s': unknown peer (expected torch, onnxruntime, openvino, "
+                   "onednn, libxsmm or all)",
+                   (int)len, p);
+            return -1;
+        }
+        int dup = 0;
+        for (int i = 0; i < a->npeer_names; i++) dup |= a->peer_names[i] == PEER_NAMES[found];
+        if (!dup) a->peer_names[a->npeer_names++] = PEER_NAMES[found];
+        if (!p[len]) return 0;
+        p += len + 1;
+    }
+}
 
 /* Returns 0, 1 when --help was printed, or -1. */
 static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
@@ -1029,6 +1147,7 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         O_PASSES,
         O_DTYPE,
         O_KV_DTYPE,
+        O_PEERS,
     };
     static const struct option opts[] = {
         {"preset", required_argument, 0, O_PRESET},
@@ -1052,6 +1171,7 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         {"passes", required_argument, 0, O_PASSES},
         {"dtype", required_argument, 0, O_DTYPE},
         {"kv-dtype", required_argument, 0, O_KV_DTYPE},
+        {"peers", required_argument, 0, O_PEERS},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -1075,6 +1195,9 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
             break;
         case O_KV_DTYPE:
             if (!(a->kv_dtypes = parse_dtype_list("sweep: --kv-dtype", optarg, 1))) return -1;
+            break;
+        case O_PEERS:
+            if (parse_peers(optarg, a) != 0) return -1;
             break;
         case O_KERNELS:
             a->kernel_list = optarg;
@@ -1259,6 +1382,92 @@ static int build_axes(const sweep_args *a, const preset *pr, int all, sweep_axes
     return 0;
 }
 
+/* The --peers that run here into out (probed: an unavailable one is said,
+ * noted in skipped and recorded in the context, never an error). Returns
+ * the count. */
+static int choose_peers(const sweep_args *a, const peer_ops **out, note_list *skipped) {
+    const char *const *want = a->peer_names;
+    const int nw = a->npeer_names;
+    int n = 0;
+    for (int i = 0; i < nw; i++) {
+        const peer_ops *peer = peer_find(want[i]);
+        char why[512] = "", key[64], val[700];
+        snprintf(key, sizeof key, "mha_peer_%s", want[i]);
+        if (!peer)
+            snprintf(why, sizeof why, "not built: meson did not find its library (%s)",
+                     strcmp(want[i], "onednn") == 0 ? "libdnnl-dev" : "libxsmm-dev");
+        if (peer && peer->probe(why, sizeof why)) {
+            printf("peer %s: %s\n", want[i], peer->version());
+            mha_gbench_add_context(key, peer->version());
+            out[n++] = peer;
+            continue;
+        }
+        printf("peer %s: not available here (%s)\n", want[i], why);
+        note_add(skipped, "peer.%s: not available here (%s)", want[i], why);
+        snprintf(val, sizeof val, "unavailable: %s", why);
+        mha_gbench_add_context(key, val);
+    }
+    fflush(stdout);
+    return n;
+}
+
+/* Each peer benchmark's output against the float64 oracle before it is
+ * timed (peer_check.h): one that fails is reported (and noted in skipped),
+ * not timed. The oracle of a shape serves every peer and thread count of it.
+ * Returns the benchmarks kept. */
+static int check_peers(bench *benches, int nbench, note_list *skipped) {
+    peer_oracle o = {0};
+    shape held_s; /* the shape o is the oracle of (a copy: benches move below) */
+    const shape *held = NULL;
+    int kept = 0;
+    for (int i = 0; i < nbench; i++) {
+        bench *b = &benches[i];
+        if (!b->peer) {
+            benches[kept++] = *b;
+            continue;
+        }
+        meas_call c;
+        const char *err = meas_prepare_peer(&g_pool, b->peer, &b->s, b->threads, &c);
+        peer_check_result r = {0};
+        int ok = -1;
+        if (!err) {
+            if (!held || memcmp(held, &b->s, sizeof *held) != 0) {
+                peer_oracle_free(&o);
+                held = NULL;
+                const meas_inputs *in = meas_inputs_of(&g_pool, &b->s);
+                const mha_problem p = meas_problem(&b->s);
+                if (in && peer_oracle_make(&p, in->q, in->k, in->v, &o)) {
+                    held_s = b->s;
+                    held = &held_s;
+                }
+            }
+            if (held)
+                ok = peer_check(b->peer, c.pi, &o, &r);
+            else
+                snprintf(r.detail, sizeof r.detail, "the oracle could not run (out of memory)");
+        } else {
+            snprintf(r.detail, sizeof r.detail, "%s", err);
+        }
+        if (ok == 1) {
+            b->max_err = r.max_err;
+            b->check_worst = r.worst;
+            snprintf(b->label, sizeof b->label, "%s", b->peer->settings(c.pi));
+            printf("check %s: %s\n", b->name, r.detail);
+            benches[kept++] = *b;
+            continue;
+        }
+        printf("check %s: %s: %s (not timed)\n", b->name, ok == 0 ? "FAILED" : "could not run",
+               r.detail);
+        note_add(skipped, "%s (%s the oracle check: %s)", b->name,
+                 ok == 0 ? "failed" : "could not run", r.detail);
+        free(b->gflops);
+        free(b->dist);
+    }
+    peer_oracle_free(&o);
+    fflush(stdout);
+    return kept;
+}
+
 /* The kernels to sweep (NULL = auto); returns the count or -1. */
 static int choose_kernels(const sweep_args *a, const preset *pr, const mha_kernel **kernels) {
     if (a->kernel_list) /* "auto" (NULL here) is mha_select's choice per shape */
@@ -1307,6 +1516,9 @@ static const char *measure_machine(const sweep_args *a, const preset *pr, const 
     for (int l = 0; l < MACH_LEVELS; l++)
         printf(" %s %.1f/%.1f", machine_level_name((machine_level)l), rm->level_bw[l][0],
                rm->level_bw[l][1]);
+    printf("; all cores at once: %.2f x one core each", rm->fma_ceiling_all);
+    if (rm->fma_ceiling_all < 0.9)
+        printf(" (low: the machine looks busy; multi-thread rows' peak uses it as measured)");
     printf("\n");
     printf("rates on B=1 H=1 N=256 d=64, 1 thread (for the time estimates):");
     for (int i = 0; i < nk; i++) {
@@ -1583,15 +1795,18 @@ int cmd_sweep(int argc, char **argv) {
 
     note_list skipped = {0}, notes = {0}, aliases = {0};
     int nshapes = 0, nbench = 0, ngroups = 0, exit_code = 0;
+    const peer_ops *peers[MAX_PEERS];
+    const int npeers = choose_peers(&a, peers, &skipped);
     shape *shapes = build_shapes(&a, &pr, &x, &notes, &nshapes);
     shapes = expand_dtypes(shapes, &nshapes, a.dtypes, a.kv_dtypes, &notes);
     const bench_plan plan = {
-        &pr, kernels,       rate,    nk, x.threads, x.nthreads, a.kernel_list != NULL,
-        &rm, a.max_seconds, min_time};
+        &pr, kernels,       rate,     nk,    x.threads, x.nthreads, a.kernel_list != NULL,
+        &rm, a.max_seconds, min_time, peers, npeers};
     bench *benches = plan_benches(&plan, shapes, nshapes, &skipped, &aliases, &nbench, &ngroups);
     free(shapes);
     for (int i = 0; i < notes.n; i++) printf("note: %s\n", notes.items[i].text);
     if (a.shard.count > 0) nbench = take_shard(benches, nbench, &a.shard, min_time);
+    if (npeers > 0) nbench = check_peers(benches, nbench, &skipped);
     if (nbench == 0) {
         errorf("sweep: nothing to run (every combination was skipped)");
         exit_code = EXIT_USAGE;
@@ -1646,6 +1861,8 @@ done:
     note_free(&notes);
     note_free(&aliases);
     meas_pool_release(&g_pool);
+    for (int i = 0; i < npeers; i++)
+        if (peers[i]->shutdown) peers[i]->shutdown();
     mha_gbench_clear();
     return exit_code;
 }

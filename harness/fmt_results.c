@@ -34,6 +34,13 @@ void results_measure_machine(results_machine *rm, double budget_s) {
         }
     }
     rm->bw_threads_all = rm->m.cores > 0 ? rm->m.cores : 1;
+    rm->fma_ceiling_all = 1;
+    for (int i = MHA_ISA_COUNT - 1; i >= 0 && rm->bw_threads_all > 1; i--)
+        if (rm->peak_gflops[i] > 0) { /* the top ISA's loop on every core at once */
+            const double c = machine_fma_ceiling((mha_isa)i, rm->bw_threads_all, budget_s);
+            if (c > 0) rm->fma_ceiling_all = c;
+            break;
+        }
     for (int l = 0; l < MACH_LEVELS; l++)
         for (int a = 0; a < 2; a++) {
             const int t = a ? rm->bw_threads_all : 1;
@@ -60,6 +67,25 @@ double results_peak_for(const results_machine *rm, const mha_kernel *k, mha_dtyp
     if ((t == MHA_BF16 || t == MHA_F16) && rm->bf16_peak_gflops[isa] > 0)
         return rm->bf16_peak_gflops[isa];
     return results_kernel_peak(rm, k);
+}
+
+double results_machine_peak(const results_machine *rm, mha_dtype t) {
+    double best = 0;
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        double v = rm->peak_gflops[i];
+        if ((t == MHA_BF16 || t == MHA_F16) && rm->bf16_peak_gflops[i] > v)
+            v = rm->bf16_peak_gflops[i];
+        best = v > best ? v : best;
+    }
+    return best;
+}
+
+double results_peak_at(const results_machine *rm, double single, int threads) {
+    const double c = rm->fma_ceiling_all > 0 ? rm->fma_ceiling_all : 1;
+    if (threads <= 1 || rm->bw_threads_all <= 1) return single * (threads > 0 ? threads : 1);
+    if (threads >= rm->bw_threads_all) return single * threads * c;
+    const double f = (double)(threads - 1) / (double)(rm->bw_threads_all - 1);
+    return single * threads * (1 + f * (c - 1));
 }
 
 double results_level_bw(const results_machine *rm, machine_level level, int threads) {
@@ -214,6 +240,8 @@ void results_context(const results_machine *rm, const results_run_info *ri, resu
             EMITF(key, "%.2f", rm->bf16_peak_gflops[i]);
         }
     }
+    /* every core's FMA loop at once vs cores x one: multi-thread rows' peak */
+    EMITF("mha_fma_ceiling_all", "%.3f", rm->fma_ceiling_all > 0 ? rm->fma_ceiling_all : 1);
     EMITF("mha_read_bw_gbs_1t", "%.2f", rm->read_bw_1t); /* DRAM */
     EMITF("mha_read_bw_gbs_all", "%.2f", rm->read_bw_all);
     for (int l = MACH_L1; l < MACH_DRAM; l++)

@@ -24,6 +24,10 @@ typedef struct {
     /* Measured single-thread BF16 dot-product peak per ISA (vdpbf16ps), 0
      * where the ISA has no such unit or does not run here. */
     double bf16_peak_gflops[MHA_ISA_COUNT];
+    /* Every core's FMA loop at once against bw_threads_all x one core
+     * (machine_fma_ceiling, the top ISA): multi-thread peaks are scaled by
+     * it (results_peak_at). 1 on one core. */
+    double fma_ceiling_all;
     double read_bw_1t, read_bw_all;  /* GB/s from DRAM, 1 thread and all cores */
     int bw_threads_all;              /* the thread count of read_bw_all */
     double level_bw[MACH_LEVELS][2]; /* GB/s per level (mach_info.h), [0] 1 thread, [1] all */
@@ -42,6 +46,15 @@ double results_kernel_peak(const results_machine *rm, const mha_kernel *k);
  * the peak of a BF16 dot-product unit when the machine measures one for k's
  * ISA, else the FP32 one (the one place to wire a measured BF16 peak). */
 double results_peak_for(const results_machine *rm, const mha_kernel *k, mha_dtype t);
+/* The machine's single-thread peak for dtype t: the highest over the ISA
+ * levels this CPU runs (a BF16 unit's for bf16/fp16 when measured): what a
+ * peer's row, whose code we do not know, is held to. */
+double results_machine_peak(const results_machine *rm, mha_dtype t);
+/* The peak of `threads` threads from a single-thread one: single x threads x
+ * the measured all-core ceiling (fma_ceiling_all, interpolated linearly
+ * from 1 at one thread), so no row reads above 100% of what the cores can
+ * do together. */
+double results_peak_at(const results_machine *rm, double single, int threads);
 /* Read bandwidth (GB/s) of a level for a thread count: the 1-thread figure
  * for 1, the all-core one otherwise, scaled down linearly below the all-core
  * count. */

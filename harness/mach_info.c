@@ -183,6 +183,32 @@ mha_status machine_fma_peak(mha_isa isa, double seconds_budget, machine_peak *ou
     return MHA_OK;
 }
 
+double machine_fma_ceiling(mha_isa isa, int threads, double seconds_budget) {
+    if ((unsigned)isa >= MHA_ISA_COUNT || isa > mha_isa_detected() || isa > mha_isa_active())
+        return 0;
+    if (threads <= 1) return 1;
+    if (!(seconds_budget > 0.01)) seconds_budget = 0.01;
+    if (seconds_budget > 60) seconds_budget = 60;
+    const peak_fn f = mha_ops_for(isa)->fma_peak_loop;
+    const double per_trial = seconds_budget / (PEAK_TRIALS + 1);
+    const int64_t iters = calibrate(timed_peak, f, 1024, 0.8 * per_trial);
+    double one = 0, all = 0;
+    for (int t = 0; t < PEAK_TRIALS; t++) { /* one thread, then every thread at once */
+        const double t0 = now_s(), flop = f(iters), t1 = now_s();
+        if (t1 > t0 && flop / (t1 - t0) > one) one = flop / (t1 - t0);
+        double slowest = 0, flops = 0;
+#pragma omp parallel num_threads(threads) reduction(max : slowest) reduction(+ : flops)
+        {
+            const double a = now_s();
+            flops += f(iters);
+            const double b = now_s() - a;
+            slowest = b > slowest ? b : slowest;
+        }
+        if (slowest > 0 && flops / slowest > all) all = flops / slowest;
+    }
+    return one > 0 ? all / (one * threads) : 0;
+}
+
 /* ---- memory read bandwidth per level -------------------------------------- */
 
 static volatile uint64_t bw_sink;

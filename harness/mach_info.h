@@ -39,6 +39,13 @@ typedef struct {
  * the ISA has one (ops table's bf16_peak_loop; a second budget of the same
  * length). Returns MHA_EUNSUPPORTED otherwise. */
 mha_status machine_fma_peak(mha_isa isa, double seconds_budget, machine_peak *out);
+/* The FMA ceiling of `threads` cores together, relative to `threads` x one
+ * core: the ISA's peak loop on every thread at once (OpenMP, each thread
+ * timed; best of a few trials of the slowest thread), about seconds_budget.
+ * A shared VM's cores need not add up (SMT siblings, a host that caps the
+ * package): on the AMD VMs 1.96-1.98x for 2 threads. Returns the ratio
+ * (<= about 1), or 0 when the ISA does not run here. */
+double machine_fma_ceiling(mha_isa isa, int threads, double seconds_budget);
 
 /* The memory levels a working set can live in, and the bytes the bandwidth
  * probe reads at each with `threads` threads (in all): half of each thread's

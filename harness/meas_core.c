@@ -28,6 +28,9 @@ static void inputs_free(meas_inputs *in) {
 }
 
 void meas_pool_release(meas_pool *m) {
+    for (int i = 0; i < MEAS_PEER_CACHE; i++)
+        if (m->peers[i].pi) m->peers[i].peer->release(m->peers[i].pi);
+    memset(m->peers, 0, sizeof m->peers);
     for (int i = 0; i < MEAS_INPUT_CACHE; i++) inputs_free(&m->in[i]);
     mha_free(m->ws);
     m->ws = NULL;
@@ -223,6 +226,55 @@ const char *meas_prepare(meas_pool *m, const mha_kernel *k, const meas_shape *s,
     return NULL;
 }
 
+const meas_inputs *meas_inputs_of(meas_pool *m, const meas_shape *s) {
+    return inputs_for(m, s);
+}
+
+static char peer_err[512];
+
+const char *meas_peer_error(void) {
+    return peer_err;
+}
+
+const char *meas_prepare_peer(meas_pool *m, const peer_ops *peer, const meas_shape *s, int threads,
+                              meas_call *c) {
+    static char msg[600];
+    memset(c, 0, sizeof *c);
+    c->peer = peer;
+    c->p = meas_problem(s);
+    c->o = (mha_options){.threads = threads};
+    if (s->layer) {
+        snprintf(msg, sizeof msg, "peer %s: layer rows are not measured for peers", peer->name);
+        return msg;
+    }
+    meas_peer_slot *slot = NULL;
+    for (int i = 0; i < MEAS_PEER_CACHE; i++) {
+        meas_peer_slot *e = &m->peers[i];
+        if (e->pi && e->peer == peer && e->threads == threads && memcmp(&e->s, s, sizeof *s) == 0) {
+            e->last_use = ++m->use_clock;
+            c->pi = e->pi;
+            return NULL;
+        }
+        if (!slot || !e->pi || (slot->pi && e->last_use < slot->last_use)) slot = e;
+    }
+    if (slot->pi) slot->peer->release(slot->pi);
+    memset(slot, 0, sizeof *slot);
+    const meas_inputs *in = inputs_for(m, s);
+    if (!in) {
+        snprintf(msg, sizeof msg, "cannot allocate %zu bytes of inputs", meas_input_bytes(s));
+        return msg;
+    }
+    char why[512] = "";
+    peer_inst *pi = peer->prepare(&c->p, threads, in->q, in->k, in->v, why, sizeof why);
+    if (!pi) {
+        snprintf(msg, sizeof msg, "peer %s: %s", peer->name, why);
+        return msg;
+    }
+    *slot = (meas_peer_slot){peer, *s, threads, pi, ++m->use_clock};
+    c->pi = pi;
+    return NULL;
+}
+
 meas_call meas_call_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
                            const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
                            const mha_tensor_mut *out, void *ws, size_t ws_size) {
@@ -253,7 +305,15 @@ meas_call meas_call_forward(const mha_kernel *k, const mha_layer *L, const mha_l
                        .ls = *ls};
 }
 
+/* A peer's call; *seconds its own time of it, or < 0. */
+static mha_status peer_run(const meas_call *c, double *seconds) {
+    if (c->peer->run(c->pi, seconds, peer_err, sizeof peer_err) != 0) return MHA_EIO;
+    return MHA_OK;
+}
+
 mha_status meas_run(const meas_call *c) {
+    double t;
+    if (c->peer) return peer_run(c, &t);
     if (c->layer)
         return mha_forward(c->kernel, &c->L, &c->ls, &c->o, c->q.data, c->k.data, c->v.data,
                            c->out.data, c->ws, c->ws_size);
@@ -262,8 +322,10 @@ mha_status meas_run(const meas_call *c) {
 
 mha_status meas_sample(const meas_call *c, double *seconds) {
     const double t0 = now_s();
-    const mha_status st = meas_run(c);
+    double own = -1;
+    const mha_status st = c->peer ? peer_run(c, &own) : meas_run(c);
     *seconds = now_s() - t0;
+    if (own >= 0) *seconds = own;
     return st;
 }
 
@@ -295,19 +357,29 @@ mha_status meas_for(const meas_call *c, double seconds, int *calls, double *elap
     mha_status all = MHA_OK;
     int n = 0;
     const double t0 = now_s();
-    double t;
+    double t, own_sum = 0;
     do {
-        const mha_status st = meas_run(c);
+        double own = -1;
+        const mha_status st = c->peer ? peer_run(c, &own) : meas_run(c);
         if (st != MHA_OK) all = st;
+        own_sum += own;
         n++;
     } while ((t = now_s() - t0) < seconds);
     *calls = n;
-    *elapsed = t;
+    *elapsed = c->peer && own_sum > 0 ? own_sum : t; /* a peer's own clock when it has one */
     return all;
 }
 
 mha_status meas_gbench(mha_gbench_state *st, const meas_call *c) {
     mha_status status = MHA_OK;
+    if (c->peer) { /* registered with manual time: each call's own time */
+        while (mha_gbench_keep_running(st)) {
+            double t;
+            status |= meas_sample(c, &t);
+            mha_gbench_set_iteration_time(st, t);
+        }
+        return status;
+    }
     while (mha_gbench_keep_running(st)) status |= meas_run(c);
     return status;
 }

@@ -15,6 +15,7 @@
 
 #include "meas_gbench.h"
 #include "mha.h"
+#include "peers/peer.h"
 
 /* A problem to time. layer = 1: the full MHA layer (mha_forward) with
  * d_model = h * d, self-attention over nq = nkv tokens; its weights live in
@@ -38,14 +39,27 @@ typedef struct {
     uint64_t last_use;
 } meas_inputs;
 
-/* Inputs (least recently used shape goes) and the workspace. Zero it, or use
- * meas_pool_init; meas_pool_release frees everything. */
+/* A prepared peer instance (harness/peers): one per (peer, shape, threads),
+ * kept while the pool lives (a session or graph is costly to make), the
+ * least recently used released past MEAS_PEER_CACHE. */
+enum { MEAS_PEER_CACHE = 24 };
+typedef struct {
+    const peer_ops *peer;
+    meas_shape s;
+    int threads;
+    peer_inst *pi;
+    uint64_t last_use;
+} meas_peer_slot;
+
+/* Inputs (least recently used shape goes), the workspace and the prepared
+ * peers. Zero it, or use meas_pool_init; meas_pool_release frees everything. */
 typedef struct {
     uint64_t seed;
     meas_inputs in[MEAS_INPUT_CACHE];
     uint64_t use_clock;
     void *ws;
     size_t ws_size;
+    meas_peer_slot peers[MEAS_PEER_CACHE];
 } meas_pool;
 
 /* One prepared call. For a layer, q.data, k.data and v.data are the query,
@@ -61,6 +75,10 @@ typedef struct {
     int layer;
     mha_layer L;
     mha_layer_shape ls;
+    /* A peer's call instead of a kernel's (kernel NULL): meas_run runs the
+     * peer's instance; its own clock, when it has one, times the samples. */
+    const peer_ops *peer;
+    peer_inst *pi;
 } meas_call;
 
 void meas_pool_init(meas_pool *m, uint64_t seed);
@@ -93,6 +111,18 @@ void *meas_workspace(meas_pool *m, size_t bytes);
 const char *meas_prepare(meas_pool *m, const mha_kernel *k, const meas_shape *s,
                          const mha_options *o, meas_call *c);
 
+/* Prepares c as a call of peer at `threads` threads on the shape's inputs
+ * (the same values our kernels get): the peer's instance is made once per
+ * (peer, shape, threads) and kept in the pool. NULL, or why (static
+ * storage). */
+const char *meas_prepare_peer(meas_pool *m, const peer_ops *peer, const meas_shape *s, int threads,
+                              meas_call *c);
+/* The shape's inputs as the pool holds them (q, k, v typed; NULL when out of
+ * memory): what a peer's output is checked on. */
+const meas_inputs *meas_inputs_of(meas_pool *m, const meas_shape *s);
+/* Why the last peer call failed (meas_run returned MHA_EIO). */
+const char *meas_peer_error(void);
+
 /* A call over buffers the caller owns (attend, forward): views, output and
  * workspace as given. */
 meas_call meas_call_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
@@ -105,7 +135,8 @@ meas_call meas_call_forward(const mha_kernel *k, const mha_layer *L, const mha_l
 /* One call, untimed (warm-ups, checks). */
 mha_status meas_run(const meas_call *c);
 
-/* One timed call: *seconds is its wall time. */
+/* One timed call: *seconds is its wall time (a peer with its own clock: its
+ * time of the call, the round trip to its helper process left out). */
 mha_status meas_sample(const meas_call *c, double *seconds);
 
 /* Timed samples of one call into times[]: at least min_reps, then more while

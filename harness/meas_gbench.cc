@@ -28,6 +28,10 @@ extern "C" int64_t mha_gbench_iterations(const mha_gbench_state *s) {
     return (int64_t)s->st->iterations();
 }
 
+extern "C" void mha_gbench_set_iteration_time(mha_gbench_state *s, double seconds) {
+    s->st->SetIterationTime(seconds);
+}
+
 extern "C" void mha_gbench_skip_with_error(mha_gbench_state *s, const char *message) {
     s->st->SkipWithError(message ? message : "error");
 }
@@ -224,7 +228,10 @@ static int register_one(const mha_gbench_def *def) {
         }
         b->Args(args)->ArgNames(names);
     }
-    if (def->real_time) b->UseRealTime();
+    if (def->manual_time)
+        b->UseManualTime();
+    else if (def->real_time)
+        b->UseRealTime();
     if (def->min_time > 0) b->MinTime(def->min_time);
     if (def->repetitions > 0) b->Repetitions(def->repetitions);
     if (def->iterations > 0) b->Iterations((benchmark::IterationCount)def->iterations);

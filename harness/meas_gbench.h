@@ -18,6 +18,9 @@ typedef struct mha_gbench_state mha_gbench_state;
  * the first call and teardown after the last one are not timed. */
 int mha_gbench_keep_running(mha_gbench_state *s);
 int64_t mha_gbench_iterations(const mha_gbench_state *s);
+/* The time of the iteration just run, in seconds (manual-time benchmarks:
+ * Google Benchmark's SetIterationTime). */
+void mha_gbench_set_iteration_time(mha_gbench_state *s, double seconds);
 /* Marks the run failed (Google Benchmark's SkipWithError); call it before the
  * loop, then return without entering it. */
 void mha_gbench_skip_with_error(mha_gbench_state *s, const char *message);
@@ -52,7 +55,10 @@ typedef struct {
     int64_t args[MHA_GBENCH_MAX_ARGS];
     mha_gbench_fn run;
     void *user;
-    int real_time;      /* 1: wall time (use it whenever OpenMP runs inside) */
+    int real_time; /* 1: wall time (use it whenever OpenMP runs inside) */
+    /* 1: the body reports each iteration's time (mha_gbench_set_iteration_time):
+     * a peer timed by its own clock in another process (harness/peers). */
+    int manual_time;
     double min_time;    /* seconds; 0 = --benchmark_min_time */
     int repetitions;    /* 0 = --benchmark_repetitions */
     int64_t iterations; /* 0 = automatic */

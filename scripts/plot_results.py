@@ -92,7 +92,7 @@ def kernel_order(kernels):
 
     def rank(k):
         algo, _, isa = k.split(" ")[0].partition(".")
-        first = 0 if algo == "naive" else 2 if algo == "blas" else 1
+        first = {"naive": 0, "blas": 2, "peer": 3}.get(algo, 1)
         return (first, algo, isa_rank.get(isa, 3), k)
 
     return sorted(kernels, key=rank)
@@ -103,17 +103,27 @@ def kernel_colors(kernels):
     return {k: cmap(i % cmap.N) for i, k in enumerate(kernels)}
 
 
+def is_peer(k):
+    return k.startswith("peer.")
+
+
 def line_style(kernels):
-    """One colour per algorithm, one line style per ISA (solid = widest)."""
-    algos = []
+    """One colour per algorithm, one line style per ISA (solid = widest); each
+    peer (peer.<name>, another library's attention) its own colour of a second
+    palette, dash-dotted, so ours and theirs read apart at a glance."""
+    algos, peers = [], []
     for k in kernels:
         a = k.partition(".")[0]
-        if a not in algos:
+        if is_peer(k):
+            peers.append(k)
+        elif a not in algos:
             algos.append(a)
-    cmap = plt.get_cmap("tab10")
+    cmap, pmap = plt.get_cmap("tab10"), plt.get_cmap("Dark2")
     dash = {"scalar": ":", "avx2": "--", "avx512": "-"}
     return {
-        k: (cmap(algos.index(k.partition(".")[0]) % 10), dash.get(k.partition(".")[2], "-"))
+        k: (pmap(peers.index(k) % 8), "-.")
+        if is_peer(k)
+        else (cmap(algos.index(k.partition(".")[0]) % 10), dash.get(k.partition(".")[2], "-"))
         for k in kernels
     }
 
@@ -208,10 +218,13 @@ def row_label(rk):
 
 
 def plot_fastest(results, ctx, path):
-    # best kernel per full shape (incl. threads)
-    best = {}
+    # best kernel of ours per full shape (incl. threads), and the best peer's rate
+    best, peer = {}, {}
     for (kernel, s), r in results.items():
-        if s not in best or r["gflops"] > best[s][1]:
+        if is_peer(kernel):
+            if s not in peer or r["gflops"] > peer[s][1]:
+                peer[s] = (kernel, r["gflops"])
+        elif s not in best or r["gflops"] > best[s][1]:
             best[s] = (kernel, r["gflops"], r["pct_peak"])
     if not best:
         return False
@@ -229,7 +242,10 @@ def plot_fastest(results, ctx, path):
                 continue
             kernel, gf, pct = best[s]
             ax.add_patch(plt.Rectangle((j, i), 1, 1, color=colors[kernel], alpha=0.85))
-            ax.text(j + 0.5, i + 0.5, f"{kernel}\n{gf:.0f} GF/s {pct:.0f}%", ha="center",
+            vs = ""
+            if s in peer and peer[s][1] > 0:  # ours / the best peer
+                vs = f"\n{gf / peer[s][1]:.2f}x {peer[s][0][5:]}"
+            ax.text(j + 0.5, i + 0.5, f"{kernel}\n{gf:.0f} GF/s {pct:.0f}%{vs}", ha="center",
                     va="center", fontsize=5.5)
     ax.set_xlim(0, len(cols))
     ax.set_ylim(len(rows), 0)
@@ -241,7 +257,9 @@ def plot_fastest(results, ctx, path):
     ax.tick_params(length=0)
     ax.legend(handles=[Patch(color=colors[k], label=k) for k in kernels], fontsize=7,
               loc="upper left", bbox_to_anchor=(1.01, 1))
-    ax.set_title(title_of(ctx, "fastest kernel per shape (GFLOP/s, % of peak)"), fontsize=8)
+    what = "fastest kernel per shape (GFLOP/s, % of peak"
+    what += ", ours / best peer)" if peer else ")"
+    ax.set_title(title_of(ctx, what), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

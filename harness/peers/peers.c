@@ -5,9 +5,7 @@
 #include "peer.h"
 
 static const peer_ops *const PEERS[] = {
-    &peer_torch,
-    &peer_onnxruntime,
-    &peer_openvino,
+    &peer_torch,   &peer_onnxruntime, &peer_openvino,
 #ifdef MHA_HAVE_DNNL
     &peer_onednn,
 #endif

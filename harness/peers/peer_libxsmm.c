@@ -102,25 +102,39 @@ static float *alloc_floats(int64_t a, int64_t b, int64_t c) {
     return f;
 }
 
-/* The softmax of one score row (ours, written once: plain C the compiler
- * vectorises, expf from libm): the first kend of ncols columns are the keys
- * the row sees; the rest (masked, padding) become 0. scale is applied here
- * (libxsmm's JIT kernels take alpha = 1 only). */
+/* glibc's vector expf (libmvec): declared simd so that the exp loop below
+ * calls it a vector at a time (GCC does so for libm's own declaration only
+ * under -ffast-math, whose finite-math assumptions we do not want). */
+#ifndef MHA_NO_MVEC
+#pragma omp declare simd notinbranch
+extern float expf(float);
+#endif
+
+/* The softmax of one score row (ours, written once: plain C with OpenMP simd
+ * reductions the compiler vectorises at the build's baseline width, expf
+ * from libm/libmvec; not the project's tuned kernels): the first kend of
+ * ncols columns are the keys the row sees; the rest (masked, padding)
+ * become 0. scale is applied here: libxsmm's JIT kernels take alpha = 1. */
 static void softmax_row(float *restrict s, int64_t kend, int64_t ncols, float scale) {
     if (kend <= 0) { /* no visible key: P = 0, so O = 0 */
         for (int64_t j = 0; j < ncols; j++) s[j] = 0.0f;
         return;
     }
-    for (int64_t j = 0; j < kend; j++) s[j] *= scale;
-    float m = s[0];
-    for (int64_t j = 1; j < kend; j++) m = s[j] > m ? s[j] : m;
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < kend; j++) {
+        s[j] *= scale;
+        m = s[j] > m ? s[j] : m;
+    }
     float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < kend; j++) {
         const float e = expf(s[j] - m);
         s[j] = e;
         sum += e;
     }
     const float inv = 1.0f / sum;
+#pragma omp simd
     for (int64_t j = 0; j < kend; j++) s[j] *= inv;
     for (int64_t j = kend; j < ncols; j++) s[j] = 0.0f;
 }
@@ -159,7 +173,13 @@ static void attend(peer_inst *pi) {
         if (nk == 0) continue;
         /* column-major: S^T_blk (bk x bq) = K^T block (bk x d, ld nk_pad)
          * times Q_blk^T (d x bq): row-major S_blk [bq][nk_pad] */
-        for (int64_t kb = 0; kb < nk; kb++) qk(kt + kb * bk, qblk, s + kb * bk);
+        /* libxsmm's batch recipe: each call names the next call's operands
+         * (prefetch strategy chosen by CPUID at dispatch); the last names
+         * itself, so nothing is touched out of bounds */
+        for (int64_t kb = 0; kb < nk; kb++) {
+            const int64_t nx = kb + 1 < nk ? kb + 1 : kb;
+            qk(kt + kb * bk, qblk, s + kb * bk, kt + nx * bk, qblk, s + nx * bk);
+        }
         for (int64_t r = 0; r < bq; r++) {
             int64_t kend = Nkv;
             if (p->causal) {
@@ -169,7 +189,10 @@ static void attend(peer_inst *pi) {
             softmax_row(s + r * nkp, kend, ncols, scale);
         }
         /* O^T_blk (d x bq) += V^T block (d x bk) times P^T block (bk x bq) */
-        for (int64_t kb = 0; kb < nk; kb++) pv(v + kb * bk * d, s + kb * bk, oblk);
+        for (int64_t kb = 0; kb < nk; kb++) {
+            const int64_t nx = kb + 1 < nk ? kb + 1 : kb;
+            pv(v + kb * bk * d, s + kb * bk, oblk, v + nx * bk * d, s + nx * bk, oblk);
+        }
     }
 }
 
@@ -218,8 +241,9 @@ static peer_inst *xsmm_prepare(const mha_problem *p, int threads, const void *q,
     const float one = 1.0f, zero = 0.0f;
     const libxsmm_blasint bq = (libxsmm_blasint)pi->bq, bk = (libxsmm_blasint)pi->bk,
                           dd = (libxsmm_blasint)d, nkp = (libxsmm_blasint)pi->nk_pad;
-    pi->qk = libxsmm_smmdispatch(bk, bq, dd, &nkp, &dd, &nkp, &one, &zero, NULL, NULL);
-    pi->pv = libxsmm_smmdispatch(dd, bq, bk, &dd, &nkp, &dd, &one, &one, NULL, NULL);
+    const int prefetch = LIBXSMM_PREFETCH_AUTO;
+    pi->qk = libxsmm_smmdispatch(bk, bq, dd, &nkp, &dd, &nkp, &one, &zero, NULL, &prefetch);
+    pi->pv = libxsmm_smmdispatch(dd, bq, bk, &dd, &nkp, &dd, &one, &one, NULL, &prefetch);
     if (!pi->qk || !pi->pv) {
         snprintf(why, len, "libxsmm: no JIT kernel for %s (m=%d n=%d k=%d) on target %s",
                  !pi->qk ? "S = Q K^T" : "O += P V", !pi->qk ? bk : dd, bq, !pi->qk ? dd : bk,
@@ -229,7 +253,8 @@ static peer_inst *xsmm_prepare(const mha_problem *p, int threads, const void *q,
     }
     snprintf(pi->settings, sizeof pi->settings,
              "threads=%d (OpenMP num_threads over batch x head x query block) gemm+softmax+gemm, "
-             "blocks q=%lld kv=%lld (JIT smm, target %s), K^T by libxsmm_otrans per call, "
+             "blocks q=%lld kv=%lld (JIT smm, prefetch auto, target %s), K^T by libxsmm_otrans per "
+             "call, "
              "S block materialised fp32, softmax plain C (expf)",
              pi->threads, (long long)pi->bq, (long long)pi->bk, libxsmm_get_target_arch());
     attend(pi); /* the untimed warm-up call (JITs the transpose) */

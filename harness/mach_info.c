@@ -206,7 +206,10 @@ double machine_fma_ceiling(mha_isa isa, int threads, double seconds_budget) {
         }
         if (slowest > 0 && flops / slowest > all) all = flops / slowest;
     }
-    return one > 0 ? all / (one * threads) : 0;
+    /* above 1 only when every single-thread trial was disturbed: the cores
+     * cannot beat threads x one undisturbed core */
+    const double r = one > 0 ? all / (one * threads) : 0;
+    return r > 1 ? 1 : r;
 }
 
 /* ---- memory read bandwidth per level -------------------------------------- */

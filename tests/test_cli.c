@@ -34,7 +34,7 @@
 static const char *g_bench; /* $MHABENCH */
 static const char *g_data;  /* $MHA_TEST_DATA */
 static char g_tmp[256];     /* mkdtemp scratch */
-static char g_out[1024];    /* captured stdout of the last run */
+static char g_out[1 << 16]; /* captured stdout of the last run */
 static char g_err[4096];    /* captured stderr of the last run */
 static char g_kernels[MAX_KERNELS][64];
 static int g_nkernels = -1; /* -1: `mhabench list` not run yet */
@@ -627,6 +627,71 @@ static void test_sweep_dtypes(void **state) {
         assert_null(strstr(buf, "kv_dtype:bf16/threads"));
 }
 
+/* The value of the JSON string field "key" in text (json-c writes `"k":"v"`
+ * or `"k": "v"`), or NULL. */
+static const char *json_str_value(const char *text, const char *key) {
+    char pat[96];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *v = strstr(text, pat);
+    if (!v) return NULL;
+    v += strlen(pat);
+    while (*v == ' ') v++;
+    return *v == '"' ? v + 1 : NULL;
+}
+
+/* sweep --peers: an unknown name is exit 2 naming it; a peer that cannot run
+ * here (a Python peer without its environment, a C peer not built) is said
+ * and recorded in the context, never an error; every peer that runs gets a
+ * row named as ours, checked against the oracle (its max_err) before timed,
+ * and its version in the context. */
+static void test_sweep_peers(void **state) {
+    (void)state;
+    NEED_BENCH();
+    static char buf[1 << 18];
+    char out[512], key[64], row[256];
+    tmp_path(out, sizeof out, "sweep-peers.json");
+    expect_usage(run_bench("sweep", "--peers", "torch,pytorch", "--out", out, NULL), "pytorch");
+    /* no peer Python here whatever the caller has: the Python peers are
+     * unavailable; the C ones run when this build has them */
+    const char *old = getenv("MHA_PEERS_PYTHON");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("MHA_PEERS_PYTHON", "/nonexistent/python3", 1);
+    const int rc = run_bench("sweep", "--kernels", "flash.scalar", "--peers", "all", "--seq", "33",
+                             "--heads", "2", "--head-dim", "64", "--causal", "0", "--threads", "1",
+                             "--min-time", "0.001", "--passes", "1", "--out", out, NULL);
+    if (saved) {
+        setenv("MHA_PEERS_PYTHON", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("MHA_PEERS_PYTHON");
+    }
+    if (rc != 0) fail_msg("sweep --peers all: exit %d: %s", rc, g_err);
+    assert_non_null(strstr(g_out, "peer torch: not available here"));
+    tu_slurp(out, buf, sizeof buf);
+    const char *tv = json_str_value(buf, "mha_peer_torch");
+    assert_non_null(tv);
+    assert_int_equal(strncmp(tv, "unavailable: ", 13), 0);
+    assert_null(strstr(buf, "peer.torch/"));
+    static const char *const c_peers[] = {"onednn", "libxsmm"};
+    for (size_t i = 0; i < sizeof c_peers / sizeof c_peers[0]; i++) {
+        snprintf(key, sizeof key, "mha_peer_%s", c_peers[i]);
+        const char *v = json_str_value(buf, key);
+        assert_non_null(v); /* available or not, the context says */
+        snprintf(row, sizeof row, "peer.%s/B:1/H:2/KV:2/Nq:33/Nkv:33/d:64/causal:0/threads:1",
+                 c_peers[i]);
+        if (strncmp(v, "unavailable", 11) == 0) {
+            assert_null(strstr(buf, row));
+            continue;
+        }
+        const char *r = strstr(buf, row);
+        if (!r) fail_msg("%s ran here but wrote no row %s", c_peers[i], row);
+        assert_non_null(strstr(r, "\"max_err\""));
+        char check[300];
+        snprintf(check, sizeof check, "check %s: ", row);
+        assert_non_null(strstr(g_out, check));
+    }
+}
+
 /* forward runs fp32 only in this build: --dtype bf16 is refused up front. */
 static void test_forward_dtype(void **state) {
     (void)state;
@@ -1097,6 +1162,7 @@ int main(void) {
         cmocka_unit_test(test_attend_dtypes),
         cmocka_unit_test(test_forward_dtype),
         cmocka_unit_test(test_sweep_dtypes),
+        cmocka_unit_test(test_sweep_peers),
         cmocka_unit_test(test_verify_dtypes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

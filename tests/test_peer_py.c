@@ -202,24 +202,35 @@ static pid_t helper_pid(const char *name) {
 /* A helper killed between prepare and run: run and output fail with a why
  * naming what happened, release is safe, and the next prepare works on a
  * fresh helper. */
-static void test_killed_helper(void **state) {
-    (void)state;
-    const peer_ops *peer = NULL;
-    char why[1024] = "";
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0] && !peer; i++)
-        if (PY[i]->probe(why, sizeof why)) peer = PY[i];
-    if (!peer) {
+/* The first Python peer that runs here (else the test skips, saying why),
+ * prepared on a small case (causal or not) of inputs d; its helper's pid. */
+static peer_inst *small_on_first_peer(const peer_ops **peer, int causal, int index, check_case *c,
+                                      check_data *d, pid_t *pid, char *why, size_t len) {
+    *peer = NULL;
+    for (size_t i = 0; i < sizeof PY / sizeof PY[0] && !*peer; i++)
+        if (PY[i]->probe(why, len)) *peer = PY[i];
+    if (!*peer) {
         printf("[ SKIPPED  ] no Python peer runs here: %s\n", why);
         skip();
     }
-    const shape s = {1, 2, 2, 7, 7, 64, 1};
-    check_case c = {.p = problem_of(&s, MHA_F32), .layout = LAYOUT_BHND, .tag = "peer"};
-    check_data d;
-    assert_int_equal(check_prepare(&c, check_case_seed(SEED, 999), &d), MHA_OK);
-    peer_inst *pi = peer->prepare(&c.p, 1, d.qv.data, d.kv.data, d.vv.data, why, sizeof why);
+    const shape s = {1, 2, 2, 7, 7, 64, causal};
+    *c = (check_case){.p = problem_of(&s, MHA_F32), .layout = LAYOUT_BHND, .tag = "peer"};
+    assert_int_equal(check_prepare(c, check_case_seed(SEED, index), d), MHA_OK);
+    peer_inst *pi = (*peer)->prepare(&c->p, 1, d->qv.data, d->kv.data, d->vv.data, why, len);
     assert_non_null(pi);
-    const pid_t pid = helper_pid(peer->name);
-    assert_true(pid > 0);
+    *pid = helper_pid((*peer)->name);
+    assert_true(*pid > 0);
+    return pi;
+}
+
+static void test_killed_helper(void **state) {
+    (void)state;
+    const peer_ops *peer;
+    char why[1024] = "";
+    check_case c;
+    check_data d;
+    pid_t pid;
+    peer_inst *pi = small_on_first_peer(&peer, 1, 999, &c, &d, &pid, why, sizeof why);
     assert_int_equal(kill(pid, SIGKILL), 0);
     double seconds = 0;
     why[0] = 0;
@@ -250,22 +261,12 @@ static void test_killed_helper(void **state) {
  * why says so, and the next prepare works on a fresh helper. */
 static void test_stuck_helper(void **state) {
     (void)state;
-    const peer_ops *peer = NULL;
+    const peer_ops *peer;
     char why[1024] = "";
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0] && !peer; i++)
-        if (PY[i]->probe(why, sizeof why)) peer = PY[i];
-    if (!peer) {
-        printf("[ SKIPPED  ] no Python peer runs here: %s\n", why);
-        skip();
-    }
-    const shape s = {1, 2, 2, 7, 7, 64, 0};
-    check_case c = {.p = problem_of(&s, MHA_F32), .layout = LAYOUT_BHND, .tag = "peer"};
+    check_case c;
     check_data d;
-    assert_int_equal(check_prepare(&c, check_case_seed(SEED, 998), &d), MHA_OK);
-    peer_inst *pi = peer->prepare(&c.p, 1, d.qv.data, d.kv.data, d.vv.data, why, sizeof why);
-    assert_non_null(pi);
-    const pid_t pid = helper_pid(peer->name);
-    assert_true(pid > 0);
+    pid_t pid;
+    peer_inst *pi = small_on_first_peer(&peer, 0, 998, &c, &d, &pid, why, sizeof why);
     assert_int_equal(kill(pid, SIGSTOP), 0);
     setenv("MHA_PEERS_WAIT_S", "1", 1);
     double seconds = 0;

@@ -124,7 +124,8 @@ static void typed_release(typed_inputs *t) {
     mha_free(t->ws);
 }
 
-/* Times one prepared shape for about seconds: ms per call, 0 after a message. */
+/* Times one prepared shape for about seconds (at least 5 calls): the median
+ * ms per call (robust to a shared machine's bursts), 0 after a message. */
 static double time_shape(meas_pool *pool, const mha_kernel *k, const meas_shape *s,
                          const mha_options *o, double seconds) {
     meas_call call;
@@ -137,10 +138,14 @@ static double time_shape(meas_pool *pool, const mha_kernel *k, const meas_shape 
         errorf("profile: %s", mha_last_error());
         return 0;
     }
-    int calls = 0;
-    double t;
-    meas_for(&call, seconds, &calls, &t);
-    return t / calls * 1e3;
+    enum { MAX_CALLS = 10000 };
+    double *times = xrealloc_or_exit(NULL, MAX_CALLS, sizeof(double), "profile");
+    mha_status st;
+    const int n = meas_repeat(&call, times, 5, MAX_CALLS, seconds, &st);
+    const double ms = st == MHA_OK && n > 0 ? median_inplace(times, n) * 1e3 : 0;
+    if (st != MHA_OK) errorf("profile: %s", mha_last_error());
+    free(times);
+    return ms;
 }
 
 /* --layer: the layer of p's shape (self-attention, d_model = heads x
@@ -167,7 +172,7 @@ static int profile_layer(const mha_kernel *k, const mha_problem *p, const mha_op
     if (ms <= 0 || ams <= 0) return EXIT_USAGE;
     const mha_problem ap = meas_problem(&s);
     printf("layer kernel %s B=%lld N=%lld d_model=%lld H=%lld KV=%lld causal=%d dtype=%s "
-           "threads=%d: %.3f ms/call, %.1f GFLOP/s\n",
+           "threads=%d: %.3f ms/call (median), %.1f GFLOP/s\n",
            mha_kernel_name(k), (long long)s.b, (long long)s.nq, (long long)L.d_model,
            (long long)s.h, (long long)s.kv, s.causal, mha_dtype_name(s.dtype),
            mha_resolve_threads(o), ms, mha_forward_flops(&L, &ls) / ms * 1e-6);

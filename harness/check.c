@@ -70,6 +70,87 @@ void check_tolerance(const mha_problem *p, double mag, double smax, double *tol_
     *tol_rel = dt == MHA_BF16 ? TOL_BF16 : dt == MHA_F16 ? TOL_F16 : 0.0;
 }
 
+/* The layer in bf16/fp16 (mha_forward with layer.dtype; test_layer.c). The
+ * oracle is the layer in float64 on the stored (rounded) weights and inputs
+ * with no rounding in between; the layer rounds on the way. Worst-case
+ * bounds through four stages are vacuous (they add every rounding with the
+ * same sign: for d_model 768 they pass outputs off by half their size), so
+ * each error is propagated to first order and the sums of independent
+ * roundings are bounded as Hoeffding does: n zero-mean errors |e_i| <= b_i
+ * sum to more than C sqrt(sum b_i^2) with probability <= 2 e^(-C^2/2);
+ * C = CHECK_SIGMAS = 4 is 6.9 standard deviations of such a sum (a rounding
+ * error is ~uniform, sd b/sqrt(3)). u is the unit roundoff of the layer
+ * dtype (bf16 2^-9, fp16 2^-11), u_b = 2^-9 that of the bf16 unit.
+ *  1. A projected value v (check_layer_proj_err): rounded to the dtype,
+ *     u |v|; fp16 x and w rounded to bf16 by the bf16 GEMM (<= 2 u_b per
+ *     product, independent: C 2 u_b ||x o w||_2); the fp32 sums (K steps of
+ *     <= 2^-24 vbar: C sqrt(K) 2^-24 vbar); an fp16 Q/K/V is rounded to
+ *     bf16 once more inside flash.avx512bf16 (u_b |v|). The widened fallback
+ *     (convert, fp32 GEMM, round) makes fewer roundings: the bound covers it.
+ *  2. A head (check_layer_head_err): a = sum_j p_j v_j with p = softmax(s).
+ *     A logit error ds_j moves a_c by sum_j p_j ds_j (v_jc - a_c) (first
+ *     order, the normalisation included); ds_j = scale sum_c' (dq_c' k_jc' +
+ *     q_c' dk_jc'). The dq are shared by all keys, the dk are not, so
+ *     da_c = scale sum_c' dq_c' [sum_j p_j k_jc' (v_jc - a_c)]
+ *          + scale sum_{j,c'} q_c' dk_jc' p_j (v_jc - a_c),
+ *     sums of independent terms: C scale sqrt(sum_c' (eq_c' S_c')^2 +
+ *     sum_j p_j^2 (v_jc - a_c)^2 sum_c' q_c'^2 ek_jc'^2). V's errors add
+ *     C sqrt(sum_j (p_j ev_jc)^2); P rounded to bf16 before P.V (u_b p_j,
+ *     the row sum taken from the fp32 P) adds C u_b sqrt(sum_j (p_j
+ *     v_jc)^2); the fp32 softmax and sums TOL_BASE max_j |v_jc|; the head
+ *     rounded to the dtype u |a_c|.
+ *  3. The output (check_layer_out_err): y = sum_c a_c w_c + b moves by
+ *     sum_c da_c w_c; the da_c are sums of different roundings (V's columns,
+ *     P times different v_jc, the logit terms times v_jc - a_c), taken as
+ *     independent: C sqrt(sum_c (ea_c w_c)^2); then stage 1 for y itself
+ *     (fp16 A and W_o to bf16, fp32 sums, the rounding: u |y|).
+ * The bound is per element and first order (products of terms ~u^2 are
+ * below TOL_BASE's share). A wrong head, a lost bias or a transposed weight
+ * moves the output by O(|out|); test_layer.c checks the tolerance stays a
+ * small fraction of max|out| (else the check means nothing: MISTRUSTED). */
+static double unit_of(mha_dtype t) {
+    return t == MHA_F16 ? TOL_F16 : TOL_BF16;
+}
+
+double check_layer_proj_err(mha_dtype t, int64_t K, double v, double v2, double vbar, int qkv) {
+    const double conv = t == MHA_F16 ? CHECK_SIGMAS * 2 * TOL_BF16 * v2 : 0.0;
+    const double again = t == MHA_F16 && qkv ? TOL_BF16 * fabs(v) : 0.0;
+    return unit_of(t) * fabs(v) + conv + again + CHECK_SIGMAS * sqrt((double)K) * 0x1p-24 * vbar;
+}
+
+void check_layer_head_err(mha_dtype t, int64_t nkv, int64_t dk, const double *p, const double *q,
+                          const double *eq, const double *k, const double *ek, const double *v,
+                          const double *ev, int64_t ld, const double *a, double scale, double *e) {
+    for (int64_t c = 0; c < dk; c++) {
+        double t1 = 0, t2 = 0, t3 = 0, t4 = 0, vmax = 0;
+        for (int64_t c2 = 0; c2 < dk; c2++) {
+            double sc = 0;
+            for (int64_t j = 0; j < nkv; j++) sc += p[j] * k[j * ld + c2] * (v[j * ld + c] - a[c]);
+            t1 += eq[c2] * sc * eq[c2] * sc;
+        }
+        for (int64_t j = 0; j < nkv; j++) {
+            if (p[j] == 0) continue;
+            double w = 0;
+            for (int64_t c2 = 0; c2 < dk; c2++)
+                w += q[c2] * ek[j * ld + c2] * q[c2] * ek[j * ld + c2];
+            const double dv = p[j] * (v[j * ld + c] - a[c]);
+            t2 += dv * dv * w;
+            t3 += p[j] * ev[j * ld + c] * p[j] * ev[j * ld + c];
+            t4 += p[j] * v[j * ld + c] * p[j] * v[j * ld + c];
+            vmax = fmax(vmax, fabs(v[j * ld + c]));
+        }
+        e[c] = CHECK_SIGMAS * sqrt(scale * scale * (t1 + t2) + t3 + TOL_BF16 * TOL_BF16 * t4) +
+               TOL_BASE * vmax + unit_of(t) * fabs(a[c]);
+    }
+}
+
+double check_layer_out_err(mha_dtype t, int64_t d_model, const double *ea, const double *w,
+                           double y, double y2, double ybar) {
+    double s = 0;
+    for (int64_t c = 0; c < d_model; c++) s += ea[c] * w[c] * ea[c] * w[c];
+    return CHECK_SIGMAS * sqrt(s) + check_layer_proj_err(t, d_model, y, y2, ybar, 0);
+}
+
 int check_input_fits(int input, mha_dtype dtype, mha_dtype kv_dtype) {
     /* an int8 row cannot hold -inf (its scale would turn the row into NaN:
      * nan-k again), and fp16 cannot hold the 1e30 that overflows the scores */

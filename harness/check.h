@@ -56,6 +56,25 @@ int check_input_fits(int input, mha_dtype dtype, mha_dtype kv_dtype);
 void check_tolerance(const mha_problem *p, double mag, double smax, double *tol_abs,
                      double *tol_rel);
 
+/* The layer in bf16/fp16 (mha_forward with layer.dtype): the error bounds
+ * of its stages, first order, derivation in check.c. */
+#define CHECK_SIGMAS 4.0
+/* A projected value v = sum_k x_k w_k + b (K terms, v2 = ||x o w||_2,
+ * vbar = sum_k |x_k w_k| + |b|) as stored: rounded to t; qkv != 0 for Q, K,
+ * V (an fp16 one may be rounded to bf16 again inside the attention kernel). */
+double check_layer_proj_err(mha_dtype t, int64_t K, double v, double v2, double vbar, int qkv);
+/* The error of one head's output row a[0, dk) = sum_j p[j] v_j: p the
+ * softmax weights (0 where masked) over nkv keys; q, eq the query and its
+ * bounds; k, ek, v, ev rows of stride ld; scale the softmax scale. e[c] gets
+ * the bound on |a_c as the layer stores it - a_c|. */
+void check_layer_head_err(mha_dtype t, int64_t nkv, int64_t dk, const double *p, const double *q,
+                          const double *eq, const double *k, const double *ek, const double *v,
+                          const double *ev, int64_t ld, const double *a, double scale, double *e);
+/* The bound on |out - ref| of an output y = sum_c a_c w_c + b of d_model
+ * terms, given ea[c] (check_layer_head_err) and w the row of W_o. */
+double check_layer_out_err(mha_dtype t, int64_t d_model, const double *ea, const double *w,
+                           double y, double y2, double ybar);
+
 /* Inputs, reference output and tolerance for one case. */
 typedef struct {
     check_case c;

@@ -50,14 +50,39 @@ static int report_mha(mha_status st, const char *what) {
     return -1;
 }
 
-/* Reads PATH into *a: 0, or -1 after npy_read's one-line message. */
-static int load(const char *path, npy_array *a) {
+/* Reads PATH into *a: a float32 file or a typed one ('<f2', '<u2' bf16 bits,
+ * '|i1'); whether its dtype fits is typed_fits'. 0, or -1 after a message. */
+static int load_any(const char *path, npy_array *a) {
     char err[512];
-    if (npy_read(path, a, err, sizeof err) != MHA_OK) {
+    const unsigned all = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16) |
+                         MHA_DTYPE_BIT(MHA_I8);
+    if (npy_read_typed(path, all, a, err, sizeof err) != MHA_OK) {
         errorf("%s", err);
         return -1;
     }
     return 0;
+}
+
+/* A tensor read for storage dtype WANT may be float32 (rounded on load) or
+ * of WANT itself; anything else is an error naming PATH, the tensor NAME,
+ * what it holds, and OPT, the option that would read it as it is (WHAT names
+ * the dtype asked for: "Q/O", "K/V", "layer"). 0, or -1 after a message. */
+static int typed_fits(const npy_array *a, const char *path, const char *name, mha_dtype want,
+                      const char *what, const char *opt) {
+    if (a->dtype == MHA_F32 || a->dtype == want) return 0;
+    errorf("%s: %s holds %s ('%s'), but the %s dtype is %s: pass %s %s to read it as it is", path,
+           name, mha_dtype_name(a->dtype), npy_descr(a->dtype), what, mha_dtype_name(want), opt,
+           mha_dtype_name(a->dtype));
+    return -1;
+}
+
+/* A float32 tensor read for bf16/fp16 storage, rounded (RNE) into *conv
+ * (mha_alloc'ed); nothing when it is already stored as want. */
+static void round_on_load(const npy_array *a, mha_dtype want, void **conv) {
+    if (a->dtype != MHA_F32 || want == MHA_F32 || a->count == 0) return;
+    *conv = mha_alloc(a->count * mha_dtype_size(want));
+    if (!*conv) exit_out_of_memory("converting an input");
+    mha_convert_from_f32(want, a->data, *conv, a->count);
 }
 
 /* Shared getopt error handling: optstring starts with ':' so a missing argument
@@ -390,25 +415,16 @@ static int check_attend_shapes(const attend_inputs *in) {
  * stored in (want); any other dtype is an error naming the file, what it
  * holds and the option that would read it. 0, or -1 after a message. */
 static int load_typed(attend_inputs *in, int i, mha_dtype want) {
-    char err[512];
-    const unsigned all = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16) |
-                         MHA_DTYPE_BIT(MHA_I8);
     npy_array *a = &in->a[i];
-    if (npy_read_typed(in->path[i], all, a, err, sizeof err) != MHA_OK) {
-        errorf("%s", err);
-        return -1;
-    }
-    if (a->dtype == MHA_F32 || a->dtype == want) return 0;
-    if (i == 0 && a->dtype == MHA_I8)
+    if (load_any(in->path[i], a) != 0) return -1;
+    if (i == 0 && a->dtype == MHA_I8) {
         errorf("%s: q holds int8 ('%s'): int8 is a K/V dtype only (q and out are fp32, bf16 or "
                "fp16)",
                in->path[i], npy_descr(a->dtype));
-    else
-        errorf("%s: %s holds %s ('%s'), but the %s dtype is %s: pass %s %s to read it as it is",
-               in->path[i], ATTEND_NAME[i], mha_dtype_name(a->dtype), npy_descr(a->dtype),
-               i == 0 ? "Q/O" : "K/V", mha_dtype_name(want), i == 0 ? "--dtype" : "--kv-dtype",
-               mha_dtype_name(a->dtype));
-    return -1;
+        return -1;
+    }
+    return typed_fits(a, in->path[i], ATTEND_NAME[i], want, i == 0 ? "Q/O" : "K/V",
+                      i == 0 ? "--dtype" : "--kv-dtype");
 }
 
 /* Brings tensor i (checked shape) to its storage dtype want: a float32 file
@@ -463,11 +479,7 @@ static int store_as(attend_inputs *in, int i, mha_dtype want) {
         }
         return 0;
     }
-    if (a->dtype == MHA_F32) { /* float32 rounded to bf16/fp16 */
-        in->conv[i] = mha_alloc(a->count * mha_dtype_size(want));
-        if (!in->conv[i]) exit_out_of_memory("converting an input");
-        mha_convert_from_f32(want, a->data, in->conv[i], a->count);
-    }
+    round_on_load(a, want, &in->conv[i]); /* float32 rounded to bf16/fp16 */
     return 0;
 }
 
@@ -576,8 +588,10 @@ static void forward_usage(FILE *f) {
                "  --scale S     softmax scale (default 1/sqrt(d_model/H))\n"
                "  --threads T   threads (0 = all cores, default 1)\n"
                "  --kernel K    the attention kernel, from `mhabench list`, or auto\n"
-               "  --dtype D     fp32 only: the layer runs fp32 in this build\n"
-               "  --out-dtype D the file written: fp32 (default), bf16 ('<u2'), fp16\n");
+               "  --dtype D     the layer's dtype: fp32 (default), bf16, fp16; weights,\n"
+               "                biases and inputs are float32 files rounded on load (RNE)\n"
+               "                or files of that dtype ('<u2' bf16 bits, '<f2')\n"
+               "  --out-dtype D the file written: fp32, bf16 ('<u2'), fp16 (default: --dtype)\n");
 }
 
 typedef struct {
@@ -585,20 +599,22 @@ typedef struct {
     int64_t rows, cols; /* cols 0: a 1-D bias of `rows` */
     int optional;
     npy_array a;
+    void *conv; /* a float32 file rounded to the layer dtype, else NULL */
     int present;
 } param;
 
 /* Reads DIR/<name>.npy (an optional one may be absent) and checks its shape:
  * 0, or -1 after a message naming the file, its shape and the one expected. */
-static int load_param(const char *dir, param *pr) {
+static int load_param(const char *dir, mha_dtype dt, param *pr) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.npy", dir, pr->name);
     if (pr->optional) {
         struct stat sb;
         if (stat(path, &sb) != 0 && errno == ENOENT) return 0;
     }
-    if (load(path, &pr->a) != 0) return -1;
+    if (load_any(path, &pr->a) != 0) return -1;
     pr->present = 1;
+    if (typed_fits(&pr->a, path, pr->name, dt, "layer", "--dtype") != 0) return -1;
     char s[160];
     int rank = pr->cols ? 2 : 1;
     if (pr->a.ndim != rank || pr->a.shape[0] != pr->rows ||
@@ -611,6 +627,7 @@ static int load_param(const char *dir, param *pr) {
                    shape_str(&pr->a, s, sizeof s), (long long)pr->rows);
         return -1;
     }
+    round_on_load(&pr->a, dt, &pr->conv);
     return 0;
 }
 
@@ -656,12 +673,6 @@ static int parse_forward(int argc, char **argv, forward_args *a) {
     if (!parse_i64("--heads", heads_s, 1, INT32_MAX, &a->heads)) return -1;
     a->kv_heads = a->heads;
     if (kvheads_s && !parse_i64("--kv-heads", kvheads_s, 1, INT32_MAX, &a->kv_heads)) return -1;
-    if (a->o.dtype != MHA_F32) {
-        errorf("forward: --dtype %s: the layer runs fp32 only in this build (use attend for "
-               "typed attention, or --out-dtype to write a typed output)",
-               mha_dtype_name(a->o.dtype));
-        return -1;
-    }
     if (a->heads % a->kv_heads != 0) {
         errorf("--kv-heads %lld does not divide --heads %lld", (long long)a->kv_heads,
                (long long)a->heads);
@@ -674,14 +685,22 @@ static int parse_forward(int argc, char **argv, forward_args *a) {
 typedef struct {
     npy_array x;      /* query [B, Nq, d_model] */
     npy_array xk, xv; /* key and value [B, Nkv, d_model], when given */
+    void *conv[3];    /* x, xk, xv rounded to the layer dtype on load, else NULL */
     param prm[8];     /* w_q w_k w_v w_o, then the optional b_q b_k b_v b_o */
 } forward_inputs;
+
+/* The data of a tensor as the layer reads it: converted on load, or as read. */
+static const void *stored(const npy_array *a, const void *conv) {
+    return conv ? conv : a->raw;
+}
 
 /* Reads the query: rank 3, no empty dimension, d_model divisible by --heads.
  * 0, or -1 after a message. */
 static int load_query(const forward_args *a, npy_array *x) {
     char s[160];
-    if (load(a->query, x) != 0) return -1;
+    if (load_any(a->query, x) != 0 ||
+        typed_fits(x, a->query, "query", a->o.dtype, "layer", "--dtype") != 0)
+        return -1;
     if (x->ndim != 3) {
         errorf("%s: query has rank %d, shape %s: expected a rank-3 [B,N,d_model] tensor", a->query,
                x->ndim, shape_str(x, s, sizeof s));
@@ -703,7 +722,11 @@ static int load_query(const forward_args *a, npy_array *x) {
  * rank 3, the same B and d_model, Nkv > 0, alike. 0, or -1 after a message. */
 static int load_key_value(const forward_args *a, const npy_array *x, npy_array *xk, npy_array *xv) {
     if (!a->key) return 0;
-    if (load(a->key, xk) != 0 || load(a->value, xv) != 0) return -1;
+    if (load_any(a->key, xk) != 0 ||
+        typed_fits(xk, a->key, "key", a->o.dtype, "layer", "--dtype") != 0 ||
+        load_any(a->value, xv) != 0 ||
+        typed_fits(xv, a->value, "value", a->o.dtype, "layer", "--dtype") != 0)
+        return -1;
     const int64_t B = x->shape[0], d_model = x->shape[2];
     const char *name[2] = {"key", "value"}, *path[2] = {a->key, a->value};
     const npy_array *kv[2] = {xk, xv};
@@ -739,7 +762,7 @@ static int load_weights(const forward_args *a, int64_t d_model, param prm[8]) {
     for (int i = 0; i < 8; i++) {
         prm[i] = (param){
             .name = names[i], .rows = rows[i], .cols = i < 4 ? d_model : 0, .optional = i >= 4};
-        if (load_param(a->weights, &prm[i]) != 0) return -1;
+        if (load_param(a->weights, a->o.dtype, &prm[i]) != 0) return -1;
     }
     return 0;
 }
@@ -748,11 +771,18 @@ static int load_weights(const forward_args *a, int64_t d_model, param prm[8]) {
  * meaning: query, key and value, weights. 0, or -1 after a message. */
 static int load_forward_inputs(const forward_args *a, forward_inputs *in) {
     if (load_query(a, &in->x) != 0 || load_key_value(a, &in->x, &in->xk, &in->xv) != 0) return -1;
-    return load_weights(a, in->x.shape[2], in->prm);
+    if (load_weights(a, in->x.shape[2], in->prm) != 0) return -1;
+    const npy_array *t[3] = {&in->x, &in->xk, &in->xv};
+    for (int i = 0; i < (a->key ? 3 : 1); i++) round_on_load(t[i], a->o.dtype, &in->conv[i]);
+    return 0;
 }
 
 static void free_forward_inputs(forward_inputs *in) {
-    for (int i = 0; i < 8; i++) npy_free(&in->prm[i].a);
+    for (int i = 0; i < 8; i++) {
+        npy_free(&in->prm[i].a);
+        mha_free(in->prm[i].conv);
+    }
+    for (int i = 0; i < 3; i++) mha_free(in->conv[i]);
     npy_free(&in->x);
     npy_free(&in->xk);
     npy_free(&in->xv);
@@ -765,14 +795,15 @@ static mha_layer forward_layer(const forward_args *a, const forward_inputs *in) 
         .d_model = in->x.shape[2],
         .heads = a->heads,
         .kv_heads = a->kv_heads,
-        .w_q = prm[0].a.data,
-        .w_k = prm[1].a.data,
-        .w_v = prm[2].a.data,
-        .w_o = prm[3].a.data,
-        .b_q = prm[4].present ? prm[4].a.data : NULL,
-        .b_k = prm[5].present ? prm[5].a.data : NULL,
-        .b_v = prm[6].present ? prm[6].a.data : NULL,
-        .b_o = prm[7].present ? prm[7].a.data : NULL,
+        .w_q = stored(&prm[0].a, prm[0].conv),
+        .w_k = stored(&prm[1].a, prm[1].conv),
+        .w_v = stored(&prm[2].a, prm[2].conv),
+        .w_o = stored(&prm[3].a, prm[3].conv),
+        .b_q = prm[4].present ? stored(&prm[4].a, prm[4].conv) : NULL,
+        .b_k = prm[5].present ? stored(&prm[5].a, prm[5].conv) : NULL,
+        .b_v = prm[6].present ? stored(&prm[6].a, prm[6].conv) : NULL,
+        .b_o = prm[7].present ? stored(&prm[7].a, prm[7].conv) : NULL,
+        .dtype = a->o.dtype,
     };
 }
 
@@ -794,25 +825,32 @@ static int run_forward(const forward_args *a, const forward_inputs *in, io_run *
                             .seq_kv = shp.seq_kv,
                             .head_dim = L.d_model / L.heads,
                             .causal = shp.causal,
-                            .scale = shp.scale};
+                            .scale = shp.scale,
+                            .dtype = L.dtype};
     if (choose_kernel(&a->o, &ap, r) != 0) return -1;
     /* the output has the query's shape */
     if (alloc_buffers(r, mha_forward_workspace_size(r->kern, &L, &shp, &r->opt, &r->wbytes),
                       x->count) != 0)
         return -1;
+    const void *xq = stored(x, in->conv[0]);
     const meas_call call =
-        meas_call_forward(r->kern, &L, &shp, &r->opt, x->data, self ? x->data : in->xk.data,
-                          self ? x->data : in->xv.data, r->out, r->ws, r->wbytes);
+        meas_call_forward(r->kern, &L, &shp, &r->opt, xq, self ? xq : stored(&in->xk, in->conv[1]),
+                          self ? xq : stored(&in->xv, in->conv[2]), r->out, r->ws, r->wbytes);
     double dt;
-    if (run_and_write(r, &call, a->o.out, x->shape, 3, x->count, MHA_F32, a->o.out_dtype, &dt) != 0)
+    if (run_and_write(r, &call, a->o.out, x->shape, 3, x->count, L.dtype, a->o.out_dtype, &dt) != 0)
         return -1;
+    char dts[48] = "";
+    if (L.dtype != MHA_F32 || a->o.out_dtype != MHA_F32)
+        snprintf(dts, sizeof dts, " dtype=%s out_dtype=%s", mha_dtype_name(L.dtype),
+                 mha_dtype_name(a->o.out_dtype));
     printf("kernel %s block_q=%d block_kv=%d split=%d: forward B=%lld Nq=%lld Nkv=%lld "
-           "d_model=%lld heads=%lld kv_heads=%lld causal=%d threads=%d: %.3f ms, %.2f GFLOP/s -> "
-           "%s\n",
+           "d_model=%lld heads=%lld kv_heads=%lld causal=%d%s threads=%d: %.3f ms, %.2f GFLOP/s "
+           "-> %s\n",
            mha_kernel_name(r->kern), r->opt.block_q, r->opt.block_kv, r->opt.split,
            (long long)shp.batch, (long long)shp.seq_q, (long long)shp.seq_kv, (long long)L.d_model,
-           (long long)L.heads, (long long)L.kv_heads, a->o.causal, mha_resolve_threads(&r->opt),
-           dt * 1e3, dt > 0 ? mha_forward_flops(&L, &shp) / dt * 1e-9 : 0.0, a->o.out);
+           (long long)L.heads, (long long)L.kv_heads, a->o.causal, dts,
+           mha_resolve_threads(&r->opt), dt * 1e3,
+           dt > 0 ? mha_forward_flops(&L, &shp) / dt * 1e-9 : 0.0, a->o.out);
     return 0;
 }
 

@@ -19,14 +19,18 @@ static void usage(FILE *f) {
         "usage: mhabench profile --kernel K [--batch B] [--heads H] [--kv-heads G] --seq N\n"
         "                        [--seq-kv M] --head-dim D [--causal] [--threads T] [--seconds S]\n"
         "                        [--block-q BQ] [--block-kv BK] [--split 0|1|2] [--samples S]\n"
-        "                        [--dtype fp32|bf16|fp16]\n"
+        "                        [--dtype fp32|bf16|fp16] [--layer]\n"
         "Runs one shape for about S seconds (default 2) and prints GFLOP/s and, in a build\n"
         "configured with -Dphase_timing=true, the share of cycles per phase. Knobs left out\n"
         "come from the cache model (mha_default_blocks), as for an explicit --kernel.\n"
         "--samples S: instead, S single-call samples, each bracketed by the interference\n"
         "probe (meas_core.h); one line per sample with its evidence, then the median and its\n"
         "95% interval over all samples and over the undisturbed ones.\n"
-        "--dtype: the element type of Q, K, V and O (default fp32); inputs uniform in [-1, 1).\n",
+        "--dtype: the element type of Q, K, V and O (default fp32); inputs uniform in [-1, 1).\n"
+        "--layer: the full layer (mha_forward, self-attention over --seq tokens, d_model =\n"
+        "heads x head-dim, weights and inputs in --dtype) with K its attention kernel; then\n"
+        "the attention core alone on the same problem, and the share the rest (the four\n"
+        "projections) takes.\n",
         f);
 }
 
@@ -120,28 +124,79 @@ static void typed_release(typed_inputs *t) {
     mha_free(t->ws);
 }
 
+/* Times one prepared shape for about seconds (at least 5 calls): the median
+ * ms per call (robust to a shared machine's bursts), 0 after a message. */
+static double time_shape(meas_pool *pool, const mha_kernel *k, const meas_shape *s,
+                         const mha_options *o, double seconds) {
+    meas_call call;
+    const char *why = meas_prepare(pool, k, s, o, &call);
+    if (why) {
+        errorf("profile: %s", why);
+        return 0;
+    }
+    if (meas_run(&call) != MHA_OK) { /* warm-up */
+        errorf("profile: %s", mha_last_error());
+        return 0;
+    }
+    enum { MAX_CALLS = 10000 };
+    double *times = xrealloc_or_exit(NULL, MAX_CALLS, sizeof(double), "profile");
+    mha_status st;
+    const int n = meas_repeat(&call, times, 5, MAX_CALLS, seconds, &st);
+    const double ms = st == MHA_OK && n > 0 ? median_inplace(times, n) * 1e3 : 0;
+    if (st != MHA_OK) errorf("profile: %s", mha_last_error());
+    free(times);
+    return ms;
+}
+
+/* --layer: the layer of p's shape (self-attention, d_model = heads x
+ * head_dim, in p's dtype) with kernel k, then the attention core alone. */
+static int profile_layer(const mha_kernel *k, const mha_problem *p, const mha_options *o,
+                         double seconds) {
+    meas_shape s = meas_shape_of(p);
+    s.nkv = s.nq;
+    s.kv_dtype = MHA_F32;
+    s.layer = 1;
+    const mha_layer L = meas_layer(&s, NULL);
+    const mha_layer_shape ls = {s.b, s.nq, s.nkv, s.causal, 0.0f};
+    size_t ws;
+    if (mha_forward_workspace_size(k, &L, &ls, o, &ws) != MHA_OK) {
+        errorf("profile: %s", mha_last_error());
+        return EXIT_USAGE;
+    }
+    meas_pool pool;
+    meas_pool_init(&pool, 12345);
+    const double ms = time_shape(&pool, k, &s, o, seconds);
+    s.layer = 0;
+    const double ams = ms > 0 ? time_shape(&pool, k, &s, o, seconds / 2) : 0;
+    meas_pool_release(&pool);
+    if (ms <= 0 || ams <= 0) return EXIT_USAGE;
+    const mha_problem ap = meas_problem(&s);
+    printf("layer kernel %s B=%lld N=%lld d_model=%lld H=%lld KV=%lld causal=%d dtype=%s "
+           "threads=%d: %.3f ms/call (median), %.1f GFLOP/s\n",
+           mha_kernel_name(k), (long long)s.b, (long long)s.nq, (long long)L.d_model,
+           (long long)s.h, (long long)s.kv, s.causal, mha_dtype_name(s.dtype),
+           mha_resolve_threads(o), ms, mha_forward_flops(&L, &ls) / ms * 1e-6);
+    printf("attention core alone: %.3f ms/call (%.1f%% of the layer), %.1f GFLOP/s; the rest "
+           "(four projections, packing): %.1f%%\n",
+           ams, 100 * ams / ms, mha_problem_flops(&ap) / ams * 1e-6, 100 * (1 - ams / ms));
+    return 0;
+}
+
 int cmd_profile(int argc, char **argv) {
-    static const struct option opts[] = {{"kernel", required_argument, 0, 'k'},
-                                         {"batch", required_argument, 0, 'b'},
-                                         {"heads", required_argument, 0, 'H'},
-                                         {"kv-heads", required_argument, 0, 'G'},
-                                         {"seq", required_argument, 0, 'n'},
-                                         {"seq-kv", required_argument, 0, 'm'},
-                                         {"head-dim", required_argument, 0, 'd'},
-                                         {"causal", no_argument, 0, 'c'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"seconds", required_argument, 0, 's'},
-                                         {"block-q", required_argument, 0, 'Q'},
-                                         {"block-kv", required_argument, 0, 'K'},
-                                         {"split", required_argument, 0, 'S'},
-                                         {"samples", required_argument, 0, 'N'},
-                                         {"dtype", required_argument, 0, 'T'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"kernel", required_argument, 0, 'k'},   {"batch", required_argument, 0, 'b'},
+        {"heads", required_argument, 0, 'H'},    {"kv-heads", required_argument, 0, 'G'},
+        {"seq", required_argument, 0, 'n'},      {"seq-kv", required_argument, 0, 'm'},
+        {"head-dim", required_argument, 0, 'd'}, {"causal", no_argument, 0, 'c'},
+        {"threads", required_argument, 0, 't'},  {"seconds", required_argument, 0, 's'},
+        {"block-q", required_argument, 0, 'Q'},  {"block-kv", required_argument, 0, 'K'},
+        {"split", required_argument, 0, 'S'},    {"samples", required_argument, 0, 'N'},
+        {"dtype", required_argument, 0, 'T'},    {"layer", no_argument, 0, 'L'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     const char *kname = NULL;
     int64_t B = 1, H = 8, G = 0, N = 0, M = 0, d = 0, T = 1, BQ = 0, BK = 0, SP = 0, NS = 0;
     double seconds = 2.0;
-    int causal = 0;
+    int causal = 0, layer = 0;
     mha_dtype dt = MHA_F32;
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
@@ -170,6 +225,9 @@ int cmd_profile(int argc, char **argv) {
             break;
         case 'c':
             causal = 1;
+            break;
+        case 'L':
+            layer = 1;
             break;
         case 't':
             ok = parse_i64("--threads", optarg, 0, 4096, &T);
@@ -216,6 +274,7 @@ int cmd_profile(int argc, char **argv) {
     const mha_problem p = {B, H, G ? G : H, N, M ? M : N, d, causal, 0.0f, dt, dt};
     const mha_options o = {
         .threads = (int)T, .block_q = (int)BQ, .block_kv = (int)BK, .split = (int)SP};
+    if (layer) return profile_layer(k, &p, &o, seconds);
     size_t ws_bytes;
     if (mha_workspace_size(k, &p, &o, &ws_bytes) != MHA_OK) {
         errorf("profile: %s", mha_last_error());

@@ -68,7 +68,8 @@ static size_t elems_k(const meas_shape *s) {
 }
 
 size_t meas_input_bytes(const meas_shape *s) {
-    if (s->layer) return sizeof(float) * (2 * meas_elems_q(s) + elems_k(s) + meas_elems_kv(s));
+    if (s->layer) /* x, the weights and biases, out; v is unused (self-attention) */
+        return mha_dtype_size(s->dtype) * (2 * meas_elems_q(s) + elems_k(s));
     const mha_dtype kv = kv_type(s);
     const size_t rows = kv == MHA_I8 ? (size_t)(s->b * s->kv * s->nkv) : 0;
     return mha_dtype_size(s->dtype) * 2 * meas_elems_q(s) +
@@ -79,20 +80,21 @@ double meas_io_bytes(const meas_shape *s) {
     return (double)meas_input_bytes(s);
 }
 
-mha_layer meas_layer(const meas_shape *s, const float *w) {
+mha_layer meas_layer(const meas_shape *s, const void *w) {
     const int64_t dm = s->h * s->d, m2 = dm * dm;
-    if (!w) return (mha_layer){dm, s->h, s->kv, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    return (mha_layer){dm,
-                       s->h,
-                       s->kv,
-                       w,
-                       w + m2,
-                       w + 2 * m2,
-                       w + 3 * m2,
-                       w + 4 * m2,
-                       w + 4 * m2 + dm,
-                       w + 4 * m2 + 2 * dm,
-                       w + 4 * m2 + 3 * dm};
+    const size_t es = mha_dtype_size(s->dtype);
+    mha_layer L = {.d_model = dm, .heads = s->h, .kv_heads = s->kv, .dtype = s->dtype};
+    if (!w) return L;
+    const char *c = w; /* element offsets in bytes of the dtype */
+    L.w_q = c;
+    L.w_k = c + es * (size_t)m2;
+    L.w_v = c + es * (size_t)(2 * m2);
+    L.w_o = c + es * (size_t)(3 * m2);
+    L.b_q = c + es * (size_t)(4 * m2);
+    L.b_k = c + es * (size_t)(4 * m2 + dm);
+    L.b_v = c + es * (size_t)(4 * m2 + 2 * dm);
+    L.b_o = c + es * (size_t)(4 * m2 + 3 * dm);
+    return L;
 }
 
 /* Uniform [-1, 1), chunked so the fill runs in parallel and is the same for
@@ -163,9 +165,12 @@ static meas_inputs *inputs_for(meas_pool *m, const meas_shape *s) {
     }
     fill(slot->v, nkv, h ^ 3);
     memset(slot->o, 0, nq * mha_dtype_size(s->dtype));
-    if (!s->layer && (!to_dtype(&slot->q, nq, s->dtype, s->d, NULL) ||
-                      !to_dtype(&slot->k, nk, kv_type(s), s->d, &slot->k_sc) ||
-                      !to_dtype(&slot->v, nkv, kv_type(s), s->d, &slot->v_sc))) {
+    /* a layer's x and weights (in q and k) are of its dtype, v is unused */
+    if (s->layer ? !to_dtype(&slot->q, nq, s->dtype, s->d, NULL) ||
+                       !to_dtype(&slot->k, nk, s->dtype, s->d, NULL)
+                 : !to_dtype(&slot->q, nq, s->dtype, s->d, NULL) ||
+                       !to_dtype(&slot->k, nk, kv_type(s), s->d, &slot->k_sc) ||
+                       !to_dtype(&slot->v, nkv, kv_type(s), s->d, &slot->v_sc)) {
         inputs_free(slot);
         return NULL;
     }
@@ -290,8 +295,8 @@ meas_call meas_call_attend(const mha_kernel *k, const mha_problem *p, const mha_
 }
 
 meas_call meas_call_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_shape *ls,
-                            const mha_options *o, const float *x, const float *key,
-                            const float *value, float *out, void *ws, size_t ws_size) {
+                            const mha_options *o, const void *x, const void *key, const void *value,
+                            void *out, void *ws, size_t ws_size) {
     return (meas_call){.kernel = k,
                        .o = *o,
                        .q = {.data = x},

@@ -18,8 +18,9 @@
 #include "peers/peer.h"
 
 /* A problem to time. layer = 1: the full MHA layer (mha_forward) with
- * d_model = h * d, self-attention over nq = nkv tokens; its weights live in
- * the k buffer (the layer is fp32). dtype / kv_dtype: how Q/O and K/V are
+ * d_model = h * d, self-attention over nq = nkv tokens; its weights and
+ * biases live in the k buffer, stored like its input and output in dtype
+ * (kv_dtype unused). dtype / kv_dtype: how Q/O and K/V are
  * stored (0 = fp32; kv_dtype 0 = dtype, as in mha_problem); inputs are
  * filled in fp32, then rounded or quantised per row (int8 + scales). */
 typedef struct {
@@ -94,9 +95,10 @@ size_t meas_input_bytes(const meas_shape *s);
  * elements x the K/V dtype's size (+ one fp32 scale per row each for int8),
  * Q and O at the problem's dtype: what a bandwidth-bound (decode) row moves. */
 double meas_io_bytes(const meas_shape *s);
-/* The layer of a layer shape, its weights carved from w (NULL: no weights,
- * enough for workspace and FLOP queries). */
-mha_layer meas_layer(const meas_shape *s, const float *w);
+/* The layer of a layer shape (of the shape's dtype), its weights carved from
+ * w, which holds elements of that dtype (NULL: no weights, enough for
+ * workspace and FLOP queries). */
+mha_layer meas_layer(const meas_shape *s, const void *w);
 
 /* The pool's workspace, at least bytes (grown and zeroed when needed, which
  * moves it: calls prepared before then hold the old pointer). NULL when out
@@ -129,8 +131,8 @@ meas_call meas_call_attend(const mha_kernel *k, const mha_problem *p, const mha_
                            const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
                            const mha_tensor_mut *out, void *ws, size_t ws_size);
 meas_call meas_call_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_shape *ls,
-                            const mha_options *o, const float *x, const float *key,
-                            const float *value, float *out, void *ws, size_t ws_size);
+                            const mha_options *o, const void *x, const void *key, const void *value,
+                            void *out, void *ws, size_t ws_size);
 
 /* One call, untimed (warm-ups, checks). */
 mha_status meas_run(const meas_call *c);

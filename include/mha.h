@@ -278,13 +278,21 @@ MHA_API int mha_phase_cycles(uint64_t out[4], int reset);
 /* ---- the full layer ------------------------------------------------------------- */
 /* nn.Linear layout: weight [out_features, in_features], y = x W^T + b.
  * w_q, w_o: [d_model, d_model]; w_k, w_v: [kv_heads * head_dim, d_model] with
- * head_dim = d_model / heads. Biases may be NULL. */
+ * head_dim = d_model / heads. Biases may be NULL.
+ * dtype says how the weights, the biases, the query/key/value inputs and the
+ * output are stored: MHA_F32 (0, so zero-initialised layers are fp32), or
+ * MHA_BF16 / MHA_F16 (16-bit patterns). A bf16/fp16 layer accumulates in
+ * fp32, rounds the projected Q, K and V to its dtype (RNE), runs an
+ * attention kernel that takes that dtype (mha_kernel_takes; else
+ * MHA_EUNSUPPORTED naming kernel and dtype), feeds the concatenated heads to
+ * W_o in that dtype and rounds the output to it. The softmax is fp32. */
 typedef struct {
     int64_t d_model;
     int64_t heads;
     int64_t kv_heads; /* 0 means heads */
-    const float *w_q, *w_k, *w_v, *w_o;
-    const float *b_q, *b_k, *b_v, *b_o;
+    const void *w_q, *w_k, *w_v, *w_o;
+    const void *b_q, *b_k, *b_v, *b_o;
+    mha_dtype dtype; /* of everything above and of the inputs and output: fp32, bf16, fp16 */
 } mha_layer;
 
 typedef struct {
@@ -293,14 +301,16 @@ typedef struct {
     float scale; /* 0 = 1/sqrt(head_dim) */
 } mha_layer_shape;
 
+/* Bytes of workspace mha_forward needs: the projected Q, K, V and the heads
+ * in the layer's dtype, the weight packing, and the attention kernel's. */
 MHA_API mha_status mha_forward_workspace_size(const mha_kernel *k, const mha_layer *L,
                                               const mha_layer_shape *s, const mha_options *o,
                                               size_t *bytes);
 /* query [B,Nq,d_model]; key, value [B,Nkv,d_model] (may be the same pointer as
- * query for self-attention); out [B,Nq,d_model]. */
+ * query for self-attention); out [B,Nq,d_model]; all of the layer's dtype. */
 MHA_API mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_shape *s,
-                               const mha_options *o, const float *query, const float *key,
-                               const float *value, float *out, void *workspace,
+                               const mha_options *o, const void *query, const void *key,
+                               const void *value, void *out, void *workspace,
                                size_t workspace_size);
 /* FLOPs of the layer: attention core plus 2*B*(Nq + 2*Nkv + Nq)*d_model^2. */
 MHA_API double mha_forward_flops(const mha_layer *L, const mha_layer_shape *s);

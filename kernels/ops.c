@@ -38,7 +38,11 @@ const mha_isa_ops MHA_SYM(ops) = {
     .read_sum = MHA_SYM(read_sum),
 #ifdef __AVX512BF16__
     .bf16_peak_loop = MHA_SYM(bf16_peak_loop),
+    .linear_half = MHA_SYM(linear_half),
+    .linear_half_pack_bytes = MHA_SYM(linear_half_pack_bytes),
 #else
     .bf16_peak_loop = NULL,
+    .linear_half = NULL,
+    .linear_half_pack_bytes = NULL,
 #endif
 };

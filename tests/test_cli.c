@@ -692,18 +692,71 @@ static void test_sweep_peers(void **state) {
     }
 }
 
-/* forward runs fp32 only in this build: --dtype bf16 is refused up front. */
+/* forward --dtype bf16|fp16: float32 files rounded on load, the output in
+ * the layer dtype (or --out-dtype), close to torch's fp32 output; a kernel
+ * that does not take the dtype and a typed file without --dtype are exit 2. */
 static void test_forward_dtype(void **state) {
     (void)state;
     NEED_BENCH();
-    char x[512], out[512];
-    const int64_t s[3] = {1, 4, 8};
-    write_f4("fx.npy", s, 3);
-    tmp_path(x, sizeof x, "fx.npy");
+    NEED_DATA();
+    char x[1024], wdir[1024], out[512], want[1024], xb[512];
+    data_path(x, sizeof x, "self", "query"); /* [2, 5, 16], 4 heads */
+    data_path(want, sizeof want, "self", "out");
+    snprintf(wdir, sizeof wdir, "%s/self", g_data);
     tmp_path(out, sizeof out, "never.npy");
-    expect_error(run_bench("forward", "--kernel", "naive", "--query", x, "--heads", "2",
-                           "--weights", g_tmp, "--out", out, "--dtype", "bf16", NULL),
-                 "--dtype bf16", "fp32 only", 1);
+    expect_error(run_bench("forward", "--kernel", "naive", "--query", x, "--heads", "4",
+                           "--weights", wdir, "--out", out, "--dtype", "bf16", NULL),
+                 "naive", "bf16", 1);
+    const int64_t xs[3] = {2, 5, 16};
+    write_typed("fxb.npy", MHA_BF16, xs, 3);
+    tmp_path(xb, sizeof xb, "fxb.npy");
+    expect_error(run_bench("forward", "--kernel", "auto", "--query", xb, "--heads", "4",
+                           "--weights", wdir, "--out", out, NULL),
+                 "holds bf16", "--dtype bf16", 1);
+
+    npy_array w;
+    load_npy(want, &w);
+    double mag = 0;
+    for (size_t i = 0; i < w.count; i++) mag = fmax(mag, fabs(w.data[i]));
+    const mha_dtype ts[2] = {MHA_BF16, MHA_F16};
+    for (int ti = 0; ti < 2; ti++) {
+        const mha_problem p = {2, 4, 4, 5, 5, 4, 0, 0.0f, ts[ti], MHA_F32};
+        mha_selection sel;
+        if (mha_select(&p, NULL, &sel) != MHA_OK) {
+            print_message("no kernel here takes %s\n", mha_dtype_name(ts[ti]));
+            continue;
+        }
+        char got[512], err[512];
+        tmp_path(got, sizeof got, "fwd-typed.npy");
+        for (int od = 0; od < 2; od++) {
+            const int rc =
+                run_bench("forward", "--kernel", "auto", "--query", x, "--heads", "4", "--weights",
+                          wdir, "--out", got, "--dtype", mha_dtype_name(ts[ti]),
+                          od ? "--out-dtype" : NULL, "fp32", NULL);
+            if (rc != 0)
+                fail_msg("forward --dtype %s: exit %d: %s", mha_dtype_name(ts[ti]), rc, g_err);
+            assert_non_null(strstr(g_out, mha_dtype_name(ts[ti])));
+            npy_array a;
+            if (npy_read_typed(got, MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(ts[ti]), &a, err,
+                               sizeof err) != MHA_OK)
+                fail_msg("%s", err);
+            assert_int_equal(a.dtype, od ? MHA_F32 : ts[ti]);
+            assert_int_equal(a.count, w.count);
+            double e = 0;
+            for (size_t i = 0; i < a.count; i++) {
+                float v;
+                mha_convert_to_f32(a.dtype, (const char *)a.raw + i * mha_dtype_size(a.dtype), &v,
+                                   1);
+                e = fmax(e, fabs(v - w.data[i]));
+            }
+            /* rounded inputs and weights: a few bf16 ulps of the output */
+            if (!(e <= 0.03 * mag))
+                fail_msg("forward --dtype %s: max |err| %.3g vs torch > 0.03 * %.3g",
+                         mha_dtype_name(ts[ti]), e, mag);
+            npy_free(&a);
+        }
+    }
+    npy_free(&w);
 }
 
 /* verify's dtype filters. */

@@ -115,7 +115,7 @@ static void test_layer_arguments(void **state) {
     (void)state;
     const mha_kernel *k = mha_kernel_find("naive");
     float w[36] = {0};
-    mha_layer L = {6, 4, 0, w, w, w, w, NULL, NULL, NULL, NULL};
+    mha_layer L = {6, 4, 0, w, w, w, w, NULL, NULL, NULL, NULL, MHA_F32};
     const mha_layer_shape s = {1, 2, 2, 0, 0.0f};
     size_t need;
     assert_int_equal(mha_forward_workspace_size(k, &L, &s, NULL, &need), MHA_EINVAL);

@@ -1,7 +1,11 @@
 /* layer.c - the full multi-head attention layer (the seed's forward):
  * Q = x W_q^T + b_q, K/V likewise from the key/value inputs, attention per
  * head through any registered kernel on [B,N,H*d] views (no copies), then
- * y = A W_o^T + b_o. Projections use the blocked SIMD GEMM of the active ISA. */
+ * y = A W_o^T + b_o. Projections use the blocked SIMD GEMM of the kernel's
+ * ISA: fp32 (ops->linear), or for a bf16/fp16 layer the typed one
+ * (ops->linear_half, vdpbf16ps) where the level has it, else the fp32 GEMM
+ * on widened copies with the result rounded back (correct everywhere, fast
+ * where the bf16 unit is). */
 #include <string.h>
 
 #include "internal.h"
@@ -29,6 +33,9 @@ static mha_status layer_problem(const mha_layer *L, const mha_layer_shape *s, mh
     if (L->kv_heads < 0)
         return mha_set_error(MHA_EINVAL, "layer.kv_heads = %lld: must be >= 0 (0 = heads)",
                              (long long)L->kv_heads);
+    if (L->dtype != MHA_F32 && L->dtype != MHA_BF16 && L->dtype != MHA_F16)
+        return mha_set_error(MHA_EINVAL, "layer.dtype = %d (%s): must be fp32, bf16 or fp16",
+                             (int)L->dtype, mha_dtype_name(L->dtype));
     if (need_weights && (!L->w_q || !L->w_k || !L->w_v || !L->w_o))
         return mha_set_error(MHA_EINVAL, "layer weights w_q, w_k, w_v and w_o are required");
     *p = (mha_problem){.batch = s->batch,
@@ -38,7 +45,8 @@ static mha_status layer_problem(const mha_layer *L, const mha_layer_shape *s, mh
                        .seq_kv = s->seq_kv,
                        .head_dim = L->d_model / L->heads,
                        .causal = s->causal,
-                       .scale = s->scale};
+                       .scale = s->scale,
+                       .dtype = L->dtype};
     return mha_problem_validate(p);
 }
 
@@ -46,23 +54,60 @@ typedef struct {
     size_t q, kv, a, pack, attn, total; /* bytes, 64-aligned */
 } layer_plan;
 
-static mha_status plan(const mha_kernel *k, const mha_problem *p, const mha_options *o,
-                       int64_t d_model, layer_plan *lp) {
+/* Scratch of the widened fallback for one projection (M x K by N x K):
+ * fp32 copies of X, W and the bias, the fp32 result, and the fp32 GEMM's
+ * pack (the largest any level needs). */
+typedef struct {
+    size_t x, w, b, y, pack, total;
+} wide_plan;
+
+static wide_plan wide_plan_of(int64_t M, int64_t N, int64_t K) {
     const size_t f = sizeof(float);
-    const size_t dkv = (size_t)(p->kv_heads * p->head_dim);
-    lp->q = mha_align64(mha_mul_sz(mha_mul_sz((size_t)(p->batch * p->seq_q), (size_t)d_model), f));
-    lp->kv = mha_align64(mha_mul_sz(mha_mul_sz((size_t)(p->batch * p->seq_kv), dkv), f));
-    lp->a = lp->q;
-    /* The largest pack any ISA needs, so the size cannot change under MHA_ISA. */
+    wide_plan w;
+    size_t pk = 0;
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        const size_t n = mha_ops_for((mha_isa)i)->linear_pack_floats(N, K);
+        pk = n > pk ? n : pk;
+    }
+    w.x = mha_align64(mha_mul_sz(mha_mul_sz((size_t)M, (size_t)K), f));
+    w.w = mha_align64(mha_mul_sz(mha_mul_sz((size_t)N, (size_t)K), f));
+    w.b = mha_align64(mha_mul_sz((size_t)N, f));
+    w.y = mha_align64(mha_mul_sz(mha_mul_sz((size_t)M, (size_t)N), f));
+    w.pack = mha_align64(mha_mul_sz(pk, f));
+    w.total = mha_add_sz(mha_add_sz(mha_add_sz(w.x, w.w), mha_add_sz(w.b, w.y)), w.pack);
+    return w;
+}
+
+/* Pack bytes of one projection (M x K by N x K) on every path a level could
+ * take, so the size cannot change under MHA_ISA. */
+static size_t pack_bytes(mha_dtype t, int64_t M, int64_t N, int64_t K, int threads) {
     size_t pk = 0;
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
         const mha_isa_ops *ops = mha_ops_for((mha_isa)i);
-        size_t a = ops->linear_pack_floats(d_model, d_model),
-               b = ops->linear_pack_floats((int64_t)dkv, d_model);
-        pk = a > pk ? a : pk;
-        pk = b > pk ? b : pk;
+        size_t n;
+        if (t == MHA_F32)
+            n = mha_mul_sz(ops->linear_pack_floats(N, K), sizeof(float));
+        else if (ops->linear_half)
+            n = ops->linear_half_pack_bytes(N, K, threads);
+        else
+            n = wide_plan_of(M, N, K).total;
+        pk = n > pk ? n : pk;
     }
-    lp->pack = mha_align64(mha_mul_sz(pk, f));
+    return mha_align64(pk);
+}
+
+static mha_status plan(const mha_kernel *k, const mha_problem *p, const mha_options *o,
+                       int64_t d_model, layer_plan *lp) {
+    const size_t es = mha_dtype_size(p->dtype);
+    const int64_t dkv = p->kv_heads * p->head_dim;
+    const int threads = mha_resolve_threads(o);
+    const int64_t Mq = p->batch * p->seq_q, Mkv = p->batch * p->seq_kv;
+    lp->q = mha_align64(mha_mul_sz(mha_mul_sz((size_t)Mq, (size_t)d_model), es));
+    lp->kv = mha_align64(mha_mul_sz(mha_mul_sz((size_t)Mkv, (size_t)dkv), es));
+    lp->a = lp->q;
+    const size_t pq = pack_bytes(p->dtype, Mq, d_model, d_model, threads),
+                 pkv = pack_bytes(p->dtype, Mkv, dkv, d_model, threads);
+    lp->pack = pq > pkv ? pq : pkv;
     mha_status st = mha_workspace_size(k, p, o, &lp->attn);
     if (st != MHA_OK) return st;
     lp->attn = mha_align64(lp->attn);
@@ -95,9 +140,42 @@ double mha_forward_flops(const mha_layer *L, const mha_layer_shape *s) {
     return mha_problem_flops(&p) + proj;
 }
 
+/* The widened path of a typed projection: X, W and the bias to fp32, the
+ * fp32 GEMM, the result rounded (RNE) to t. */
+static void linear_wide(const mha_isa_ops *lin, int64_t M, int64_t N, int64_t K, mha_dtype t,
+                        const void *x, const void *w, const void *b, void *y, char *scratch,
+                        int threads) {
+    const wide_plan wp = wide_plan_of(M, N, K);
+    float *xf = (float *)scratch, *wf = (float *)(scratch + wp.x),
+          *bf = (float *)(scratch + wp.x + wp.w), *yf = (float *)(scratch + wp.x + wp.w + wp.b),
+          *pk = (float *)(scratch + wp.x + wp.w + wp.b + wp.y);
+    mha_convert_to_f32(t, x, xf, (size_t)(M * K));
+    mha_convert_to_f32(t, w, wf, (size_t)(N * K));
+    if (b) mha_convert_to_f32(t, b, bf, (size_t)N);
+    lin->linear(M, N, K, xf, K, wf, K, b ? bf : NULL, yf, N, pk, threads);
+    mha_convert_from_f32(t, yf, y, (size_t)(M * N));
+}
+
+/* Y[M,N] = X[M,K] W^T + b, everything contiguous and of dtype t. */
+static void project(const mha_isa_ops *lin, int64_t M, int64_t N, int64_t K, mha_dtype t,
+                    const void *x, const void *w, const void *b, void *y, void *pack, int threads) {
+    if (t == MHA_F32)
+        lin->linear(M, N, K, x, K, w, K, b, y, N, pack, threads);
+    else if (lin->linear_half)
+        lin->linear_half(M, N, K, t, x, K, w, K, b, y, N, pack, threads);
+    else
+        linear_wide(lin, M, N, K, t, x, w, b, y, pack, threads);
+}
+
+/* [B,N,H*d] of dtype t as a view (mha_view_bnhd for any dtype). */
+static mha_tensor view_bnhd(const void *data, mha_dtype t, int64_t H, int64_t N, int64_t d) {
+    return (mha_tensor){
+        .data = data, .stride_b = N * H * d, .stride_h = d, .stride_n = H * d, .dtype = t};
+}
+
 mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_shape *s,
-                       const mha_options *o, const float *query, const float *key,
-                       const float *value, float *out, void *workspace, size_t workspace_size) {
+                       const mha_options *o, const void *query, const void *key, const void *value,
+                       void *out, void *workspace, size_t workspace_size) {
     mha_problem p;
     layer_plan lp;
     mha_status st;
@@ -115,24 +193,30 @@ mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_
 
     const int threads = mha_resolve_threads(o);
     const mha_isa_ops *lin = linear_for(k);
+    const mha_dtype t = L->dtype;
     const int64_t dm = L->d_model, dk = p.head_dim, dkv = p.kv_heads * dk;
     const int64_t Mq = p.batch * p.seq_q, Mkv = p.batch * p.seq_kv;
     char *ws = workspace;
-    float *Qp = (float *)ws, *Kp = (float *)(ws + lp.q), *Vp = (float *)(ws + lp.q + lp.kv);
-    float *A = (float *)(ws + lp.q + 2 * lp.kv), *pack = (float *)(ws + lp.q + 2 * lp.kv + lp.a);
+    char *Qp = ws, *Kp = ws + lp.q, *Vp = ws + lp.q + lp.kv, *A = ws + lp.q + 2 * lp.kv;
+    char *pack = ws + lp.q + 2 * lp.kv + lp.a;
     void *attn_ws = ws + lp.q + 2 * lp.kv + lp.a + lp.pack;
 
-    lin->linear(Mq, dm, dm, query, dm, L->w_q, dm, L->b_q, Qp, dm, pack, threads);
-    lin->linear(Mkv, dkv, dm, key, dm, L->w_k, dm, L->b_k, Kp, dkv, pack, threads);
-    lin->linear(Mkv, dkv, dm, value, dm, L->w_v, dm, L->b_v, Vp, dkv, pack, threads);
+    project(lin, Mq, dm, dm, t, query, L->w_q, L->b_q, Qp, pack, threads);
+    project(lin, Mkv, dkv, dm, t, key, L->w_k, L->b_k, Kp, pack, threads);
+    project(lin, Mkv, dkv, dm, t, value, L->w_v, L->b_v, Vp, pack, threads);
 
-    const mha_tensor qv = mha_view_bnhd(Qp, p.heads, p.seq_q, dk);
-    const mha_tensor kv = mha_view_bnhd(Kp, p.kv_heads, p.seq_kv, dk);
-    const mha_tensor vv = mha_view_bnhd(Vp, p.kv_heads, p.seq_kv, dk);
-    const mha_tensor_mut av = mha_view_bnhd_mut(A, p.heads, p.seq_q, dk);
+    const mha_tensor qv = view_bnhd(Qp, t, p.heads, p.seq_q, dk);
+    const mha_tensor kv = view_bnhd(Kp, t, p.kv_heads, p.seq_kv, dk);
+    const mha_tensor vv = view_bnhd(Vp, t, p.kv_heads, p.seq_kv, dk);
+    const mha_tensor a = view_bnhd(A, t, p.heads, p.seq_q, dk);
+    const mha_tensor_mut av = {.data = A,
+                               .stride_b = a.stride_b,
+                               .stride_h = a.stride_h,
+                               .stride_n = a.stride_n,
+                               .dtype = t};
     st = mha_attend(k, &p, o, &qv, &kv, &vv, &av, attn_ws, lp.attn);
     if (st != MHA_OK) return st;
 
-    lin->linear(Mq, dm, dm, A, dm, L->w_o, dm, L->b_o, out, dm, pack, threads);
+    project(lin, Mq, dm, dm, t, A, L->w_o, L->b_o, out, pack, threads);
     return MHA_OK;
 }

@@ -27,6 +27,10 @@
 #include "util.h"
 
 enum { MAX_LIST = 64, MAX_KERNELS = 64, MAX_REPS = 1000 };
+/* Every peer the project has an adapter for: a name here that this build
+ * lacks (peer_find: NULL) is "not built", not unknown. */
+static const char *const PEER_NAMES[] = {"torch", "onnxruntime", "openvino", "onednn", "libxsmm"};
+enum { MAX_PEERS = 8 };
 #define RUNS_DIR "results/runs"
 
 /* Every allocation in the sweep: exit 2 on an exhausted heap (util.h). */
@@ -360,8 +364,10 @@ static void shape_text(const shape *s, char *buf, size_t len) {
     else
         snprintf(seq, sizeof seq, "Nq=%lld Nkv=%lld", (long long)s->nq, (long long)s->nkv);
     if (s->layer)
-        snprintf(buf, len, "layer B=%lld N=%lld d_model=%lld H=%lld causal=%d", (long long)s->b,
-                 (long long)s->nq, (long long)(s->h * s->d), (long long)s->h, s->causal);
+        snprintf(buf, len, "layer B=%lld N=%lld d_model=%lld H=%lld causal=%d%s%s", (long long)s->b,
+                 (long long)s->nq, (long long)(s->h * s->d), (long long)s->h, s->causal,
+                 s->dtype != MHA_F32 ? " " : "",
+                 s->dtype != MHA_F32 ? mha_dtype_name(s->dtype) : "");
     else {
         const mha_dtype kvt = s->kv_dtype ? s->kv_dtype : s->dtype;
         char dt[48] = "";
@@ -739,7 +745,7 @@ static int fold_auto(bench *benches, int nbench, note_list *aliases) {
  * peer.<name> for the kernel; the same FLOPs, bytes and peak rules (the
  * machine's best peak for the dtype: we do not know which unit it uses). */
 static int plan_peer(const bench_plan *pl, const peer_ops *peer, const shape *s, int threads,
-                     int group, bench *b, note_list *skipped) {
+                     int group, bench *b, note_list *skipped, int *layer_noted) {
     memset(b, 0, sizeof *b);
     b->peer = peer;
     b->s = *s;
@@ -750,15 +756,18 @@ static int plan_peer(const bench_plan *pl, const peer_ops *peer, const shape *s,
     const mha_problem p = meas_problem(s);
     char dtp[48], why[256] = "";
     const int takes = !s->layer && peer->takes(&p, why, sizeof why);
-    if (s->layer) snprintf(why, sizeof why, "peers run the attention core only");
+    if (s->layer) { /* one note per peer, not one per layer row */
+        if (!*layer_noted)
+            note_add(skipped, "%s on the layer rows (peers run the attention core only)", b->kname);
+        *layer_noted = 1;
+        return 0;
+    }
     if (!takes) {
         char shp[160];
         snprintf(shp, sizeof shp, "B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld causal=%d%s",
                  (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
                  (long long)s->nkv, (long long)s->d, s->causal, dtype_part(&p, dtp, sizeof dtp));
-        if (threads == pl->threads[0])
-            note_add(skipped, "%s on %s%s (%s)", b->kname, s->layer ? "the layer " : "",
-                     s->layer ? "" : shp, why);
+        if (threads == pl->threads[0]) note_add(skipped, "%s on %s (%s)", b->kname, shp, why);
         return 0;
     }
     snprintf(b->name, sizeof b->name,
@@ -782,6 +791,7 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     const double mem_limit = pages > 0 && page > 0 ? 0.5 * (double)pages * (double)page : 1e12;
     int nbench = 0, ngroups = 0;
+    int layer_noted[MAX_PEERS] = {0};
     const size_t nslots =
         (size_t)nshapes * (size_t)pl->nthreads * (size_t)(pl->nk + pl->npeers) + 1;
     bench *benches = sweep_realloc(NULL, nslots, sizeof *benches);
@@ -896,7 +906,7 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
             }
             for (int pi = 0; pi < pl->npeers; pi++)
                 nbench += plan_peer(pl, pl->peers[pi], &shapes[si], (int)pl->threads[ti], group,
-                                    &benches[nbench], skipped);
+                                    &benches[nbench], skipped, &layer_noted[pi]);
         }
     nbench = fold_auto(benches, nbench, aliases);
     *nbench_out = nbench;
@@ -1073,11 +1083,6 @@ static int report_sweep(bench *benches, int nbench, int ngroups, const note_list
 /* ---- cmd_sweep, in steps ------------------------------------------------------------
  * Each step returns 0, or -1 after printing a message (a usage or input
  * error); only cmd_sweep turns that into an exit code. */
-
-/* Every peer the project has an adapter for: a name here that this build
- * lacks (peer_find: NULL) is "not built", not unknown. */
-static const char *const PEER_NAMES[] = {"torch", "onnxruntime", "openvino", "onednn", "libxsmm"};
-enum { MAX_PEERS = 8 };
 
 /* The command line as given. */
 typedef struct {

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,6 +284,46 @@ static void test_stuck_helper(void **state) {
     check_release(&d);
 }
 
+/* A helper started from a thread pinned to one CPU (as the sweep pins its
+ * main thread) may still use every CPU: its library places its own threads
+ * (a 2-thread peer on one core measured as its 1-thread self). */
+static void test_helper_not_pinned(void **state) {
+    (void)state;
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 2) {
+        printf("[ SKIPPED  ] one CPU: nothing to pin away\n");
+        skip();
+    }
+    for (size_t i = 0; i < sizeof PY / sizeof PY[0]; i++)
+        if (PY[i]->shutdown) PY[i]->shutdown();
+    cpu_set_t saved, one;
+    assert_int_equal(sched_getaffinity(0, sizeof saved, &saved), 0);
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &saved)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    const peer_ops *peer = NULL;
+    char why[1024] = "";
+    for (size_t i = 0; i < sizeof PY / sizeof PY[0] && !peer; i++)
+        if (PY[i]->probe(why, sizeof why)) peer = PY[i];
+    assert_int_equal(sched_setaffinity(0, sizeof saved, &saved), 0);
+    if (!peer) {
+        printf("[ SKIPPED  ] no Python peer runs here: %s\n", why);
+        skip();
+    }
+    const pid_t pid = helper_pid(peer->name);
+    assert_true(pid > 0);
+    cpu_set_t got;
+    assert_int_equal(sched_getaffinity(pid, sizeof got, &got), 0);
+    printf("[ cpus     ] %s helper: %d CPUs (this thread was pinned to 1)\n", peer->name,
+           CPU_COUNT(&got));
+    assert_true(CPU_COUNT(&got) >= 2);
+    assert_int_equal(CPU_COUNT(&got), CPU_COUNT(&saved));
+}
+
 /* No Python, or no script: a probe that fails with a why naming it. Runs
  * after shutdown (which forgets the probes) and shuts down again after. */
 static void test_missing_python(void **state) {
@@ -320,9 +361,13 @@ static int shutdown_all(void **state) {
 int main(void) {
     printf("[ seed     ] %llu\n", (unsigned long long)SEED);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_takes),          cmocka_unit_test(test_torch),
-        cmocka_unit_test(test_onnxruntime),    cmocka_unit_test(test_openvino),
-        cmocka_unit_test(test_killed_helper),  cmocka_unit_test(test_stuck_helper),
+        cmocka_unit_test(test_takes),
+        cmocka_unit_test(test_torch),
+        cmocka_unit_test(test_onnxruntime),
+        cmocka_unit_test(test_openvino),
+        cmocka_unit_test(test_killed_helper),
+        cmocka_unit_test(test_stuck_helper),
+        cmocka_unit_test(test_helper_not_pinned),
         cmocka_unit_test(test_missing_python),
     };
     return cmocka_run_group_tests(tests, NULL, shutdown_all);

@@ -33,6 +33,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -258,9 +259,18 @@ static int helper_spawn(helper *h, char *why, size_t len) {
     snprintf(fdarg, sizeof fdarg, "%d", HELPER_SHM_FD);
     char *const argv[] = {(char *)py, (char *)script, "--peer", (char *)h->r->name,
                           "--shm-fd", fdarg,          NULL};
+    /* Every CPU: a child inherits the forking thread's affinity, and the
+     * sweep pins its main thread to one core (--bind cores), which put a
+     * 2-thread peer on one core (OpenVINO's 2-thread rows equalled its
+     * 1-thread ones). A library in the helper places its own threads. */
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    const long ncpu = sysconf(_SC_NPROCESSORS_CONF);
+    for (long i = 0; i < ncpu && i < CPU_SETSIZE; i++) CPU_SET((int)i, &all);
     const pid_t pid = fork();
     if (pid == 0) {
         /* only async-signal-safe calls until exec: the parent may have threads */
+        (void)sched_setaffinity(0, sizeof all, &all); /* a raw system call */
         int ok = dup2(sv[1], 0) == 0 && dup2(2, 1) == 1 && dup2(shm, HELPER_SHM_FD) >= 0;
         /* its own process group: a ^C meant for mhabench reaches the helper
          * as EOF when mhabench has gone, not as a KeyboardInterrupt mid-reply */

@@ -62,7 +62,9 @@ static void usage(FILE *f) {
         "presets (the axis options below replace the preset's values):\n"
         "  quick  (default) seq 128,512,2048; heads 8,12; head-dim 64,128; causal 0,1;\n"
         "         threads 1,all; plus decode Nq=1 Nkv=4096 H=32 d=128 and the layer\n"
-        "         (mha_forward) of BERT-base (N=512) and GPT-2 (N=1024 causal), d_model 768\n"
+        "         (mha_forward) of BERT-base (N=512) and GPT-2 (N=1024 causal), d_model 768;\n"
+        "         3 repetitions of 0.02 s shuffled within each shape (1 for naive and the\n"
+        "         *.scalar kernels), one follow-up pass\n"
         "  full   seq 64..8192 (powers of two) and 197; heads 1,4,8,12,16,32; head-dim\n"
         "         32,64,80,128; batch 1,4; causal 0,1; threads 1..all; plus decode shapes\n"
         "  ci     the SIMD flash.* and tiled.* on B1 H8 N512 d64 and B1 H12 N1024 d64 causal,\n"
@@ -87,13 +89,13 @@ static void usage(FILE *f) {
         "                 the other rows store K/V in the --dtype\n"
         "  --max-seconds  skip a benchmark whose estimated time per call exceeds S (default 2);\n"
         "                 the estimate is each kernel's rate measured on B1 H1 N256 d64 at start\n"
-        "  --min-time     Google Benchmark's minimum time per benchmark (quick 0.05, full 0.2,\n"
+        "  --min-time     Google Benchmark's minimum time per benchmark (quick 0.02, full 0.2,\n"
         "                 ci 0.05)\n"
-        "  --repetitions  repetitions per benchmark (ci: 9, run interleaved; roofline: 5,\n"
-        "                 interleaved within each shape)\n"
+        "  --repetitions  repetitions per benchmark (quick: 3, roofline: 5, interleaved within\n"
+        "                 each shape; ci: 9, interleaved; given, every kernel gets them)\n"
         "  --bind         cores: pin OpenMP threads one per core through hwloc (default); none\n"
         "  --seed         seed for inputs and the interleaved order (default 1)\n"
-        "  --passes N     at most N passes (default 4): after the first, disturbed\n"
+        "  --passes N     at most N passes (default 4, quick 2): after the first, disturbed\n"
         "                 repetitions are retaken and multi-repetition benchmarks whose\n"
         "                 median interval is wider than 2% get more; 1: none\n"
         "  --peers        other libraries' attention as rows peer.<name>/<shape> of the same\n"
@@ -121,6 +123,10 @@ typedef struct {
     int extra_only; /* ci: only the listed shapes */
     double min_time;
     int repetitions;
+    /* > 0: the baseline-ISA kernels (naive, *.scalar: never the fastest,
+     * shown for "vs naive") get only this many repetitions */
+    int baseline_reps;
+    int passes;      /* --passes when not given (0: SWEEP_MAX_PASSES) */
     int interleaved; /* repetitions run one at a time in a seeded random order */
     int by_shape;    /* ... shuffled within each shape only (no input refills) */
     int ci_kernels;  /* ci: SIMD flash/tiled/decode only, each on its own shapes, no auto */
@@ -149,10 +155,17 @@ static const preset PRESETS[] = {
         AXIS(causal, 0, 1),
         .extra = {DECODE, BERT, GPT2},
         .nextra = 3,
-        /* 0.05 s: every kernel x 50 shapes in about 2.5 minutes on 2 cores;
-         * the estimate-based skip bounds the slow calls. */
-        .min_time = 0.05,
-        .repetitions = 1,
+        /* Three repetitions of 0.02 s, shuffled within each shape, so every
+         * row has a median interval and the summary can call ties (issue 13:
+         * with one repetition two runs disagreed on close kernels); the
+         * baseline-ISA kernels once (they are never the fastest, and their
+         * long calls would triple the time); one follow-up pass at most. */
+        .min_time = 0.02,
+        .repetitions = 3,
+        .baseline_reps = 1,
+        .passes = 2,
+        .interleaved = 1,
+        .by_shape = 1,
     },
     {
         .name = "full",
@@ -252,6 +265,7 @@ typedef struct {
     unsigned char *dist; /* per result: the evidence said disturbed */
     int nres, cap;
     int errors;
+    int reps;    /* repetitions planned (the preset's, or its baseline_reps) */
     int extra;   /* repetitions registered in follow-up passes */
     int retaken; /* disturbed repetitions retaken so far */
     /* a peer's check against the oracle before it was timed */
@@ -1014,7 +1028,7 @@ static int register_one(bench *b, int report_as) {
 /* Registers the benchmarks with Google Benchmark. Returns 0, or -1 after a
  * message. */
 static int register_benches(bench *benches, int nbench, int interleaved, int by_shape,
-                            int repetitions, uint64_t seed) {
+                            uint64_t seed) {
     /* Registration. Grouped: each benchmark once, repeated by Google
      * Benchmark (--benchmark_repetitions), so the file has one row per
      * repetition plus the _mean/_median/_stddev/_cv aggregates. Interleaved
@@ -1025,10 +1039,11 @@ static int register_benches(bench *benches, int nbench, int interleaved, int by_
      * (no aggregate rows) as compare.py and mhabench compare expect. A slow
      * drift of the machine (clock, other load) then spreads over every
      * benchmark instead of biasing the ones that ran during it. */
-    const int per_bench = interleaved ? repetitions : 1;
-    int nreg = nbench * per_bench;
-    int *order = sweep_realloc(NULL, (size_t)nreg, sizeof *order);
-    for (int i = 0; i < nreg; i++) order[i] = i / per_bench;
+    int nreg = 0;
+    for (int i = 0; i < nbench; i++) nreg += interleaved ? benches[i].reps : 1;
+    int *order = sweep_realloc(NULL, (size_t)nreg, sizeof *order), k = 0;
+    for (int i = 0; i < nbench; i++)
+        for (int r = 0; r < (interleaved ? benches[i].reps : 1); r++) order[k++] = i;
     if (interleaved) shuffle_order(order, nreg, seed ^ 0x5eedull);
     if (interleaved && by_shape) {
         /* roofline: shapes in their listed order, the shuffle kept within each
@@ -1052,7 +1067,7 @@ static int register_benches(bench *benches, int nbench, int interleaved, int by_
     }
     mha_gbench_clear();
     for (int i = 0; i < nreg; i++)
-        if (register_one(&benches[order[i]], interleaved ? repetitions : 0) != 0) {
+        if (register_one(&benches[order[i]], interleaved ? benches[order[i]].reps : 0) != 0) {
             free(order);
             return -1;
         }
@@ -1183,7 +1198,7 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    *a = (sweep_args){.passes = SWEEP_MAX_PASSES,
+    *a = (sweep_args){.passes = 0, /* the preset's */
                       .preset_name = "quick",
                       .max_seconds = 2.0,
                       .min_time = -1,
@@ -1636,11 +1651,11 @@ static int wanted(bench *b, int repetitions) {
 
 /* One follow-up pass into *pass (an unnamed file beside out). Returns 0
  * when it ran, 1 when nothing needed it, -1 on an error (printed). */
-static int run_pass(const sweep_args *a, bench *benches, int nbench, int repetitions,
-                    double min_time, int p, const mha_out *out, mha_out *pass, run_state *rs) {
+static int run_pass(const sweep_args *a, bench *benches, int nbench, double min_time, int p,
+                    const mha_out *out, mha_out *pass, run_state *rs) {
     int *want = sweep_realloc(NULL, (size_t)nbench, sizeof *want), nreg = 0, nb = 0;
     for (int i = 0; i < nbench; i++) {
-        want[i] = wanted(&benches[i], repetitions);
+        want[i] = wanted(&benches[i], benches[i].reps);
         nreg += want[i];
         nb += want[i] > 0;
     }
@@ -1705,7 +1720,11 @@ static int run_and_commit(const sweep_args *a, bench *benches, int nbench, int i
 
     const int filtered = count_filtered(benches, nbench, a->filter);
     const int rows_per = interleaved ? repetitions : (a->gb_reps > 0 ? a->gb_reps : repetitions);
-    *rs = (run_state){benches, nbench, 0, filtered >= 0 ? filtered * rows_per : -1, interleaved, 0};
+    int rows = 0; /* interleaved: each benchmark's own count (baseline kernels fewer) */
+    for (int i = 0; i < nbench; i++) rows += interleaved ? benches[i].reps : rows_per;
+    *rs = (run_state){benches,     nbench, 0, filtered == nbench ? rows : filtered * rows_per,
+                      interleaved, 0};
+    if (filtered < 0) rs->total = -1;
     printf("%d benchmark%s x %d repetition%s (%s), min time %g s, %d skipped\n", nbench,
            nbench == 1 ? "" : "s", rows_per, rows_per == 1 ? "" : "s",
            interleaved ? "interleaved" : "grouped", min_time, nskipped);
@@ -1733,9 +1752,8 @@ static int run_and_commit(const sweep_args *a, bench *benches, int nbench, int i
     mha_out passes[SWEEP_MAX_PASSES];
     int npasses = 0;
     const double pass1 = now_s() - *t0;
-    for (int p = 1; p < a->passes && now_s() - *t0 < 3 * pass1; p++) {
-        if (run_pass(a, benches, nbench, repetitions, min_time, p, out, &passes[npasses], rs) != 0)
-            break;
+    for (int p = 1; p < a->passes && now_s() - *t0 < 3 * pass1; p++) { /* a->passes: resolved */
+        if (run_pass(a, benches, nbench, min_time, p, out, &passes[npasses], rs) != 0) break;
         npasses++;
     }
     const mha_status fst = rows_finish(out, passes, npasses, why, sizeof why);
@@ -1773,6 +1791,7 @@ int cmd_sweep(int argc, char **argv) {
     const double min_time = a.min_time < 0 ? pr.min_time : a.min_time;
     const int interleaved = pr.interleaved;
     const int repetitions = a.reps > 0 ? (int)a.reps : pr.repetitions;
+    if (!a.passes) a.passes = pr.passes ? pr.passes : SWEEP_MAX_PASSES;
     const mha_kernel *kernels[MAX_KERNELS];
     const int nk = choose_kernels(&a, &pr, kernels);
     if (nk < 0) return EXIT_USAGE;
@@ -1815,12 +1834,19 @@ int cmd_sweep(int argc, char **argv) {
     for (int i = 0; i < notes.n; i++) printf("note: %s\n", notes.items[i].text);
     if (a.shard.count > 0) nbench = take_shard(benches, nbench, &a.shard, min_time);
     if (npeers > 0) nbench = check_peers(benches, nbench, &skipped);
+    for (int i = 0; i < nbench; i++) { /* repetitions per benchmark */
+        bench *b = &benches[i];
+        b->reps = repetitions;
+        if (interleaved && pr.baseline_reps > 0 && a.reps == 0 && b->k && !b->peer &&
+            mha_kernel_isa(b->k) == MHA_ISA_SCALAR && !(mha_kernel_traits(b->k) & MHA_KT_BASELINE))
+            b->reps = pr.baseline_reps;
+    }
     if (nbench == 0) {
         errorf("sweep: nothing to run (every combination was skipped)");
         exit_code = EXIT_USAGE;
         goto done;
     }
-    if (register_benches(benches, nbench, interleaved, pr.by_shape, repetitions, a.seed) != 0) {
+    if (register_benches(benches, nbench, interleaved, pr.by_shape, a.seed) != 0) {
         exit_code = EXIT_USAGE;
         goto done;
     }

@@ -1181,13 +1181,27 @@ int cmd_tune(int argc, char **argv) {
 static void usage_recommend(FILE *f) {
     fprintf(f, "usage: mhabench recommend --seq N [--seq-kv M] --heads H [--kv-heads G]\n"
                "                          --head-dim D [--causal] [--threads T] [--batch B]\n"
+               "                          [--dtype fp32|bf16|fp16] [--kv-dtype bf16|fp16|int8]\n"
                "  Prints the kernel and knobs mha_select (and --kernel auto) picks for the\n"
                "  shape, where the choice came from, and the table's expected GFLOP/s.\n"
-               "  --threads T   0 = all cores (default 1, as attend and forward)\n");
+               "  --threads T   0 = all cores (default 1, as attend and forward)\n"
+               "  --dtype       Q/O element type (default fp32); --kv-dtype: the K/V storage\n"
+               "                (default: the --dtype)\n");
 }
 
 int cmd_recommend(int argc, char **argv) {
-    enum { O_SEQ = 256, O_SEQKV, O_HEADS, O_KVHEADS, O_DIM, O_CAUSAL, O_THREADS, O_BATCH };
+    enum {
+        O_SEQ = 256,
+        O_SEQKV,
+        O_HEADS,
+        O_KVHEADS,
+        O_DIM,
+        O_CAUSAL,
+        O_THREADS,
+        O_BATCH,
+        O_DTYPE,
+        O_KV_DTYPE
+    };
     static const struct option longopts[] = {
         {"seq", required_argument, NULL, O_SEQ},
         {"seq-kv", required_argument, NULL, O_SEQKV},
@@ -1197,11 +1211,15 @@ int cmd_recommend(int argc, char **argv) {
         {"causal", no_argument, NULL, O_CAUSAL},
         {"threads", required_argument, NULL, O_THREADS},
         {"batch", required_argument, NULL, O_BATCH},
+        {"dtype", required_argument, NULL, O_DTYPE},
+        {"kv-dtype", required_argument, NULL, O_KV_DTYPE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int64_t seq = 0, seq_kv = 0, heads = 0, kv_heads = 0, dim = 0, threads = 1, batch = 1;
     int causal = 0;
+    mha_dtype dtype = MHA_F32, kv_dtype = MHA_F32;
+    int kv_given = 0;
     optind = 0;
     opterr = 0;
     int c;
@@ -1230,6 +1248,19 @@ int cmd_recommend(int argc, char **argv) {
             break;
         case O_BATCH:
             if (!parse_i64("--batch", optarg, 1, INT32_MAX, &batch)) return EXIT_USAGE;
+            break;
+        case O_DTYPE:
+            if (mha_dtype_parse(optarg, &dtype) != MHA_OK || dtype == MHA_I8) {
+                errorf("recommend: --dtype '%s': expected fp32, bf16 or fp16", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case O_KV_DTYPE:
+            if (mha_dtype_parse(optarg, &kv_dtype) != MHA_OK) {
+                errorf("recommend: --kv-dtype '%s': expected fp32, bf16, fp16 or int8", optarg);
+                return EXIT_USAGE;
+            }
+            kv_given = 1;
             break;
         case 'h':
             usage_recommend(stdout);
@@ -1261,8 +1292,19 @@ int cmd_recommend(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (!check_isa_env()) return EXIT_USAGE;
-    const mha_problem p = {batch, heads,  kv_heads, seq,     seq_kv,
-                           dim,   causal, 0.0f,     MHA_F32, MHA_F32};
+    if (!kv_given) kv_dtype = dtype;
+    if (kv_dtype == MHA_F32 && dtype != MHA_F32) { /* the API's kv 0 means "the dtype's" */
+        errorf("recommend: --kv-dtype fp32 under --dtype %s: an fp32 cache under 16-bit queries "
+               "is not a problem the API offers",
+               mha_dtype_name(dtype));
+        return EXIT_USAGE;
+    }
+    const mha_problem p = {batch, heads,  kv_heads, seq,   seq_kv,
+                           dim,   causal, 0.0f,     dtype, kv_dtype == dtype ? MHA_F32 : kv_dtype};
+    if (mha_problem_validate(&p) != MHA_OK) {
+        errorf("recommend: %s", mha_last_error());
+        return EXIT_USAGE;
+    }
     const mha_options o = {.threads = (int)threads};
     mha_selection sel;
     if (mha_select(&p, &o, &sel) != MHA_OK) {
@@ -1276,6 +1318,9 @@ int cmd_recommend(int argc, char **argv) {
     static const char *const splits[] = {"auto", "heads", "qblocks"};
     static const char *const sources[] = {"forced", "table", "default"};
     printf("kernel    %s\n", mha_kernel_name(sel.kernel));
+    if (dtype != MHA_F32 || mha_problem_kv_dtype(&p) != MHA_F32)
+        printf("dtype     %s (K/V %s)\n", mha_dtype_name(dtype),
+               mha_dtype_name(mha_problem_kv_dtype(&p)));
     printf("knobs     block_q=%d block_kv=%d split=%s threads=%d\n", sel.options.block_q,
            sel.options.block_kv, splits[sel.options.split], mha_resolve_threads(&sel.options));
     printf("class     %s\n", cname);
@@ -1283,7 +1328,11 @@ int cmd_recommend(int argc, char **argv) {
     if (sel.source == MHA_CHOICE_DEFAULT) {
         char tpath[4096];
         mha_table_default_path(tpath, sizeof tpath);
-        printf("table     none for this CPU at %s: the cache model decided\n", tpath);
+        if (access(tpath, R_OK) == 0)
+            printf("table     %s has no entry for class %s: the cache model decided\n", tpath,
+                   cname);
+        else
+            printf("table     none for this CPU at %s: the cache model decided\n", tpath);
         note_no_tuning_table(stdout);
     }
     printf("reason    %s\n", sel.reason);

@@ -1118,6 +1118,33 @@ static void test_tuning_fifo(void **state) {
     assert_non_null(strstr(g_out, "FIFO"));
 }
 
+/* recommend --dtype/--kv-dtype: the class and the kernel follow the dtype
+ * (a bf16 prefill goes to a kernel that takes bf16, a decode over an int8
+ * cache to a decode kernel); a dtype the API does not offer is exit 2. */
+static void test_recommend_dtype(void **state) {
+    (void)state;
+    NEED_BENCH();
+    int rc = run_bench("recommend", "--seq", "256", "--heads", "4", "--head-dim", "64", "--dtype",
+                       "bf16", NULL);
+    if (rc != 0) fail_msg("recommend --dtype bf16: exit %d: %s", rc, g_err);
+    assert_non_null(strstr(g_out, "-bf16\n")); /* the class names the dtype */
+    char kname[64] = "";
+    assert_int_equal(sscanf(g_out, "kernel %63s", kname), 1);
+    const mha_problem pb = {1, 4, 4, 256, 256, 64, 0, 0.0f, MHA_BF16, MHA_F32};
+    assert_int_equal(mha_kernel_takes(mha_kernel_find(kname), &pb), MHA_OK);
+    rc = run_bench("recommend", "--seq", "1", "--seq-kv", "4096", "--heads", "32", "--kv-heads",
+                   "8", "--head-dim", "128", "--kv-dtype", "int8", NULL);
+    if (rc != 0) fail_msg("recommend --kv-dtype int8: exit %d: %s", rc, g_err);
+    assert_non_null(strstr(g_out, "kernel    decode."));
+    assert_non_null(strstr(g_out, "kv_int8"));
+    expect_usage(run_bench("recommend", "--seq", "8", "--heads", "2", "--head-dim", "16", "--dtype",
+                           "int8", NULL),
+                 "int8");
+    expect_usage(run_bench("recommend", "--seq", "8", "--heads", "2", "--head-dim", "16", "--dtype",
+                           "bf16", "--kv-dtype", "fp32", NULL),
+                 "fp32");
+}
+
 /* ---- argument edge cases of verify and profile ---------------------------------------- */
 
 /* Exit 2 and a "mhabench: " line on stderr containing want (the sanitizer
@@ -1219,6 +1246,7 @@ int main(void) {
         cmocka_unit_test(test_forward_dtype),
         cmocka_unit_test(test_sweep_dtypes),
         cmocka_unit_test(test_sweep_peers),
+        cmocka_unit_test(test_recommend_dtype),
         cmocka_unit_test(test_verify_dtypes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -157,18 +157,18 @@ static int run_shape(const mha_kernel *kern, const mha_kernel *also, int64_t H, 
     printf("\n%s  H=%lld kv_heads=%lld Nq=1 Nkv=%lld d=%lld threads=%d reps=%d\n",
            mha_kernel_name(kern), (long long)H, (long long)G, (long long)N, (long long)d, threads,
            reps);
-    printf("%-22s %-5s %9s %5s %9s %9s %8s %9s %6s %8s\n", "kernel", "q/kv", "MiB", "level",
-           "ms(med)", "ms(min)", "GB/s", "level GB/s", "%bw", "x fp32");
+    printf("%-22s %-5s %9s %5s %9s %9s %8s %9s %6s %8s %8s\n", "kernel", "q/kv", "MiB", "level",
+           "ms(med)", "ms(min)", "GB/s", "level GB/s", "%bw", "x fp32", "GFLOP/s");
     for (int t = 0; t < nc; t++) {
         const machine_level l = machine_level_of(mi, c[t].bytes, threads);
         char qkv[16];
         snprintf(qkv, sizeof qkv, "%s/%s", c[t].p.dtype == MHA_F32 ? "f32" : "=",
                  mha_dtype_name(mha_problem_kv_dtype(&c[t].p)));
         const double gbs = c[t].bytes / med[t] * 1e-9, lbw = 0.5 * (bw0[l] + bw1[l]);
-        printf("%-22s %-5s %9.1f %5s %9.3f %9.3f %8.1f %5.1f-%-4.1f %5.0f%% %7.2fx\n",
+        printf("%-22s %-5s %9.1f %5s %9.3f %9.3f %8.1f %5.1f-%-4.1f %5.0f%% %7.2fx %8.1f\n",
                mha_kernel_name(c[t].kern), qkv, c[t].bytes / 1048576.0, machine_level_name(l),
                med[t] * 1e3, c[t].t[0] * 1e3, gbs, bw0[l], bw1[l], 100.0 * gbs / lbw,
-               med[0] / med[t]);
+               med[0] / med[t], 4.0 * (double)(H * N * d) / med[t] * 1e-9);
     }
     for (int t = 0; t < nc; t++) {
         mha_free(c[t].k);

@@ -334,13 +334,17 @@ static void test_nan(void **state) {
     static const mha_dtype kvs[] = {MHA_I8, MHA_BF16, MHA_F16};
     int runs = 0, failures = 0;
     for (size_t ti = 0; ti < sizeof kvs / sizeof *kvs; ti++)
-        for (int what = 0; what < 2; what++) { /* 0: K, 1: V (scale for int8) */
+        for (int what = 0; what < 4; what++) { /* 0, 2: K, 1, 3: V (scale for int8) */
+            /* 2, 3: Q/O in the cache's dtype too (a bf16 cache only: the
+             * kernels that take a bf16 problem alone, decode.avx512bf16) */
+            if (what >= 2 && kvs[ti] != MHA_BF16) continue;
             /* Nq = 4 causal over 300 keys: rows 0..2 do not see keys 297..299 */
-            const mha_problem p = {1, 8, 2, 4, 300, 40, 1, 0.0f, MHA_F32, kvs[ti]};
+            const mha_problem p = {1,      8, 2, 4, 300, 40, 1, 0.0f, what >= 2 ? kvs[ti] : MHA_F32,
+                                   kvs[ti]};
             kv_case c;
-            make_case(&c, p, (int)ti % 2, SEED + 17 * ti + (uint64_t)what);
+            make_case(&c, p, (int)ti % 2, SEED + 17 * ti + (uint64_t)(what % 2));
             const int64_t hidden = 299, seen = 10; /* key 299: only row 3 sees it */
-            mha_tensor *t = what ? &c.vt : &c.kt;
+            mha_tensor *t = what % 2 ? &c.vt : &c.kt;
             if (kvs[ti] == MHA_I8 && what == 1) {
                 ((float *)t->scale)[0 * t->scale_stride_b + 1 * t->scale_stride_h +
                                     hidden * t->scale_stride_n] = NAN;
@@ -349,7 +353,7 @@ static void test_nan(void **state) {
             } else if (kvs[ti] == MHA_I8) {
                 ((float *)t->scale)[1 * t->scale_stride_h + hidden * t->scale_stride_n] = NAN;
                 ((float *)t->scale)[0 * t->scale_stride_h + seen * t->scale_stride_n] = NAN;
-            } else if (what == 0) { /* NaN data in V reaches 0-weight rows: not planted */
+            } else if (what % 2 == 0) { /* NaN data in V reaches 0-weight rows: not planted */
                 plant_nan(&c, t, 0, 1, hidden, 5);
                 plant_nan(&c, t, 0, 0, seen, 39);
             } else {
@@ -372,7 +376,7 @@ static void test_nan(void **state) {
                     char msg[256];
                     if (run_check(k, &c, &c.kt, &c.vt, threads, msg, sizeof msg)) {
                         print_error("%s NaN in %s %s threads=%d: %s\n", mha_kernel_name(k),
-                                    what ? "V" : "K", mha_dtype_name(kvs[ti]), threads, msg);
+                                    what % 2 ? "V" : "K", mha_dtype_name(kvs[ti]), threads, msg);
                         failures++;
                     }
                 }

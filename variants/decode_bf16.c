@@ -30,7 +30,7 @@
 #define LOG2E 1.44269504088896341f
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 enum { DB_RB = 4, DB_BK = 64 }; /* rows per pass over K/V, keys per softmax block */
-enum { DB_BK1 = 8 };            /* keys per block when a pass has one row */
+enum { DB_BK1 = 4 };            /* keys per block when a pass has one row */
 enum { DB_PF_BYTES = 8192 };    /* how far ahead K / V are prefetched (decode.c's distance) */
 enum { DB_INIT_ZERO, DB_INIT_ACC, DB_INIT_SCALE };
 
@@ -288,9 +288,10 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
     const uint16_t *vh = (const uint16_t *)v->data + b * v->stride_b + g * v->stride_h;
     /* One row (MHA, no group): a pure stream from DRAM, where the hardware
      * prefetchers do better without ours and with short blocks, K and V read
-     * in alternation 8 keys at a time (Zen 4, H=32 KV=32 Nkv=4096 d=128,
-     * one thread: 13.5 GFLOP/s at 64 keys with the prefetch, 22.5 at 8
-     * without). Several rows: 64 keys, K and V prefetched 8 KiB ahead
+     * in alternation a few keys at a time (Zen 4, H=32 KV=32 Nkv=4096
+     * d=128, profile medians: 13.5 GFLOP/s at 64 keys with the prefetch;
+     * without, 16-17 at 16 keys, 22.4 / 31.5 (1 / 2 threads) at 8, 20.3 /
+     * 40.2 at 4). Several rows: 64 keys, K and V prefetched 8 KiB ahead
      * (110 GFLOP/s at 8 KV heads against 108 without). */
     const int64_t bkb = R == 1 ? DB_BK1 : DB_BK;
     const int64_t pf = R == 1 ? INT64_MAX / 4 /* never */

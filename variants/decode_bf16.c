@@ -29,9 +29,8 @@
 
 #define LOG2E 1.44269504088896341f
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
-enum { DB_RB = 4, DB_BK = 64 }; /* rows per pass over K/V, keys per softmax block */
+enum { DB_RB = 4, DB_BK = 16 }; /* rows per pass over K/V, keys per softmax block */
 enum { DB_BK1 = 4 };            /* keys per block when a pass has one row */
-enum { DB_PF_BYTES = 8192 };    /* how far ahead K / V are prefetched (decode.c's distance) */
 enum { DB_INIT_ZERO, DB_INIT_ACC, DB_INIT_SCALE };
 
 typedef struct {
@@ -70,10 +69,6 @@ size_t MHA_CAT(MHA_SYM(decode), _workspace)(const mha_problem *p, const mha_opti
     return mha_add_sz(P.part, mha_mul_sz(P.scratch, (size_t)threads));
 }
 
-static inline void prefetch_row(const void *p, int64_t bytes) {
-    for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch((const char *)p + c, 0, 0);
-}
-
 /* Lane u of the result = the sum of the 16 lanes of t[u * 16 ..]: four levels
  * of pairwise shuffles and adds (15 adds for 16 keys, against 16 separate
  * horizontal sums). */
@@ -100,27 +95,20 @@ static inline __mmask32 mask32(int64_t n) {
 
 /* Scores of keys [j0, j0 + bk) for R rows into s[r][0, ceil16(bk)) in log2
  * units (-inf past a row's end and past bk). NC > 0: head_dim in NC vectors
- * of 32 bf16, the Q rows held in registers; NC == 0: nc vectors, Q from L1.
- * K rows pf ahead and the V rows as far ahead are prefetched. */
+ * of 32 bf16, the Q rows held in registers; NC == 0: nc vectors, Q from L1. */
 ALWAYS_INLINE void scores_blk(const int R, const int NC, int64_t nc, const uint16_t *qb,
-                              int64_t ldq, const uint16_t *kh, int64_t skn, const uint16_t *vh,
-                              int64_t svn, int64_t d, int64_t j0, int64_t bk, int64_t kend,
-                              int64_t pf, const int64_t *end, float qscale, float *s, float *tmp) {
+                              int64_t ldq, const uint16_t *kh, int64_t skn, int64_t d, int64_t j0,
+                              int64_t bk, const int64_t *end, float qscale, float *s, float *tmp) {
     vbf qv[DB_RB][4];
     const __mmask32 last = mask32(d - (nc - 1) * 32);
     if (NC)
         for (int r = 0; r < R; r++)
             for (int c = 0; c < NC; c++) qv[r][c] = _mm512_loadu_si512(qb + r * ldq + 32 * c);
-    const int64_t rb = d * 2;
     for (int64_t g = 0; g < bk; g += 16) {
         const int n = bk - g < 16 ? (int)(bk - g) : 16;
         for (int u = 0; u < n; u++) {
             const int64_t j = j0 + g + u;
             const uint16_t *kr = kh + j * skn;
-            if (j + pf < kend) {
-                prefetch_row(kr + pf * skn, rb);
-                prefetch_row(vh + (j + pf) * svn, rb);
-            }
             vf acc[DB_RB];
             for (int r = 0; r < R; r++) acc[r] = vzero();
             if (NC) {
@@ -216,11 +204,9 @@ static void unpermute(float *o, int64_t dq) {
  * per rows for P.V, reached through the switches below. */
 #define DB_SC(R, NC)                                                                               \
     static __attribute__((noinline)) void sc_##R##_##NC(                                           \
-        int64_t nc, const uint16_t *qb, int64_t ldq, const uint16_t *kh, int64_t skn,              \
-        const uint16_t *vh, int64_t svn, int64_t d, int64_t j0, int64_t bk, int64_t kend,          \
-        int64_t pf, const int64_t *end, float qscale, float *s, float *tmp) {                      \
-        scores_blk(R, NC, nc, qb, ldq, kh, skn, vh, svn, d, j0, bk, kend, pf, end, qscale, s,      \
-                   tmp);                                                                           \
+        int64_t nc, const uint16_t *qb, int64_t ldq, const uint16_t *kh, int64_t skn, int64_t d,   \
+        int64_t j0, int64_t bk, const int64_t *end, float qscale, float *s, float *tmp) {          \
+        scores_blk(R, NC, nc, qb, ldq, kh, skn, d, j0, bk, end, qscale, s, tmp);                   \
     }
 #define DB_SC_R(R) DB_SC(R, 0) DB_SC(R, 1) DB_SC(R, 2) DB_SC(R, 3) DB_SC(R, 4)
 DB_SC_R(1)
@@ -229,9 +215,8 @@ DB_SC_R(3)
 DB_SC_R(4)
 #undef DB_SC_R
 #undef DB_SC
-typedef void (*sc_fn)(int64_t, const uint16_t *, int64_t, const uint16_t *, int64_t,
-                      const uint16_t *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                      const int64_t *, float, float *, float *);
+typedef void (*sc_fn)(int64_t, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t,
+                      int64_t, int64_t, const int64_t *, float, float *, float *);
 #define DB_SC_ROW(R)                                                                               \
     { sc_##R##_0, sc_##R##_1, sc_##R##_2, sc_##R##_3, sc_##R##_4 }
 static const sc_fn sc_fns[DB_RB][5] = {DB_SC_ROW(1), DB_SC_ROW(2), DB_SC_ROW(3), DB_SC_ROW(4)};
@@ -286,16 +271,16 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
     }
     const uint16_t *kh = (const uint16_t *)k->data + b * k->stride_b + g * k->stride_h;
     const uint16_t *vh = (const uint16_t *)v->data + b * v->stride_b + g * v->stride_h;
-    /* One row (MHA, no group): a pure stream from DRAM, where the hardware
-     * prefetchers do better without ours and with short blocks, K and V read
-     * in alternation a few keys at a time (Zen 4, H=32 KV=32 Nkv=4096
-     * d=128, profile medians: 13.5 GFLOP/s at 64 keys with the prefetch;
-     * without, 16-17 at 16 keys, 22.4 / 31.5 (1 / 2 threads) at 8, 20.3 /
-     * 40.2 at 4). Several rows: 64 keys, K and V prefetched 8 KiB ahead
-     * (110 GFLOP/s at 8 KV heads against 108 without). */
+    /* No software prefetch, short blocks: K and V are read in alternation a
+     * few keys at a time and the hardware prefetchers keep both streams
+     * going, from DRAM (a cache evicted since the last step) as from L3.
+     * Measured on Zen 4, H=32 Nkv=4096 d=128, medians of interleaved runs:
+     * one row per pass (KV=32, DRAM): 64 keys with prefetch 8 KiB ahead 13.5
+     * GFLOP/s; without, 16 keys 16-17, 8 keys 22.4 / 31.5 (1 / 2 threads),
+     * 4 keys 20.3 / 40.2. Four rows (KV=8): cold cache (bench_kvcache) 64
+     * keys with prefetch 45 / 80, 16 keys without 52-60 / 107-125; warm (L3,
+     * profile) 94-108 / 240-246 against 100-108 / 204-210. */
     const int64_t bkb = R == 1 ? DB_BK1 : DB_BK;
-    const int64_t pf = R == 1 ? INT64_MAX / 4 /* never */
-                              : (DB_PF_BYTES / (2 * d) > 4 ? DB_PF_BYTES / (2 * d) : 4);
     int64_t kend = k0;
     for (int r = 0; r < R; r++) kend = end[r] > kend ? end[r] : kend;
     if (kend > k1) kend = k1;
@@ -304,8 +289,7 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
     const sc_fn score = sc_fns[R - 1][nc <= 4 ? nc : 0];
     for (int64_t j0 = k0; j0 < kend; j0 += bkb) {
         const int64_t bk = kend - j0 < bkb ? kend - j0 : bkb, b16 = (bk + 15) / 16 * 16;
-        score(nc, w->qb, dq, kh, k->stride_n, vh, v->stride_n, d, j0, bk, kend, pf, end, x->qscale,
-              s, w->tmp);
+        score(nc, w->qb, dq, kh, k->stride_n, d, j0, bk, end, x->qscale, s, w->tmp);
         float arow[DB_RB];
         int rescale = 0;
         for (int r = 0; r < R; r++) {
@@ -322,7 +306,8 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
                 const vf e0 = vexp2_nonpos(vsub(vload(sr + j), mu));
                 const vf e1 = j + 16 < b16 ? vexp2_nonpos(vsub(vload(sr + j + 16), mu)) : vzero();
                 sum = vadd(sum, vadd(e0, e1));
-                _mm512_storeu_si512(pr + j, vbf_from2(e0, e1)); /* pairs (p_2q, p_2q+1) */
+                /* pairs (p_2q, p_2q+1); only the row's b16 - j (16 or 32) lanes */
+                _mm512_mask_storeu_epi16(pr + j, mask32(b16 - j), vbf_from2(e0, e1));
             }
             l[r] = l[r] * alpha + vhsum(sum);
             m[r] = m_new;

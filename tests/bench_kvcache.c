@@ -7,9 +7,13 @@
  * width: K + V elements x dtype size + int8 scales + Q and O. The read
  * bandwidth of the level the working set fits is measured before and after
  * (harness/mach_info.c's probe). Pin the threads (README: unpinned, both
- * threads of a call sometimes share a vCPU). A benchmark, not a test:
+ * threads of a call sometimes share a vCPU). --also K adds K's rows to the
+ * same rotation: each cache dtype K takes, with Q/O fp32 if K takes that,
+ * else in the cache's dtype (decode.avx512bf16: bf16 Q/K/V/O), so a kernel
+ * that takes only half types is timed against the fp32 row it must beat.
+ * A benchmark, not a test:
  *   OMP_PROC_BIND=true build/tests/bench_kvcache [--kernel decode.avx512] [--threads 2] [--reps 21]
- *                             [--kv-heads 32,8] [--seq-kv 4096] */
+ *                             [--kv-heads 32,8] [--seq-kv 4096] [--also decode.avx512bf16] */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +38,9 @@ static const mha_dtype KVT[] = {MHA_F32, MHA_BF16, MHA_F16, MHA_I8};
 enum { NT = 4, MAX_REPS = 201 };
 
 typedef struct {
+    const mha_kernel *kern;
+    mha_tensor qt;
+    mha_tensor_mut ot;
     mha_problem p;
     void *k, *v;
     float *ks, *vs;
@@ -44,8 +51,8 @@ typedef struct {
     double t[MAX_REPS];
 } bench_case;
 
-static int run_shape(const mha_kernel *kern, int64_t H, int64_t G, int64_t N, int64_t d,
-                     int threads, int reps, const machine_info *mi) {
+static int run_shape(const mha_kernel *kern, const mha_kernel *also, int64_t H, int64_t G,
+                     int64_t N, int64_t d, int threads, int reps, const machine_info *mi) {
     const size_t nkv = (size_t)(G * N * d);
     float *q = malloc((size_t)(H * d) * sizeof(float)),
           *o = malloc((size_t)(H * d) * sizeof(float));
@@ -56,13 +63,33 @@ static int run_shape(const mha_kernel *kern, int64_t H, int64_t G, int64_t N, in
         src[i] = (float)((double)(r >> 11) * 0x1p-52 - 1.0);
     }
     for (int64_t i = 0; i < H * d; i++) q[i] = src[i];
-    const mha_tensor qt = mha_view_bhnd(q, H, 1, d);
-    const mha_tensor_mut ot = mha_view_bhnd_mut(o, H, 1, d);
     const mha_options opt = {.threads = threads};
-    bench_case c[NT];
-    for (int t = 0; t < NT; t++) {
-        const mha_dtype kt = KVT[t];
-        c[t].p = (mha_problem){1, H, G, 1, N, d, 0, 0.0f, MHA_F32, kt};
+    /* Q in each dtype (bf16/fp16 rounded from the fp32 values) */
+    uint16_t *qh[2] = {malloc((size_t)(H * d) * 2), malloc((size_t)(H * d) * 2)};
+    mha_convert_from_f32(MHA_BF16, q, qh[0], (size_t)(H * d));
+    mha_convert_from_f32(MHA_F16, q, qh[1], (size_t)(H * d));
+    bench_case c[2 * NT];
+    int nc = 0;
+    for (int t = 0; t < 2 * NT; t++) {
+        const mha_dtype kt = KVT[t % NT];
+        const mha_kernel *kk = t < NT ? kern : also;
+        if (!kk) break;
+        mha_problem pr = {1, H, G, 1, N, d, 0, 0.0f, MHA_F32, kt};
+        if (t >= NT && mha_kernel_takes(kk, &pr) != MHA_OK) {
+            pr.dtype = kt, pr.kv_dtype = MHA_F32; /* Q/O in the cache's dtype */
+            if (kt == MHA_I8 || mha_kernel_takes(kk, &pr) != MHA_OK) continue;
+        }
+        const int qi = pr.dtype == MHA_BF16 ? 0 : 1;
+        bench_case *cc = &c[nc];
+        cc->kern = kk;
+        cc->qt = pr.dtype == MHA_F32 ? mha_view_bhnd(q, H, 1, d)
+                                     : mha_view_typed(qh[qi], pr.dtype, NULL, H, 1, d);
+        cc->ot = mha_view_typed_mut(o, pr.dtype, H, 1, d);
+        cc->p = pr;
+        nc++;
+    }
+    for (int t = 0; t < nc; t++) {
+        const mha_dtype kt = mha_problem_kv_dtype(&c[t].p);
         c[t].k = mha_alloc(nkv * mha_dtype_size(kt));
         c[t].v = mha_alloc(nkv * mha_dtype_size(kt));
         c[t].ks = c[t].vs = NULL;
@@ -81,63 +108,69 @@ static int run_shape(const mha_kernel *kern, int64_t H, int64_t G, int64_t N, in
         }
         c[t].kt = mha_view_typed(c[t].k, kt, c[t].ks, G, N, d);
         c[t].vt = mha_view_typed(c[t].v, kt, c[t].vs, G, N, d);
-        if (mha_workspace_size(kern, &c[t].p, &opt, &c[t].wsz) != MHA_OK) {
+        if (mha_workspace_size(c[t].kern, &c[t].p, &opt, &c[t].wsz) != MHA_OK) {
             fprintf(stderr, "bench_kvcache: %s\n", mha_last_error());
             return 1;
         }
         c[t].ws = mha_alloc(c[t].wsz);
         c[t].bytes = 2.0 * (double)nkv * (double)mha_dtype_size(kt) +
                      (kt == MHA_I8 ? 2.0 * (double)(G * N) * sizeof(float) : 0.0) +
-                     2.0 * (double)(H * d) * sizeof(float);
+                     2.0 * (double)(H * d) * (double)mha_dtype_size(c[t].p.dtype);
     }
     free(src);
     /* warm-up: every dtype twice (page faults, OpenMP pool, clocks) */
     for (int w = 0; w < 2; w++)
-        for (int t = 0; t < NT; t++)
-            if (mha_attend(kern, &c[t].p, &opt, &qt, &c[t].kt, &c[t].vt, &ot, c[t].ws, c[t].wsz) !=
-                MHA_OK) {
-                fprintf(stderr, "bench_kvcache: %s: %s\n", mha_kernel_name(kern), mha_last_error());
+        for (int t = 0; t < nc; t++)
+            if (mha_attend(c[t].kern, &c[t].p, &opt, &c[t].qt, &c[t].kt, &c[t].vt, &c[t].ot,
+                           c[t].ws, c[t].wsz) != MHA_OK) {
+                fprintf(stderr, "bench_kvcache: %s: %s\n", mha_kernel_name(c[t].kern),
+                        mha_last_error());
                 return 1;
             }
     /* the levels the working sets fit, and their bandwidth before the run */
     double bw0[MACH_LEVELS] = {0}, bw1[MACH_LEVELS] = {0};
-    for (int t = 0; t < NT; t++) {
+    for (int t = 0; t < nc; t++) {
         const machine_level l = machine_level_of(mi, c[t].bytes, threads);
         if (bw0[l] == 0)
             bw0[l] = machine_read_bandwidth_bytes(threads,
                                                   machine_level_probe_bytes(mi, l, threads), 0.3);
     }
     for (int rep = 0; rep < reps; rep++)
-        for (int t = 0; t < NT; t++) {
-            const int tt = (t + rep) % NT; /* rotate who follows whom */
+        for (int t = 0; t < nc; t++) {
+            const int tt = (t + rep) % nc; /* rotate who follows whom */
             const double t0 = now();
-            mha_attend(kern, &c[tt].p, &opt, &qt, &c[tt].kt, &c[tt].vt, &ot, c[tt].ws, c[tt].wsz);
+            mha_attend(c[tt].kern, &c[tt].p, &opt, &c[tt].qt, &c[tt].kt, &c[tt].vt, &c[tt].ot,
+                       c[tt].ws, c[tt].wsz);
             c[tt].t[rep] = now() - t0;
         }
-    for (int t = 0; t < NT; t++) {
+    for (int t = 0; t < nc; t++) {
         const machine_level l = machine_level_of(mi, c[t].bytes, threads);
         if (bw1[l] == 0)
             bw1[l] = machine_read_bandwidth_bytes(threads,
                                                   machine_level_probe_bytes(mi, l, threads), 0.3);
     }
-    double med[NT];
-    for (int t = 0; t < NT; t++) {
+    double med[2 * NT];
+    for (int t = 0; t < nc; t++) {
         qsort(c[t].t, (size_t)reps, sizeof(double), cmp_double);
         med[t] = c[t].t[reps / 2];
     }
     printf("\n%s  H=%lld kv_heads=%lld Nq=1 Nkv=%lld d=%lld threads=%d reps=%d\n",
            mha_kernel_name(kern), (long long)H, (long long)G, (long long)N, (long long)d, threads,
            reps);
-    printf("%-5s %9s %5s %9s %9s %8s %9s %6s %8s\n", "kv", "MiB", "level", "ms(med)", "ms(min)",
-           "GB/s", "level GB/s", "%bw", "x fp32");
-    for (int t = 0; t < NT; t++) {
+    printf("%-22s %-5s %9s %5s %9s %9s %8s %9s %6s %8s %8s\n", "kernel", "q/kv", "MiB", "level",
+           "ms(med)", "ms(min)", "GB/s", "level GB/s", "%bw", "x fp32", "GFLOP/s");
+    for (int t = 0; t < nc; t++) {
         const machine_level l = machine_level_of(mi, c[t].bytes, threads);
+        char qkv[16];
+        snprintf(qkv, sizeof qkv, "%s/%s", c[t].p.dtype == MHA_F32 ? "f32" : "=",
+                 mha_dtype_name(mha_problem_kv_dtype(&c[t].p)));
         const double gbs = c[t].bytes / med[t] * 1e-9, lbw = 0.5 * (bw0[l] + bw1[l]);
-        printf("%-5s %9.1f %5s %9.3f %9.3f %8.1f %5.1f-%-4.1f %5.0f%% %7.2fx\n",
-               mha_dtype_name(KVT[t]), c[t].bytes / 1048576.0, machine_level_name(l), med[t] * 1e3,
-               c[t].t[0] * 1e3, gbs, bw0[l], bw1[l], 100.0 * gbs / lbw, med[0] / med[t]);
+        printf("%-22s %-5s %9.1f %5s %9.3f %9.3f %8.1f %5.1f-%-4.1f %5.0f%% %7.2fx %8.1f\n",
+               mha_kernel_name(c[t].kern), qkv, c[t].bytes / 1048576.0, machine_level_name(l),
+               med[t] * 1e3, c[t].t[0] * 1e3, gbs, bw0[l], bw1[l], 100.0 * gbs / lbw,
+               med[0] / med[t], 4.0 * (double)(H * N * d) / med[t] * 1e-9);
     }
-    for (int t = 0; t < NT; t++) {
+    for (int t = 0; t < nc; t++) {
         mha_free(c[t].k);
         mha_free(c[t].v);
         mha_free(c[t].ws);
@@ -146,17 +179,22 @@ static int run_shape(const mha_kernel *kern, int64_t H, int64_t G, int64_t N, in
     }
     free(q);
     free(o);
+    free(qh[0]);
+    free(qh[1]);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    const char *kname = NULL, *kvh = "32,8";
+    const char *kname = NULL, *kvh = "32,8", *aname = NULL;
     int threads = 0, reps = 21;
     int64_t N = 4096;
-    static const struct option longopts[] = {
-        {"kernel", required_argument, 0, 'k'}, {"threads", required_argument, 0, 't'},
-        {"reps", required_argument, 0, 'r'},   {"kv-heads", required_argument, 0, 'g'},
-        {"seq-kv", required_argument, 0, 'n'}, {0, 0, 0, 0}};
+    static const struct option longopts[] = {{"kernel", required_argument, 0, 'k'},
+                                             {"threads", required_argument, 0, 't'},
+                                             {"reps", required_argument, 0, 'r'},
+                                             {"kv-heads", required_argument, 0, 'g'},
+                                             {"seq-kv", required_argument, 0, 'n'},
+                                             {"also", required_argument, 0, 'a'},
+                                             {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (ch) {
@@ -175,10 +213,13 @@ int main(int argc, char **argv) {
         case 'n':
             N = atoll(optarg);
             break;
+        case 'a':
+            aname = optarg;
+            break;
         default:
             fprintf(stderr,
                     "usage: %s [--kernel K] [--threads T] [--reps N] [--kv-heads 32,8] "
-                    "[--seq-kv N]\n",
+                    "[--seq-kv N] [--also K]\n",
                     argv[0]);
             return 2;
         }
@@ -204,6 +245,11 @@ int main(int argc, char **argv) {
                 mha_last_error());
         return 2;
     }
+    const mha_kernel *also = aname ? mha_kernel_find(aname) : NULL;
+    if (aname && (!also || mha_kernel_supported(also) != MHA_OK)) {
+        fprintf(stderr, "bench_kvcache: --also %s: %s\n", aname, mha_last_error());
+        return 2;
+    }
     if (threads <= 0) threads = mha_resolve_threads(NULL);
     if (threads > 1 && !getenv("OMP_PROC_BIND"))
         fprintf(stderr, "bench_kvcache: OMP_PROC_BIND is unset: threads may share a vCPU "
@@ -219,7 +265,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_kvcache: --kv-heads %s: each must divide 32\n", kvh);
             return 2;
         }
-        if (run_shape(kern, 32, g, N, 128, threads, reps, &mi)) return 1;
+        if (run_shape(kern, also, 32, g, N, 128, threads, reps, &mi)) return 1;
         s = *e == ',' ? e + 1 : e;
     }
     return 0;

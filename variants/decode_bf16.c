@@ -1,0 +1,409 @@
+/* decode_bf16.c - kernel decode.<isa> on the bf16 dot product (built for the
+ * levels with AVX512_BF16: decode.avx512bf16). The algorithm of decode.c (few
+ * query rows over a long KV cache, every head of a GQA group in one pass over
+ * K and V, split-KV with a log-sum-exp merge) for Q/O and K/V stored as bf16,
+ * with both products on vdpbf16ps and no widening of the cache:
+ *  - Q.K^T: a Q row (bf16, zero-padded to 32) against a K row as 32 bf16 =
+ *    16 pairs along head_dim per instruction; each K vector is loaded once
+ *    for all rows of the group. The 16 fp32 lanes of each (row, key) are
+ *    reduced 16 keys at a time by a shuffle tree into one vector of scores.
+ *  - P.V: two V rows (keys t, t+1) interleaved with vpunpck{l,h}wd into
+ *    (v_t[c], v_t+1[c]) pairs (in-lane, so the accumulators hold the columns
+ *    permuted; they are put back in order once per pass) against the
+ *    broadcast pair (p_t, p_t+1) rounded to bf16 (RNE).
+ * The online softmax is fp32 as in decode.c; the row sums l add the fp32 P
+ * (as flash.avx512bf16: check.c's "P rounded to bf16" term, 2 u_bf16). The
+ * output is rounded from the fp32 accumulators to bf16 (RNE). fp16 is not
+ * taken: there is no fp16 dot product here, and converting the cache while
+ * streaming it would cost what the bf16 unit saves (decode.avx512 widens it). */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "internal.h"
+#include "ukernels.h"
+
+#ifndef __AVX512BF16__
+#error "decode_bf16.c needs AVX512_BF16 (meson builds it only for such levels)"
+#endif
+
+#define LOG2E 1.44269504088896341f
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+enum { DB_RB = 4, DB_BK = 16 }; /* rows per pass over K/V, keys per softmax block */
+enum { DB_BK1 = 4 };            /* keys per block when a pass has one row */
+enum { DB_INIT_ZERO, DB_INIT_ACC, DB_INIT_SCALE };
+
+typedef struct {
+    int64_t rows, nsplit, chunk, dq; /* dq: head_dim rounded up to 32 (one vdpbf16ps) */
+    size_t part, scratch;
+} db_plan;
+
+static db_plan plan(const mha_problem *p, int threads) {
+    db_plan P;
+    const int64_t group = p->heads / p->kv_heads, pairs = p->batch * p->kv_heads;
+    P.rows = group * p->seq_q;
+    P.nsplit = 1;
+    if (P.rows <= 4 * DB_RB && pairs < 2 * (int64_t)threads) { /* decode.c's split */
+        int64_t want = (2 * (int64_t)threads + pairs - 1) / pairs;
+        const int64_t most = p->seq_kv / 256 > 1 ? p->seq_kv / 256 : 1;
+        P.nsplit = want < most ? want : most;
+    }
+    P.chunk = (p->seq_kv + P.nsplit - 1) / P.nsplit;
+    P.dq = (p->head_dim + 31) / 32 * 32;
+    const size_t f = sizeof(float), d = (size_t)p->head_dim, dq = (size_t)P.dq;
+    P.part =
+        P.nsplit > 1
+            ? mha_align64(mha_mul_sz(mha_mul_sz((size_t)(pairs * P.rows * P.nsplit), d + 2), f))
+            : 0;
+    /* s[RB][BK] scores, acc[RB][16][16] per-key lanes, o[RB][dq], m, l [RB],
+     * P as bf16 [RB][BK], Q rows as bf16 [RB][dq] */
+    P.scratch = mha_align64((DB_RB * DB_BK + DB_RB * 256 + DB_RB * dq + 2 * DB_RB) * f +
+                            (DB_RB * DB_BK + DB_RB * dq) * 2);
+    return P;
+}
+
+size_t MHA_CAT(MHA_SYM(decode), _workspace)(const mha_problem *p, const mha_options *o,
+                                            int threads) {
+    (void)o;
+    const db_plan P = plan(p, threads);
+    return mha_add_sz(P.part, mha_mul_sz(P.scratch, (size_t)threads));
+}
+
+/* Lane u of the result = the sum of the 16 lanes of t[u * 16 ..]: four levels
+ * of pairwise shuffles and adds (15 adds for 16 keys, against 16 separate
+ * horizontal sums). */
+static inline vf reduce16(const float *t) {
+    vf a[16], b[8], c[4], e[2];
+    for (int u = 0; u < 16; u++) a[u] = vload(t + 16 * u);
+    for (int k = 0; k < 8; k++) /* per 128-bit lane: (x, y, x, y) partials */
+        b[k] = vadd(_mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]),
+                    _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]));
+    for (int k = 0; k < 4; k++) { /* lane L: keys 4k..4k+3, L's partials */
+        const __m512d x = _mm512_castps_pd(b[2 * k]), y = _mm512_castps_pd(b[2 * k + 1]);
+        c[k] = vadd(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                    _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    for (int k = 0; k < 2; k++)
+        e[k] = vadd(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0x88),
+                    _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0xdd));
+    return vadd(_mm512_shuffle_f32x4(e[0], e[1], 0x88), _mm512_shuffle_f32x4(e[0], e[1], 0xdd));
+}
+
+static inline __mmask32 mask32(int64_t n) {
+    return n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)(((uint32_t)1 << n) - 1u);
+}
+
+/* Scores of keys [j0, j0 + bk) for R rows into s[r][0, ceil16(bk)) in log2
+ * units (-inf past a row's end and past bk). NC > 0: head_dim in NC vectors
+ * of 32 bf16, the Q rows held in registers; NC == 0: nc vectors, Q from L1. */
+ALWAYS_INLINE void scores_blk(const int R, const int NC, int64_t nc, const uint16_t *qb,
+                              int64_t ldq, const uint16_t *kh, int64_t skn, int64_t d, int64_t j0,
+                              int64_t bk, const int64_t *end, float qscale, float *s, float *tmp) {
+    vbf qv[DB_RB][4];
+    const __mmask32 last = mask32(d - (nc - 1) * 32);
+    if (NC)
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < NC; c++) qv[r][c] = _mm512_loadu_si512(qb + r * ldq + 32 * c);
+    for (int64_t g = 0; g < bk; g += 16) {
+        const int n = bk - g < 16 ? (int)(bk - g) : 16;
+        for (int u = 0; u < n; u++) {
+            const int64_t j = j0 + g + u;
+            const uint16_t *kr = kh + j * skn;
+            vf acc[DB_RB];
+            for (int r = 0; r < R; r++) acc[r] = vzero();
+            if (NC) {
+                for (int c = 0; c < NC; c++) {
+                    const vbf kv = c == NC - 1 ? _mm512_maskz_loadu_epi16(last, kr + 32 * c)
+                                               : _mm512_loadu_si512(kr + 32 * c);
+                    for (int r = 0; r < R; r++) acc[r] = vdot_bf16(acc[r], qv[r][c], kv);
+                }
+            } else {
+                for (int64_t c = 0; c < nc; c++) {
+                    const vbf kv = c == nc - 1 ? _mm512_maskz_loadu_epi16(last, kr + 32 * c)
+                                               : _mm512_loadu_si512(kr + 32 * c);
+                    for (int r = 0; r < R; r++)
+                        acc[r] = vdot_bf16(acc[r], _mm512_loadu_si512(qb + r * ldq + 32 * c), kv);
+                }
+            }
+            for (int r = 0; r < R; r++) vstore(tmp + (r * 16 + u) * 16, acc[r]);
+        }
+        for (int u = n; u < 16; u++)
+            for (int r = 0; r < R; r++) vstore(tmp + (r * 16 + u) * 16, vzero());
+        for (int r = 0; r < R; r++) {
+            const int64_t vis = end[r] - (j0 + g) < n ? end[r] - (j0 + g) : n;
+            const __mmask16 ok = vis <= 0 ? 0 : (__mmask16)((1u << vis) - 1u);
+            const vf sc = vmul(reduce16(tmp + r * 256), vset1(qscale));
+            vstore(s + r * DB_BK + g, _mm512_mask_blend_ps(ok, vset1(-INFINITY), sc));
+        }
+    }
+}
+
+/* o[r][c0, c0 + 32 NS) (columns permuted within each 32: see unpermute) =
+ * init(o) + sum over key pairs of (p_t, p_t+1) . (v_t, v_t+1), for keys
+ * [j0, j0 + bk); pw[r] holds the block's P as bf16 (zero past bk). */
+ALWAYS_INLINE void pv_strip(const int R, const int NS, int init, const float *alpha,
+                            const uint16_t *pw, const uint16_t *vh, int64_t svn, int64_t j0,
+                            int64_t bk, int64_t c0, int64_t d, float *o, int64_t ldo) {
+    vf acc[DB_RB][4];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 2 * NS; v++) {
+            const float *src = o + r * ldo + c0 + 16 * v;
+            acc[r][v] = init == DB_INIT_ZERO    ? vzero()
+                        : init == DB_INIT_SCALE ? vmul(vload(src), vset1(alpha[r]))
+                                                : vload(src);
+        }
+    __mmask32 mk[2];
+    for (int c = 0; c < NS; c++) mk[c] = mask32(d - c0 - 32 * c);
+    const int64_t full = bk / 2;
+    for (int64_t q = 0; q <= full; q++) {
+        if (q == full && !(bk & 1)) break;
+        const uint16_t *a = vh + (j0 + 2 * q) * svn + c0;
+        vbf lo[2], hi[2];
+        for (int c = 0; c < NS; c++) {
+            const vbf va = _mm512_maskz_loadu_epi16(mk[c], a + 32 * c);
+            const vbf vb = q < full ? _mm512_maskz_loadu_epi16(mk[c], a + svn + 32 * c)
+                                    : _mm512_setzero_si512();
+            lo[c] = _mm512_unpacklo_epi16(va, vb);
+            hi[c] = _mm512_unpackhi_epi16(va, vb);
+        }
+        for (int r = 0; r < R; r++) {
+            const vbf w = vbf_pair_bcast(pw + r * DB_BK + 2 * q);
+            for (int c = 0; c < NS; c++) {
+                acc[r][2 * c] = vdot_bf16(acc[r][2 * c], w, lo[c]);
+                acc[r][2 * c + 1] = vdot_bf16(acc[r][2 * c + 1], w, hi[c]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 2 * NS; v++) vstore(o + r * ldo + c0 + 16 * v, acc[r][v]);
+}
+
+ALWAYS_INLINE void pv_rows(const int R, int init, const float *alpha, const uint16_t *pw,
+                           const uint16_t *vh, int64_t svn, int64_t j0, int64_t bk, int64_t d,
+                           float *o, int64_t ldo) {
+    int64_t c = 0;
+    for (; c + 32 < d; c += 64) pv_strip(R, 2, init, alpha, pw, vh, svn, j0, bk, c, d, o, ldo);
+    if (c < d) pv_strip(R, 1, init, alpha, pw, vh, svn, j0, bk, c, d, o, ldo);
+}
+
+/* vpunpck{l,h}wd pair columns within 128-bit lanes: in each 32 columns the
+ * "lo" vector holds columns (0-3, 8-11, 16-19, 24-27), "hi" (4-7, 12-15,
+ * 20-23, 28-31). Puts a row of dq floats back in column order. */
+static void unpermute(float *o, int64_t dq) {
+    static const int32_t i0[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+    static const int32_t i1[16] = {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+    const __m512i x0 = _mm512_loadu_si512(i0), x1 = _mm512_loadu_si512(i1);
+    for (int64_t c = 0; c < dq; c += 32) {
+        const vf lo = vload(o + c), hi = vload(o + c + 16);
+        vstore(o + c, _mm512_permutex2var_ps(lo, x0, hi));
+        vstore(o + c + 16, _mm512_permutex2var_ps(lo, x1, hi));
+    }
+}
+
+/* The out-of-line instances, one per (rows, Q vectors) for the scores and
+ * per rows for P.V, reached through the switches below. */
+#define DB_SC(R, NC)                                                                               \
+    static __attribute__((noinline)) void sc_##R##_##NC(                                           \
+        int64_t nc, const uint16_t *qb, int64_t ldq, const uint16_t *kh, int64_t skn, int64_t d,   \
+        int64_t j0, int64_t bk, const int64_t *end, float qscale, float *s, float *tmp) {          \
+        scores_blk(R, NC, nc, qb, ldq, kh, skn, d, j0, bk, end, qscale, s, tmp);                   \
+    }
+#define DB_SC_R(R) DB_SC(R, 0) DB_SC(R, 1) DB_SC(R, 2) DB_SC(R, 3) DB_SC(R, 4)
+DB_SC_R(1)
+DB_SC_R(2)
+DB_SC_R(3)
+DB_SC_R(4)
+#undef DB_SC_R
+#undef DB_SC
+typedef void (*sc_fn)(int64_t, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t,
+                      int64_t, int64_t, const int64_t *, float, float *, float *);
+#define DB_SC_ROW(R)                                                                               \
+    { sc_##R##_0, sc_##R##_1, sc_##R##_2, sc_##R##_3, sc_##R##_4 }
+static const sc_fn sc_fns[DB_RB][5] = {DB_SC_ROW(1), DB_SC_ROW(2), DB_SC_ROW(3), DB_SC_ROW(4)};
+#undef DB_SC_ROW
+
+#define DB_PV(R)                                                                                   \
+    static __attribute__((noinline)) void pv_##R(int init, const float *alpha, const uint16_t *pw, \
+                                                 const uint16_t *vh, int64_t svn, int64_t j0,      \
+                                                 int64_t bk, int64_t d, float *o, int64_t ldo) {   \
+        pv_rows(R, init, alpha, pw, vh, svn, j0, bk, d, o, ldo);                                   \
+    }
+DB_PV(1)
+DB_PV(2)
+DB_PV(3)
+DB_PV(4)
+#undef DB_PV
+typedef void (*pv_fn)(int, const float *, const uint16_t *, const uint16_t *, int64_t, int64_t,
+                      int64_t, int64_t, float *, int64_t);
+static const pv_fn pv_fns[DB_RB] = {pv_1, pv_2, pv_3, pv_4};
+
+typedef struct {
+    const mha_problem *p;
+    const mha_tensor *q, *k, *v;
+    int64_t group, dq;
+    float qscale;
+} db_ctx;
+
+typedef struct {
+    float *s, *tmp, *o, *m, *l;
+    uint16_t *pw, *qb;
+} db_scratch;
+
+/* Rows [r0, r0 + R) of KV head (b, g) over keys [k0, k1): leaves the
+ * unnormalised o (in column order), the max m (log2 units) and the sum l. */
+static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, int64_t k0,
+                    int64_t k1, const db_scratch *w) {
+    const mha_problem *p = x->p;
+    const int64_t d = p->head_dim, Nq = p->seq_q, dq = x->dq, nc = dq / 32;
+    const mha_tensor *q = x->q, *k = x->k, *v = x->v;
+    float *s = w->s, *o = w->o, *m = w->m, *l = w->l;
+    int64_t end[DB_RB];
+    for (int r = 0; r < R; r++) {
+        const int64_t rr = r0 + r, h = g * x->group + rr / Nq, i = rr % Nq;
+        const uint16_t *src =
+            (const uint16_t *)q->data + b * q->stride_b + h * q->stride_h + i * q->stride_n;
+        for (int64_t c = 0; c < dq; c += 32)
+            _mm512_storeu_si512(w->qb + r * dq + c,
+                                _mm512_maskz_loadu_epi16(mask32(d - c), src + c));
+        end[r] = mha_kv_end(p, i);
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    const uint16_t *kh = (const uint16_t *)k->data + b * k->stride_b + g * k->stride_h;
+    const uint16_t *vh = (const uint16_t *)v->data + b * v->stride_b + g * v->stride_h;
+    /* No software prefetch, short blocks: K and V are read in alternation a
+     * few keys at a time and the hardware prefetchers keep both streams
+     * going, from DRAM (a cache evicted since the last step) as from L3.
+     * Measured on Zen 4, H=32 Nkv=4096 d=128, medians of interleaved runs:
+     * one row per pass (KV=32, DRAM): 64 keys with prefetch 8 KiB ahead 13.5
+     * GFLOP/s; without, 16 keys 16-17, 8 keys 22.4 / 31.5 (1 / 2 threads),
+     * 4 keys 20.3 / 40.2. Four rows (KV=8): cold cache (bench_kvcache) 64
+     * keys with prefetch 45 / 80, 16 keys without 52-60 / 107-125; warm (L3,
+     * profile) 94-108 / 240-246 against 100-108 / 204-210. */
+    const int64_t bkb = R == 1 ? DB_BK1 : DB_BK;
+    int64_t kend = k0;
+    for (int r = 0; r < R; r++) kend = end[r] > kend ? end[r] : kend;
+    if (kend > k1) kend = k1;
+    if (kend <= k0) /* no row sees a key of this chunk: o = 0, m = -inf, l = 0 */
+        for (int r = 0; r < R; r++) memset(o + r * dq, 0, (size_t)dq * sizeof(float));
+    const sc_fn score = sc_fns[R - 1][nc <= 4 ? nc : 0];
+    for (int64_t j0 = k0; j0 < kend; j0 += bkb) {
+        const int64_t bk = kend - j0 < bkb ? kend - j0 : bkb, b16 = (bk + 15) / 16 * 16;
+        score(nc, w->qb, dq, kh, k->stride_n, d, j0, bk, end, x->qscale, s, w->tmp);
+        float arow[DB_RB];
+        int rescale = 0;
+        for (int r = 0; r < R; r++) {
+            float *sr = s + r * DB_BK;
+            uint16_t *pr = w->pw + r * DB_BK;
+            vf mx = vset1(-INFINITY);
+            for (int64_t j = 0; j < b16; j += 16) mx = vmax(mx, vload(sr + j));
+            const float bmax = vhmax(mx), m_new = bmax > m[r] ? bmax : m[r];
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+            const float alpha = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - m_use);
+            const vf mu = vset1(m_use);
+            vf sum = vzero();
+            for (int64_t j = 0; j < b16; j += 32) {
+                const vf e0 = vexp2_nonpos(vsub(vload(sr + j), mu));
+                const vf e1 = j + 16 < b16 ? vexp2_nonpos(vsub(vload(sr + j + 16), mu)) : vzero();
+                sum = vadd(sum, vadd(e0, e1));
+                /* pairs (p_2q, p_2q+1); only the row's b16 - j (16 or 32) lanes */
+                _mm512_mask_storeu_epi16(pr + j, mask32(b16 - j), vbf_from2(e0, e1));
+            }
+            l[r] = l[r] * alpha + vhsum(sum);
+            m[r] = m_new;
+            arow[r] = alpha;
+            rescale |= alpha != 1.0f;
+        }
+        const int init = j0 == k0 ? DB_INIT_ZERO : (rescale ? DB_INIT_SCALE : DB_INIT_ACC);
+        pv_fns[R - 1](init, arow, w->pw, vh, v->stride_n, j0, bk, d, o, dq);
+    }
+    if (kend > k0)
+        for (int r = 0; r < R; r++) unpermute(o + r * dq, dq);
+}
+
+/* Row i of head h of batch b of out = row / lsum rounded to bf16 (RNE); the
+ * first `blind` rows (a causal row that sees no key) are zeros, l == 0 or
+ * NaN gives NaN. */
+static void store_row(const mha_tensor_mut *out, int64_t b, int64_t h, int64_t i, const float *row,
+                      int64_t d, float lsum, int64_t blind) {
+    uint16_t *dst =
+        (uint16_t *)out->data + b * out->stride_b + h * out->stride_h + i * out->stride_n;
+    const vf inv = blind ? vzero() : vset1(1.0f / lsum);
+    for (int64_t c = 0; c < d; c += VW) {
+        const int nc = (int)(d - c < VW ? d - c : VW);
+        const vf xv = blind ? vzero() : vmul(vloadu_n(row + c, nc), inv);
+        _mm256_mask_storeu_epi16(dst + c, (__mmask16)((1u << nc) - 1u), vf_to_bf16(xv));
+    }
+}
+
+mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_options *o, int threads,
+                                          const mha_tensor *q, const mha_tensor *k,
+                                          const mha_tensor *v, const mha_tensor_mut *out,
+                                          void *workspace) {
+    (void)o;
+    const db_plan P = plan(p, threads);
+    const db_ctx x = {p, q, k, v, p->heads / p->kv_heads, P.dq, mha_problem_scale(p) * LOG2E};
+    const int64_t d = p->head_dim, dq = P.dq, Nq = p->seq_q, G = p->kv_heads;
+    const int64_t nrc = (P.rows + DB_RB - 1) / DB_RB, items = p->batch * G * nrc * P.nsplit;
+    float *part = (float *)workspace; /* [pair][split][row][d + 2]: o, m, l */
+    char *scratch0 = (char *)workspace + P.part;
+
+#pragma omp parallel num_threads(threads)
+    {
+        float *base = (float *)(scratch0 + (size_t)omp_get_thread_num() * P.scratch);
+        db_scratch w;
+        w.s = base;
+        w.tmp = w.s + DB_RB * DB_BK;
+        w.o = w.tmp + DB_RB * 256;
+        w.m = w.o + DB_RB * dq;
+        w.l = w.m + DB_RB;
+        w.pw = (uint16_t *)(w.l + DB_RB);
+        w.qb = w.pw + DB_RB * DB_BK;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; it++) {
+            const int64_t split = it % P.nsplit, rc = (it / P.nsplit) % nrc,
+                          pair = it / (P.nsplit * nrc);
+            const int64_t b = pair / G, g = pair % G, r0 = rc * DB_RB;
+            const int R = (int)(P.rows - r0 < DB_RB ? P.rows - r0 : DB_RB);
+            const int64_t k0 = split * P.chunk,
+                          k1 = k0 + P.chunk < p->seq_kv ? k0 + P.chunk : p->seq_kv;
+            db_rows(&x, b, g, r0, R, k0, k1, &w);
+            for (int r = 0; r < R; r++) {
+                const int64_t rr = r0 + r;
+                if (P.nsplit > 1) {
+                    float *dst = part + ((pair * P.nsplit + split) * P.rows + rr) * (d + 2);
+                    memcpy(dst, w.o + r * dq, (size_t)d * sizeof(float));
+                    dst[d] = w.m[r];
+                    dst[d + 1] = w.l[r];
+                } else {
+                    const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
+                    store_row(out, b, h, i, w.o + r * dq, d, w.l[r], mha_rows_blind(p, i, 1));
+                }
+            }
+        }
+        if (P.nsplit > 1) {
+            /* Merge the chunks: m = max m_s, l = sum l_s 2^(m_s - m), o likewise. */
+#pragma omp for schedule(static)
+            for (int64_t pr = 0; pr < p->batch * G * P.rows; pr++) {
+                const int64_t pair = pr / P.rows, rr = pr % P.rows, b = pair / G, g = pair % G;
+                float mmax = -INFINITY, lsum = 0.0f;
+                for (int64_t sp = 0; sp < P.nsplit; sp++) {
+                    const float ms = part[((pair * P.nsplit + sp) * P.rows + rr) * (d + 2) + d];
+                    mmax = ms > mmax ? ms : mmax;
+                }
+                float *acc = w.o;
+                memset(acc, 0, (size_t)dq * sizeof(float));
+                for (int64_t sp = 0; sp < P.nsplit; sp++) {
+                    const float *src = part + ((pair * P.nsplit + sp) * P.rows + rr) * (d + 2);
+                    if (src[d + 1] == 0.0f) continue; /* saw no key (NaN l is not 0) */
+                    const float wgt = exp2f(src[d] - mmax);
+                    lsum += src[d + 1] * wgt;
+                    for (int64_t c = 0; c < d; c++) acc[c] += wgt * src[c];
+                }
+                const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
+                store_row(out, b, h, i, acc, d, lsum, mha_rows_blind(p, i, 1));
+            }
+        }
+    }
+    return MHA_OK;
+}

@@ -82,13 +82,7 @@ static dec_plan plan(const mha_problem *p, int threads) {
     dec_plan P;
     const int64_t group = p->heads / p->kv_heads, pairs = p->batch * p->kv_heads;
     P.rows = group * p->seq_q;
-    P.nsplit = 1;
-    if (P.rows <= 4 * DEC_RB && pairs < 2 * (int64_t)threads) {
-        /* enough chunks that every thread has about two, none under 256 keys */
-        int64_t want = (2 * (int64_t)threads + pairs - 1) / pairs;
-        const int64_t most = p->seq_kv / 256 > 1 ? p->seq_kv / 256 : 1;
-        P.nsplit = want < most ? want : most;
-    }
+    P.nsplit = mha_decode_nsplit(p, P.rows, 4 * DEC_RB, threads);
     P.chunk = (p->seq_kv + P.nsplit - 1) / P.nsplit;
     const size_t f = sizeof(float), d = (size_t)p->head_dim;
     P.part =
@@ -561,22 +555,9 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
 #pragma omp for schedule(static)
             for (int64_t pr = 0; pr < p->batch * G * P.rows; pr++) {
                 const int64_t pair = pr / P.rows, rr = pr % P.rows, b = pair / G, g = pair % G;
-                float mmax = -INFINITY, lsum = 0.0f;
-                for (int64_t sp = 0; sp < P.nsplit; sp++) {
-                    const float ms = part[((pair * P.nsplit + sp) * P.rows + rr) * (d + 2) + d];
-                    mmax = ms > mmax ? ms : mmax;
-                }
                 float *acc = ob; /* this thread's scratch row */
-                memset(acc, 0, (size_t)dp * sizeof(float));
-                for (int64_t sp = 0; sp < P.nsplit; sp++) {
-                    const float *src = part + ((pair * P.nsplit + sp) * P.rows + rr) * (d + 2);
-                    /* A chunk that saw no key (or only -inf scores) adds
-                     * nothing; l is NaN, not 0, when a score was NaN. */
-                    if (src[d + 1] == 0.0f) continue;
-                    const float w = exp2f(src[d] - mmax);
-                    lsum += src[d + 1] * w;
-                    for (int64_t c = 0; c < d; c++) acc[c] += w * src[c];
-                }
+                float lsum = mha_decode_merge(part + (pair * P.nsplit * P.rows + rr) * (d + 2),
+                                              P.nsplit, P.rows * (d + 2), d, acc);
                 const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
                 store_row(out, b, h, i, acc, d, &lsum, mha_rows_blind(p, i, 1));
             }

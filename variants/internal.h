@@ -4,6 +4,7 @@
 #ifndef MHA_VARIANTS_INTERNAL_H
 #define MHA_VARIANTS_INTERNAL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -77,6 +78,42 @@ static inline int64_t mha_rows_blind(const mha_problem *p, int64_t i0, int64_t n
     if (!p->causal) return 0;
     const int64_t b = p->seq_q - p->seq_kv - i0;
     return b < 0 ? 0 : (b > n ? n : b);
+}
+
+/* ---- split-KV decode: what decode.c and decode_bf16.c share ----------------
+ * KV chunks per (batch, KV head) pair: with at most max_rows query rows per
+ * pair and fewer pairs than twice the threads, enough chunks that every
+ * thread has about two, none under 256 keys; else one. */
+static inline int64_t mha_decode_nsplit(const mha_problem *p, int64_t rows, int64_t max_rows,
+                                        int threads) {
+    const int64_t pairs = p->batch * p->kv_heads;
+    if (rows > max_rows || pairs >= 2 * (int64_t)threads) return 1;
+    const int64_t want = (2 * (int64_t)threads + pairs - 1) / pairs;
+    const int64_t most = p->seq_kv / 256 > 1 ? p->seq_kv / 256 : 1;
+    return want < most ? want : most;
+}
+
+/* The log-sum-exp merge of one query row's nsplit partial results, each d
+ * values of o then m then l, `stride` floats apart: acc[0, d) = sum over the
+ * chunks of o_s 2^(m_s - m) with m = max m_s; returns l = sum l_s 2^(m_s - m).
+ * A chunk that saw no key (or only -inf scores: l == 0) adds nothing; l is
+ * NaN, not 0, when a score was NaN, and stays NaN. */
+static inline float mha_decode_merge(const float *part, int64_t nsplit, int64_t stride, int64_t d,
+                                     float *acc) {
+    float mmax = -INFINITY, lsum = 0.0f;
+    for (int64_t sp = 0; sp < nsplit; sp++) {
+        const float ms = part[sp * stride + d];
+        mmax = ms > mmax ? ms : mmax;
+    }
+    for (int64_t c = 0; c < d; c++) acc[c] = 0.0f;
+    for (int64_t sp = 0; sp < nsplit; sp++) {
+        const float *src = part + sp * stride;
+        if (src[d + 1] == 0.0f) continue;
+        const float w = exp2f(src[d] - mmax);
+        lsum += src[d + 1] * w;
+        for (int64_t c = 0; c < d; c++) acc[c] += w * src[c];
+    }
+    return lsum;
 }
 
 #endif

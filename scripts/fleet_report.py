@@ -35,7 +35,7 @@ import re
 import statistics
 import sys
 
-from mha_stats import median_interval  # scripts/: shared with plot_results/fleet_report
+from mha_stats import decide  # scripts/: shared with the other tools
 
 
 def split_name(name):
@@ -77,17 +77,6 @@ def load_runs(paths):
                 continue
             per[shape][kernel].append(float(g))
     return data, facts
-
-
-def decide(kernels):
-    """(winner, tie set sorted, winner's median) for {kernel: samples}."""
-    stats = {}
-    for k, xs in kernels.items():
-        stats[k] = (statistics.median(xs), *median_interval(xs))
-    win = max(stats, key=lambda k: (stats[k][0], k))
-    lo_w = stats[win][1]
-    ties = sorted(k for k in stats if k != win and stats[k][2] >= lo_w)
-    return win, ties, stats[win][0]
 
 
 def report(args):

@@ -1,8 +1,10 @@
 """mha_stats.py - the statistics the Python tools share with harness/stats.c:
 the distribution-free 95% interval of a median (order statistics with
 binomial coverage), so a plot's error bar and a report's tie are the ones
-the C harness computes."""
+the C harness computes; which repetitions count; and the fastest of a set
+with the ones tied with it, as the sweep's summary decides."""
 import math
+import statistics
 
 
 def median_interval(xs, conf=0.95):
@@ -22,3 +24,24 @@ def median_interval(xs, conf=0.95):
         best = j
         j += 1
     return (x[best - 1], x[n - best])
+
+
+def counted(samples):
+    """The values of a benchmark's repetitions [(value, disturbed), ...] that
+    count, as in the sweep's summary: the undisturbed ones, or all of them
+    when every one was disturbed."""
+    samples = list(samples)
+    return [v for v, d in samples if not d] or [v for v, _ in samples]
+
+
+def decide(kernels):
+    """(winner, tie set sorted, winner's median) for {kernel: samples}: the
+    highest median; tied are those whose 95% median interval reaches the
+    winner's (their medians are lower, so that is an overlap)."""
+    stats = {}
+    for k, xs in kernels.items():
+        stats[k] = (statistics.median(xs), *median_interval(xs))
+    win = max(stats, key=lambda k: (stats[k][0], k))
+    lo_w = stats[win][1]
+    ties = sorted(k for k in stats if k != win and stats[k][2] >= lo_w)
+    return win, ties, stats[win][0]

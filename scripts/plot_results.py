@@ -28,7 +28,7 @@ import re
 import statistics
 import sys
 
-from mha_stats import median_interval  # scripts/: shared with plot_results/fleet_report
+from mha_stats import counted, median_interval  # scripts/: shared with the other tools
 
 import matplotlib
 
@@ -66,11 +66,9 @@ def load(path):
         r["disturbed"].append(bool(b.get("disturbed", 0)))
     out = {}
     for k, v in rows.items():
-        # the repetitions that count: the undisturbed ones (all if none is)
-        keep = [i for i, d in enumerate(v["disturbed"]) if not d] or list(range(len(v["gflops"])))
         e = {}
         for m in ("gflops", "pct_peak"):
-            xs = [v[m][i] for i in keep]
+            xs = counted(zip(v[m], v["disturbed"]))  # the repetitions that count
             lo, hi = median_interval(xs)
             e[m], e[m + "_lo"], e[m + "_hi"] = statistics.median(xs), lo, hi
         out[k] = e

@@ -12,16 +12,17 @@ import argparse
 import json
 import os
 import re
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mha_stats import median_interval  # noqa: E402
+from mha_stats import counted, decide, median_interval  # noqa: E402
 
 NAME = re.compile(r"^(?:layer/)?(?P<kernel>[^/]+)/(?P<shape>.*)/threads:(?P<threads>\d+)$")
 
 
 def rows(path):
-    """{(shape, threads): {kernel: (median, lo, hi)}} over the undisturbed samples."""
+    """{(shape, threads): {kernel: [the repetitions that count]}}."""
     with open(path) as f:
         doc = json.load(f)
     samples = {}
@@ -34,26 +35,17 @@ def rows(path):
         m = NAME.match(name)
         if not m or m["kernel"] == "auto" or m["kernel"].startswith("peer."):
             continue
-        clean = sorted(g for g, d in xs if not d) or sorted(g for g, _ in xs)
-        n = len(clean)
-        med = (clean[(n - 1) // 2] + clean[n // 2]) / 2
-        lo, hi = median_interval(clean)
         layer = "layer/" if name.startswith("layer/") else ""
-        out.setdefault((layer + m["shape"], int(m["threads"])), {})[m["kernel"]] = (med, lo, hi)
+        out.setdefault((layer + m["shape"], int(m["threads"])), {})[m["kernel"]] = counted(xs)
     return out
-
-
-def decision(group):
-    best = max(group, key=lambda k: group[k][0])
-    _, blo, bhi = group[best]
-    ties = {k for k, (_, lo, hi) in group.items() if k != best and not (lo > bhi or blo > hi)}
-    return best, ties
 
 
 def wide(rs, limit=0.05):
     n = w = 0
     for g in rs.values():
-        for med, lo, hi in g.values():
+        for xs in g.values():
+            med = statistics.median(xs)
+            lo, hi = median_interval(xs)
             n += 1
             w += med > 0 and (hi - lo) / 2 / med > limit
     return w, n
@@ -75,8 +67,8 @@ def main(argv):
         return 2
     agree = 0
     for key in common:
-        fa, ta = decision(ra[key])
-        fb, tb = decision(rb[key])
+        fa, ta, _ = decide(ra[key])
+        fb, tb, _ = decide(rb[key])
         ok = (fa == fb or fa in tb) and (fb == fa or fb in ta)
         agree += ok
         if not ok:

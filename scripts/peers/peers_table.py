@@ -11,10 +11,11 @@ import argparse
 import json
 import os
 import re
+import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from mha_stats import median_interval  # noqa: E402
+from mha_stats import counted, median_interval  # noqa: E402
 
 NAME = re.compile(r"^(?P<kernel>[^/]+)/(?P<shape>B:.*)/threads:(?P<threads>\d+)$")
 
@@ -42,10 +43,8 @@ def load(path):
             r = summary[name]
             med, (lo, hi) = r["gflops_median"], r["gflops_interval"]
         else:
-            clean = [g for g, d in xs if not d] or [g for g, _ in xs]
-            clean.sort()
-            n = len(clean)
-            med = (clean[(n - 1) // 2] + clean[n // 2]) / 2
+            clean = counted(xs)
+            med = statistics.median(clean)
             lo, hi = median_interval(clean)
         key = (m["shape"], int(m["threads"]))
         rows.setdefault(key, {})[m["kernel"]] = (med, lo, hi)

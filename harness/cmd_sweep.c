@@ -27,9 +27,7 @@
 #include "util.h"
 
 enum { MAX_LIST = 64, MAX_KERNELS = 64, MAX_REPS = 1000 };
-/* Every peer the project has an adapter for: a name here that this build
- * lacks (peer_find: NULL) is "not built", not unknown. */
-static const char *const PEER_NAMES[] = {"torch", "onnxruntime", "openvino", "onednn", "libxsmm"};
+/* --peers at most (peers.c lists five) */
 enum { MAX_PEERS = 8 };
 #define RUNS_DIR "results/runs"
 
@@ -754,6 +752,29 @@ static int fold_auto(bench *benches, int nbench, note_list *aliases) {
     return o;
 }
 
+/* What row b is judged against: its FLOPs (a layer's with the projections),
+ * the bytes it moves at the storage widths (K/V x its dtype's size, + int8
+ * scales, Q/O at theirs), the peak of `single` GFLOP/s per thread at its
+ * thread count, and the read bandwidth of where its working set lives (a
+ * decode row reads K and V once per call: judged against a plain read of
+ * the same bytes at the same thread count, its level named). */
+static void bench_roofline(const bench_plan *pl, bench *b, double single) {
+    const shape *s = &b->s;
+    const mha_problem p = meas_problem(s);
+    if (s->layer) {
+        const mha_layer lay = meas_layer(s, NULL);
+        const mha_layer_shape lsh = {s->b, s->nq, s->nkv, s->causal, 0.0f};
+        b->flops = mha_forward_flops(&lay, &lsh);
+    } else {
+        b->flops = mha_problem_flops(&p);
+    }
+    b->kv_bytes = meas_io_bytes(s);
+    b->peak = results_peak_at(pl->rm, single, b->threads);
+    b->level = machine_level_of(&pl->rm->m, b->kv_bytes, b->threads);
+    b->bw = s->nq == 1 && !s->layer ? results_read_bw_at(b->kv_bytes, b->threads)
+                                    : results_level_bw(pl->rm, b->level, b->threads);
+}
+
 /* A peer's benchmark of shape s at `threads` into *b: 1, or 0 when the peer
  * does not take the shape (noted in skipped). Its name is our row's with
  * peer.<name> for the kernel; the same FLOPs, bytes and peak rules (the
@@ -789,12 +810,7 @@ static int plan_peer(const bench_plan *pl, const peer_ops *peer, const shape *s,
              (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
              (long long)s->nkv, (long long)s->d, s->causal, dtype_part(&p, dtp, sizeof dtp),
              threads);
-    b->flops = mha_problem_flops(&p);
-    b->kv_bytes = meas_io_bytes(s);
-    b->peak = results_peak_at(pl->rm, results_machine_peak(pl->rm, p.dtype), threads);
-    b->level = machine_level_of(&pl->rm->m, b->kv_bytes, threads);
-    b->bw = s->nq == 1 ? results_read_bw_at(b->kv_bytes, threads)
-                       : results_level_bw(pl->rm, b->level, threads);
+    bench_roofline(pl, b, results_machine_peak(pl->rm, p.dtype));
     b->warmed = 1; /* prepare made one untimed call */
     return 1;
 }
@@ -873,17 +889,7 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
                 }
                 const mha_layer lay = meas_layer(s, NULL);
                 const mha_layer_shape lsh = {s->b, s->nq, s->nkv, s->causal, 0.0f};
-                b->flops = s->layer ? mha_forward_flops(&lay, &lsh) : mha_problem_flops(&p);
-                /* at the storage widths: K/V x its dtype's size (+ int8 scales), Q/O at theirs */
-                b->kv_bytes = meas_io_bytes(s);
-                b->peak =
-                    results_peak_at(pl->rm, results_peak_for(pl->rm, b->k, p.dtype), b->threads);
-                /* decode reads K and V once per call: judged against a plain
-                 * read of the same bytes at the same thread count (where
-                 * that working set lives), its level named */
-                b->level = machine_level_of(&pl->rm->m, b->kv_bytes, b->threads);
-                b->bw = b->s.nq == 1 && !s->layer ? results_read_bw_at(b->kv_bytes, b->threads)
-                                                  : results_level_bw(pl->rm, b->level, b->threads);
+                bench_roofline(pl, b, results_peak_for(pl->rm, b->k, p.dtype));
                 mha_options o = b->opts;
                 size_t ws = 0;
                 if ((s->layer ? mha_forward_workspace_size(b->k, &lay, &lsh, &o, &ws)
@@ -1102,7 +1108,7 @@ static int report_sweep(bench *benches, int nbench, int ngroups, const note_list
 /* The command line as given. */
 typedef struct {
     const char *preset_name, *kernel_list, *out_path;
-    const char *peer_names[MAX_PEERS]; /* --peers, each once (PEER_NAMES' strings) */
+    const char *peer_names[MAX_PEERS]; /* --peers, each once (peer_names()' strings) */
     int npeer_names;
     const char *seq, *seq_q, *seq_kv, *heads, *kv, *dims, *batch, *causal, *threads;
     unsigned dtypes, kv_dtypes;   /* MHA_DTYPE_BIT masks; kv_dtypes 0: each row's dtype */
@@ -1118,20 +1124,22 @@ typedef struct {
     int passes;         /* --passes: 1 + follow-up passes at most */
 } sweep_args;
 
-/* --peers: names of PEER_NAMES or "all", into a (each once). 0, or -1
+/* --peers: names of peer_names() or "all", into a (each once). 0, or -1
  * after a message naming the bad one. */
 static int parse_peers(const char *list, sweep_args *a) {
-    const int nnames = (int)(sizeof PEER_NAMES / sizeof PEER_NAMES[0]);
+    int nnames;
+    const char *const *names = peer_names(&nnames);
+    if (nnames > MAX_PEERS) nnames = MAX_PEERS;
     a->npeer_names = 0;
     if (strcmp(list, "all") == 0) {
-        for (int i = 0; i < nnames; i++) a->peer_names[a->npeer_names++] = PEER_NAMES[i];
+        for (int i = 0; i < nnames; i++) a->peer_names[a->npeer_names++] = names[i];
         return 0;
     }
     for (const char *p = list;;) {
         const size_t len = strcspn(p, ",");
         int found = -1;
         for (int i = 0; i < nnames; i++)
-            if (strlen(PEER_NAMES[i]) == len && strncmp(PEER_NAMES[i], p, len) == 0) found = i;
+            if (strlen(names[i]) == len && strncmp(names[i], p, len) == 0) found = i;
         if (found < 0) {
             errorf("sweep: --peers '%.*s': unknown peer (expected torch, onnxruntime, openvino, "
                    "onednn, libxsmm or all)",
@@ -1139,8 +1147,8 @@ static int parse_peers(const char *list, sweep_args *a) {
             return -1;
         }
         int dup = 0;
-        for (int i = 0; i < a->npeer_names; i++) dup |= a->peer_names[i] == PEER_NAMES[found];
-        if (!dup) a->peer_names[a->npeer_names++] = PEER_NAMES[found];
+        for (int i = 0; i < a->npeer_names; i++) dup |= a->peer_names[i] == names[found];
+        if (!dup) a->peer_names[a->npeer_names++] = names[found];
         if (!p[len]) return 0;
         p += len + 1;
     }
@@ -1416,9 +1424,7 @@ static int choose_peers(const sweep_args *a, const peer_ops **out, note_list *sk
         const peer_ops *peer = peer_find(want[i]);
         char why[512] = "", key[64], val[700];
         snprintf(key, sizeof key, "mha_peer_%s", want[i]);
-        if (!peer)
-            snprintf(why, sizeof why, "not built: meson did not find its library (%s)",
-                     strcmp(want[i], "onednn") == 0 ? "libdnnl-dev" : "libxsmm-dev");
+        if (!peer) snprintf(why, sizeof why, "%s", peer_not_built(want[i]));
         if (peer && peer->probe(why, sizeof why)) {
             printf("peer %s: %s\n", want[i], peer->version());
             mha_gbench_add_context(key, peer->version());

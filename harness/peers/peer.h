@@ -64,6 +64,12 @@ typedef struct peer_ops {
 const peer_ops *const *peer_all(int *n);
 /* The peer called name, or NULL. */
 const peer_ops *peer_find(const char *name);
+/* Every peer the project has an adapter for, built in this build or not,
+ * in the order of peer_all; *n is the count. */
+const char *const *peer_names(int *n);
+/* Why a peer of peer_names is missing from peer_all ("not built: meson did
+ * not find its library (libdnnl-dev)"); NULL when it is built. */
+const char *peer_not_built(const char *name);
 
 /* The peers' own modules. */
 extern const peer_ops peer_torch, peer_onnxruntime, peer_openvino; /* peer_py.c */

@@ -125,6 +125,28 @@ static void linear64(int64_t M, int64_t N, int64_t K, const double *x, const flo
         }
 }
 
+/* The attention part of the float64 layer oracle: mha_reference on the
+ * projections Q [B,Nq,H*dk] and K, V [B,Nkv,G*dk] held as float (2^-24, far
+ * inside every tolerance here), the heads concatenated into A [B,Nq,H*dk]. */
+static void attend64(int64_t B, int64_t H, int64_t G, int64_t Nq, int64_t Nkv, int64_t dk,
+                     int causal, const double *Q, const double *K, const double *V, double *A) {
+    const int64_t nq = B * Nq * H * dk, nk = B * Nkv * G * dk, dm = H * dk;
+    float *Qf = malloc(nq * 4), *Kf = malloc(nk * 4), *Vf = malloc(nk * 4);
+    for (int64_t i = 0; i < nq; i++) Qf[i] = (float)Q[i];
+    for (int64_t i = 0; i < nk; i++) Kf[i] = (float)K[i], Vf[i] = (float)V[i];
+    const mha_problem p = {B, H, G, Nq, Nkv, dk, causal, 0.0f, MHA_F32, MHA_F32};
+    const mha_tensor qv = mha_view_bnhd(Qf, H, Nq, dk), kv = mha_view_bnhd(Kf, G, Nkv, dk),
+                     vv = mha_view_bnhd(Vf, G, Nkv, dk);
+    double *Ahd = malloc(B * H * Nq * dk * 8);
+    assert_int_equal(mha_reference(&p, &qv, &kv, &vv, Ahd), MHA_OK);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < Nq; i++)
+                for (int64_t c = 0; c < dk; c++)
+                    A[(b * Nq + i) * dm + h * dk + c] = Ahd[((b * H + h) * Nq + i) * dk + c];
+    free(Qf), free(Kf), free(Vf), free(Ahd);
+}
+
 static float frand(uint64_t *s) { /* [-0.5, 0.5) */
     return 0.5f * uniform_pm1(s);
 }
@@ -156,20 +178,7 @@ static void test_grouped_layer(void **state) {
     linear64(B * Nkv, dkv, dm, xd, wk, bk, K);
     for (int64_t i = 0; i < B * Nkv * dm; i++) xd[i] = xv[i];
     linear64(B * Nkv, dkv, dm, xd, wv, bv, V);
-    float *Qf = malloc(B * Nq * dm * 4), *Kf = malloc(B * Nkv * dkv * 4),
-          *Vf = malloc(B * Nkv * dkv * 4);
-    for (int64_t i = 0; i < B * Nq * dm; i++) Qf[i] = (float)Q[i];
-    for (int64_t i = 0; i < B * Nkv * dkv; i++) Kf[i] = (float)K[i], Vf[i] = (float)V[i];
-    const mha_problem p = {B, H, G, Nq, Nkv, dk, 1, 0.0f, MHA_F32, MHA_F32};
-    const mha_tensor qv = mha_view_bnhd(Qf, H, Nq, dk), kv = mha_view_bnhd(Kf, G, Nkv, dk),
-                     vv = mha_view_bnhd(Vf, G, Nkv, dk);
-    double *Ahd = malloc(B * H * Nq * dk * 8);
-    assert_int_equal(mha_reference(&p, &qv, &kv, &vv, Ahd), MHA_OK);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t i = 0; i < Nq; i++)
-                for (int64_t c = 0; c < dk; c++)
-                    A[(b * Nq + i) * dm + h * dk + c] = Ahd[((b * H + h) * Nq + i) * dk + c];
+    attend64(B, H, G, Nq, Nkv, dk, 1, Q, K, V, A);
     linear64(B * Nq, dm, dm, A, wo, bo, Y);
     double mag = 0;
     for (int64_t i = 0; i < B * Nq * dm; i++) mag = fmax(mag, fabs(Y[i]));
@@ -193,7 +202,7 @@ static void test_grouped_layer(void **state) {
     }
     free(xq), free(xk), free(xv), free(wq), free(wk), free(wv), free(wo), free(xd), free(Q),
         free(K), free(V);
-    free(A), free(Y), free(Qf), free(Kf), free(Vf), free(Ahd), free(out);
+    free(A), free(Y), free(out);
 }
 
 /* ---- the bf16 / fp16 layer ---------------------------------------------------------- */
@@ -265,19 +274,7 @@ static void run_typed_case(mha_dtype t, const typed_case *c, uint64_t seed) {
     linear64d(B * Nkv, dkv, dm, xk, w[1], b[1], P[1][0], P[1][1], P[1][2]);
     linear64d(B * Nkv, dkv, dm, xv, w[2], b[2], P[2][0], P[2][1], P[2][2]);
     const double *Q = P[0][0], *K = P[1][0], *V = P[2][0];
-    float *Qf = malloc(nq * 4), *Kf = malloc(nk * 4), *Vf = malloc(nk * 4);
-    for (int64_t i = 0; i < nq; i++) Qf[i] = (float)Q[i];
-    for (int64_t i = 0; i < nk; i++) Kf[i] = (float)K[i], Vf[i] = (float)V[i];
-    const mha_problem p = {B, H, G, Nq, Nkv, dk, c->causal, 0.0f, MHA_F32, MHA_F32};
-    const mha_tensor qv = mha_view_bnhd(Qf, H, Nq, dk), kv = mha_view_bnhd(Kf, G, Nkv, dk),
-                     vv = mha_view_bnhd(Vf, G, Nkv, dk);
-    double *Ahd = malloc(B * H * Nq * dk * 8);
-    assert_int_equal(mha_reference(&p, &qv, &kv, &vv, Ahd), MHA_OK);
-    for (int64_t bb = 0; bb < B; bb++)
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t i = 0; i < Nq; i++)
-                for (int64_t e = 0; e < dk; e++)
-                    A[(bb * Nq + i) * dm + h * dk + e] = Ahd[((bb * H + h) * Nq + i) * dk + e];
+    attend64(B, H, G, Nq, Nkv, dk, c->causal, Q, K, V, A);
     linear64d(B * Nq, dm, dm, A, w[3], b[3], Y, Y2, Yb);
 
     /* the error bounds of the stages (harness/check.c): projections, then per
@@ -370,8 +367,8 @@ static void run_typed_case(mha_dtype t, const typed_case *c, uint64_t seed) {
         free(E[i]);
         for (int j = 0; j < 3; j++) free(P[i][j]);
     }
-    free(xq), free(xk), free(xv), free(A), free(Y), free(Y2), free(Yb), free(Qf), free(Kf),
-        free(Vf), free(Ahd), free(pj), free(EA), free(tol);
+    free(xq), free(xk), free(xv), free(A), free(Y), free(Y2), free(Yb), free(pj), free(EA),
+        free(tol);
 }
 
 static const typed_case typed_cases[] = {

@@ -1546,8 +1546,12 @@ static const char *measure_machine(const sweep_args *a, const preset *pr, const 
         printf(" %s %.1f/%.1f", machine_level_name((machine_level)l), rm->level_bw[l][0],
                rm->level_bw[l][1]);
     printf("; all cores at once: %.2f x one core each", rm->fma_ceiling_all);
-    if (rm->fma_ceiling_all < 0.9)
-        printf(" (low: the machine looks busy; multi-thread rows' peak uses it as measured)");
+    if (rm->measure_tries > 1)
+        printf("; measured %d times (the first looked disturbed), best of each kept",
+               rm->measure_tries);
+    if (rm->disturbed)
+        printf(" (still low: the machine looks busy; multi-thread rows use these figures as "
+               "measured)");
     printf("\n");
     printf("rates on B=1 H=1 N=256 d=64, 1 thread (for the time estimates):");
     for (int i = 0; i < nk; i++) {

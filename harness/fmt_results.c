@@ -22,10 +22,7 @@
 
 extern char **environ;
 
-void results_measure_machine(results_machine *rm, double budget_s) {
-    memset(rm, 0, sizeof *rm);
-    machine_describe(&rm->m);
-    machine_cpu_key(&rm->m, rm->cpu_key, sizeof rm->cpu_key);
+static void measure_once(results_machine *rm, double budget_s) {
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
         machine_peak p;
         if (machine_fma_peak((mha_isa)i, budget_s, &p) == MHA_OK) {
@@ -52,6 +49,50 @@ void results_measure_machine(results_machine *rm, double budget_s) {
         }
     rm->read_bw_1t = rm->level_bw[MACH_DRAM][0];
     rm->read_bw_all = rm->level_bw[MACH_DRAM][1];
+}
+
+/* Evidence that a measurement of the machine was disturbed (another tenant
+ * on a core): the cores together below 0.9 x one core each, or a private
+ * level (L1, L2) read on every core at once not even 1.5x one core's rate
+ * (seen on the Zen 4 VM: a sweep's start measured a ceiling of 0.50 and L1 /
+ * L2 "all cores" at one core's rate, then every 2-thread row read above
+ * 100% of its level). */
+static int machine_disturbed(const results_machine *rm) {
+    if (rm->bw_threads_all <= 1) return 0;
+    if (rm->fma_ceiling_all < 0.9) return 1;
+    for (int l = MACH_L1; l <= MACH_L2; l++)
+        if (rm->level_bw[l][1] < 1.5 * rm->level_bw[l][0]) return 1;
+    return 0;
+}
+
+static double max2(double a, double b) {
+    return a > b ? a : b;
+}
+
+void results_measure_machine(results_machine *rm, double budget_s) {
+    memset(rm, 0, sizeof *rm);
+    machine_describe(&rm->m);
+    machine_cpu_key(&rm->m, rm->cpu_key, sizeof rm->cpu_key);
+    measure_once(rm, budget_s);
+    rm->measure_tries = 1;
+    /* Disturbance only ever lowers a peak or a bandwidth: retake (at most
+     * twice more) and keep the best of each figure. */
+    while (machine_disturbed(rm) && rm->measure_tries < 3) {
+        results_machine again = *rm;
+        measure_once(&again, budget_s);
+        rm->measure_tries++;
+        for (int i = 0; i < MHA_ISA_COUNT; i++) {
+            rm->peak_gflops[i] = max2(rm->peak_gflops[i], again.peak_gflops[i]);
+            rm->bf16_peak_gflops[i] = max2(rm->bf16_peak_gflops[i], again.bf16_peak_gflops[i]);
+        }
+        rm->fma_ceiling_all = max2(rm->fma_ceiling_all, again.fma_ceiling_all);
+        for (int l = 0; l < MACH_LEVELS; l++)
+            for (int a = 0; a < 2; a++)
+                rm->level_bw[l][a] = max2(rm->level_bw[l][a], again.level_bw[l][a]);
+        rm->read_bw_1t = rm->level_bw[MACH_DRAM][0];
+        rm->read_bw_all = rm->level_bw[MACH_DRAM][1];
+    }
+    rm->disturbed = machine_disturbed(rm);
 }
 
 double results_kernel_peak(const results_machine *rm, const mha_kernel *k) {
@@ -169,6 +210,7 @@ const char *const results_context_keys[] = {
     "mha_read_bw_gbs_l2_all",
     "mha_read_bw_gbs_l3_1t",
     "mha_read_bw_gbs_l3_all",
+    "mha_machine_measured",
     "mha_compiler",
     "mha_cflags",
     "mha_git_revision",
@@ -242,6 +284,10 @@ void results_context(const results_machine *rm, const results_run_info *ri, resu
     }
     /* every core's FMA loop at once vs cores x one: multi-thread rows' peak */
     EMITF("mha_fma_ceiling_all", "%.3f", rm->fma_ceiling_all > 0 ? rm->fma_ceiling_all : 1);
+    /* how many times the figures above were measured (retaken when disturbed),
+     * and whether the last still looked disturbed */
+    EMITF("mha_machine_measured", "%d%s", rm->measure_tries > 0 ? rm->measure_tries : 1,
+          rm->disturbed ? " (disturbed)" : "");
     EMITF("mha_read_bw_gbs_1t", "%.2f", rm->read_bw_1t); /* DRAM */
     EMITF("mha_read_bw_gbs_all", "%.2f", rm->read_bw_all);
     for (int l = MACH_L1; l < MACH_DRAM; l++)

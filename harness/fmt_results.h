@@ -31,10 +31,14 @@ typedef struct {
     double read_bw_1t, read_bw_all;  /* GB/s from DRAM, 1 thread and all cores */
     int bw_threads_all;              /* the thread count of read_bw_all */
     double level_bw[MACH_LEVELS][2]; /* GB/s per level (mach_info.h), [0] 1 thread, [1] all */
+    int measure_tries;               /* 1, or up to 3 when the evidence said disturbed */
+    int disturbed;                   /* the best of the tries still looked disturbed */
 } results_machine;
 
 /* Describes the machine and measures peaks (about budget_s per ISA) and read
- * bandwidth (about budget_s each). Bind threads first so the all-core
+ * bandwidth (about budget_s each); when the cores together look disturbed
+ * (fmt_results.c: machine_disturbed) measures again, at most 3 times in all,
+ * keeping the best of each figure. Bind threads first so the all-core
  * bandwidth runs pinned like the benchmarks. */
 void results_measure_machine(results_machine *rm, double budget_s);
 

@@ -211,6 +211,7 @@ const char *const results_context_keys[] = {
     "mha_read_bw_gbs_l3_1t",
     "mha_read_bw_gbs_l3_all",
     "mha_machine_measured",
+    "mha_hugepages",
     "mha_compiler",
     "mha_cflags",
     "mha_git_revision",
@@ -284,6 +285,20 @@ void results_context(const results_machine *rm, const results_run_info *ri, resu
     }
     /* every core's FMA loop at once vs cores x one: multi-thread rows' peak */
     EMITF("mha_fma_ceiling_all", "%.3f", rm->fma_ceiling_all > 0 ? rm->fma_ceiling_all : 1);
+    /* the page policy of the buffers (mha_alloc) and what the kernel allows */
+    {
+        char thp[32] = "unknown";
+        FILE *tf = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+        char line[128];
+        if (tf && fgets(line, sizeof line, tf)) {
+            const char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
+            if (a && b && b - a - 1 < (ptrdiff_t)sizeof thp)
+                snprintf(thp, sizeof thp, "%.*s", (int)(b - a - 1), a + 1);
+        }
+        if (tf) fclose(tf);
+        EMITF("mha_hugepages", "%s (transparent_hugepage: %s)",
+              mha_hugepages() ? "advised from 2 MiB" : "off (MHA_HUGEPAGES=0)", thp);
+    }
     /* how many times the figures above were measured (retaken when disturbed),
      * and whether the last still looked disturbed */
     EMITF("mha_machine_measured", "%d%s", rm->measure_tries > 0 ? rm->measure_tries : 1,

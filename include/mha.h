@@ -218,8 +218,15 @@ MHA_API mha_status mha_resolve_options(const mha_kernel *k, const mha_problem *p
 /* Bytes of workspace a call needs (0 is possible). */
 MHA_API mha_status mha_workspace_size(const mha_kernel *k, const mha_problem *p,
                                       const mha_options *o, size_t *bytes);
-/* 64-byte aligned allocation for workspace; NULL on failure. Free with mha_free. */
+/* 64-byte aligned allocation for workspace, inputs and KV caches; NULL on
+ * failure. Free with mha_free. From MHA_HUGE_PAGE bytes up the buffer is 2
+ * MiB aligned, its size rounded up to 2 MiB, and advised onto transparent huge
+ * pages (madvise MADV_HUGEPAGE; Linux, unless the environment sets
+ * MHA_HUGEPAGES=0). Callers with their own allocator: see README "Huge pages". */
+#define MHA_HUGE_PAGE ((size_t)2 << 20)
 MHA_API void *mha_alloc(size_t bytes);
+/* 1 unless MHA_HUGEPAGES=0: whether mha_alloc advises large buffers onto huge pages. */
+MHA_API int mha_hugepages(void);
 MHA_API void mha_free(void *ptr);
 
 /* The attention core: out = softmax(scale * q k^T + mask) v per (batch, head).

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -139,6 +140,38 @@ static void test_layer_arguments(void **state) {
     assert_non_null(strstr(mha_last_error(), "batch = 0"));
 }
 
+/* mha_alloc's page policy: small buffers 64-byte aligned, large ones on 2
+ * MiB boundaries (advised onto huge pages; whether the kernel grants them is
+ * its business, so only the alignment and usability are asserted), every
+ * byte writable; MHA_HUGEPAGES=0 turns the advice off. */
+static void test_alloc_pages(void **state) {
+    (void)state;
+    setenv("MHA_HUGEPAGES", "1", 1);
+    assert_int_equal(mha_hugepages(), 1);
+    char *small = mha_alloc(1000);
+    assert_non_null(small);
+    assert_int_equal((uintptr_t)small % MHA_WORKSPACE_ALIGN, 0);
+    memset(small, 1, 1000);
+    const size_t sizes[] = {MHA_HUGE_PAGE, MHA_HUGE_PAGE + 1, 3 * MHA_HUGE_PAGE + 4096};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        char *big = mha_alloc(sizes[i]);
+        assert_non_null(big);
+        assert_int_equal((uintptr_t)big % MHA_HUGE_PAGE, 0);
+        memset(big, 2, sizes[i]);
+        assert_int_equal(big[sizes[i] - 1], 2);
+        mha_free(big);
+    }
+    mha_free(small);
+    setenv("MHA_HUGEPAGES", "0", 1);
+    assert_int_equal(mha_hugepages(), 0);
+    char *plain = mha_alloc(MHA_HUGE_PAGE + 64);
+    assert_non_null(plain);
+    assert_int_equal((uintptr_t)plain % MHA_WORKSPACE_ALIGN, 0);
+    mha_free(plain);
+    unsetenv("MHA_HUGEPAGES");
+    assert_null(mha_alloc(SIZE_MAX - 8)); /* overflow: NULL, not a wrapped size */
+}
+
 static void test_status_strings(void **state) {
     (void)state;
     for (int s = MHA_OK; s <= MHA_EFORMAT; s++)
@@ -152,6 +185,7 @@ int main(void) {
         cmocka_unit_test(test_overflow),
         cmocka_unit_test(test_attend_arguments),
         cmocka_unit_test(test_layer_arguments),
+        cmocka_unit_test(test_alloc_pages),
         cmocka_unit_test(test_status_strings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

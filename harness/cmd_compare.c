@@ -370,6 +370,7 @@ typedef struct {
     int nb, nn;
     double med_b, med_n, change; /* medians in ns, change in percent (after drift removal) */
     double change_raw;           /* before drift removal */
+    double threshold;            /* percent: its drift group's, else the run's */
     utest ut;
     int too_few;
     verdict v;
@@ -383,10 +384,14 @@ typedef struct {
     int normalize;       /* remove the drift common to every benchmark before testing */
 } settings;
 
-/* A drift group: thread count, size, memory-bound or not, and its drift. */
+/* A drift group: thread count, size, memory-bound or not, its drift, and
+ * (derived thresholds only) the threshold its rows are judged by: from the
+ * group's own residual spread when it has STATS_DRIFT_MIN rows or more. */
 typedef struct {
     int threads, n, mem;
     double drift;
+    double threshold, sigma; /* percent */
+    int own;                 /* threshold from the group's own (wider) spread */
 } drift_group;
 
 /* What compare_sets used, for the report: the drift it removed and where the
@@ -415,9 +420,10 @@ typedef struct {
  * mean anything, so such a row is at most 'noisy' (never fails a build). */
 static verdict decide(const row *r, const settings *s) {
     const int sig = !r->too_few && r->ut.p < s->alpha;
-    if (r->change > s->threshold && sig) return V_SLOWER;
-    if (r->change < -s->threshold && sig) return V_FASTER;
-    if (fabs(r->change) > s->threshold) return V_NOISY;
+    const double t = r->threshold > 0 ? r->threshold : s->threshold;
+    if (r->change > t && sig) return V_SLOWER;
+    if (r->change < -t && sig) return V_FASTER;
+    if (fabs(r->change) > t) return V_NOISY;
     return V_SAME;
 }
 
@@ -482,8 +488,7 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         r->med_n = median_sorted(n->t, n->n);
         lr[nr++] = log(r->med_n / r->med_b);
     }
-    gate_info g = {
-        nr, 0, 0, 0, s->threshold, s->threshold_given == 2 ? "ab" : "given", {{0, 0, 0, 0}}, 0};
+    gate_info g = {nr, 0, 0, 0, s->threshold, s->threshold_given == 2 ? "ab" : "given", {{0}}, 0};
     /* The drift per resource group: rows at one thread count that are
      * compute-bound share the cores' clock and share, memory-bound ones (a
      * bw_level field: decode) the host's memory traffic. A group too small
@@ -492,7 +497,8 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
      * Each group's drift is computed once (g.groups), then given to its rows. */
     double *gdrift = xrealloc(NULL, (size_t)(nr ? nr : 1) * sizeof *gdrift);
     double *tmp = xrealloc(NULL, (size_t)(nr ? nr : 1) * sizeof *tmp);
-    for (int i = 0; i < nr; i++) gdrift[i] = 0;
+    int *gidx = xrealloc(NULL, (size_t)(nr ? nr : 1) * sizeof *gidx);
+    for (int i = 0; i < nr; i++) gdrift[i] = 0, gidx[i] = -1;
     if (s->normalize && nr >= STATS_DRIFT_MIN) {
         int nc = group_changes(base, rows, lr, nr, -1, 0, tmp);
         g.drift = nc >= STATS_DRIFT_MIN ? stats_common_drift(tmp, nc) : stats_common_drift(lr, nr);
@@ -505,7 +511,7 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
                     dg = &g.groups[k];
             drift_group here;
             if (!dg) {
-                here = (drift_group){bi->threads, 0, bi->mem, g.drift};
+                here = (drift_group){.threads = bi->threads, .mem = bi->mem, .drift = g.drift};
                 here.n = group_changes(base, rows, lr, nr, bi->threads, bi->mem, tmp);
                 if (here.n >= (bi->mem ? 2 : STATS_DRIFT_MIN)) {
                     here.drift = median_inplace(tmp, here.n);
@@ -520,6 +526,7 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
                 }
             }
             gdrift[i] = dg->drift;
+            if (dg != &here) gidx[i] = (int)(dg - g.groups);
         }
     }
     for (int i = 0; i < nr; i++) lr[i] -= gdrift[i];
@@ -528,7 +535,30 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         g.threshold = derived;
         g.threshold_source = nr >= STATS_DRIFT_MIN ? "derived" : "default";
     }
+    /* A noisier drift group widens its own threshold: on a 2-vCPU VM the
+     * 2-thread rows (both vCPUs must be free) spread 3-5x wider than the
+     * 1-thread rows, and one pooled threshold flagged 2-thread noise as
+     * regressions (A/A pairs, README "Regression testing in CI"). A group of
+     * STATS_DRIFT_MIN rows or more is judged by its own derived threshold
+     * when that is wider than the run's; never narrower: 8 rows' spread is
+     * too rough an estimate to tighten on (an A/A pair moved two 1-thread
+     * rows 4-5% together while the other six moved under 1%). */
+    for (int k = 0; k < g.ngroups; k++) {
+        drift_group *dg = &g.groups[k];
+        dg->threshold = g.threshold;
+        if (s->threshold_given || strcmp(g.threshold_source, "derived") != 0) continue;
+        int n = 0;
+        for (int i = 0; i < nr; i++)
+            if (gidx[i] == k) tmp[n++] = lr[i];
+        if (n >= STATS_DRIFT_MIN) {
+            const double t = stats_derived_threshold(tmp, n, g.threshold, &dg->sigma);
+            if (t > g.threshold) dg->threshold = t, dg->own = 1;
+        }
+    }
+    for (int i = 0; i < nr; i++)
+        rows[i].threshold = gidx[i] >= 0 ? g.groups[gidx[i]].threshold : g.threshold;
     free(tmp);
+    free(gidx);
     settings eff = *s;
     eff.threshold = g.threshold;
     /* Pass 2: the U test on the new samples with their group's drift divided out. */
@@ -572,6 +602,9 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
             json_object_object_add(e, "benchmarks", json_object_new_int(g.groups[k].n));
             json_object_object_add(e, "drift_pct",
                                    results_json_double(100 * (exp(g.groups[k].drift) - 1)));
+            json_object_object_add(e, "threshold_pct", results_json_double(g.groups[k].threshold));
+            json_object_object_add(e, "threshold_from_group",
+                                   json_object_new_boolean(g.groups[k].own));
             json_object_array_add(mg, e);
         }
         json_object_object_add(o, "drift_groups", mg);
@@ -594,6 +627,7 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
             json_object_object_add(e, "new_median_ns", results_json_double(r->med_n));
             json_object_object_add(e, "change_pct", results_json_double(r->change));
             json_object_object_add(e, "change_raw_pct", results_json_double(r->change_raw));
+            json_object_object_add(e, "threshold_pct", results_json_double(r->threshold));
             json_object_object_add(e, "u", results_json_double(r->ut.u));
             json_object_object_add(e, "p_value", results_json_double(r->ut.p));
             json_object_object_add(e, "p_method",
@@ -626,24 +660,30 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         if (g.normalized) {
             printf("host drift, divided out of every new sample before testing (--no-normalize "
                    "keeps it):\n");
-            for (int k = 0; k < g.ngroups; k++)
-                printf("  %s-bound at %d thread%s: %+.1f%% (%d benchmark%s%s)\n",
+            for (int k = 0; k < g.ngroups; k++) {
+                printf("  %s-bound at %d thread%s: %+.1f%% (%d benchmark%s%s)",
                        g.groups[k].mem ? "memory" : "compute", g.groups[k].threads,
                        g.groups[k].threads == 1 ? "" : "s", 100 * (exp(g.groups[k].drift) - 1),
                        g.groups[k].n, g.groups[k].n == 1 ? "" : "s",
                        (g.groups[k].mem ? g.groups[k].n < 2 : g.groups[k].n < STATS_DRIFT_MIN)
                            ? "; too few: the compute rows' drift"
                            : "");
+                if (g.groups[k].own)
+                    printf("; threshold %.1f%% (%.0f x its own spread %.2f%%)",
+                           g.groups[k].threshold, STATS_THRESHOLD_K, g.groups[k].sigma);
+                printf("\n");
+            }
         } else if (s->normalize)
             printf("host drift: not removed (fewer than %d benchmarks in both files)\n",
                    STATS_DRIFT_MIN);
         if (strcmp(g.threshold_source, "derived") == 0)
             printf(
                 "threshold: %.1f%% derived: %.0f x the robust spread %.2f%% of the %d changes%s, "
-                "within [%.0f, %.0f]%%\n",
+                "within [%.0f, %.0f]%%%s\n",
                 g.threshold, STATS_THRESHOLD_K, g.sigma, g.n,
                 g.normalized ? " after drift removal" : "", STATS_THRESHOLD_MIN,
-                STATS_THRESHOLD_MAX);
+                STATS_THRESHOLD_MAX,
+                g.normalized ? "; a noisier group of 5 or more rows uses its own (above)" : "");
         else
             printf("threshold: %.1f%% %s\n", g.threshold,
                    strcmp(g.threshold_source, "given") == 0 ? "(--threshold)"

@@ -121,14 +121,16 @@ static result_writer begin_results(const char *path, fingerprint fp) {
 static void add_aggregates(result_writer *w, const char *name, int n, const char *unit);
 static void add_bench_x(result_writer *w, const char *name, int n, const double *t,
                         const char *unit, const char *extra) {
+    const char *th = strstr(name, "/threads:"); /* the row's thread count, as the sweep writes it */
+    const int threads = th ? atoi(th + 9) : 1;
     for (int i = 0; i < n; i++)
         fprintf(w->f,
                 "%s\n    {\"name\": \"%s\", \"family_index\": 0, \"per_family_instance_index\": 0,"
                 " \"run_name\": \"%s\", \"run_type\": \"iteration\", \"repetitions\": %d,"
-                " \"repetition_index\": %d, \"threads\": 1, \"iterations\": 100,"
+                " \"repetition_index\": %d, \"threads\": %d, \"iterations\": 100,"
                 " \"real_time\": %.17g, \"cpu_time\": %.17g, \"time_unit\": \"%s\","
                 " \"GFLOPS\": 1.5e+01, \"pct_peak\": 12.5%s}",
-                w->rows++ ? "," : "", name, name, n, i, t[i], t[i], unit, extra);
+                w->rows++ ? "," : "", name, name, n, i, threads, t[i], t[i], unit, extra);
     add_aggregates(w, name, n, unit);
 }
 
@@ -334,6 +336,44 @@ static void test_memory_drift(void **state) {
     EXPECT_EXIT(1, run_bench("compare", a, b, NULL));
     EXPECT_IN(g_out, "memory-bound at 1 thread: +12.0% (3 benchmarks)");
     EXPECT_IN(g_out, "compute-bound at 1 thread: +0.0% (8 benchmarks)");
+}
+
+/* A noisier drift group widens its own threshold, never the quiet one's:
+ * eight 1-thread rows move under 0.5% but one 8% (a regression), eight
+ * 2-thread rows move -9% .. +9% (a busy second vCPU, no change): the pooled
+ * threshold (about 6%) would flag the 2-thread rows at +8% and +9%. */
+static void test_noisy_group(void **state) {
+    (void)state;
+    NEED_BENCH();
+    static const double one_t[8] = {0, 0.5, -0.5, 0.3, -0.3, 0.2, -0.2, 8};
+    static const double two_t[8] = {-9, -8, -6, -1, 1, 6, 8, 9};
+    const char *a = tmp_path("group_a.json"), *b = tmp_path("group_b.json");
+    for (int side = 0; side < 2; side++) {
+        result_writer w = begin_results(side ? b : a, FP_HERE);
+        for (int k = 0; k < 16; k++) {
+            char name[160];
+            double t[12];
+            const int th = k < 8 ? 1 : 2;
+            snprintf(name, sizeof name,
+                     "flash.avx2/B:1/H:%d/KV:%d/Nq:512/Nkv:512/d:64/causal:0/threads:%d", 8 + k,
+                     8 + k, th);
+            const double f = side ? 1 + (k < 8 ? one_t[k] : two_t[k - 8]) / 100 : 1.0;
+            sample(t, 12, 1000.0 * (k + 1) * f, 0.002);
+            add_bench(&w, name, 12, t, "ns");
+        }
+        end_results(&w);
+    }
+    EXPECT_EXIT(1, run_bench("compare", a, b, "--json", NULL));
+    json_object *r = parse_report();
+    for (int k = 0; k < 16; k++) assert_string_equal(verdict_at(r, k), k == 7 ? "slower" : "same");
+    const double pooled = json_object_get_double(get(r, "threshold_pct"));
+    assert_true(pooled >= 2 && pooled < 8); /* the 2-thread +8%, +9% rows would be slower */
+    assert_true(json_object_get_double(get(bench_at(r, 7), "threshold_pct")) == pooled);
+    assert_true(json_object_get_double(get(bench_at(r, 15), "threshold_pct")) > 9.5);
+    json_object_put(r);
+    EXPECT_EXIT(1, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_out, "compute-bound at 2 threads");
+    EXPECT_IN(g_out, "x its own spread");
 }
 
 static void test_noisy_overlap(void **state) {
@@ -835,6 +875,7 @@ int main(void) {
         cmocka_unit_test(test_slower_tight),
         cmocka_unit_test(test_drift_removed),
         cmocka_unit_test(test_memory_drift),
+        cmocka_unit_test(test_noisy_group),
         cmocka_unit_test(test_noisy_overlap),
         cmocka_unit_test(test_too_few),
         cmocka_unit_test(test_fingerprint_mismatch),

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "select.h"
 #include "ukernels.h"
 
 #ifndef __AVX512BF16__
@@ -30,11 +31,17 @@
 #define LOG2E 1.44269504088896341f
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 enum { DB_RB = 4, DB_BK = 16 }; /* rows per pass over K/V, keys per softmax block */
-enum { DB_BK1 = 4 };            /* keys per block when a pass has one row */
+/* keys per block when a pass has one row: short from DRAM, long from a cache
+ * that fits the L3 with room to spare (db_plan.bk1); at most DB_RB * DB_BK,
+ * the one row's share of the scratch */
+enum { DB_BK1_STREAM = 16, DB_BK1_CACHED = 64 };
+_Static_assert(DB_BK1_CACHED <= DB_RB * DB_BK && DB_BK1_STREAM <= DB_RB * DB_BK,
+               "a one-row block fits the scratch of DB_RB rows");
 enum { DB_INIT_ZERO, DB_INIT_ACC, DB_INIT_SCALE };
 
 typedef struct {
     int64_t rows, nsplit, chunk, dq; /* dq: head_dim rounded up to 32 (one vdpbf16ps) */
+    int64_t bk1;                     /* keys per block of a one-row pass */
     size_t part, scratch;
 } db_plan;
 
@@ -45,6 +52,17 @@ static db_plan plan(const mha_problem *p, int threads) {
     P.nsplit = mha_decode_nsplit(p, P.rows, 4 * DB_RB, threads); /* decode.c's split */
     P.chunk = (p->seq_kv + P.nsplit - 1) / P.nsplit;
     P.dq = (p->head_dim + 31) / 32 * 32;
+    /* One row per pass, d = 128, Nkv = 4096, Zen 4 (32 MiB L3), interleaved
+     * profile runs, GFLOP/s at 1 / 2 threads: H = 4 (8 MiB) 4 keys 24.9 /
+     * 47.5, 16 keys 54.8-57.5 / 94.0-100.7, 64 keys 57.8-62.0 / 108.9-122.3;
+     * H = 16 (16 MiB) 16 keys 26.8-29.3, 64 keys 16.2-20.6 (1 thread); H = 32
+     * (32 MiB) 16 keys 23.9-24.7 / 33.5-35.2, 64 keys 12.3-12.7 / 25.1-27.3,
+     * with prefetch one or two blocks ahead 14.8 / 29.3-31.5. */
+    mha_caches c;
+    mha_caches_get(&c);
+    const double kv_bytes =
+        2.0 * (double)pairs * (double)p->seq_kv * (double)(p->head_dim * 2 /* bf16 */);
+    P.bk1 = kv_bytes <= (double)c.l3 / 4 ? DB_BK1_CACHED : DB_BK1_STREAM;
     const size_t f = sizeof(float), d = (size_t)p->head_dim, dq = (size_t)P.dq;
     P.part =
         P.nsplit > 1
@@ -235,7 +253,7 @@ static const pv_fn pv_fns[DB_RB] = {pv_1, pv_2, pv_3, pv_4};
 typedef struct {
     const mha_problem *p;
     const mha_tensor *q, *k, *v;
-    int64_t group, dq;
+    int64_t group, dq, bk1;
     float qscale;
 } db_ctx;
 
@@ -268,14 +286,15 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
     const uint16_t *vh = (const uint16_t *)v->data + b * v->stride_b + g * v->stride_h;
     /* No software prefetch, short blocks: K and V are read in alternation a
      * few keys at a time and the hardware prefetchers keep both streams
-     * going, from DRAM (a cache evicted since the last step) as from L3.
+     * going, from DRAM (a cache evicted since the last step); one row over a
+     * cache well inside the L3 takes long blocks (plan: bk1).
      * Measured on Zen 4, H=32 Nkv=4096 d=128, medians of interleaved runs:
      * one row per pass (KV=32, DRAM): 64 keys with prefetch 8 KiB ahead 13.5
      * GFLOP/s; without, 16 keys 16-17, 8 keys 22.4 / 31.5 (1 / 2 threads),
      * 4 keys 20.3 / 40.2. Four rows (KV=8): cold cache (bench_kvcache) 64
      * keys with prefetch 45 / 80, 16 keys without 52-60 / 107-125; warm (L3,
      * profile) 94-108 / 240-246 against 100-108 / 204-210. */
-    const int64_t bkb = R == 1 ? DB_BK1 : DB_BK;
+    const int64_t bkb = R == 1 ? x->bk1 : DB_BK;
     int64_t kend = k0;
     for (int r = 0; r < R; r++) kend = end[r] > kend ? end[r] : kend;
     if (kend > k1) kend = k1;
@@ -337,7 +356,8 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                                           void *workspace) {
     (void)o;
     const db_plan P = plan(p, threads);
-    const db_ctx x = {p, q, k, v, p->heads / p->kv_heads, P.dq, mha_problem_scale(p) * LOG2E};
+    const db_ctx x = {
+        p, q, k, v, p->heads / p->kv_heads, P.dq, P.bk1, mha_problem_scale(p) * LOG2E};
     const int64_t d = p->head_dim, dq = P.dq, Nq = p->seq_q, G = p->kv_heads;
     const int64_t nrc = (P.rows + DB_RB - 1) / DB_RB, items = p->batch * G * nrc * P.nsplit;
     float *part = (float *)workspace; /* [pair][split][row][d + 2]: o, m, l */

@@ -103,11 +103,13 @@ static dec_plan plan(const mha_problem *p, int threads) {
     P.wide_q = p->dtype != MHA_F32;
     /* One row per pass (MHA decode) streams K and V with q in registers;
      * software prefetch pays only when the stream comes from DRAM. Measured
-     * on Zen 4 (32 MiB L3), d = 128, Nkv = 4096, interleaved runs: H = 4
-     * (16 MiB, L3) without prefetch 29.4 / 61.9 GFLOP/s at 1 / 2 threads,
-     * with 27.4 / 56.3; a 32 MiB bf16 cache 28.8 / 43.5 without, 18.5 /
-     * 35.6 with; H = 32 fp32 (64 MiB, DRAM) 9.5 / 16.7 without, 10.3 / 17.4
-     * with. The multi-row passes are compute-bound and always prefetch. */
+     * on Zen 4 (32 MiB L3), d = 128, Nkv = 4096, interleaved profile runs,
+     * GFLOP/s at 1 / 2 threads: H = 4 fp32 (16 MiB, L3) without prefetch
+     * 29.4 / 61.9, with 27.4 / 56.3; H = 32 fp32 (128 MiB) without 9.5 /
+     * 16.7, with 10.3 / 17.4; H = 32 bf16 (64 MiB) once 28.8 / 43.5 without
+     * against 18.5 / 35.6 with, but level (13.3-14.8 / 29.1-30.2) when
+     * measured again on huge pages. The multi-row passes are compute-bound
+     * and always prefetch. */
     mha_caches c;
     mha_caches_get(&c);
     const double kv_bytes = 2.0 * (double)(p->batch * p->kv_heads) * (double)p->seq_kv *

@@ -1536,7 +1536,7 @@ static const char *measure_machine(const sweep_args *a, const preset *pr, const 
     printf(", binding %s, seed %llu\nmeasuring the machine (FMA peak per ISA, read bandwidth)...\n",
            binding, (unsigned long long)a->seed);
     fflush(stdout);
-    results_measure_machine(rm, 0.15);
+    results_measure_machine(rm, 0.15, tmax > 1); /* all-core figures matter to multi-thread rows */
     printf("cpu %s (%s), peak GFLOP/s per thread:", rm->m.model, rm->cpu_key);
     for (int i = 0; i < MHA_ISA_COUNT; i++)
         if (rm->peak_gflops[i] > 0)
@@ -1547,8 +1547,7 @@ static const char *measure_machine(const sweep_args *a, const preset *pr, const 
                rm->level_bw[l][1]);
     printf("; all cores at once: %.2f x one core each", rm->fma_ceiling_all);
     if (rm->measure_tries > 1)
-        printf("; measured %d times (the first looked disturbed), best of each kept",
-               rm->measure_tries);
+        printf("; all-core figures taken twice (the first looked disturbed), the better kept");
     if (rm->disturbed)
         printf(" (still low: the machine looks busy; multi-thread rows use these figures as "
                "measured)");

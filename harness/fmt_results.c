@@ -22,14 +22,9 @@
 
 extern char **environ;
 
-static void measure_once(results_machine *rm, double budget_s) {
-    for (int i = 0; i < MHA_ISA_COUNT; i++) {
-        machine_peak p;
-        if (machine_fma_peak((mha_isa)i, budget_s, &p) == MHA_OK) {
-            rm->peak_gflops[i] = p.gflops;
-            rm->bf16_peak_gflops[i] = p.bf16_gflops;
-        }
-    }
+/* The figures taken with every core at once: the FMA ceiling and each
+ * level's all-core read bandwidth (the single-core figures must be in rm). */
+static void measure_all_cores(results_machine *rm, double budget_s) {
     rm->bw_threads_all = rm->m.cores > 0 ? rm->m.cores : 1;
     rm->fma_ceiling_all = 1;
     for (int i = MHA_ISA_COUNT - 1; i >= 0 && rm->bw_threads_all > 1; i--)
@@ -39,16 +34,29 @@ static void measure_once(results_machine *rm, double budget_s) {
             break;
         }
     for (int l = 0; l < MACH_LEVELS; l++)
-        for (int a = 0; a < 2; a++) {
-            const int t = a ? rm->bw_threads_all : 1;
-            rm->level_bw[l][a] =
-                a && t == 1
-                    ? rm->level_bw[l][0]
-                    : machine_read_bandwidth_bytes(
-                          t, machine_level_probe_bytes(&rm->m, (machine_level)l, t), budget_s);
-        }
-    rm->read_bw_1t = rm->level_bw[MACH_DRAM][0];
+        rm->level_bw[l][1] =
+            rm->bw_threads_all == 1
+                ? rm->level_bw[l][0]
+                : machine_read_bandwidth_bytes(
+                      rm->bw_threads_all,
+                      machine_level_probe_bytes(&rm->m, (machine_level)l, rm->bw_threads_all),
+                      budget_s);
     rm->read_bw_all = rm->level_bw[MACH_DRAM][1];
+}
+
+static void measure_once(results_machine *rm, double budget_s) {
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        machine_peak p;
+        if (machine_fma_peak((mha_isa)i, budget_s, &p) == MHA_OK) {
+            rm->peak_gflops[i] = p.gflops;
+            rm->bf16_peak_gflops[i] = p.bf16_gflops;
+        }
+    }
+    for (int l = 0; l < MACH_LEVELS; l++)
+        rm->level_bw[l][0] = machine_read_bandwidth_bytes(
+            1, machine_level_probe_bytes(&rm->m, (machine_level)l, 1), budget_s);
+    rm->read_bw_1t = rm->level_bw[MACH_DRAM][0];
+    measure_all_cores(rm, budget_s);
 }
 
 /* Evidence that a measurement of the machine was disturbed (another tenant
@@ -69,27 +77,21 @@ static double max2(double a, double b) {
     return a > b ? a : b;
 }
 
-void results_measure_machine(results_machine *rm, double budget_s) {
+void results_measure_machine(results_machine *rm, double budget_s, int retake) {
     memset(rm, 0, sizeof *rm);
     machine_describe(&rm->m);
     machine_cpu_key(&rm->m, rm->cpu_key, sizeof rm->cpu_key);
     measure_once(rm, budget_s);
     rm->measure_tries = 1;
-    /* Disturbance only ever lowers a peak or a bandwidth: retake (at most
-     * twice more) and keep the best of each figure. */
-    while (machine_disturbed(rm) && rm->measure_tries < 3) {
+    /* Disturbance only ever lowers a figure: the all-core ones are taken
+     * once more when they look disturbed, and the better of each is kept. */
+    if (retake && machine_disturbed(rm)) {
         results_machine again = *rm;
-        measure_once(&again, budget_s);
-        rm->measure_tries++;
-        for (int i = 0; i < MHA_ISA_COUNT; i++) {
-            rm->peak_gflops[i] = max2(rm->peak_gflops[i], again.peak_gflops[i]);
-            rm->bf16_peak_gflops[i] = max2(rm->bf16_peak_gflops[i], again.bf16_peak_gflops[i]);
-        }
+        measure_all_cores(&again, budget_s);
+        rm->measure_tries = 2;
         rm->fma_ceiling_all = max2(rm->fma_ceiling_all, again.fma_ceiling_all);
         for (int l = 0; l < MACH_LEVELS; l++)
-            for (int a = 0; a < 2; a++)
-                rm->level_bw[l][a] = max2(rm->level_bw[l][a], again.level_bw[l][a]);
-        rm->read_bw_1t = rm->level_bw[MACH_DRAM][0];
+            rm->level_bw[l][1] = max2(rm->level_bw[l][1], again.level_bw[l][1]);
         rm->read_bw_all = rm->level_bw[MACH_DRAM][1];
     }
     rm->disturbed = machine_disturbed(rm);

@@ -31,16 +31,17 @@ typedef struct {
     double read_bw_1t, read_bw_all;  /* GB/s from DRAM, 1 thread and all cores */
     int bw_threads_all;              /* the thread count of read_bw_all */
     double level_bw[MACH_LEVELS][2]; /* GB/s per level (mach_info.h), [0] 1 thread, [1] all */
-    int measure_tries;               /* 1, or up to 3 when the evidence said disturbed */
+    int measure_tries;               /* 1, or 2 when the all-core figures were retaken */
     int disturbed;                   /* the best of the tries still looked disturbed */
 } results_machine;
 
 /* Describes the machine and measures peaks (about budget_s per ISA) and read
- * bandwidth (about budget_s each); when the cores together look disturbed
- * (fmt_results.c: machine_disturbed) measures again, at most 3 times in all,
- * keeping the best of each figure. Bind threads first so the all-core
- * bandwidth runs pinned like the benchmarks. */
-void results_measure_machine(results_machine *rm, double budget_s);
+ * bandwidth (about budget_s each); with retake (a run with multi-thread
+ * rows), when the cores together look disturbed (fmt_results.c:
+ * machine_disturbed) takes the all-core figures once more, keeping the better
+ * of each. Bind threads first so the all-core bandwidth runs pinned like the
+ * benchmarks. */
+void results_measure_machine(results_machine *rm, double budget_s, int retake);
 
 /* Single-thread peak (GFLOP/s) of the ISA whose code k runs (mha_kernel_run_isa:
  * its own, or the active one for the BLAS baseline). */

@@ -370,6 +370,19 @@ static point *find_point(point_set *s, int bq, int bk, int split) {
     return NULL;
 }
 
+/* A descent takes about this many measurements (it sizes each one's time). */
+#define DESCENT_EST 12
+
+/* The time one measurement of the search may take when `taken` were taken
+ * before it: its part of what is left until the deadline. It bounds the whole
+ * measurement (meas_core starts no round past it, probes and retakes
+ * counted); only MIN_REPS are taken regardless. */
+static double measure_cap(double deadline, int taken) {
+    const int left = DESCENT_EST - taken > 4 ? DESCENT_EST - taken : 4;
+    const double t = deadline - now_s();
+    return t > 0 ? t / left : 0;
+}
+
 /* Coordinate descent for one kernel: from the prior, along each axis step
  * while it improves by MOVE_MARGIN, until a pass over the axes changes
  * nothing or the kernel's share of the budget is spent. */
@@ -383,10 +396,8 @@ static void search_kernel(tune_ctx *tx, class_data *cd, kernel_result *kr, doubl
     kr->prior =
         kr->tunable ? (point){.bq = def.block_q, .bk = def.block_kv, .split = 0} : (point){0};
     point_set set = {.n = 0};
-    const double n_est = 12; /* a typical descent's measurements: sizes the reps */
-    const double cap = (deadline - now_s()) / n_est / (MIN_REPS + 1);
     set.pts[set.n] = kr->prior;
-    measure(tx, cd, k, &set.pts[set.n], 0, cap > 0 ? cap : 0, "prior");
+    measure(tx, cd, k, &set.pts[set.n], 0, measure_cap(deadline, 0), "prior");
     kr->prior = set.pts[set.n];
     point cur = set.pts[set.n++];
     kr->best = cur;
@@ -419,7 +430,8 @@ static void search_kernel(tune_ctx *tx, class_data *cd, kernel_result *kr, doubl
                     if (!seen) {
                         if (set.n == MAX_POINTS) break;
                         set.pts[set.n] = cand;
-                        measure(tx, cd, k, &set.pts[set.n], 0, cap, "search");
+                        measure(tx, cd, k, &set.pts[set.n], 0, measure_cap(deadline, set.n),
+                                "search");
                         seen = &set.pts[set.n++];
                     }
                     if (seen->status == 1 && seen->gflops > cur.gflops * MOVE_MARGIN) {
@@ -680,8 +692,10 @@ typedef struct {
     char cls_name[64];     /* the class being tuned (tx.cls) */
     json_object *jclasses; /* the table's entries for this run's classes */
     double t_begin;
-    double load0[3]; /* load averages at the start */
-    int contended;   /* classes measured while other processes held the cores */
+    double share, t_search, t_final; /* the class's planned share and what it spent, s */
+    int tuned;                       /* classes with a table entry from this run */
+    double load0[3];                 /* load averages at the start */
+    int contended;                   /* classes measured while other processes held the cores */
 } tune_run;
 
 /* The classes to tune: the --classes set, less those whose thread count
@@ -839,8 +853,10 @@ static void search_class(tune_run *r, const mha_shape_class *cl, double search_e
 
 /* The final round: every contender's prior and best (and the no-table
  * default dkern), timed round-robin until class_end so a burst of other load
- * hits them alike; repeated once when other processes held the machine.
- * Returns their share during the last pass (-1 unknown). */
+ * hits them alike (rounds past MIN_REPS only while the next one fits);
+ * repeated once when other processes held the machine and the class's time
+ * left holds another round as long. Returns their share during the last pass
+ * (-1 unknown). */
 static double final_round(tune_run *r, const mha_kernel *dkern, double class_end) {
     double top = 0;
     for (int i = 0; i < r->nk; i++)
@@ -859,12 +875,20 @@ static double final_round(tune_run *r, const mha_kernel *dkern, double class_end
             fp[nf++] = &kres->prior;
         }
     }
-    double other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
+    const double t0 = now_s();
+    double other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - t0);
     if (other > CONTENDED_SHARE) {
-        printf("tune: %s: other processes used %.0f%% of the machine; repeating the final "
-               "round\n",
-               r->tx.cls, other * 100);
-        other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
+        const double took = now_s() - t0;
+        if (now_s() + took <= class_end) {
+            printf("tune: %s: other processes used %.0f%% of the machine; repeating the final "
+                   "round\n",
+                   r->tx.cls, other * 100);
+            other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
+        } else {
+            printf("tune: %s: other processes used %.0f%% of the machine; no time left in the "
+                   "class's share to repeat the final round (flagged)\n",
+                   r->tx.cls, other * 100);
+        }
     }
     return other;
 }
@@ -956,10 +980,18 @@ static json_object *class_entry(const tune_run *r, const mha_shape_class *cl, do
                            ri >= 0 ? choice_json(r->kr[ri].k, &r->kr[ri].best) : NULL);
     json_object_object_add(e, "tie", json_object_new_boolean(winner_ties(r, wi, ri)));
     if (dkern && dp->status == 1) json_object_object_add(e, "default", choice_json(dkern, dp));
+    /* The class's share of the budget when it began and what its search and
+     * final round (with the default's measurement) took. */
+    json_object *ts = json_object_new_object();
+    json_object_object_add(ts, "share", results_json_double(round(r->share * 100) / 100));
+    json_object_object_add(ts, "search", results_json_double(round(r->t_search * 100) / 100));
+    json_object_object_add(ts, "final", results_json_double(round(r->t_final * 100) / 100));
+    json_object_object_add(e, "time_s", ts);
     return e;
 }
 
-/* The class's line: winner, runner-up, and the default with the gain over it. */
+/* The class's line: winner, runner-up, the default with the gain over it, and
+ * the time spent (search + final round) against the class's share. */
 static void print_class_line(const tune_run *r, int wi, int ri, const point *dp) {
     const kernel_result *w = &r->kr[wi];
     printf("%-27s %-13s bq %3d bk %4d split %d %8.1f GFLOP/s", r->tx.cls, mha_kernel_name(w->k),
@@ -970,7 +1002,7 @@ static void print_class_line(const tune_run *r, int wi, int ri, const point *dp)
     if (dp->status == 1)
         printf("  | default bq %3d bk %4d %8.1f (%+.1f%%)", dp->bq, dp->bk, dp->gflops,
                dp->gflops > 0 ? (w->best.gflops / dp->gflops - 1) * 100 : 0.0);
-    printf("\n");
+    printf("  | %.1f+%.1f s of %.1f\n", r->t_search, r->t_final, r->share);
     fflush(stdout);
 }
 
@@ -989,12 +1021,16 @@ static tune_status tune_class(tune_run *r, int ci) {
     }
     /* per class: what mha_select would run without a table */
     const mha_kernel *dkern = mha_default_kernel(&r->cd.p);
-    const double remaining = r->a.budget - (now_s() - r->t_begin);
+    /* What is left of the budget, shared by the classes left: a class that
+     * overran shrinks the others' shares rather than the run growing. */
+    const double t0 = now_s();
+    const double remaining = r->a.budget - (t0 - r->t_begin);
     const double share = remaining > 0 ? remaining / (r->ncls - ci) : 0;
-    const double class_end = now_s() + share;
+    const double class_end = t0 + share;
     load_mark class_m0, class_m1;
     load_mark_now(&class_m0);
-    search_class(r, cl, now_s() + 0.75 * share); /* a quarter for the final round */
+    search_class(r, cl, t0 + 0.75 * share); /* a quarter for the final round */
+    const double t1 = now_s();
     const double other = final_round(r, dkern, class_end);
     load_mark_now(&class_m1);
     const double class_other = other_share(&class_m0, &class_m1);
@@ -1007,8 +1043,12 @@ static tune_status tune_class(tune_run *r, int ci) {
         return TUNE_CHECK_FAILED;
     }
     const point dp = default_point(r, dkern);
+    r->share = share;
+    r->t_search = t1 - t0;
+    r->t_final = now_s() - t1;
     json_object_array_add(r->jclasses, class_entry(r, cl, class_other, wi, ri, dkern, &dp));
     print_class_line(r, wi, ri, &dp);
+    r->tuned++;
     return TUNE_OK;
 }
 
@@ -1129,8 +1169,8 @@ static void carry_old_classes(tune_run *r) {
 /* The closing lines: counts, time, the table, and a warning when classes were
  * measured on a busy machine. */
 static void print_summary(const tune_run *r, double elapsed) {
-    printf("tune: %d measurements, %d verification failures, %.1f s; table %s\n",
-           r->tx.measurements, r->tx.failures, elapsed, r->out_path);
+    printf("tune: %d measurements, %d verification failures; table %s\n", r->tx.measurements,
+           r->tx.failures, r->out_path);
     printf("tune: %d samples retaken for interference evidence, %d kept disturbed (retakes ran "
            "out)\n",
            r->tx.retakes, r->tx.disturbed_kept);
@@ -1138,6 +1178,7 @@ static void print_summary(const tune_run *r, double elapsed) {
         printf("tune: %d of %d classes were measured while other processes held the cores "
                "(other_load > %.2f in the table): rerun on a quiet machine\n",
                r->contended, r->ncls, CONTENDED_SHARE);
+    printf("tune: %d classes in %.1f s (budget %.0f s)\n", r->tuned, elapsed, (double)r->a.budget);
 }
 
 /* Names the log, writes the table (this run's classes and the kept ones) and

@@ -500,7 +500,13 @@ int meas_interleave_guarded(const meas_call *c, int n, const meas_plan *pl, doub
     const double t_start = now_s();
     const double probe_min = pl->probe_min > 0 ? pl->probe_min : MEAS_PROBE_MIN;
     int reps = 0;
-    while (reps < pl->max_reps && (reps < pl->min_reps || now_s() - t_start < pl->time_cap)) {
+    while (reps < pl->max_reps) {
+        /* Past min_reps, a round starts only when it would end within
+         * time_cap by the rounds so far (their probes and retakes counted):
+         * the caller's budget is overrun by min_reps alone, never by a round
+         * that was started late. */
+        const double spent = now_s() - t_start;
+        if (reps >= pl->min_reps && spent + spent / reps > pl->time_cap) break;
         for (int i = 0; i < n; i++) {
             double *slot = &times[(size_t)i * pl->max_reps + reps];
             for (;;) {

@@ -211,11 +211,12 @@ int meas_disturbed(const meas_evidence *ev, double probe_min);
  * evidence above; a disturbed sample is taken again, up to max_retakes in
  * all (then kept and counted); rounds go on until every call's median has a
  * 95% interval whose half-width is at most `target` of the median (after
- * min_reps), or time_cap seconds have passed, or max_reps rounds. */
+ * min_reps), or the next round would end past time_cap (judged by the mean
+ * round so far, retakes included), or max_reps rounds. */
 typedef struct {
     int threads; /* threads the calls run on (the probe runs on as many) */
     int min_reps, max_reps;
-    double time_cap;  /* no new round after this many seconds (min_reps always run) */
+    double time_cap;  /* no round that would end past this many seconds (min_reps always run) */
     double target;    /* relative half-width of the median interval to stop at; 0: never early */
     int max_retakes;  /* disturbed samples retaken, in all */
     double probe_min; /* MEAS_PROBE_MIN unless a caller knows better */

@@ -356,6 +356,7 @@ static int axis_values(int *v, int lo, int hi, int w, int prior, int64_t extent)
 typedef struct {
     const mha_kernel *k;
     int tunable;
+    int in_class;      /* timed on the class being tuned (kernel_in_class) */
     point prior, best; /* best.status 1 when anything was measured */
 } kernel_result;
 
@@ -832,18 +833,36 @@ static tune_status open_outputs(tune_run *r) {
     return TUNE_OK;
 }
 
+/* Whether kernel k is timed on class cl (whose problem is p): it takes the
+ * class's dtypes, and by default a decode-shaped kernel only on the decode
+ * classes: on prefill shapes decode.avx512 runs at 32-40% of peak where flash
+ * runs at 73-85% (README, the roofline table), is never mha_select's default
+ * there, and its prior cost about a second per kv4096 class. --kernels times
+ * what it names wherever the dtypes allow. */
+static int kernel_in_class(const tune_run *r, const mha_kernel *k, const mha_shape_class *cl,
+                           const mha_problem *p) {
+    if (mha_kernel_takes(k, p) != MHA_OK) return 0;
+    return r->a.kernels || cl->decode || !(mha_kernel_traits(k) & MHA_KT_DECODE);
+}
+
 /* The search of one class until search_end: knob-less kernels take one
- * measurement each; the tunable ones share the rest of the time. */
+ * measurement each; the tunable ones share the rest of the time. Kernels not
+ * in the class keep status 0 (never ranked). */
 static void search_class(tune_run *r, const mha_shape_class *cl, double search_end) {
     int ntun = 0;
-    for (int i = 0; i < r->nk; i++) ntun += r->kr[i].tunable;
     for (int i = 0; i < r->nk; i++) {
-        if (r->kr[i].tunable) continue;
+        kernel_result *kres = &r->kr[i];
+        kres->prior = kres->best = (point){0};
+        kres->in_class = kernel_in_class(r, kres->k, cl, &r->cd.p);
+        ntun += kres->tunable && kres->in_class;
+    }
+    for (int i = 0; i < r->nk; i++) {
+        if (r->kr[i].tunable || !r->kr[i].in_class) continue;
         search_kernel(&r->tx, &r->cd, &r->kr[i], search_end, 0);
     }
     int done_tun = 0;
     for (int i = 0; i < r->nk; i++) {
-        if (!r->kr[i].tunable) continue;
+        if (!r->kr[i].tunable || !r->kr[i].in_class) continue;
         const double left = search_end - now_s();
         const double end = now_s() + (left > 0 ? left / (ntun - done_tun) : 0);
         done_tun++;
@@ -1070,6 +1089,18 @@ static tune_status tune_classes(tune_run *r) {
                r->load0[0]);
     tune_status st = TUNE_OK;
     for (int ci = 0; ci < r->ncls && st != TUNE_BAD_INPUT; ci++) {
+        /* A class costs its kernels' first measurements and a final round
+         * of MIN_REPS whatever its share: with the budget spent, the classes
+         * left are not started (they keep the cache model, or the entries of
+         * the table at --out), so the run ends within one class of it. */
+        if (ci > 0 && now_s() - r->t_begin >= r->a.budget) {
+            char first[64];
+            mha_class_name(&r->classes[ci], first, sizeof first);
+            printf("tune: the budget is spent: %d of %d classes not tuned (from %s on); a "
+                   "larger --budget covers them\n",
+                   r->ncls - ci, r->ncls, first);
+            break;
+        }
         const tune_status cs = tune_class(r, ci);
         if (cs != TUNE_OK) st = cs;
     }

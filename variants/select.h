@@ -99,8 +99,12 @@ typedef struct {
     double gflops;
 } mha_table_choice;
 
+/* dtype / kv_dtype: the element types the class was measured in ("dtype",
+ * "kv_dtype" in the file; a table without them, as every table before bf16
+ * classes were tuned, is fp32, and kv_dtype defaults to dtype). */
 typedef struct {
     char cls[64];
+    mha_dtype dtype, kv_dtype;
     mha_table_choice winner, runner_up;
 } mha_table_entry;
 
@@ -117,12 +121,14 @@ typedef struct {
 mha_status mha_table_load(const char *path, mha_table *t, char *why, size_t len);
 void mha_table_free(mha_table *t);
 /* The entry for the first of the class names names[0..nnames) found in the
- * table at path (parsed once per process and re-read when the file changes),
- * with the table's CPU key and active ISA. Returns MHA_OK with *found = 0/1,
- * or the load status with why. */
+ * table at path (parsed once per process and re-read when the file changes)
+ * that was measured in dtype / kv_dtype (an entry of other dtypes is never
+ * returned, whatever its name), with the table's CPU key and active ISA.
+ * Returns MHA_OK with *found = 0/1, or the load status with why. */
 mha_status mha_table_lookup(const char *path, const char *const *names, int nnames,
-                            mha_table_entry *entry, int *found, char *key, size_t keylen, char *isa,
-                            size_t isalen, char *why, size_t len);
+                            mha_dtype dtype, mha_dtype kv_dtype, mha_table_entry *entry, int *found,
+                            char *key, size_t keylen, char *isa, size_t isalen, char *why,
+                            size_t len);
 /* This CPU's table in dir: <dir>/<cpu key>.json, or <cpu key>-cap-<isa>.json
  * when MHA_ISA caps the active ISA below the detected one (the fingerprint
  * holds both, so the capped table never stands in for the native one). */

@@ -111,12 +111,10 @@ typedef struct {
     meas_pool pool; /* the timed problem's inputs and every workspace */
     check_data vd;
     int have_vd;
-    float *vout;
 } class_data;
 
 static void class_data_free(class_data *cd) {
     meas_pool_release(&cd->pool);
-    mha_free(cd->vout);
     if (cd->have_vd) check_release(&cd->vd);
     memset(cd, 0, sizeof *cd);
 }
@@ -124,7 +122,8 @@ static void class_data_free(class_data *cd) {
 static int same_problem(const mha_problem *a, const mha_problem *b) {
     return a->batch == b->batch && a->heads == b->heads && a->kv_heads == b->kv_heads &&
            a->seq_q == b->seq_q && a->seq_kv == b->seq_kv && a->head_dim == b->head_dim &&
-           a->causal == b->causal;
+           a->causal == b->causal && a->dtype == b->dtype &&
+           mha_problem_kv_dtype(a) == mha_problem_kv_dtype(b);
 }
 
 /* Prepares cd for class c, reusing what it holds when the problem is the same
@@ -133,7 +132,7 @@ static int class_data_prepare(class_data *cd, const mha_shape_class *c, uint64_t
     mha_problem p, vp;
     mha_class_problem(c, &p);
     mha_class_verify_problem(c, &vp);
-    if (cd->vout && same_problem(&p, &cd->p) && same_problem(&vp, &cd->vp)) return 1;
+    if (cd->have_vd && same_problem(&p, &cd->p) && same_problem(&vp, &cd->vp)) return 1;
     class_data_free(cd);
     cd->p = p;
     cd->vp = vp;
@@ -145,8 +144,7 @@ static int class_data_prepare(class_data *cd, const mha_shape_class *c, uint64_t
     const check_case cc = {.p = vp, .input = INPUT_UNIFORM, .layout = LAYOUT_BHND, .tag = "tune"};
     if (check_prepare(&cc, splitmix64(&rng), &cd->vd) != MHA_OK) return 0;
     cd->have_vd = 1;
-    cd->vout = mha_alloc(cd->vd.out_floats * sizeof(float));
-    return cd->vout != NULL;
+    return 1;
 }
 
 /* ---- measuring one candidate ----------------------------------------------------------- */
@@ -211,6 +209,9 @@ static void log_line(tune_ctx *tx, const class_data *cd, const mha_kernel *k, co
     json_object_object_add(shape, "seq_kv", json_object_new_int64(cd->p.seq_kv));
     json_object_object_add(shape, "head_dim", json_object_new_int64(cd->p.head_dim));
     json_object_object_add(shape, "causal", json_object_new_boolean(cd->p.causal));
+    json_object_object_add(shape, "dtype", json_object_new_string(mha_dtype_name(cd->p.dtype)));
+    json_object_object_add(shape, "kv_dtype",
+                           json_object_new_string(mha_dtype_name(mha_problem_kv_dtype(&cd->p))));
     json_object_object_add(o, "shape", shape);
     json_object_object_add(o, "verify", json_object_new_string(verify));
     json_object_object_add(o, "max_err", results_json_double(max_err));
@@ -244,36 +245,18 @@ static void measure(tune_ctx *tx, class_data *cd, const mha_kernel *k, point *pt
     pt->status = -1;
     pt->gflops = 0;
     tx->measurements++;
-    size_t ws_bytes = 0;
     if (!verified) {
-        const mha_problem *vp = &cd->vp;
-        mha_tensor_mut ov = mha_view_bhnd_mut(cd->vout, vp->heads, vp->seq_q, vp->head_dim);
-        void *ws = NULL;
-        mha_status st = mha_workspace_size(k, vp, &o, &ws_bytes);
-        if (st == MHA_OK && ws_bytes && !(ws = meas_workspace(&cd->pool, ws_bytes)))
-            st = MHA_ENOMEM;
-        if (st == MHA_OK) {
-            const meas_call vc =
-                meas_call_attend(k, vp, &o, &cd->vd.qv, &cd->vd.kv, &cd->vd.vv, &ov, ws, ws_bytes);
-            st = meas_run(&vc);
-        }
-        if (st != MHA_OK) {
-            errorf("tune: %s block_q=%d block_kv=%d split=%d on the verification case: %s",
-                   mha_kernel_name(k), pt->bq, pt->bk, pt->split, mha_last_error());
-            log_line(tx, cd, k, pt, "error", 0, cd->vd.tol, NULL, 0, 0, phase);
-            tx->failures++;
-            return;
-        }
-        const size_t n = (size_t)(vp->batch * vp->heads * vp->seq_q * vp->head_dim);
-        for (size_t i = 0; i < n; i++) {
-            const double e = fabs((double)cd->vout[i] - cd->vd.ref[i]);
-            if (!(e <= max_err)) max_err = isnan(e) ? INFINITY : e;
-        }
-        if (!(max_err <= cd->vd.tol)) {
-            errorf("tune: %s block_q=%d block_kv=%d split=%d FAILS verification on %s: "
-                   "max error %.3g > tolerance %.3g (candidate dropped)",
-                   mha_kernel_name(k), pt->bq, pt->bk, pt->split, tx->cls, max_err, cd->vd.tol);
-            log_line(tx, cd, k, pt, "fail", max_err, cd->vd.tol, NULL, 0, 0, phase);
+        /* verify's check (check.c): a sentinel-filled, guarded output of the
+         * class's dtype, the tolerance written down for that dtype */
+        check_report rep;
+        const int res = check_kernel_opts(k, &cd->vd, &o, &rep);
+        max_err = rep.max_err;
+        if (res != CHECK_PASS) {
+            errorf("tune: %s block_q=%d block_kv=%d split=%d FAILS verification on %s: %s "
+                   "(candidate dropped)",
+                   mha_kernel_name(k), pt->bq, pt->bk, pt->split, tx->cls, rep.detail);
+            log_line(tx, cd, k, pt, res == CHECK_FAIL ? "fail" : "error", max_err, cd->vd.tol, NULL,
+                     0, 0, phase);
             tx->failures++;
             return;
         }
@@ -555,15 +538,22 @@ static int commit_log(mha_out *w, const char *dir, const char *key, const char *
 static void usage_tune(FILE *f) {
     fprintf(f,
             "usage: mhabench tune [--budget SECONDS] [--classes quick|full] [--kernels a,b]\n"
-            "                     [--threads 1,N] [--out TABLE.json] [--seed N] [--shard I/N]\n"
+            "                     [--threads 1,N] [--dtype fp32,bf16] [--out TABLE.json]\n"
+            "                     [--seed N] [--shard I/N]\n"
             "  Searches block_q / block_kv (and the parallel split where the kernel has one)\n"
             "  per shape class, verifying every candidate against the float64 oracle, and\n"
             "  writes the tuning table mha_select and `--kernel auto` use, plus a JSON Lines\n"
             "  log of every measurement in log/ beside it.\n"
-            "  --budget S    total search time in seconds (default %.0f)\n"
-            "  --classes C   quick (default: head_dim 64/128, kv <= 1024, decode) or full\n"
-            "  --kernels K   kernels to search (default: tiled and flash at the active ISA,\n"
-            "                plus knob-less baselines such as blas.cblas timed as they are)\n"
+            "  --budget S    the run's time in seconds (default %.0f); it ends within about\n"
+            "                5%% of it (classes share what is left; past it none is started)\n"
+            "  --classes C   quick (default: head_dim 64/128, kv <= 4096, decode at 4096) or full\n"
+            "  --dtype D     Q/O dtypes of the classes (default fp32,bf16): prefill classes\n"
+            "                come in both, decode in fp32; a dtype no kernel with block knobs\n"
+            "                takes here (bf16 without AVX512_BF16) is left out\n"
+            "  --kernels K   kernels to search (default: each algorithm at its highest ISA\n"
+            "                here, decode kernels on decode classes only, plus knob-less\n"
+            "                baselines such as blas.cblas timed as they are); each class\n"
+            "                times those that take its dtype\n"
             "  --threads T   thread counts: 1 for the t1 classes, N > 1 for the tall ones\n"
             "                (default 1,<cores>)\n"
             "  --out F       the table (default <results/tuning>/<cpu key>.json)\n"
@@ -606,6 +596,7 @@ typedef enum {
 typedef struct {
     float budget;
     const char *set, *kernels, *threads, *out;
+    unsigned dtypes; /* MHA_DTYPE_BIT mask of the class dtypes to tune */
     int64_t seed;
     shard_spec shard; /* --shard I/N; count 0: every class */
 } tune_args;
@@ -613,7 +604,7 @@ typedef struct {
 /* Parses argv into a. Returns TUNE_OK, TUNE_HELP, or TUNE_BAD_INPUT after
  * printing what was wrong. */
 static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
-    enum { O_BUDGET = 256, O_CLASSES, O_KERNELS, O_THREADS, O_OUT, O_SEED, O_SHARD };
+    enum { O_BUDGET = 256, O_CLASSES, O_KERNELS, O_THREADS, O_OUT, O_SEED, O_SHARD, O_DTYPE };
     static const struct option longopts[] = {
         {"budget", required_argument, NULL, O_BUDGET},
         {"classes", required_argument, NULL, O_CLASSES},
@@ -622,10 +613,14 @@ static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
         {"out", required_argument, NULL, O_OUT},
         {"seed", required_argument, NULL, O_SEED},
         {"shard", required_argument, NULL, O_SHARD},
+        {"dtype", required_argument, NULL, O_DTYPE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    *a = (tune_args){.budget = DEFAULT_BUDGET_S, .set = "quick", .seed = 1};
+    *a = (tune_args){.budget = DEFAULT_BUDGET_S,
+                     .set = "quick",
+                     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
+                     .seed = 1};
     optind = 0;
     opterr = 0;
     int c;
@@ -655,6 +650,9 @@ static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
             break;
         case O_SHARD:
             if (shard_parse(optarg, &a->shard) != 0) return TUNE_BAD_INPUT;
+            break;
+        case O_DTYPE:
+            if (!(a->dtypes = parse_dtype_list("tune: --dtype", optarg, 0))) return TUNE_BAD_INPUT;
             break;
         case 'h':
             usage_tune(stdout);
@@ -699,8 +697,35 @@ typedef struct {
     int contended;                   /* classes measured while other processes held the cores */
 } tune_run;
 
+/* Whether kernel k is timed on class cl (whose problem is p): it takes the
+ * class's dtypes, and by default a decode-shaped kernel only on the decode
+ * classes: on prefill shapes decode.avx512 runs at 32-40% of peak where flash
+ * runs at 73-85% (README, the roofline table), is never mha_select's default
+ * there, and its prior cost about a second per kv4096 class. --kernels times
+ * what it names wherever the dtypes allow. */
+static int kernel_in_class(const tune_run *r, const mha_kernel *k, const mha_shape_class *cl,
+                           const mha_problem *p) {
+    if (mha_kernel_takes(k, p) != MHA_OK) return 0;
+    return r->a.kernels || cl->decode || !(mha_kernel_traits(k) & MHA_KT_DECODE);
+}
+
+/* Whether class c has a kernel to time: one of the run's kernels is in it
+ * and, for a class not in fp32, one with block knobs (a 16-bit class that only
+ * the knob-less decode kernels take has nothing to tune, and timing them on
+ * prefill shapes would only confirm the cache model's choice). */
+static int class_has_kernel(const tune_run *r, const mha_shape_class *c) {
+    mha_problem p;
+    mha_class_problem(c, &p);
+    for (int i = 0; i < r->nk; i++)
+        if (kernel_in_class(r, r->kr[i].k, c, &p) && (r->kr[i].tunable || c->dtype == MHA_F32))
+            return 1;
+    return 0;
+}
+
 /* The classes to tune: the --classes set, less those whose thread count
- * --threads leaves out. Returns TUNE_OK or TUNE_BAD_INPUT (message printed). */
+ * --threads or dtype --dtype leaves out and those no kernel of the run takes
+ * (choose_kernels first). Returns TUNE_OK or TUNE_BAD_INPUT (message
+ * printed). */
 static tune_status choose_classes(tune_run *r) {
     r->ncls = mha_class_list(r->a.set, r->classes, MHA_CLASS_MAX);
     if (r->ncls < 0) {
@@ -723,11 +748,23 @@ static tune_status choose_classes(tune_run *r) {
                 r->tall = (int)tv[i];
         }
     }
-    int kept = 0;
-    for (int i = 0; i < r->ncls; i++)
-        if ((r->classes[i].threads == 1 && r->t1) || (r->classes[i].threads == 0 && r->tall))
-            r->classes[kept++] = r->classes[i];
+    int kept = 0, no_kernel[MHA_DTYPE_COUNT] = {0};
+    for (int i = 0; i < r->ncls; i++) {
+        const mha_shape_class *c = &r->classes[i];
+        if (!(r->a.dtypes & MHA_DTYPE_BIT(c->dtype))) continue;
+        if (!((c->threads == 1 && r->t1) || (c->threads == 0 && r->tall))) continue;
+        if (!class_has_kernel(r, c)) {
+            no_kernel[c->dtype]++;
+            continue;
+        }
+        r->classes[kept++] = *c;
+    }
     r->ncls = kept;
+    for (int t = 0; t < MHA_DTYPE_COUNT; t++)
+        if (no_kernel[t])
+            printf("tune: %d %s classes left out: no kernel with block knobs that runs here "
+                   "takes %s (they keep the cache model's choice)\n",
+                   no_kernel[t], mha_dtype_name((mha_dtype)t), mha_dtype_name((mha_dtype)t));
     /* A shard takes every N-th class: each class gets an equal share of the
      * budget, so equal counts are equal times. Shards of one run write their
      * own tables; scripts/fleet_report.py tuning joins them per CPU key. */
@@ -758,10 +795,8 @@ static tune_status choose_kernels(tune_run *r) {
          * at 1 thread here), so their SIMD twins stay in. */
         for (int i = 0; i < mha_kernel_count(); i++) {
             const mha_kernel *k = mha_kernel_at(i);
-            /* The classes are fp32 problems: kernels that do not take fp32
-             * (flash.avx512bf16) have nothing to tune here. */
-            if (mha_kernel_supported(k) != MHA_OK || (mha_kernel_traits(k) & MHA_KT_REFERENCE) ||
-                !(mha_kernel_dtypes(k) & MHA_DTYPE_BIT(MHA_F32)))
+            /* each class times those that take its dtypes (kernel_in_class) */
+            if (mha_kernel_supported(k) != MHA_OK || (mha_kernel_traits(k) & MHA_KT_REFERENCE))
                 continue;
             const int bw_bound =
                 (mha_kernel_traits(k) & MHA_KT_DECODE) && mha_kernel_isa(k) != MHA_ISA_SCALAR;
@@ -782,8 +817,8 @@ static tune_status plan_run(tune_run *r) {
     /* Pin the OpenMP pool one thread per core, as the sweep does: unpinned
      * threads on this kind of VM sometimes share a core for seconds. */
     results_bind_threads(omp_get_num_procs());
-    tune_status st = choose_classes(r);
-    if (st == TUNE_OK) st = choose_kernels(r);
+    tune_status st = choose_kernels(r);
+    if (st == TUNE_OK) st = choose_classes(r);
     if (st == TUNE_OK && (r->nk == 0 || r->ncls == 0)) {
         errorf("tune: nothing to do (%d kernels, %d classes)", r->nk, r->ncls);
         st = TUNE_BAD_INPUT;
@@ -831,18 +866,6 @@ static tune_status open_outputs(tune_run *r) {
     }
     r->act = mha_isa_active();
     return TUNE_OK;
-}
-
-/* Whether kernel k is timed on class cl (whose problem is p): it takes the
- * class's dtypes, and by default a decode-shaped kernel only on the decode
- * classes: on prefill shapes decode.avx512 runs at 32-40% of peak where flash
- * runs at 73-85% (README, the roofline table), is never mha_select's default
- * there, and its prior cost about a second per kv4096 class. --kernels times
- * what it names wherever the dtypes allow. */
-static int kernel_in_class(const tune_run *r, const mha_kernel *k, const mha_shape_class *cl,
-                           const mha_problem *p) {
-    if (mha_kernel_takes(k, p) != MHA_OK) return 0;
-    return r->a.kernels || cl->decode || !(mha_kernel_traits(k) & MHA_KT_DECODE);
 }
 
 /* The search of one class until search_end: knob-less kernels take one
@@ -983,6 +1006,9 @@ static json_object *class_entry(const tune_run *r, const mha_shape_class *cl, do
     json_object_object_add(e, "threads", json_object_new_int(r->tx.threads));
     json_object_object_add(e, "decode", json_object_new_boolean(cl->decode));
     json_object_object_add(e, "gqa", json_object_new_boolean(cl->gqa));
+    /* the dtypes it was measured in (mha_select uses an entry only for them) */
+    json_object_object_add(e, "dtype", json_object_new_string(mha_dtype_name(cl->dtype)));
+    json_object_object_add(e, "kv_dtype", json_object_new_string(mha_dtype_name(cl->kv_dtype)));
     /* Other processes' share of the machine while this class was measured
      * (-1: too short to tell); above 0.10 the numbers are suspect. */
     json_object_object_add(e, "other_load", results_json_double(round(class_other * 100) / 100));
@@ -1076,7 +1102,7 @@ static tune_status tune_class(tune_run *r, int ci) {
 static tune_status tune_classes(tune_run *r) {
     char tall[16] = ""; /* "1", "2", "1,2": the thread counts tuned */
     if (r->tall) snprintf(tall, sizeof tall, "%d", r->tall);
-    printf("tune: %d classes (%s), %d kernels, budget %.0f s, threads %s%s%s, cpu %s\n", r->ncls,
+    printf("tune: %d classes (%s), %d kernels, budget %g s, threads %s%s%s, cpu %s\n", r->ncls,
            r->a.set, r->nk, (double)r->a.budget, r->t1 ? "1" : "", r->t1 && r->tall ? "," : "",
            tall, r->key);
     printf("tune: log %s (named when the run ends)\n", r->log_path);
@@ -1209,7 +1235,7 @@ static void print_summary(const tune_run *r, double elapsed) {
         printf("tune: %d of %d classes were measured while other processes held the cores "
                "(other_load > %.2f in the table): rerun on a quiet machine\n",
                r->contended, r->ncls, CONTENDED_SHARE);
-    printf("tune: %d classes in %.1f s (budget %.0f s)\n", r->tuned, elapsed, (double)r->a.budget);
+    printf("tune: %d classes in %.1f s (budget %g s)\n", r->tuned, elapsed, (double)r->a.budget);
 }
 
 /* Names the log, writes the table (this run's classes and the kept ones) and

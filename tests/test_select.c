@@ -238,6 +238,23 @@ static void test_classes(void **state) {
         mha_class_name(&cl[i], again, sizeof again);
         assert_string_equal(again, names[i]);
     }
+    /* prefill classes in fp32 and bf16, decode in fp32: quick has 24 + 24 + 8 */
+    for (int set = 0; set < 2; set++) {
+        const int n = mha_class_list(set ? "full" : "quick", cl, MHA_CLASS_MAX);
+        int n32 = 0, n16 = 0, ndec = 0;
+        for (int i = 0; i < n; i++) {
+            assert_true(cl[i].dtype == MHA_F32 || (cl[i].dtype == MHA_BF16 && !cl[i].decode));
+            assert_int_equal(cl[i].kv_dtype, cl[i].dtype);
+            ndec += cl[i].decode;
+            n32 += !cl[i].decode && cl[i].dtype == MHA_F32;
+            n16 += cl[i].dtype == MHA_BF16;
+        }
+        assert_int_equal(n16, n32);
+        if (!set) {
+            assert_int_equal(n, 56);
+            assert_int_equal(ndec, 8);
+        }
+    }
     const mha_problem dec = {2, 8, 8, 1, 3000, 128, 1, 0.0f, MHA_F32, MHA_F32},
                       gqa = {2, 8, 2, 1, 3000, 128, 1, 0.0f, MHA_F32, MHA_F32};
     assert_string_equal(class_of(&dec, 1), "decode-d128-kv4096-t1");

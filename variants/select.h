@@ -33,7 +33,8 @@ typedef struct {
 
 #define MHA_CLASS_DIMS 5
 #define MHA_CLASS_BUCKETS 4
-#define MHA_CLASS_MAX (2 * MHA_CLASS_DIMS * MHA_CLASS_BUCKETS * 2 * 2)
+/* decode and prefill, the latter in two dtypes: (1 + 2) x dims x buckets x causal x threads */
+#define MHA_CLASS_MAX (3 * MHA_CLASS_DIMS * MHA_CLASS_BUCKETS * 2 * 2)
 
 void mha_class_of(const mha_problem *p, int threads, mha_shape_class *c);
 /* "d64-kv1024-causal-t1", "decode-d128-kv4096-tall", "decode-gqa-d128-kv4096-t1",
@@ -45,8 +46,9 @@ void mha_class_name(const mha_shape_class *c, char *buf, size_t len);
 /* head_dim of the class (0 for "other") and its bucket's bound on seq_kv (0: unbounded). */
 int mha_class_head_dim(const mha_shape_class *c);
 int64_t mha_class_seq_bound(const mha_shape_class *c);
-/* The classes `mhabench tune --classes quick|full` searches. Returns the count,
- * or -1 when set is neither. */
+/* The classes `mhabench tune --classes quick|full` searches: prefill in fp32
+ * and bf16, decode in fp32 (tune leaves out the dtypes no kernel with block
+ * knobs takes here). Returns the count, or -1 when set is neither. */
 int mha_class_list(const char *set, mha_shape_class *out, int max);
 /* A representative problem of the class (B=1, a few heads, the bucket's
  * typical length), and a smaller one of the same class for verification

@@ -37,6 +37,15 @@
  * measurement. */
 #define TARGET_HALFWIDTH 0.02
 #define MAX_RETAKES 8
+/* The final round decides, so it may take more rounds to reach the target
+ * (the small classes' sub-millisecond calls needed them: 15 rounds left
+ * intervals 5-10% wide there, and their decisions flipped between runs). */
+#define FINAL_MAX_REPS 31
+/* A sample is at least this long: calls shorter than it are repeated back to
+ * back inside one sample (their mean), so a 0.3 ms call is not timed against
+ * the timer tick's noise and the probes around it. */
+#define SAMPLE_MIN_S 2e-3
+#define SAMPLE_MAX_CALLS 64
 /* A move must beat the current point by this much: timing noise on a shared
  * 2-core VM is ~1-2%, and chasing it would make tables irreproducible. The
  * same margin decides whether the tuned knobs replace the cache-model ones. */
@@ -166,15 +175,24 @@ typedef struct {
     int retakes, disturbed_kept;
 } tune_ctx;
 
-/* The sampling plan of one measurement of n calls. */
-static meas_plan tune_plan(const tune_ctx *tx, double time_cap) {
+/* Calls per sample for a call of t seconds (SAMPLE_MIN_S). */
+static int calls_per_sample(double t) {
+    if (!(t > 0) || t >= SAMPLE_MIN_S) return 1;
+    const double k = ceil(SAMPLE_MIN_S / t);
+    return k < SAMPLE_MAX_CALLS ? (int)k : SAMPLE_MAX_CALLS;
+}
+
+/* The sampling plan of one measurement: at most max_reps rounds of samples
+ * of `calls` calls. */
+static meas_plan tune_plan(const tune_ctx *tx, double time_cap, int max_reps, int calls) {
     return (meas_plan){.threads = mha_resolve_threads(&(mha_options){.threads = tx->threads}),
                        .min_reps = MIN_REPS,
-                       .max_reps = MAX_REPS,
+                       .max_reps = max_reps,
                        .time_cap = time_cap,
                        .target = TARGET_HALFWIDTH,
                        .max_retakes = MAX_RETAKES,
-                       .probe_min = MEAS_PROBE_MIN};
+                       .probe_min = MEAS_PROBE_MIN,
+                       .calls = calls};
 }
 
 static void tally_add(tune_ctx *tx, const meas_tally *t) {
@@ -270,16 +288,16 @@ static void measure(tune_ctx *tx, class_data *cd, const mha_kernel *k, point *pt
         log_line(tx, cd, k, pt, "error", 0, 0, NULL, 0, 0, phase);
         return;
     }
-    double times[MAX_REPS];
+    double times[MAX_REPS], warm = 0;
     /* warm-up: caches, page faults of a fresh workspace, the OpenMP pool */
-    if (meas_run(&call) != MHA_OK) {
+    if (meas_sample(&call, &warm) != MHA_OK) {
         errorf("tune: %s on %s: %s", mha_kernel_name(k), tx->cls, mha_last_error());
         log_line(tx, cd, k, pt, "error", max_err, cd->vd.tol, NULL, 0, 0, phase);
         return;
     }
     load_mark m0, m1;
     load_mark_now(&m0);
-    const meas_plan pl = tune_plan(tx, time_cap);
+    const meas_plan pl = tune_plan(tx, time_cap, MAX_REPS, calls_per_sample(warm));
     meas_tally tl;
     const int reps = meas_interleave_guarded(&call, 1, &pl, times, &tl);
     tally_add(tx, &tl);
@@ -438,7 +456,8 @@ static int same_knobs(const point *a, const point *b) {
 }
 
 /* Times n measured candidates round-robin: MIN_REPS rounds, then more (up to
- * MAX_REPS) while time_cap lasts; each point's gflops becomes its median. */
+ * FINAL_MAX_REPS) while the next round fits in time_cap; each point's gflops
+ * becomes its median, lo/hi its 95% interval. */
 static double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, point **pts, int n,
                          double time_cap) {
     const mha_problem *p = &cd->p;
@@ -455,18 +474,23 @@ static double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, po
             if (meas_prepare(&cd->pool, ks[i], &shp, &o, &calls[i]))
                 return -1; /* keep the search's numbers */
         }
-    static double times[64][MAX_REPS];
-    for (int i = 0; i < n; i++) meas_run(&calls[i]);
+    static double times[64][FINAL_MAX_REPS];
+    double fastest = INFINITY;
+    for (int i = 0; i < n; i++) {
+        double t = INFINITY;
+        meas_sample(&calls[i], &t);
+        fastest = t < fastest ? t : fastest;
+    }
     load_mark m0, m1;
     load_mark_now(&m0);
-    const meas_plan pl = tune_plan(tx, time_cap);
+    const meas_plan pl = tune_plan(tx, time_cap, FINAL_MAX_REPS, calls_per_sample(fastest));
     meas_tally tl;
     const int reps = meas_interleave_guarded(calls, n, &pl, &times[0][0], &tl);
     tally_add(tx, &tl);
     load_mark_now(&m1);
     tx->other = other_share(&m0, &m1);
     for (int i = 0; i < n; i++) {
-        double sorted[MAX_REPS];
+        double sorted[FINAL_MAX_REPS];
         memcpy(sorted, times[i], (size_t)reps * sizeof(double));
         const double median = median_inplace(sorted, reps);
         pts[i]->gflops = median > 0 ? mha_problem_flops(p) / median * 1e-9 : 0;
@@ -951,18 +975,45 @@ static void keep_moves_that_held(tune_run *r) {
     }
 }
 
+/* Whether kernel result a ranks above b: a kernel timed in the final round
+ * above one that was not (a search's number is the maximum of noisy
+ * medians, and one in an earlier moment; it once beat the final round's
+ * median of the kernel that had put it out of the round), then the rate. */
+static int ranks_above(const kernel_result *a, const kernel_result *b) {
+    const int fa = a->best.hi > 0, fb = b->best.hi > 0;
+    return fa != fb ? fa : a->best.gflops > b->best.gflops;
+}
+
 /* The indices of the fastest measured kernel and the next one (-1: none). */
 static void rank_kernels(const tune_run *r, int *wi, int *ri) {
     *wi = *ri = -1;
     for (int i = 0; i < r->nk; i++) {
         if (r->kr[i].best.status != 1) continue;
-        if (*wi < 0 || r->kr[i].best.gflops > r->kr[*wi].best.gflops) {
+        if (*wi < 0 || ranks_above(&r->kr[i], &r->kr[*wi])) {
             *ri = *wi;
             *wi = i;
-        } else if (*ri < 0 || r->kr[i].best.gflops > r->kr[*ri].best.gflops) {
+        } else if (*ri < 0 || ranks_above(&r->kr[i], &r->kr[*ri])) {
             *ri = i;
         }
     }
+}
+
+/* The kernel mha_select runs without a table (dkern) keeps the class unless
+ * the fastest beats it as a move must beat the cache model's knobs: by
+ * MOVE_MARGIN and with its interval wholly above; otherwise dkern wins and
+ * the fastest is the runner-up (the two tie: winner_ties). */
+static void keep_default_kernel(const tune_run *r, const mha_kernel *dkern, int *wi, int *ri) {
+    if (*wi < 0 || r->kr[*wi].k == dkern) return;
+    int di = -1;
+    for (int i = 0; i < r->nk; i++)
+        if (r->kr[i].k == dkern && r->kr[i].best.status == 1 && r->kr[i].best.hi > 0) di = i;
+    if (di < 0) return;
+    const point *w = &r->kr[*wi].best, *d = &r->kr[di].best;
+    if (w->hi > 0 && w->gflops > d->gflops * MOVE_MARGIN &&
+        intervals_order(w->lo, w->hi, d->lo, d->hi) == STATS_A_LARGER)
+        return;
+    *ri = *wi;
+    *wi = di;
 }
 
 /* What mha_select would run without a table: dkern (flash at the active ISA)
@@ -989,11 +1040,16 @@ static point default_point(tune_run *r, const mha_kernel *dkern) {
 /* The table's entry for class cl: its shape, the winner kr[wi], the runner-up
  * kr[ri] (null when ri < 0) and the default dp (when measured). */
 /* The winner and the runner-up tie when both were measured in the final
- * round and their intervals overlap (stats.h): the table says so. */
+ * round and their intervals overlap (stats.h) or their rates are within
+ * MOVE_MARGIN (what would not move the table off a default): the table says
+ * so. */
 static int winner_ties(const tune_run *r, int wi, int ri) {
     if (ri < 0) return 0;
     const point *w = &r->kr[wi].best, *u = &r->kr[ri].best;
-    return w->hi > 0 && u->hi > 0 && intervals_order(w->lo, w->hi, u->lo, u->hi) == STATS_TIE;
+    if (!(w->hi > 0 && u->hi > 0)) return 0;
+    const double a = w->gflops > u->gflops ? w->gflops : u->gflops,
+                 b = w->gflops > u->gflops ? u->gflops : w->gflops;
+    return intervals_order(w->lo, w->hi, u->lo, u->hi) == STATS_TIE || a <= b * MOVE_MARGIN;
 }
 
 static json_object *class_entry(const tune_run *r, const mha_shape_class *cl, double class_other,
@@ -1083,6 +1139,7 @@ static tune_status tune_class(tune_run *r, int ci) {
     keep_moves_that_held(r);
     int wi, ri;
     rank_kernels(r, &wi, &ri);
+    keep_default_kernel(r, dkern, &wi, &ri);
     if (wi < 0) {
         errorf("tune: no kernel passed verification and timing on class %s", r->cls_name);
         return TUNE_CHECK_FAILED;

@@ -220,6 +220,7 @@ typedef struct {
     double target;    /* relative half-width of the median interval to stop at; 0: never early */
     int max_retakes;  /* disturbed samples retaken, in all */
     double probe_min; /* MEAS_PROBE_MIN unless a caller knows better */
+    int calls;        /* calls per sample, back to back (0 or 1: one); a sample is their mean */
 } meas_plan;
 
 typedef struct {
@@ -229,8 +230,10 @@ typedef struct {
     double worst_halfwidth; /* the largest relative half-width at the end */
 } meas_tally;
 
-/* times[i * pl->max_reps + r] is call i's sample of round r. Returns the
- * rounds (also in t->reps). */
+/* times[i * pl->max_reps + r] is call i's sample of round r (with
+ * pl->calls > 1, the mean of that many calls inside one bracket: a call of
+ * a fraction of a millisecond is shorter than the probes and the timer
+ * tick's noise). Returns the rounds (also in t->reps). */
 int meas_interleave_guarded(const meas_call *c, int n, const meas_plan *pl, double *times,
                             meas_tally *t);
 

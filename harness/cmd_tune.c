@@ -58,6 +58,9 @@
  * 96 x 96 in one run and stopped at 64 x 64 in the other), while the moves
  * above 5% held in both. */
 #define REPLACE_MARGIN 1.05
+/* The run ends within this fraction past its budget: a class is started only
+ * when its first measurements fit in what is left and this. */
+#define BUDGET_SLACK 0.05
 #define MAX_POINTS 96
 #define MAX_VALUES 48
 /* Kernels whose search best is within this fraction of the top one take
@@ -181,7 +184,29 @@ typedef struct {
     double other;    /* other processes' share during the last timed repetitions, -1 unknown */
     meas_tally last; /* the last measurement's repetitions and retakes */
     int retakes, disturbed_kept;
+    /* Seconds per call of each kernel's last prior over the class cost
+     * estimate (class_cost) of its class: what the next classes' first
+     * measurements will take, as the run goes from cheap classes to dear. */
+    double cost; /* the class being tuned */
+    const mha_kernel *rk[32];
+    double ratio[32];
+    int nratio;
 } tune_ctx;
+
+/* The ratio recorded for k (0: none yet). */
+static double ratio_of(const tune_ctx *tx, const mha_kernel *k) {
+    for (int i = 0; i < tx->nratio; i++)
+        if (tx->rk[i] == k) return tx->ratio[i];
+    return 0;
+}
+
+static void ratio_set(tune_ctx *tx, const mha_kernel *k, double r) {
+    int i = 0;
+    while (i < tx->nratio && tx->rk[i] != k) i++;
+    if (i == 32) return;
+    if (i == tx->nratio) tx->rk[tx->nratio++] = k;
+    tx->ratio[i] = r;
+}
 
 /* Calls per sample for a call of t seconds (SAMPLE_MIN_S). */
 static int calls_per_sample(double t) {
@@ -316,6 +341,7 @@ static void measure(tune_ctx *tx, class_data *cd, const mha_kernel *k, point *pt
     const double median = median_inplace(sorted, reps);
     pt->gflops = median > 0 ? mha_problem_flops(p) / median * 1e-9 : 0;
     pt->status = 1;
+    if (strcmp(phase, "prior") == 0 && tx->cost > 0) ratio_set(tx, k, median / tx->cost);
     log_line(tx, cd, k, pt, verdict, max_err, cd->vd.tol, times, reps, median, phase);
 }
 
@@ -741,6 +767,20 @@ static int kernel_in_class(const tune_run *r, const mha_kernel *k, const mha_sha
     return r->a.kernels || cl->decode || !(mha_kernel_traits(k) & MHA_KT_DECODE);
 }
 
+/* A rough time of one call of class c's problem, only to order the classes:
+ * its FLOPs at 100 GFLOP/s and its bytes at 10 GB/s per thread (a decode
+ * call streams its cache), over the threads it runs on. */
+static double class_cost(const mha_shape_class *c, int tall) {
+    mha_problem p;
+    mha_class_problem(c, &p);
+    const double elems = (double)(2 * p.batch * p.heads * p.seq_q * p.head_dim),
+                 kv_elems = (double)(2 * p.batch * p.kv_heads * p.seq_kv * p.head_dim);
+    const double bytes = elems * (double)mha_dtype_size(p.dtype) +
+                         kv_elems * (double)mha_dtype_size(mha_problem_kv_dtype(&p));
+    const int threads = c->threads == 1 || tall < 1 ? 1 : tall;
+    return (mha_problem_flops(&p) / 100e9 + bytes / 10e9) / threads;
+}
+
 /* Whether class c has a kernel to time: one of the run's kernels is in it
  * and, for a class not in fp32, one with block knobs (a 16-bit class that only
  * the knob-less decode kernels take has nothing to tune, and timing them on
@@ -797,9 +837,9 @@ static tune_status choose_classes(tune_run *r) {
             printf("tune: %d %s classes left out: no kernel with block knobs that runs here "
                    "takes %s (they keep the cache model's choice)\n",
                    no_kernel[t], mha_dtype_name((mha_dtype)t), mha_dtype_name((mha_dtype)t));
-    /* A shard takes every N-th class: each class gets an equal share of the
-     * budget, so equal counts are equal times. Shards of one run write their
-     * own tables; scripts/fleet_report.py tuning joins them per CPU key. */
+    /* A shard takes every N-th class of the list, so every shard gets the
+     * same mix of cheap and dear classes. Shards of one run write their own
+     * tables; scripts/fleet_report.py tuning joins them per CPU key. */
     if (r->a.shard.count > 0) {
         kept = 0;
         for (int i = 0; i < r->ncls; i++)
@@ -807,6 +847,23 @@ static tune_status choose_classes(tune_run *r) {
         printf("tune: shard %d/%d: %d of %d classes\n", r->a.shard.index, r->a.shard.count, kept,
                r->ncls);
         r->ncls = kept;
+    }
+    /* Cheap classes first (a stable order by the estimate): they finish
+     * early and hand their unused share on to the expensive ones (a d128
+     * kv4096 class's first measurements alone take ~2 s), and a budget too
+     * small for every class leaves out the costly ones, not the decode
+     * classes that happen to come last in the list. */
+    double cost[MHA_CLASS_MAX];
+    for (int i = 0; i < r->ncls; i++) {
+        cost[i] = class_cost(&r->classes[i], r->tall);
+        for (int j = i; j > 0 && cost[j - 1] > cost[j]; j--) {
+            const double tc = cost[j];
+            cost[j] = cost[j - 1];
+            cost[j - 1] = tc;
+            const mha_shape_class tcl = r->classes[j];
+            r->classes[j] = r->classes[j - 1];
+            r->classes[j - 1] = tcl;
+        }
     }
     return TUNE_OK;
 }
@@ -1115,6 +1172,32 @@ static void print_class_line(const tune_run *r, int wi, int ri, const point *dp)
     fflush(stdout);
 }
 
+/* One sample of a call of t seconds: SAMPLE_MIN_S at least, and the probes
+ * before and after it. */
+static double sample_time(double t) {
+    return (t > SAMPLE_MIN_S ? t : SAMPLE_MIN_S) + 2 * MEAS_PROBE_SECONDS;
+}
+
+/* What class c costs whatever its share: every kernel's first measurement
+ * (verification and warm-up, about two calls, and MIN_REPS samples) and
+ * MIN_REPS final rounds of the default kernel's prior and best, from the
+ * kernels' ratios so far; 0 when a kernel of the class has none yet (nothing
+ * to go by). */
+static double class_floor(const tune_run *r, const mha_shape_class *c) {
+    mha_problem p;
+    mha_class_problem(c, &p);
+    const double cost = class_cost(c, r->tall);
+    double floor = 0;
+    for (int i = 0; i < r->nk; i++) {
+        if (!kernel_in_class(r, r->kr[i].k, c, &p)) continue;
+        const double call = ratio_of(&r->tx, r->kr[i].k) * cost;
+        if (!(call > 0)) return 0;
+        floor += 2 * call + MIN_REPS * sample_time(call);
+    }
+    const double dcall = ratio_of(&r->tx, mha_default_kernel(&p)) * cost;
+    return floor + 2 * MIN_REPS * sample_time(dcall);
+}
+
 /* Tunes class ci with its share of the budget left: search, final round,
  * table entry and printed line. Returns TUNE_OK, TUNE_CHECK_FAILED when no
  * kernel passed (the run goes on), or TUNE_BAD_INPUT when the class's data
@@ -1130,11 +1213,18 @@ static tune_status tune_class(tune_run *r, int ci) {
     }
     /* per class: what mha_select would run without a table */
     const mha_kernel *dkern = mha_default_kernel(&r->cd.p);
-    /* What is left of the budget, shared by the classes left: a class that
-     * overran shrinks the others' shares rather than the run growing. */
+    r->tx.cost = class_cost(cl, r->tall);
+    /* What is left of the budget, shared by the classes left: each gets its
+     * floor (class_floor, as far as known) and an equal part of the rest, so
+     * a class that overran shrinks the others' shares rather than the run
+     * growing, and the dear classes at the end still find their floors. */
     const double t0 = now_s();
     const double remaining = r->a.budget - (t0 - r->t_begin);
-    const double share = remaining > 0 ? remaining / (r->ncls - ci) : 0;
+    double floors = 0;
+    for (int j = ci; j < r->ncls; j++) floors += class_floor(r, &r->classes[j]);
+    const double own = class_floor(r, cl), pool = remaining - floors;
+    double share = own + (pool > 0 ? pool / (r->ncls - ci) : 0);
+    if (share > remaining) share = remaining > 0 ? remaining : 0;
     const double class_end = t0 + share;
     load_mark class_m0, class_m1;
     load_mark_now(&class_m0);
@@ -1179,22 +1269,33 @@ static tune_status tune_classes(tune_run *r) {
                "their share is measured and flagged per class (other_load)\n",
                r->load0[0]);
     tune_status st = TUNE_OK;
+    char skipped[512] = "";
+    int nskip = 0;
     for (int ci = 0; ci < r->ncls && st != TUNE_BAD_INPUT; ci++) {
         /* A class costs its kernels' first measurements and a final round
-         * of MIN_REPS whatever its share: with the budget spent, the classes
-         * left are not started (they keep the cache model, or the entries of
-         * the table at --out), so the run ends within one class of it. */
-        if (ci > 0 && now_s() - r->t_begin >= r->a.budget) {
-            char first[64];
-            mha_class_name(&r->classes[ci], first, sizeof first);
-            printf("tune: the budget is spent: %d of %d classes not tuned (from %s on); a "
-                   "larger --budget covers them\n",
-                   r->ncls - ci, r->ncls, first);
-            break;
+         * of MIN_REPS whatever its share: one whose estimate does not fit in
+         * what is left of the budget (and BUDGET_SLACK) is not started. It
+         * keeps the cache model, or the entry of the table at --out. */
+        const double elapsed = now_s() - r->t_begin;
+        if (ci > 0 && (elapsed >= r->a.budget || elapsed + class_floor(r, &r->classes[ci]) >
+                                                     r->a.budget * (1 + BUDGET_SLACK))) {
+            char name[64];
+            mha_class_name(&r->classes[ci], name, sizeof name);
+            const size_t n = strlen(skipped);
+            if (nskip < 6)
+                snprintf(skipped + n, sizeof skipped - n, "%s%s", nskip ? ", " : "", name);
+            else if (nskip == 6)
+                snprintf(skipped + n, sizeof skipped - n, ", ...");
+            nskip++;
+            continue;
         }
         const tune_status cs = tune_class(r, ci);
         if (cs != TUNE_OK) st = cs;
     }
+    if (nskip)
+        printf("tune: %d of %d classes not tuned: what is left of the budget cannot hold their "
+               "first measurements (%s); a larger --budget covers them\n",
+               nskip, r->ncls, skipped);
     return st;
 }
 

@@ -61,6 +61,9 @@
 /* The run ends within this fraction past its budget: a class is started only
  * when its first measurements fit in what is left and this. */
 #define BUDGET_SLACK 0.05
+/* The part of the budget kept for the confirmation rounds at the end of the
+ * run (confirm_departures); the classes share the rest. */
+#define CONFIRM_FRACTION 0.10
 #define MAX_POINTS 96
 #define MAX_VALUES 48
 /* Kernels whose search best is within this fraction of the top one take
@@ -493,7 +496,7 @@ static int same_knobs(const point *a, const point *b) {
  * FINAL_MAX_REPS) while the next round fits in time_cap; each point's gflops
  * becomes its median, lo/hi its 95% interval. */
 static double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, point **pts, int n,
-                         double time_cap) {
+                         double time_cap, const char *phase) {
     const mha_problem *p = &cd->p;
     const meas_shape shp = meas_shape_of(p);
     meas_call calls[64];
@@ -534,7 +537,7 @@ static double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, po
         pts[i]->hi = tlo > 0 ? mha_problem_flops(p) / tlo * 1e-9 : 0;
         tx->measurements++;
         log_line(tx, cd, ks[i], pts[i], "skipped (passed before)", 0, cd->vd.tol, times[i], reps,
-                 median, "final");
+                 median, phase);
     }
     return tx->other;
 }
@@ -731,6 +734,16 @@ static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
     return TUNE_OK;
 }
 
+/* A class whose entry departs from the default (another kernel, or other
+ * knobs than the cache model's), to be confirmed at the end of the run. */
+typedef struct {
+    mha_shape_class cl;
+    const mha_kernel *wk, *dk; /* the winner and mha_select's default kernel */
+    point wp, dp;              /* their knobs (dp: the cache model's) */
+    double final_s;            /* how long the class's final round took */
+    json_object *entry;        /* its entry in jclasses */
+} departure;
+
 /* One run of tune: what it covers, where it writes, and what it has found. */
 typedef struct {
     tune_args a;
@@ -751,8 +764,10 @@ typedef struct {
     double t_begin;
     double share, t_search, t_final; /* the class's planned share and what it spent, s */
     int tuned;                       /* classes with a table entry from this run */
-    double load0[3];                 /* load averages at the start */
-    int contended;                   /* classes measured while other processes held the cores */
+    departure pend[MHA_CLASS_MAX];   /* to be confirmed at the end of the run */
+    int npend;
+    double load0[3]; /* load averages at the start */
+    int contended;   /* classes measured while other processes held the cores */
 } tune_run;
 
 /* Whether kernel k is timed on class cl (whose problem is p): it takes the
@@ -1007,14 +1022,14 @@ static double final_round(tune_run *r, const mha_kernel *dkern, double class_end
         }
     }
     const double t0 = now_s();
-    double other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - t0);
+    double other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - t0, "final");
     if (other > CONTENDED_SHARE) {
         const double took = now_s() - t0;
         if (now_s() + took <= class_end) {
             printf("tune: %s: other processes used %.0f%% of the machine; repeating the final "
                    "round\n",
                    r->tx.cls, other * 100);
-            other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
+            other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s(), "final");
         } else {
             printf("tune: %s: other processes used %.0f%% of the machine; no time left in the "
                    "class's share to repeat the final round (flagged)\n",
@@ -1219,7 +1234,7 @@ static tune_status tune_class(tune_run *r, int ci) {
      * a class that overran shrinks the others' shares rather than the run
      * growing, and the dear classes at the end still find their floors. */
     const double t0 = now_s();
-    const double remaining = r->a.budget - (t0 - r->t_begin);
+    const double remaining = r->a.budget * (1 - CONFIRM_FRACTION) - (t0 - r->t_begin);
     double floors = 0;
     for (int j = ci; j < r->ncls; j++) floors += class_floor(r, &r->classes[j]);
     const double own = class_floor(r, cl), pool = remaining - floors;
@@ -1246,10 +1261,76 @@ static tune_status tune_class(tune_run *r, int ci) {
     r->share = share;
     r->t_search = t1 - t0;
     r->t_final = now_s() - t1;
-    json_object_array_add(r->jclasses, class_entry(r, cl, class_other, wi, ri, dkern, &dp));
+    json_object *entry = class_entry(r, cl, class_other, wi, ri, dkern, &dp);
+    json_object_array_add(r->jclasses, entry);
     print_class_line(r, wi, ri, &dp);
     r->tuned++;
+    const kernel_result *w = &r->kr[wi];
+    if (dkern && dp.status == 1 && (w->k != dkern || !same_knobs(&w->best, &dp)) &&
+        r->npend < MHA_CLASS_MAX)
+        r->pend[r->npend++] = (departure){.cl = *cl,
+                                          .wk = w->k,
+                                          .dk = dkern,
+                                          .wp = w->best,
+                                          .dp = dp,
+                                          .final_s = r->t_final,
+                                          .entry = entry};
     return TUNE_OK;
+}
+
+/* A departure from the default (another kernel or other knobs than what
+ * mha_select runs without a table) won one final round; a burst of other
+ * load in that moment can favour one configuration over another (2-thread
+ * classes of sub-millisecond calls whose default knobs ran 17% slower for a
+ * stretch of the run than in the next run), so at the end of the run, seconds
+ * to a minute later, the winner and the default are timed again, round-robin
+ * as long as the class's final round took. The entry stands only if the
+ * winner again wins by REPLACE_MARGIN beyond the interval; otherwise the
+ * default becomes the winner and the two a tie. "confirmed" in the entry:
+ * "held", "reverted", or "no time" (the budget left could not hold it; the
+ * entry stands as measured once). */
+static void confirm_departures(tune_run *r) {
+    const double end = r->t_begin + r->a.budget; /* optional work: not into the slack */
+    int held = 0, reverted = 0, no_time = 0;
+    for (int i = 0; i < r->npend; i++) {
+        departure *pd = &r->pend[i];
+        mha_class_name(&pd->cl, r->cls_name, sizeof r->cls_name);
+        r->tx.cls = r->cls_name;
+        r->tx.threads = pd->cl.threads == 1 ? 1 : r->tall;
+        const double cap = pd->final_s > 0.05 ? pd->final_s : 0.05;
+        if (now_s() + cap > end || !class_data_prepare(&r->cd, &pd->cl, (uint64_t)r->a.seed)) {
+            json_object_object_add(pd->entry, "confirmed", json_object_new_string("no time"));
+            no_time++;
+            continue;
+        }
+        point wp = pd->wp, dp = pd->dp;
+        wp.hi = dp.hi = 0; /* no interval unless timed now (else: reverted) */
+        const mha_kernel *ks[2] = {pd->wk, pd->dk};
+        point *ps[2] = {&wp, &dp};
+        interleave(&r->tx, &r->cd, ks, ps, 2, cap, "confirm");
+        const int holds = wp.hi > 0 && dp.hi > 0 && wp.gflops > dp.gflops * REPLACE_MARGIN &&
+                          intervals_order(wp.lo, wp.hi, dp.lo, dp.hi) == STATS_A_LARGER;
+        printf("tune: confirm %-27s %s bq %d bk %d split %d %.1f vs default %s bq %d bk %d "
+               "%.1f (%+.1f%%): %s\n",
+               r->cls_name, mha_kernel_name(pd->wk), wp.bq, wp.bk, wp.split, wp.gflops,
+               mha_kernel_name(pd->dk), dp.bq, dp.bk, dp.gflops,
+               dp.gflops > 0 ? (wp.gflops / dp.gflops - 1) * 100 : 0.0,
+               holds ? "held" : "not held, the default stays");
+        if (holds) {
+            json_object_object_add(pd->entry, "confirmed", json_object_new_string("held"));
+            held++;
+            continue;
+        }
+        json_object_object_add(pd->entry, "winner", choice_json(pd->dk, &dp));
+        json_object_object_add(pd->entry, "runner_up", choice_json(pd->wk, &wp));
+        json_object_object_add(pd->entry, "tie", json_object_new_boolean(1));
+        json_object_object_add(pd->entry, "confirmed", json_object_new_string("reverted"));
+        reverted++;
+    }
+    if (r->npend)
+        printf("tune: %d departures from the default confirmed: %d held, %d reverted to the "
+               "default, %d not timed again (no time left)\n",
+               r->npend, held, reverted, no_time);
 }
 
 /* Tunes every class in turn, within the budget. Returns TUNE_OK, else the
@@ -1276,9 +1357,9 @@ static tune_status tune_classes(tune_run *r) {
          * of MIN_REPS whatever its share: one whose estimate does not fit in
          * what is left of the budget (and BUDGET_SLACK) is not started. It
          * keeps the cache model, or the entry of the table at --out. */
-        const double elapsed = now_s() - r->t_begin;
-        if (ci > 0 && (elapsed >= r->a.budget || elapsed + class_floor(r, &r->classes[ci]) >
-                                                     r->a.budget * (1 + BUDGET_SLACK))) {
+        const double elapsed = now_s() - r->t_begin, budget = r->a.budget * (1 - CONFIRM_FRACTION);
+        if (ci > 0 && (elapsed >= budget || elapsed + class_floor(r, &r->classes[ci]) >
+                                                budget + r->a.budget * BUDGET_SLACK)) {
             char name[64];
             mha_class_name(&r->classes[ci], name, sizeof name);
             const size_t n = strlen(skipped);
@@ -1296,6 +1377,7 @@ static tune_status tune_classes(tune_run *r) {
         printf("tune: %d of %d classes not tuned: what is left of the budget cannot hold their "
                "first measurements (%s); a larger --budget covers them\n",
                nskip, r->ncls, skipped);
+    if (st != TUNE_BAD_INPUT) confirm_departures(r);
     return st;
 }
 

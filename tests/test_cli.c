@@ -1155,7 +1155,7 @@ static void test_tune_budget_dtypes(void **state) {
     json_object *e = json_object_array_get_idx(cls, 0);
     assert_true(json_object_object_get_ex(e, "time_s", &ts));
     assert_true(json_num(ts, "share") > 0 && json_num(ts, "share") <= budget);
-    assert_true(json_num(ts, "search") > 0);
+    assert_true(json_num(ts, "search") >= 0 && json_num(ts, "final") >= 0);
     json_object_put(root);
     assert_true(check_log_kernels(logdir) > 0);
 

@@ -37,10 +37,33 @@
  * measurement. */
 #define TARGET_HALFWIDTH 0.02
 #define MAX_RETAKES 8
-/* A move must beat the current point by this much: timing noise on a shared
- * 2-core VM is ~1-2%, and chasing it would make tables irreproducible. The
- * same margin decides whether the tuned knobs replace the cache-model ones. */
+/* The final round decides, so it may take more rounds to reach the target
+ * (the small classes' sub-millisecond calls needed them: 15 rounds left
+ * intervals 5-10% wide there, and their decisions flipped between runs). */
+#define FINAL_MAX_REPS 31
+/* A sample is at least this long: calls shorter than it are repeated back to
+ * back inside one sample (their mean), so a 0.3 ms call is not timed against
+ * the timer tick's noise and the probes around it. */
+#define SAMPLE_MIN_S 2e-3
+#define SAMPLE_MAX_CALLS 64
+/* A search step must beat the current point by this much: timing noise on a
+ * shared 2-core VM is ~1-2%, and chasing it would wander. */
 #define MOVE_MARGIN 1.02
+/* What the table acts on: tuned knobs replace the cache model's, and another
+ * kernel mha_select's default, only when they win by this much in the final
+ * round with their interval wholly above; closer is a tie, and the default
+ * stays. Two back-to-back `tune --budget 120` runs here agreed on 45 of 56
+ * classes with 2%: the within-run intervals were narrow (+-0.3-1.5%), but
+ * moves of 2-5% held in one run and not the other (the descent found
+ * 96 x 96 in one run and stopped at 64 x 64 in the other), while the moves
+ * above 5% held in both. */
+#define REPLACE_MARGIN 1.05
+/* The run ends within this fraction past its budget: a class is started only
+ * when its first measurements fit in what is left and this. */
+#define BUDGET_SLACK 0.05
+/* The part of the budget kept for the confirmation rounds at the end of the
+ * run (confirm_departures); the classes share the rest. */
+#define CONFIRM_FRACTION 0.10
 #define MAX_POINTS 96
 #define MAX_VALUES 48
 /* Kernels whose search best is within this fraction of the top one take
@@ -111,12 +134,10 @@ typedef struct {
     meas_pool pool; /* the timed problem's inputs and every workspace */
     check_data vd;
     int have_vd;
-    float *vout;
 } class_data;
 
 static void class_data_free(class_data *cd) {
     meas_pool_release(&cd->pool);
-    mha_free(cd->vout);
     if (cd->have_vd) check_release(&cd->vd);
     memset(cd, 0, sizeof *cd);
 }
@@ -124,7 +145,8 @@ static void class_data_free(class_data *cd) {
 static int same_problem(const mha_problem *a, const mha_problem *b) {
     return a->batch == b->batch && a->heads == b->heads && a->kv_heads == b->kv_heads &&
            a->seq_q == b->seq_q && a->seq_kv == b->seq_kv && a->head_dim == b->head_dim &&
-           a->causal == b->causal;
+           a->causal == b->causal && a->dtype == b->dtype &&
+           mha_problem_kv_dtype(a) == mha_problem_kv_dtype(b);
 }
 
 /* Prepares cd for class c, reusing what it holds when the problem is the same
@@ -133,7 +155,7 @@ static int class_data_prepare(class_data *cd, const mha_shape_class *c, uint64_t
     mha_problem p, vp;
     mha_class_problem(c, &p);
     mha_class_verify_problem(c, &vp);
-    if (cd->vout && same_problem(&p, &cd->p) && same_problem(&vp, &cd->vp)) return 1;
+    if (cd->have_vd && same_problem(&p, &cd->p) && same_problem(&vp, &cd->vp)) return 1;
     class_data_free(cd);
     cd->p = p;
     cd->vp = vp;
@@ -145,8 +167,7 @@ static int class_data_prepare(class_data *cd, const mha_shape_class *c, uint64_t
     const check_case cc = {.p = vp, .input = INPUT_UNIFORM, .layout = LAYOUT_BHND, .tag = "tune"};
     if (check_prepare(&cc, splitmix64(&rng), &cd->vd) != MHA_OK) return 0;
     cd->have_vd = 1;
-    cd->vout = mha_alloc(cd->vd.out_floats * sizeof(float));
-    return cd->vout != NULL;
+    return 1;
 }
 
 /* ---- measuring one candidate ----------------------------------------------------------- */
@@ -166,17 +187,48 @@ typedef struct {
     double other;    /* other processes' share during the last timed repetitions, -1 unknown */
     meas_tally last; /* the last measurement's repetitions and retakes */
     int retakes, disturbed_kept;
+    /* Seconds per call of each kernel's last prior over the class cost
+     * estimate (class_cost) of its class: what the next classes' first
+     * measurements will take, as the run goes from cheap classes to dear. */
+    double cost; /* the class being tuned */
+    const mha_kernel *rk[32];
+    double ratio[32];
+    int nratio;
 } tune_ctx;
 
-/* The sampling plan of one measurement of n calls. */
-static meas_plan tune_plan(const tune_ctx *tx, double time_cap) {
+/* The ratio recorded for k (0: none yet). */
+static double ratio_of(const tune_ctx *tx, const mha_kernel *k) {
+    for (int i = 0; i < tx->nratio; i++)
+        if (tx->rk[i] == k) return tx->ratio[i];
+    return 0;
+}
+
+static void ratio_set(tune_ctx *tx, const mha_kernel *k, double r) {
+    int i = 0;
+    while (i < tx->nratio && tx->rk[i] != k) i++;
+    if (i == 32) return;
+    if (i == tx->nratio) tx->rk[tx->nratio++] = k;
+    tx->ratio[i] = r;
+}
+
+/* Calls per sample for a call of t seconds (SAMPLE_MIN_S). */
+static int calls_per_sample(double t) {
+    if (!(t > 0) || t >= SAMPLE_MIN_S) return 1;
+    const double k = ceil(SAMPLE_MIN_S / t);
+    return k < SAMPLE_MAX_CALLS ? (int)k : SAMPLE_MAX_CALLS;
+}
+
+/* The sampling plan of one measurement: at most max_reps rounds of samples
+ * of `calls` calls. */
+static meas_plan tune_plan(const tune_ctx *tx, double time_cap, int max_reps, int calls) {
     return (meas_plan){.threads = mha_resolve_threads(&(mha_options){.threads = tx->threads}),
                        .min_reps = MIN_REPS,
-                       .max_reps = MAX_REPS,
+                       .max_reps = max_reps,
                        .time_cap = time_cap,
                        .target = TARGET_HALFWIDTH,
                        .max_retakes = MAX_RETAKES,
-                       .probe_min = MEAS_PROBE_MIN};
+                       .probe_min = MEAS_PROBE_MIN,
+                       .calls = calls};
 }
 
 static void tally_add(tune_ctx *tx, const meas_tally *t) {
@@ -211,6 +263,9 @@ static void log_line(tune_ctx *tx, const class_data *cd, const mha_kernel *k, co
     json_object_object_add(shape, "seq_kv", json_object_new_int64(cd->p.seq_kv));
     json_object_object_add(shape, "head_dim", json_object_new_int64(cd->p.head_dim));
     json_object_object_add(shape, "causal", json_object_new_boolean(cd->p.causal));
+    json_object_object_add(shape, "dtype", json_object_new_string(mha_dtype_name(cd->p.dtype)));
+    json_object_object_add(shape, "kv_dtype",
+                           json_object_new_string(mha_dtype_name(mha_problem_kv_dtype(&cd->p))));
     json_object_object_add(o, "shape", shape);
     json_object_object_add(o, "verify", json_object_new_string(verify));
     json_object_object_add(o, "max_err", results_json_double(max_err));
@@ -244,36 +299,18 @@ static void measure(tune_ctx *tx, class_data *cd, const mha_kernel *k, point *pt
     pt->status = -1;
     pt->gflops = 0;
     tx->measurements++;
-    size_t ws_bytes = 0;
     if (!verified) {
-        const mha_problem *vp = &cd->vp;
-        mha_tensor_mut ov = mha_view_bhnd_mut(cd->vout, vp->heads, vp->seq_q, vp->head_dim);
-        void *ws = NULL;
-        mha_status st = mha_workspace_size(k, vp, &o, &ws_bytes);
-        if (st == MHA_OK && ws_bytes && !(ws = meas_workspace(&cd->pool, ws_bytes)))
-            st = MHA_ENOMEM;
-        if (st == MHA_OK) {
-            const meas_call vc =
-                meas_call_attend(k, vp, &o, &cd->vd.qv, &cd->vd.kv, &cd->vd.vv, &ov, ws, ws_bytes);
-            st = meas_run(&vc);
-        }
-        if (st != MHA_OK) {
-            errorf("tune: %s block_q=%d block_kv=%d split=%d on the verification case: %s",
-                   mha_kernel_name(k), pt->bq, pt->bk, pt->split, mha_last_error());
-            log_line(tx, cd, k, pt, "error", 0, cd->vd.tol, NULL, 0, 0, phase);
-            tx->failures++;
-            return;
-        }
-        const size_t n = (size_t)(vp->batch * vp->heads * vp->seq_q * vp->head_dim);
-        for (size_t i = 0; i < n; i++) {
-            const double e = fabs((double)cd->vout[i] - cd->vd.ref[i]);
-            if (!(e <= max_err)) max_err = isnan(e) ? INFINITY : e;
-        }
-        if (!(max_err <= cd->vd.tol)) {
-            errorf("tune: %s block_q=%d block_kv=%d split=%d FAILS verification on %s: "
-                   "max error %.3g > tolerance %.3g (candidate dropped)",
-                   mha_kernel_name(k), pt->bq, pt->bk, pt->split, tx->cls, max_err, cd->vd.tol);
-            log_line(tx, cd, k, pt, "fail", max_err, cd->vd.tol, NULL, 0, 0, phase);
+        /* verify's check (check.c): a sentinel-filled, guarded output of the
+         * class's dtype, the tolerance written down for that dtype */
+        check_report rep;
+        const int res = check_kernel_opts(k, &cd->vd, &o, &rep);
+        max_err = rep.max_err;
+        if (res != CHECK_PASS) {
+            errorf("tune: %s block_q=%d block_kv=%d split=%d FAILS verification on %s: %s "
+                   "(candidate dropped)",
+                   mha_kernel_name(k), pt->bq, pt->bk, pt->split, tx->cls, rep.detail);
+            log_line(tx, cd, k, pt, res == CHECK_FAIL ? "fail" : "error", max_err, cd->vd.tol, NULL,
+                     0, 0, phase);
             tx->failures++;
             return;
         }
@@ -287,16 +324,16 @@ static void measure(tune_ctx *tx, class_data *cd, const mha_kernel *k, point *pt
         log_line(tx, cd, k, pt, "error", 0, 0, NULL, 0, 0, phase);
         return;
     }
-    double times[MAX_REPS];
+    double times[MAX_REPS], warm = 0;
     /* warm-up: caches, page faults of a fresh workspace, the OpenMP pool */
-    if (meas_run(&call) != MHA_OK) {
+    if (meas_sample(&call, &warm) != MHA_OK) {
         errorf("tune: %s on %s: %s", mha_kernel_name(k), tx->cls, mha_last_error());
         log_line(tx, cd, k, pt, "error", max_err, cd->vd.tol, NULL, 0, 0, phase);
         return;
     }
     load_mark m0, m1;
     load_mark_now(&m0);
-    const meas_plan pl = tune_plan(tx, time_cap);
+    const meas_plan pl = tune_plan(tx, time_cap, MAX_REPS, calls_per_sample(warm));
     meas_tally tl;
     const int reps = meas_interleave_guarded(&call, 1, &pl, times, &tl);
     tally_add(tx, &tl);
@@ -307,6 +344,7 @@ static void measure(tune_ctx *tx, class_data *cd, const mha_kernel *k, point *pt
     const double median = median_inplace(sorted, reps);
     pt->gflops = median > 0 ? mha_problem_flops(p) / median * 1e-9 : 0;
     pt->status = 1;
+    if (strcmp(phase, "prior") == 0 && tx->cost > 0) ratio_set(tx, k, median / tx->cost);
     log_line(tx, cd, k, pt, verdict, max_err, cd->vd.tol, times, reps, median, phase);
 }
 
@@ -356,6 +394,7 @@ static int axis_values(int *v, int lo, int hi, int w, int prior, int64_t extent)
 typedef struct {
     const mha_kernel *k;
     int tunable;
+    int in_class;      /* timed on the class being tuned (kernel_in_class) */
     point prior, best; /* best.status 1 when anything was measured */
 } kernel_result;
 
@@ -368,6 +407,19 @@ static point *find_point(point_set *s, int bq, int bk, int split) {
     for (int i = 0; i < s->n; i++)
         if (s->pts[i].bq == bq && s->pts[i].bk == bk && s->pts[i].split == split) return &s->pts[i];
     return NULL;
+}
+
+/* A descent takes about this many measurements (it sizes each one's time). */
+#define DESCENT_EST 12
+
+/* The time one measurement of the search may take when `taken` were taken
+ * before it: its part of what is left until the deadline. It bounds the whole
+ * measurement (meas_core starts no round past it, probes and retakes
+ * counted); only MIN_REPS are taken regardless. */
+static double measure_cap(double deadline, int taken) {
+    const int left = DESCENT_EST - taken > 4 ? DESCENT_EST - taken : 4;
+    const double t = deadline - now_s();
+    return t > 0 ? t / left : 0;
 }
 
 /* Coordinate descent for one kernel: from the prior, along each axis step
@@ -383,10 +435,8 @@ static void search_kernel(tune_ctx *tx, class_data *cd, kernel_result *kr, doubl
     kr->prior =
         kr->tunable ? (point){.bq = def.block_q, .bk = def.block_kv, .split = 0} : (point){0};
     point_set set = {.n = 0};
-    const double n_est = 12; /* a typical descent's measurements: sizes the reps */
-    const double cap = (deadline - now_s()) / n_est / (MIN_REPS + 1);
     set.pts[set.n] = kr->prior;
-    measure(tx, cd, k, &set.pts[set.n], 0, cap > 0 ? cap : 0, "prior");
+    measure(tx, cd, k, &set.pts[set.n], 0, measure_cap(deadline, 0), "prior");
     kr->prior = set.pts[set.n];
     point cur = set.pts[set.n++];
     kr->best = cur;
@@ -419,7 +469,8 @@ static void search_kernel(tune_ctx *tx, class_data *cd, kernel_result *kr, doubl
                     if (!seen) {
                         if (set.n == MAX_POINTS) break;
                         set.pts[set.n] = cand;
-                        measure(tx, cd, k, &set.pts[set.n], 0, cap, "search");
+                        measure(tx, cd, k, &set.pts[set.n], 0, measure_cap(deadline, set.n),
+                                "search");
                         seen = &set.pts[set.n++];
                     }
                     if (seen->status == 1 && seen->gflops > cur.gflops * MOVE_MARGIN) {
@@ -442,9 +493,10 @@ static int same_knobs(const point *a, const point *b) {
 }
 
 /* Times n measured candidates round-robin: MIN_REPS rounds, then more (up to
- * MAX_REPS) while time_cap lasts; each point's gflops becomes its median. */
+ * FINAL_MAX_REPS) while the next round fits in time_cap; each point's gflops
+ * becomes its median, lo/hi its 95% interval. */
 static double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, point **pts, int n,
-                         double time_cap) {
+                         double time_cap, const char *phase) {
     const mha_problem *p = &cd->p;
     const meas_shape shp = meas_shape_of(p);
     meas_call calls[64];
@@ -459,18 +511,23 @@ static double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, po
             if (meas_prepare(&cd->pool, ks[i], &shp, &o, &calls[i]))
                 return -1; /* keep the search's numbers */
         }
-    static double times[64][MAX_REPS];
-    for (int i = 0; i < n; i++) meas_run(&calls[i]);
+    static double times[64][FINAL_MAX_REPS];
+    double fastest = INFINITY;
+    for (int i = 0; i < n; i++) {
+        double t = INFINITY;
+        meas_sample(&calls[i], &t);
+        fastest = t < fastest ? t : fastest;
+    }
     load_mark m0, m1;
     load_mark_now(&m0);
-    const meas_plan pl = tune_plan(tx, time_cap);
+    const meas_plan pl = tune_plan(tx, time_cap, FINAL_MAX_REPS, calls_per_sample(fastest));
     meas_tally tl;
     const int reps = meas_interleave_guarded(calls, n, &pl, &times[0][0], &tl);
     tally_add(tx, &tl);
     load_mark_now(&m1);
     tx->other = other_share(&m0, &m1);
     for (int i = 0; i < n; i++) {
-        double sorted[MAX_REPS];
+        double sorted[FINAL_MAX_REPS];
         memcpy(sorted, times[i], (size_t)reps * sizeof(double));
         const double median = median_inplace(sorted, reps);
         pts[i]->gflops = median > 0 ? mha_problem_flops(p) / median * 1e-9 : 0;
@@ -480,7 +537,7 @@ static double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, po
         pts[i]->hi = tlo > 0 ? mha_problem_flops(p) / tlo * 1e-9 : 0;
         tx->measurements++;
         log_line(tx, cd, ks[i], pts[i], "skipped (passed before)", 0, cd->vd.tol, times[i], reps,
-                 median, "final");
+                 median, phase);
     }
     return tx->other;
 }
@@ -542,15 +599,22 @@ static int commit_log(mha_out *w, const char *dir, const char *key, const char *
 static void usage_tune(FILE *f) {
     fprintf(f,
             "usage: mhabench tune [--budget SECONDS] [--classes quick|full] [--kernels a,b]\n"
-            "                     [--threads 1,N] [--out TABLE.json] [--seed N] [--shard I/N]\n"
+            "                     [--threads 1,N] [--dtype fp32,bf16] [--out TABLE.json]\n"
+            "                     [--seed N] [--shard I/N]\n"
             "  Searches block_q / block_kv (and the parallel split where the kernel has one)\n"
             "  per shape class, verifying every candidate against the float64 oracle, and\n"
             "  writes the tuning table mha_select and `--kernel auto` use, plus a JSON Lines\n"
             "  log of every measurement in log/ beside it.\n"
-            "  --budget S    total search time in seconds (default %.0f)\n"
-            "  --classes C   quick (default: head_dim 64/128, kv <= 1024, decode) or full\n"
-            "  --kernels K   kernels to search (default: tiled and flash at the active ISA,\n"
-            "                plus knob-less baselines such as blas.cblas timed as they are)\n"
+            "  --budget S    the run's time in seconds (default %.0f); it ends within about\n"
+            "                5%% of it (classes share what is left; past it none is started)\n"
+            "  --classes C   quick (default: head_dim 64/128, kv <= 4096, decode at 4096) or full\n"
+            "  --dtype D     Q/O dtypes of the classes (default fp32,bf16): prefill classes\n"
+            "                come in both, decode in fp32; a dtype no kernel with block knobs\n"
+            "                takes here (bf16 without AVX512_BF16) is left out\n"
+            "  --kernels K   kernels to search (default: each algorithm at its highest ISA\n"
+            "                here, decode kernels on decode classes only, plus knob-less\n"
+            "                baselines such as blas.cblas timed as they are); each class\n"
+            "                times those that take its dtype\n"
             "  --threads T   thread counts: 1 for the t1 classes, N > 1 for the tall ones\n"
             "                (default 1,<cores>)\n"
             "  --out F       the table (default <results/tuning>/<cpu key>.json)\n"
@@ -567,11 +631,17 @@ static int split_searched(const mha_kernel *k, const mha_shape_class *c) {
     return (mha_kernel_traits(k) & MHA_KT_SPLIT) && c->threads != 1 && !c->decode;
 }
 
-/* Another kernel of k's algorithm at the active ISA exists (then k, at a
- * lower ISA, is not worth timing by default). */
-static int has_active_twin(const mha_kernel *k) {
-    const mha_kernel *o = mha_kernel_twin(k, mha_isa_active());
-    return o && mha_kernel_supported(o) == MHA_OK;
+/* Another kernel of k's algorithm and dtypes at a higher ISA runs here (then
+ * k is not worth timing by default). Any higher level, not only the active
+ * one: under avx512bf16 no fp32 kernel has a twin at the active level (the
+ * bf16 ones take other dtypes), and every scalar and AVX2 fp32 kernel was
+ * timed: 130 s of a 205 s `tune --budget 120` went to their priors. */
+static int has_better_twin(const mha_kernel *k) {
+    for (int isa = (int)mha_kernel_isa(k) + 1; isa < MHA_ISA_COUNT; isa++) {
+        const mha_kernel *o = mha_kernel_twin(k, (mha_isa)isa);
+        if (o && mha_kernel_supported(o) == MHA_OK) return 1;
+    }
+    return 0;
 }
 
 /* How one of tune's steps ended. The steps print their own messages; only
@@ -587,6 +657,7 @@ typedef enum {
 typedef struct {
     float budget;
     const char *set, *kernels, *threads, *out;
+    unsigned dtypes; /* MHA_DTYPE_BIT mask of the class dtypes to tune */
     int64_t seed;
     shard_spec shard; /* --shard I/N; count 0: every class */
 } tune_args;
@@ -594,7 +665,7 @@ typedef struct {
 /* Parses argv into a. Returns TUNE_OK, TUNE_HELP, or TUNE_BAD_INPUT after
  * printing what was wrong. */
 static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
-    enum { O_BUDGET = 256, O_CLASSES, O_KERNELS, O_THREADS, O_OUT, O_SEED, O_SHARD };
+    enum { O_BUDGET = 256, O_CLASSES, O_KERNELS, O_THREADS, O_OUT, O_SEED, O_SHARD, O_DTYPE };
     static const struct option longopts[] = {
         {"budget", required_argument, NULL, O_BUDGET},
         {"classes", required_argument, NULL, O_CLASSES},
@@ -603,10 +674,14 @@ static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
         {"out", required_argument, NULL, O_OUT},
         {"seed", required_argument, NULL, O_SEED},
         {"shard", required_argument, NULL, O_SHARD},
+        {"dtype", required_argument, NULL, O_DTYPE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    *a = (tune_args){.budget = DEFAULT_BUDGET_S, .set = "quick", .seed = 1};
+    *a = (tune_args){.budget = DEFAULT_BUDGET_S,
+                     .set = "quick",
+                     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
+                     .seed = 1};
     optind = 0;
     opterr = 0;
     int c;
@@ -637,6 +712,9 @@ static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
         case O_SHARD:
             if (shard_parse(optarg, &a->shard) != 0) return TUNE_BAD_INPUT;
             break;
+        case O_DTYPE:
+            if (!(a->dtypes = parse_dtype_list("tune: --dtype", optarg, 0))) return TUNE_BAD_INPUT;
+            break;
         case 'h':
             usage_tune(stdout);
             return TUNE_HELP;
@@ -656,6 +734,16 @@ static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
     return TUNE_OK;
 }
 
+/* A class whose entry departs from the default (another kernel, or other
+ * knobs than the cache model's), to be confirmed at the end of the run. */
+typedef struct {
+    mha_shape_class cl;
+    const mha_kernel *wk, *dk; /* the winner and mha_select's default kernel */
+    point wp, dp;              /* their knobs (dp: the cache model's) */
+    double final_s;            /* how long the class's final round took */
+    json_object *entry;        /* its entry in jclasses */
+} departure;
+
 /* One run of tune: what it covers, where it writes, and what it has found. */
 typedef struct {
     tune_args a;
@@ -674,12 +762,57 @@ typedef struct {
     char cls_name[64];     /* the class being tuned (tx.cls) */
     json_object *jclasses; /* the table's entries for this run's classes */
     double t_begin;
+    double share, t_search, t_final; /* the class's planned share and what it spent, s */
+    int tuned;                       /* classes with a table entry from this run */
+    departure pend[MHA_CLASS_MAX];   /* to be confirmed at the end of the run */
+    int npend;
     double load0[3]; /* load averages at the start */
     int contended;   /* classes measured while other processes held the cores */
 } tune_run;
 
+/* Whether kernel k is timed on class cl (whose problem is p): it takes the
+ * class's dtypes, and by default a decode-shaped kernel only on the decode
+ * classes: on prefill shapes decode.avx512 runs at 32-40% of peak where flash
+ * runs at 73-85% (README, the roofline table), is never mha_select's default
+ * there, and its prior cost about a second per kv4096 class. --kernels times
+ * what it names wherever the dtypes allow. */
+static int kernel_in_class(const tune_run *r, const mha_kernel *k, const mha_shape_class *cl,
+                           const mha_problem *p) {
+    if (mha_kernel_takes(k, p) != MHA_OK) return 0;
+    return r->a.kernels || cl->decode || !(mha_kernel_traits(k) & MHA_KT_DECODE);
+}
+
+/* A rough time of one call of class c's problem, only to order the classes:
+ * its FLOPs at 100 GFLOP/s and its bytes at 10 GB/s per thread (a decode
+ * call streams its cache), over the threads it runs on. */
+static double class_cost(const mha_shape_class *c, int tall) {
+    mha_problem p;
+    mha_class_problem(c, &p);
+    const double elems = (double)(2 * p.batch * p.heads * p.seq_q * p.head_dim),
+                 kv_elems = (double)(2 * p.batch * p.kv_heads * p.seq_kv * p.head_dim);
+    const double bytes = elems * (double)mha_dtype_size(p.dtype) +
+                         kv_elems * (double)mha_dtype_size(mha_problem_kv_dtype(&p));
+    const int threads = c->threads == 1 || tall < 1 ? 1 : tall;
+    return (mha_problem_flops(&p) / 100e9 + bytes / 10e9) / threads;
+}
+
+/* Whether class c has a kernel to time: one of the run's kernels is in it
+ * and, for a class not in fp32, one with block knobs (a 16-bit class that only
+ * the knob-less decode kernels take has nothing to tune, and timing them on
+ * prefill shapes would only confirm the cache model's choice). */
+static int class_has_kernel(const tune_run *r, const mha_shape_class *c) {
+    mha_problem p;
+    mha_class_problem(c, &p);
+    for (int i = 0; i < r->nk; i++)
+        if (kernel_in_class(r, r->kr[i].k, c, &p) && (r->kr[i].tunable || c->dtype == MHA_F32))
+            return 1;
+    return 0;
+}
+
 /* The classes to tune: the --classes set, less those whose thread count
- * --threads leaves out. Returns TUNE_OK or TUNE_BAD_INPUT (message printed). */
+ * --threads or dtype --dtype leaves out and those no kernel of the run takes
+ * (choose_kernels first). Returns TUNE_OK or TUNE_BAD_INPUT (message
+ * printed). */
 static tune_status choose_classes(tune_run *r) {
     r->ncls = mha_class_list(r->a.set, r->classes, MHA_CLASS_MAX);
     if (r->ncls < 0) {
@@ -702,14 +835,26 @@ static tune_status choose_classes(tune_run *r) {
                 r->tall = (int)tv[i];
         }
     }
-    int kept = 0;
-    for (int i = 0; i < r->ncls; i++)
-        if ((r->classes[i].threads == 1 && r->t1) || (r->classes[i].threads == 0 && r->tall))
-            r->classes[kept++] = r->classes[i];
+    int kept = 0, no_kernel[MHA_DTYPE_COUNT] = {0};
+    for (int i = 0; i < r->ncls; i++) {
+        const mha_shape_class *c = &r->classes[i];
+        if (!(r->a.dtypes & MHA_DTYPE_BIT(c->dtype))) continue;
+        if (!((c->threads == 1 && r->t1) || (c->threads == 0 && r->tall))) continue;
+        if (!class_has_kernel(r, c)) {
+            no_kernel[c->dtype]++;
+            continue;
+        }
+        r->classes[kept++] = *c;
+    }
     r->ncls = kept;
-    /* A shard takes every N-th class: each class gets an equal share of the
-     * budget, so equal counts are equal times. Shards of one run write their
-     * own tables; scripts/fleet_report.py tuning joins them per CPU key. */
+    for (int t = 0; t < MHA_DTYPE_COUNT; t++)
+        if (no_kernel[t])
+            printf("tune: %d %s classes left out: no kernel with block knobs that runs here "
+                   "takes %s (they keep the cache model's choice)\n",
+                   no_kernel[t], mha_dtype_name((mha_dtype)t), mha_dtype_name((mha_dtype)t));
+    /* A shard takes every N-th class of the list, so every shard gets the
+     * same mix of cheap and dear classes. Shards of one run write their own
+     * tables; scripts/fleet_report.py tuning joins them per CPU key. */
     if (r->a.shard.count > 0) {
         kept = 0;
         for (int i = 0; i < r->ncls; i++)
@@ -717,6 +862,23 @@ static tune_status choose_classes(tune_run *r) {
         printf("tune: shard %d/%d: %d of %d classes\n", r->a.shard.index, r->a.shard.count, kept,
                r->ncls);
         r->ncls = kept;
+    }
+    /* Cheap classes first (a stable order by the estimate): they finish
+     * early and hand their unused share on to the expensive ones (a d128
+     * kv4096 class's first measurements alone take ~2 s), and a budget too
+     * small for every class leaves out the costly ones, not the decode
+     * classes that happen to come last in the list. */
+    double cost[MHA_CLASS_MAX];
+    for (int i = 0; i < r->ncls; i++) {
+        cost[i] = class_cost(&r->classes[i], r->tall);
+        for (int j = i; j > 0 && cost[j - 1] > cost[j]; j--) {
+            const double tc = cost[j];
+            cost[j] = cost[j - 1];
+            cost[j - 1] = tc;
+            const mha_shape_class tcl = r->classes[j];
+            r->classes[j] = r->classes[j - 1];
+            r->classes[j - 1] = tcl;
+        }
     }
     return TUNE_OK;
 }
@@ -731,20 +893,18 @@ static tune_status choose_kernels(tune_run *r) {
         if (r->nk < 0) return TUNE_BAD_INPUT;
         for (int i = 0; i < r->nk; i++) r->kr[i] = (kernel_result){.k = ks[i]};
     } else {
-        /* Every algorithm at the active ISA, except the seed's naive one; lower
+        /* Every algorithm at its highest ISA that runs here, except the seed's naive one; lower
          * ISAs of the same algorithm never win a compute-bound class, but the
          * bandwidth-bound decode kernels can (decode.avx2 beat decode.avx512
          * at 1 thread here), so their SIMD twins stay in. */
         for (int i = 0; i < mha_kernel_count(); i++) {
             const mha_kernel *k = mha_kernel_at(i);
-            /* The classes are fp32 problems: kernels that do not take fp32
-             * (flash.avx512bf16) have nothing to tune here. */
-            if (mha_kernel_supported(k) != MHA_OK || (mha_kernel_traits(k) & MHA_KT_REFERENCE) ||
-                !(mha_kernel_dtypes(k) & MHA_DTYPE_BIT(MHA_F32)))
+            /* each class times those that take its dtypes (kernel_in_class) */
+            if (mha_kernel_supported(k) != MHA_OK || (mha_kernel_traits(k) & MHA_KT_REFERENCE))
                 continue;
             const int bw_bound =
                 (mha_kernel_traits(k) & MHA_KT_DECODE) && mha_kernel_isa(k) != MHA_ISA_SCALAR;
-            if (mha_kernel_isa(k) != mha_isa_active() && has_active_twin(k) && !bw_bound) continue;
+            if (has_better_twin(k) && !bw_bound) continue;
             if (r->nk < 32) r->kr[r->nk++] = (kernel_result){.k = k};
         }
     }
@@ -761,8 +921,8 @@ static tune_status plan_run(tune_run *r) {
     /* Pin the OpenMP pool one thread per core, as the sweep does: unpinned
      * threads on this kind of VM sometimes share a core for seconds. */
     results_bind_threads(omp_get_num_procs());
-    tune_status st = choose_classes(r);
-    if (st == TUNE_OK) st = choose_kernels(r);
+    tune_status st = choose_kernels(r);
+    if (st == TUNE_OK) st = choose_classes(r);
     if (st == TUNE_OK && (r->nk == 0 || r->ncls == 0)) {
         errorf("tune: nothing to do (%d kernels, %d classes)", r->nk, r->ncls);
         st = TUNE_BAD_INPUT;
@@ -813,17 +973,23 @@ static tune_status open_outputs(tune_run *r) {
 }
 
 /* The search of one class until search_end: knob-less kernels take one
- * measurement each; the tunable ones share the rest of the time. */
+ * measurement each; the tunable ones share the rest of the time. Kernels not
+ * in the class keep status 0 (never ranked). */
 static void search_class(tune_run *r, const mha_shape_class *cl, double search_end) {
     int ntun = 0;
-    for (int i = 0; i < r->nk; i++) ntun += r->kr[i].tunable;
     for (int i = 0; i < r->nk; i++) {
-        if (r->kr[i].tunable) continue;
+        kernel_result *kres = &r->kr[i];
+        kres->prior = kres->best = (point){0};
+        kres->in_class = kernel_in_class(r, kres->k, cl, &r->cd.p);
+        ntun += kres->tunable && kres->in_class;
+    }
+    for (int i = 0; i < r->nk; i++) {
+        if (r->kr[i].tunable || !r->kr[i].in_class) continue;
         search_kernel(&r->tx, &r->cd, &r->kr[i], search_end, 0);
     }
     int done_tun = 0;
     for (int i = 0; i < r->nk; i++) {
-        if (!r->kr[i].tunable) continue;
+        if (!r->kr[i].tunable || !r->kr[i].in_class) continue;
         const double left = search_end - now_s();
         const double end = now_s() + (left > 0 ? left / (ntun - done_tun) : 0);
         done_tun++;
@@ -833,8 +999,10 @@ static void search_class(tune_run *r, const mha_shape_class *cl, double search_e
 
 /* The final round: every contender's prior and best (and the no-table
  * default dkern), timed round-robin until class_end so a burst of other load
- * hits them alike; repeated once when other processes held the machine.
- * Returns their share during the last pass (-1 unknown). */
+ * hits them alike (rounds past MIN_REPS only while the next one fits);
+ * repeated once when other processes held the machine and the class's time
+ * left holds another round as long. Returns their share during the last pass
+ * (-1 unknown). */
 static double final_round(tune_run *r, const mha_kernel *dkern, double class_end) {
     double top = 0;
     for (int i = 0; i < r->nk; i++)
@@ -853,19 +1021,27 @@ static double final_round(tune_run *r, const mha_kernel *dkern, double class_end
             fp[nf++] = &kres->prior;
         }
     }
-    double other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
+    const double t0 = now_s();
+    double other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - t0, "final");
     if (other > CONTENDED_SHARE) {
-        printf("tune: %s: other processes used %.0f%% of the machine; repeating the final "
-               "round\n",
-               r->tx.cls, other * 100);
-        other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s());
+        const double took = now_s() - t0;
+        if (now_s() + took <= class_end) {
+            printf("tune: %s: other processes used %.0f%% of the machine; repeating the final "
+                   "round\n",
+                   r->tx.cls, other * 100);
+            other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - now_s(), "final");
+        } else {
+            printf("tune: %s: other processes used %.0f%% of the machine; no time left in the "
+                   "class's share to repeat the final round (flagged)\n",
+                   r->tx.cls, other * 100);
+        }
     }
     return other;
 }
 
 /* The search's best is the maximum of noisy samples, so a move away from the
  * prior (the cache model's knobs) stands only if, in the final round, it wins
- * by MOVE_MARGIN and its interval lies wholly above the prior's: a tie keeps
+ * by REPLACE_MARGIN and its interval lies wholly above the prior's: a tie keeps
  * the default. */
 static void keep_moves_that_held(tune_run *r) {
     for (int i = 0; i < r->nk; i++) {
@@ -875,8 +1051,17 @@ static void keep_moves_that_held(tune_run *r) {
             continue;
         const point *b = &kres->best, *p = &kres->prior;
         const int beyond = intervals_order(b->lo, b->hi, p->lo, p->hi) == STATS_A_LARGER;
-        if (!(b->gflops > p->gflops * MOVE_MARGIN) || !beyond) kres->best = kres->prior;
+        if (!(b->gflops > p->gflops * REPLACE_MARGIN) || !beyond) kres->best = kres->prior;
     }
+}
+
+/* Whether kernel result a ranks above b: a kernel timed in the final round
+ * above one that was not (a search's number is the maximum of noisy
+ * medians, and one in an earlier moment; it once beat the final round's
+ * median of the kernel that had put it out of the round), then the rate. */
+static int ranks_above(const kernel_result *a, const kernel_result *b) {
+    const int fa = a->best.hi > 0, fb = b->best.hi > 0;
+    return fa != fb ? fa : a->best.gflops > b->best.gflops;
 }
 
 /* The indices of the fastest measured kernel and the next one (-1: none). */
@@ -884,13 +1069,31 @@ static void rank_kernels(const tune_run *r, int *wi, int *ri) {
     *wi = *ri = -1;
     for (int i = 0; i < r->nk; i++) {
         if (r->kr[i].best.status != 1) continue;
-        if (*wi < 0 || r->kr[i].best.gflops > r->kr[*wi].best.gflops) {
+        if (*wi < 0 || ranks_above(&r->kr[i], &r->kr[*wi])) {
             *ri = *wi;
             *wi = i;
-        } else if (*ri < 0 || r->kr[i].best.gflops > r->kr[*ri].best.gflops) {
+        } else if (*ri < 0 || ranks_above(&r->kr[i], &r->kr[*ri])) {
             *ri = i;
         }
     }
+}
+
+/* The kernel mha_select runs without a table (dkern) keeps the class unless
+ * the fastest beats it as a move must beat the cache model's knobs: by
+ * REPLACE_MARGIN and with its interval wholly above; otherwise dkern wins and
+ * the fastest is the runner-up (the two tie: winner_ties). */
+static void keep_default_kernel(const tune_run *r, const mha_kernel *dkern, int *wi, int *ri) {
+    if (*wi < 0 || r->kr[*wi].k == dkern) return;
+    int di = -1;
+    for (int i = 0; i < r->nk; i++)
+        if (r->kr[i].k == dkern && r->kr[i].best.status == 1 && r->kr[i].best.hi > 0) di = i;
+    if (di < 0) return;
+    const point *w = &r->kr[*wi].best, *d = &r->kr[di].best;
+    if (w->hi > 0 && w->gflops > d->gflops * REPLACE_MARGIN &&
+        intervals_order(w->lo, w->hi, d->lo, d->hi) == STATS_A_LARGER)
+        return;
+    *ri = *wi;
+    *wi = di;
 }
 
 /* What mha_select would run without a table: dkern (flash at the active ISA)
@@ -917,11 +1120,16 @@ static point default_point(tune_run *r, const mha_kernel *dkern) {
 /* The table's entry for class cl: its shape, the winner kr[wi], the runner-up
  * kr[ri] (null when ri < 0) and the default dp (when measured). */
 /* The winner and the runner-up tie when both were measured in the final
- * round and their intervals overlap (stats.h): the table says so. */
+ * round and their intervals overlap (stats.h) or their rates are within
+ * REPLACE_MARGIN (what would not move the table off a default): the table says
+ * so. */
 static int winner_ties(const tune_run *r, int wi, int ri) {
     if (ri < 0) return 0;
     const point *w = &r->kr[wi].best, *u = &r->kr[ri].best;
-    return w->hi > 0 && u->hi > 0 && intervals_order(w->lo, w->hi, u->lo, u->hi) == STATS_TIE;
+    if (!(w->hi > 0 && u->hi > 0)) return 0;
+    const double a = w->gflops > u->gflops ? w->gflops : u->gflops,
+                 b = w->gflops > u->gflops ? u->gflops : w->gflops;
+    return intervals_order(w->lo, w->hi, u->lo, u->hi) == STATS_TIE || a <= b * REPLACE_MARGIN;
 }
 
 static json_object *class_entry(const tune_run *r, const mha_shape_class *cl, double class_other,
@@ -934,6 +1142,9 @@ static json_object *class_entry(const tune_run *r, const mha_shape_class *cl, do
     json_object_object_add(e, "threads", json_object_new_int(r->tx.threads));
     json_object_object_add(e, "decode", json_object_new_boolean(cl->decode));
     json_object_object_add(e, "gqa", json_object_new_boolean(cl->gqa));
+    /* the dtypes it was measured in (mha_select uses an entry only for them) */
+    json_object_object_add(e, "dtype", json_object_new_string(mha_dtype_name(cl->dtype)));
+    json_object_object_add(e, "kv_dtype", json_object_new_string(mha_dtype_name(cl->kv_dtype)));
     /* Other processes' share of the machine while this class was measured
      * (-1: too short to tell); above 0.10 the numbers are suspect. */
     json_object_object_add(e, "other_load", results_json_double(round(class_other * 100) / 100));
@@ -950,10 +1161,18 @@ static json_object *class_entry(const tune_run *r, const mha_shape_class *cl, do
                            ri >= 0 ? choice_json(r->kr[ri].k, &r->kr[ri].best) : NULL);
     json_object_object_add(e, "tie", json_object_new_boolean(winner_ties(r, wi, ri)));
     if (dkern && dp->status == 1) json_object_object_add(e, "default", choice_json(dkern, dp));
+    /* The class's share of the budget when it began and what its search and
+     * final round (with the default's measurement) took. */
+    json_object *ts = json_object_new_object();
+    json_object_object_add(ts, "share", results_json_double(round(r->share * 100) / 100));
+    json_object_object_add(ts, "search", results_json_double(round(r->t_search * 100) / 100));
+    json_object_object_add(ts, "final", results_json_double(round(r->t_final * 100) / 100));
+    json_object_object_add(e, "time_s", ts);
     return e;
 }
 
-/* The class's line: winner, runner-up, and the default with the gain over it. */
+/* The class's line: winner, runner-up, the default with the gain over it, and
+ * the time spent (search + final round) against the class's share. */
 static void print_class_line(const tune_run *r, int wi, int ri, const point *dp) {
     const kernel_result *w = &r->kr[wi];
     printf("%-27s %-13s bq %3d bk %4d split %d %8.1f GFLOP/s", r->tx.cls, mha_kernel_name(w->k),
@@ -964,8 +1183,34 @@ static void print_class_line(const tune_run *r, int wi, int ri, const point *dp)
     if (dp->status == 1)
         printf("  | default bq %3d bk %4d %8.1f (%+.1f%%)", dp->bq, dp->bk, dp->gflops,
                dp->gflops > 0 ? (w->best.gflops / dp->gflops - 1) * 100 : 0.0);
-    printf("\n");
+    printf("  | %.1f+%.1f s of %.1f\n", r->t_search, r->t_final, r->share);
     fflush(stdout);
+}
+
+/* One sample of a call of t seconds: SAMPLE_MIN_S at least, and the probes
+ * before and after it. */
+static double sample_time(double t) {
+    return (t > SAMPLE_MIN_S ? t : SAMPLE_MIN_S) + 2 * MEAS_PROBE_SECONDS;
+}
+
+/* What class c costs whatever its share: every kernel's first measurement
+ * (verification and warm-up, about two calls, and MIN_REPS samples) and
+ * MIN_REPS final rounds of the default kernel's prior and best, from the
+ * kernels' ratios so far; 0 when a kernel of the class has none yet (nothing
+ * to go by). */
+static double class_floor(const tune_run *r, const mha_shape_class *c) {
+    mha_problem p;
+    mha_class_problem(c, &p);
+    const double cost = class_cost(c, r->tall);
+    double floor = 0;
+    for (int i = 0; i < r->nk; i++) {
+        if (!kernel_in_class(r, r->kr[i].k, c, &p)) continue;
+        const double call = ratio_of(&r->tx, r->kr[i].k) * cost;
+        if (!(call > 0)) return 0;
+        floor += 2 * call + MIN_REPS * sample_time(call);
+    }
+    const double dcall = ratio_of(&r->tx, mha_default_kernel(&p)) * cost;
+    return floor + 2 * MIN_REPS * sample_time(dcall);
 }
 
 /* Tunes class ci with its share of the budget left: search, final round,
@@ -983,12 +1228,23 @@ static tune_status tune_class(tune_run *r, int ci) {
     }
     /* per class: what mha_select would run without a table */
     const mha_kernel *dkern = mha_default_kernel(&r->cd.p);
-    const double remaining = r->a.budget - (now_s() - r->t_begin);
-    const double share = remaining > 0 ? remaining / (r->ncls - ci) : 0;
-    const double class_end = now_s() + share;
+    r->tx.cost = class_cost(cl, r->tall);
+    /* What is left of the budget, shared by the classes left: each gets its
+     * floor (class_floor, as far as known) and an equal part of the rest, so
+     * a class that overran shrinks the others' shares rather than the run
+     * growing, and the dear classes at the end still find their floors. */
+    const double t0 = now_s();
+    const double remaining = r->a.budget * (1 - CONFIRM_FRACTION) - (t0 - r->t_begin);
+    double floors = 0;
+    for (int j = ci; j < r->ncls; j++) floors += class_floor(r, &r->classes[j]);
+    const double own = class_floor(r, cl), pool = remaining - floors;
+    double share = own + (pool > 0 ? pool / (r->ncls - ci) : 0);
+    if (share > remaining) share = remaining > 0 ? remaining : 0;
+    const double class_end = t0 + share;
     load_mark class_m0, class_m1;
     load_mark_now(&class_m0);
-    search_class(r, cl, now_s() + 0.75 * share); /* a quarter for the final round */
+    search_class(r, cl, t0 + 0.75 * share); /* a quarter for the final round */
+    const double t1 = now_s();
     const double other = final_round(r, dkern, class_end);
     load_mark_now(&class_m1);
     const double class_other = other_share(&class_m0, &class_m1);
@@ -996,14 +1252,85 @@ static tune_status tune_class(tune_run *r, int ci) {
     keep_moves_that_held(r);
     int wi, ri;
     rank_kernels(r, &wi, &ri);
+    keep_default_kernel(r, dkern, &wi, &ri);
     if (wi < 0) {
         errorf("tune: no kernel passed verification and timing on class %s", r->cls_name);
         return TUNE_CHECK_FAILED;
     }
     const point dp = default_point(r, dkern);
-    json_object_array_add(r->jclasses, class_entry(r, cl, class_other, wi, ri, dkern, &dp));
+    r->share = share;
+    r->t_search = t1 - t0;
+    r->t_final = now_s() - t1;
+    json_object *entry = class_entry(r, cl, class_other, wi, ri, dkern, &dp);
+    json_object_array_add(r->jclasses, entry);
     print_class_line(r, wi, ri, &dp);
+    r->tuned++;
+    const kernel_result *w = &r->kr[wi];
+    if (dkern && dp.status == 1 && (w->k != dkern || !same_knobs(&w->best, &dp)) &&
+        r->npend < MHA_CLASS_MAX)
+        r->pend[r->npend++] = (departure){.cl = *cl,
+                                          .wk = w->k,
+                                          .dk = dkern,
+                                          .wp = w->best,
+                                          .dp = dp,
+                                          .final_s = r->t_final,
+                                          .entry = entry};
     return TUNE_OK;
+}
+
+/* A departure from the default (another kernel or other knobs than what
+ * mha_select runs without a table) won one final round; a burst of other
+ * load in that moment can favour one configuration over another (2-thread
+ * classes of sub-millisecond calls whose default knobs ran 17% slower for a
+ * stretch of the run than in the next run), so at the end of the run, seconds
+ * to a minute later, the winner and the default are timed again, round-robin
+ * as long as the class's final round took. The entry stands only if the
+ * winner again wins by REPLACE_MARGIN beyond the interval; otherwise the
+ * default becomes the winner and the two a tie. "confirmed" in the entry:
+ * "held", "reverted", or "no time" (the budget left could not hold it; the
+ * entry stands as measured once). */
+static void confirm_departures(tune_run *r) {
+    const double end = r->t_begin + r->a.budget; /* optional work: not into the slack */
+    int held = 0, reverted = 0, no_time = 0;
+    for (int i = 0; i < r->npend; i++) {
+        departure *pd = &r->pend[i];
+        mha_class_name(&pd->cl, r->cls_name, sizeof r->cls_name);
+        r->tx.cls = r->cls_name;
+        r->tx.threads = pd->cl.threads == 1 ? 1 : r->tall;
+        const double cap = pd->final_s > 0.05 ? pd->final_s : 0.05;
+        if (now_s() + cap > end || !class_data_prepare(&r->cd, &pd->cl, (uint64_t)r->a.seed)) {
+            json_object_object_add(pd->entry, "confirmed", json_object_new_string("no time"));
+            no_time++;
+            continue;
+        }
+        point wp = pd->wp, dp = pd->dp;
+        wp.hi = dp.hi = 0; /* no interval unless timed now (else: reverted) */
+        const mha_kernel *ks[2] = {pd->wk, pd->dk};
+        point *ps[2] = {&wp, &dp};
+        interleave(&r->tx, &r->cd, ks, ps, 2, cap, "confirm");
+        const int holds = wp.hi > 0 && dp.hi > 0 && wp.gflops > dp.gflops * REPLACE_MARGIN &&
+                          intervals_order(wp.lo, wp.hi, dp.lo, dp.hi) == STATS_A_LARGER;
+        printf("tune: confirm %-27s %s bq %d bk %d split %d %.1f vs default %s bq %d bk %d "
+               "%.1f (%+.1f%%): %s\n",
+               r->cls_name, mha_kernel_name(pd->wk), wp.bq, wp.bk, wp.split, wp.gflops,
+               mha_kernel_name(pd->dk), dp.bq, dp.bk, dp.gflops,
+               dp.gflops > 0 ? (wp.gflops / dp.gflops - 1) * 100 : 0.0,
+               holds ? "held" : "not held, the default stays");
+        if (holds) {
+            json_object_object_add(pd->entry, "confirmed", json_object_new_string("held"));
+            held++;
+            continue;
+        }
+        json_object_object_add(pd->entry, "winner", choice_json(pd->dk, &dp));
+        json_object_object_add(pd->entry, "runner_up", choice_json(pd->wk, &wp));
+        json_object_object_add(pd->entry, "tie", json_object_new_boolean(1));
+        json_object_object_add(pd->entry, "confirmed", json_object_new_string("reverted"));
+        reverted++;
+    }
+    if (r->npend)
+        printf("tune: %d departures from the default confirmed: %d held, %d reverted to the "
+               "default, %d not timed again (no time left)\n",
+               r->npend, held, reverted, no_time);
 }
 
 /* Tunes every class in turn, within the budget. Returns TUNE_OK, else the
@@ -1011,7 +1338,7 @@ static tune_status tune_class(tune_run *r, int ci) {
 static tune_status tune_classes(tune_run *r) {
     char tall[16] = ""; /* "1", "2", "1,2": the thread counts tuned */
     if (r->tall) snprintf(tall, sizeof tall, "%d", r->tall);
-    printf("tune: %d classes (%s), %d kernels, budget %.0f s, threads %s%s%s, cpu %s\n", r->ncls,
+    printf("tune: %d classes (%s), %d kernels, budget %g s, threads %s%s%s, cpu %s\n", r->ncls,
            r->a.set, r->nk, (double)r->a.budget, r->t1 ? "1" : "", r->t1 && r->tall ? "," : "",
            tall, r->key);
     printf("tune: log %s (named when the run ends)\n", r->log_path);
@@ -1023,10 +1350,34 @@ static tune_status tune_classes(tune_run *r) {
                "their share is measured and flagged per class (other_load)\n",
                r->load0[0]);
     tune_status st = TUNE_OK;
+    char skipped[512] = "";
+    int nskip = 0;
     for (int ci = 0; ci < r->ncls && st != TUNE_BAD_INPUT; ci++) {
+        /* A class costs its kernels' first measurements and a final round
+         * of MIN_REPS whatever its share: one whose estimate does not fit in
+         * what is left of the budget (and BUDGET_SLACK) is not started. It
+         * keeps the cache model, or the entry of the table at --out. */
+        const double elapsed = now_s() - r->t_begin, budget = r->a.budget * (1 - CONFIRM_FRACTION);
+        if (ci > 0 && (elapsed >= budget || elapsed + class_floor(r, &r->classes[ci]) >
+                                                budget + r->a.budget * BUDGET_SLACK)) {
+            char name[64];
+            mha_class_name(&r->classes[ci], name, sizeof name);
+            const size_t n = strlen(skipped);
+            if (nskip < 6)
+                snprintf(skipped + n, sizeof skipped - n, "%s%s", nskip ? ", " : "", name);
+            else if (nskip == 6)
+                snprintf(skipped + n, sizeof skipped - n, ", ...");
+            nskip++;
+            continue;
+        }
         const tune_status cs = tune_class(r, ci);
         if (cs != TUNE_OK) st = cs;
     }
+    if (nskip)
+        printf("tune: %d of %d classes not tuned: what is left of the budget cannot hold their "
+               "first measurements (%s); a larger --budget covers them\n",
+               nskip, r->ncls, skipped);
+    if (st != TUNE_BAD_INPUT) confirm_departures(r);
     return st;
 }
 
@@ -1123,8 +1474,8 @@ static void carry_old_classes(tune_run *r) {
 /* The closing lines: counts, time, the table, and a warning when classes were
  * measured on a busy machine. */
 static void print_summary(const tune_run *r, double elapsed) {
-    printf("tune: %d measurements, %d verification failures, %.1f s; table %s\n",
-           r->tx.measurements, r->tx.failures, elapsed, r->out_path);
+    printf("tune: %d measurements, %d verification failures; table %s\n", r->tx.measurements,
+           r->tx.failures, r->out_path);
     printf("tune: %d samples retaken for interference evidence, %d kept disturbed (retakes ran "
            "out)\n",
            r->tx.retakes, r->tx.disturbed_kept);
@@ -1132,6 +1483,7 @@ static void print_summary(const tune_run *r, double elapsed) {
         printf("tune: %d of %d classes were measured while other processes held the cores "
                "(other_load > %.2f in the table): rerun on a quiet machine\n",
                r->contended, r->ncls, CONTENDED_SHARE);
+    printf("tune: %d classes in %.1f s (budget %g s)\n", r->tuned, elapsed, (double)r->a.budget);
 }
 
 /* Names the log, writes the table (this run's classes and the kept ones) and

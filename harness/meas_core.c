@@ -494,18 +494,40 @@ double meas_halfwidth(const double *x, int n) {
     return med > 0 ? (hi - lo) / 2 / med : 1;
 }
 
+/* pl->calls calls of c inside one bracket; *seconds their mean. */
+static void sample_guarded_n(const meas_call *c, const meas_plan *pl, double *seconds,
+                             meas_evidence *ev) {
+    const int k = pl->calls > 1 ? pl->calls : 1;
+    meas_window w;
+    meas_window_begin(&w, pl->threads);
+    double sum = 0;
+    for (int j = 0; j < k; j++) {
+        double s;
+        meas_sample(c, &s);
+        sum += s;
+    }
+    meas_window_end(&w, ev);
+    *seconds = sum / k;
+}
+
 int meas_interleave_guarded(const meas_call *c, int n, const meas_plan *pl, double *times,
                             meas_tally *t) {
     *t = (meas_tally){0, 0, 0, 1};
     const double t_start = now_s();
     const double probe_min = pl->probe_min > 0 ? pl->probe_min : MEAS_PROBE_MIN;
     int reps = 0;
-    while (reps < pl->max_reps && (reps < pl->min_reps || now_s() - t_start < pl->time_cap)) {
+    while (reps < pl->max_reps) {
+        /* Past min_reps, a round starts only when it would end within
+         * time_cap by the rounds so far (their probes and retakes counted):
+         * the caller's budget is overrun by min_reps alone, never by a round
+         * that was started late. */
+        const double spent = now_s() - t_start;
+        if (reps >= pl->min_reps && spent + spent / reps > pl->time_cap) break;
         for (int i = 0; i < n; i++) {
             double *slot = &times[(size_t)i * pl->max_reps + reps];
             for (;;) {
                 meas_evidence ev;
-                meas_sample_guarded(&c[i], pl->threads, slot, &ev);
+                sample_guarded_n(&c[i], pl, slot, &ev);
                 if (!meas_disturbed(&ev, probe_min)) break;
                 if (t->retakes >= pl->max_retakes) {
                     t->disturbed_kept++;

@@ -211,14 +211,16 @@ int meas_disturbed(const meas_evidence *ev, double probe_min);
  * evidence above; a disturbed sample is taken again, up to max_retakes in
  * all (then kept and counted); rounds go on until every call's median has a
  * 95% interval whose half-width is at most `target` of the median (after
- * min_reps), or time_cap seconds have passed, or max_reps rounds. */
+ * min_reps), or the next round would end past time_cap (judged by the mean
+ * round so far, retakes included), or max_reps rounds. */
 typedef struct {
     int threads; /* threads the calls run on (the probe runs on as many) */
     int min_reps, max_reps;
-    double time_cap;  /* no new round after this many seconds (min_reps always run) */
+    double time_cap;  /* no round that would end past this many seconds (min_reps always run) */
     double target;    /* relative half-width of the median interval to stop at; 0: never early */
     int max_retakes;  /* disturbed samples retaken, in all */
     double probe_min; /* MEAS_PROBE_MIN unless a caller knows better */
+    int calls;        /* calls per sample, back to back (0 or 1: one); a sample is their mean */
 } meas_plan;
 
 typedef struct {
@@ -228,8 +230,10 @@ typedef struct {
     double worst_halfwidth; /* the largest relative half-width at the end */
 } meas_tally;
 
-/* times[i * pl->max_reps + r] is call i's sample of round r. Returns the
- * rounds (also in t->reps). */
+/* times[i * pl->max_reps + r] is call i's sample of round r (with
+ * pl->calls > 1, the mean of that many calls inside one bracket: a call of
+ * a fraction of a millisecond is shorter than the probes and the timer
+ * tick's noise). Returns the rounds (also in t->reps). */
 int meas_interleave_guarded(const meas_call *c, int n, const meas_plan *pl, double *times,
                             meas_tally *t);
 

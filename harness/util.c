@@ -259,8 +259,9 @@ void errorf_esc(const char *fmt, ...) {
 }
 
 /* How long `mhabench tune` takes at its default budget (cmd_tune.c's
- * DEFAULT_BUDGET_S, 120 s) plus the machine probe and verification. */
-#define TUNE_MINUTES "2-3"
+ * DEFAULT_BUDGET_S, 120 s): the run keeps it within about 5%, verification
+ * included. */
+#define TUNE_MINUTES "2"
 
 int note_no_tuning_table(FILE *f) {
     static int said;

@@ -21,8 +21,11 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "meas_gbench.h"
 #include "fmt_npy.h"
+#include "mha_private.h"
 #include "testutil.h"
 
 /* Outputs must match torch within this fraction of the largest |expected| (max abs
@@ -1074,6 +1077,144 @@ static void test_tune_bad_out(void **state) {
     assert_int_equal(tu_count_entries(d), 1);
 }
 
+/* The numeric field key of a JSON object (0 when absent). */
+static double json_num(json_object *o, const char *key) {
+    json_object *v;
+    return json_object_object_get_ex(o, key, &v) ? json_object_get_double(v) : 0;
+}
+
+/* Every kernel a tune log (the JSON Lines files in dir) names: none may have
+ * a twin of its dtypes at a higher ISA that runs here (such a kernel never
+ * wins, and under avx512bf16 the scalar and AVX2 fp32 twins once took most of
+ * the budget). Returns the lines read. */
+static int check_log_kernels(const char *dir) {
+    DIR *dp = opendir(dir);
+    assert_non_null(dp);
+    int lines = 0;
+    static char buf[1 << 20];
+    for (struct dirent *de; (de = readdir(dp));) {
+        if (!strstr(de->d_name, ".jsonl")) continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        tu_slurp(path, buf, sizeof buf);
+        for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+            json_object *o = json_tokener_parse(line), *kn;
+            assert_non_null(o);
+            assert_true(json_object_object_get_ex(o, "kernel", &kn));
+            const mha_kernel *k = mha_kernel_find(json_object_get_string(kn));
+            assert_non_null(k);
+            for (int isa = (int)mha_kernel_isa(k) + 1; isa < MHA_ISA_COUNT; isa++) {
+                const mha_kernel *t = mha_kernel_twin(k, (mha_isa)isa);
+                if (t && mha_kernel_supported(t) == MHA_OK)
+                    fail_msg("tune timed %s although %s runs here", mha_kernel_name(k),
+                             mha_kernel_name(t));
+            }
+            json_object_put(o);
+            lines++;
+        }
+    }
+    closedir(dp);
+    return lines;
+}
+
+/* tune on single cheap classes (--threads 1 --shard): the table records each
+ * class's dtype and its time against its share; the run ends near its budget
+ * (checked natively, with a second of slack for a class of millisecond
+ * calls); a spent budget starts no further class; bf16 classes are tuned
+ * exactly when a kernel with block knobs that takes bf16 runs here, and
+ * mha_select then takes a bf16 entry for a bf16 problem only. */
+static void test_tune_budget_dtypes(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char d[512], out[1024], logdir[1100];
+    fresh_dir(d, sizeof d, "tune-budget");
+    snprintf(out, sizeof out, "%s/t32.json", d);
+    snprintf(logdir, sizeof logdir, "%s/log", d);
+    expect_usage(run_bench("tune", "--dtype", "int8", "--out", out, NULL), "int8");
+
+    /* one fp32 class: the 3rd of the 16 t1 fp32 classes, d64-kv1024-t1 */
+    int rc = run_bench("tune", "--budget", "1", "--threads", "1", "--dtype", "fp32", "--shard",
+                       "3/16", "--out", out, NULL);
+    print_message("%s", g_out);
+    if (rc != 0) fail_msg("tune: exit %d: %s", rc, g_err);
+    assert_non_null(strstr(g_out, "tune: 1 classes in "));
+    mha_table t;
+    char why[256];
+    assert_int_equal(mha_table_load(out, &t, why, sizeof why), MHA_OK);
+    assert_int_equal(t.count, 1);
+    assert_string_equal(t.entries[0].cls, "d64-kv1024-t1");
+    assert_int_equal(t.entries[0].dtype, MHA_F32);
+    mha_table_free(&t);
+    json_object *root = json_object_from_file(out), *cls, *ts;
+    assert_non_null(root);
+    const double elapsed = json_num(root, "elapsed_s"), budget = json_num(root, "budget_s");
+    print_message("elapsed %.2f s of a %.2f s budget\n", elapsed, budget);
+    assert_true(budget == 1.0);
+    if (!tu_quick()) assert_true(elapsed <= budget + 1.0);
+    assert_true(json_object_object_get_ex(root, "classes", &cls));
+    json_object *e = json_object_array_get_idx(cls, 0);
+    assert_true(json_object_object_get_ex(e, "time_s", &ts));
+    assert_true(json_num(ts, "share") > 0 && json_num(ts, "share") <= budget);
+    assert_true(json_num(ts, "search") >= 0 && json_num(ts, "final") >= 0);
+    json_object_put(root);
+    assert_true(check_log_kernels(logdir) > 0);
+
+    /* a spent budget: the first of two classes runs, the second does not start */
+    snprintf(out, sizeof out, "%s/spent.json", d);
+    rc = run_bench("tune", "--budget", "0.001", "--threads", "1", "--dtype", "fp32", "--shard",
+                   "1/8", "--out", out, NULL);
+    print_message("%s", g_out);
+    if (rc != 0) fail_msg("tune: exit %d: %s", rc, g_err);
+    assert_non_null(strstr(g_out, "1 of 2 classes not tuned"));
+    assert_non_null(strstr(g_out, "tune: 1 classes in "));
+    assert_int_equal(mha_table_load(out, &t, why, sizeof why), MHA_OK);
+    assert_int_equal(t.count, 1);
+    mha_table_free(&t);
+
+    /* bf16: the first t1 bf16 class, d64-kv256-t1-bf16 */
+    const mha_problem p16 = {1, 8, 8, 128, 128, 64, 0, 0.0f, MHA_BF16, MHA_F32};
+    int knobs16 = 0;
+    for (int i = 0; i < mha_kernel_count(); i++) {
+        const mha_kernel *k = mha_kernel_at(i);
+        knobs16 |= mha_kernel_supported(k) == MHA_OK && mha_kernel_takes(k, &p16) == MHA_OK &&
+                   (mha_kernel_traits(k) & MHA_KT_BLOCKS);
+    }
+    snprintf(out, sizeof out, "%s/t16.json", d);
+    rc = run_bench("tune", "--budget", "1", "--threads", "1", "--dtype", "bf16", "--shard", "1/12",
+                   "--out", out, NULL);
+    print_message("%s", g_out);
+    if (!knobs16) {
+        print_message("no kernel with block knobs takes bf16 here: no bf16 class to tune\n");
+        assert_non_null(strstr(g_out, "bf16 classes left out"));
+        assert_int_equal(rc, 2);
+        assert_non_null(strstr(g_err, "nothing to do"));
+        return;
+    }
+    if (rc != 0) fail_msg("tune --dtype bf16: exit %d: %s", rc, g_err);
+    assert_int_equal(mha_table_load(out, &t, why, sizeof why), MHA_OK);
+    assert_int_equal(t.count, 1);
+    assert_string_equal(t.entries[0].cls, "d64-kv256-t1-bf16");
+    assert_int_equal(t.entries[0].dtype, MHA_BF16);
+    assert_int_equal(t.entries[0].kv_dtype, MHA_BF16);
+    const mha_kernel *w = mha_kernel_find(t.entries[0].winner.kernel);
+    assert_non_null(w);
+    assert_int_equal(mha_kernel_takes(w, &p16), MHA_OK);
+    mha_table_free(&t);
+    /* mha_select: the bf16 problem from the table, the fp32 one of the same
+     * shape on the cache model (the table has no fp32 entry) */
+    setenv("MHA_TUNING", out, 1);
+    mha_selection sel;
+    assert_int_equal(mha_select(&p16, &(mha_options){.threads = 1}, &sel), MHA_OK);
+    print_message("bf16: %s (%s)\n", mha_kernel_name(sel.kernel), sel.reason);
+    assert_int_equal(sel.source, MHA_CHOICE_TABLE);
+    assert_ptr_equal(sel.kernel, w);
+    mha_problem p32 = p16;
+    p32.dtype = MHA_F32;
+    assert_int_equal(mha_select(&p32, &(mha_options){.threads = 1}, &sel), MHA_OK);
+    assert_int_equal(sel.source, MHA_CHOICE_DEFAULT);
+    unsetenv("MHA_TUNING");
+}
+
 static void spin(mha_gbench_state *st, void *user) {
     (void)user;
     while (mha_gbench_keep_running(st)) {
@@ -1236,6 +1377,7 @@ int main(void) {
         cmocka_unit_test(test_sweep_out_symlink),
         cmocka_unit_test(test_tuning_fifo),
         cmocka_unit_test(test_tune_bad_out),
+        cmocka_unit_test(test_tune_budget_dtypes),
         cmocka_unit_test(test_attend_special_files),
         cmocka_unit_test(test_gbench_shim_errors),
         cmocka_unit_test(test_verify_kernel_list),

@@ -238,6 +238,23 @@ static void test_classes(void **state) {
         mha_class_name(&cl[i], again, sizeof again);
         assert_string_equal(again, names[i]);
     }
+    /* prefill classes in fp32 and bf16, decode in fp32: quick has 24 + 24 + 8 */
+    for (int set = 0; set < 2; set++) {
+        const int n = mha_class_list(set ? "full" : "quick", cl, MHA_CLASS_MAX);
+        int n32 = 0, n16 = 0, ndec = 0;
+        for (int i = 0; i < n; i++) {
+            assert_true(cl[i].dtype == MHA_F32 || (cl[i].dtype == MHA_BF16 && !cl[i].decode));
+            assert_int_equal(cl[i].kv_dtype, cl[i].dtype);
+            ndec += cl[i].decode;
+            n32 += !cl[i].decode && cl[i].dtype == MHA_F32;
+            n16 += cl[i].dtype == MHA_BF16;
+        }
+        assert_int_equal(n16, n32);
+        if (!set) {
+            assert_int_equal(n, 56);
+            assert_int_equal(ndec, 8);
+        }
+    }
     const mha_problem dec = {2, 8, 8, 1, 3000, 128, 1, 0.0f, MHA_F32, MHA_F32},
                       gqa = {2, 8, 2, 1, 3000, 128, 1, 0.0f, MHA_F32, MHA_F32};
     assert_string_equal(class_of(&dec, 1), "decode-d128-kv4096-t1");
@@ -563,12 +580,18 @@ static void test_dtype_table(void **state) {
     (void)state;
     mha_problem p = P1024;
     p.dtype = MHA_BF16;
-    const char *path =
-        write_file("dtype.json",
-                   table_text(NULL, NULL, class_of(&p, 1),
-                              "{\"kernel\": \"flash.scalar\", \"block_q\": 32, \"block_kv\": 128, "
-                              "\"split\": 0, \"gflops\": 12.5}",
-                              NULL));
+    char text[4096];
+    snprintf(text, sizeof text, "%s",
+             table_text(NULL, NULL, class_of(&p, 1),
+                        "{\"kernel\": \"flash.scalar\", \"block_q\": 32, \"block_kv\": 128, "
+                        "\"split\": 0, \"gflops\": 12.5}",
+                        NULL));
+    /* recorded as bf16, so that the entry is found and its kernel judged */
+    char *at = strstr(text, "\"winner\"");
+    assert_non_null(at);
+    memmove(at + 17, at, strlen(at) + 1);
+    memcpy(at, "\"dtype\": \"bf16\", ", 17);
+    const char *path = write_file("dtype.json", text);
     setenv("MHA_TUNING", path, 1);
     mha_selection s;
     const mha_status st = mha_select(&p, &(mha_options){.threads = 1}, &s);
@@ -588,6 +611,131 @@ static void test_dtype_table(void **state) {
     unsetenv("MHA_KERNEL");
 }
 
+/* A table with the entries (JSON objects, comma-separated) for this CPU. */
+static const char *table_entries(const char *entries) {
+    static char buf[8192];
+    char key[96];
+    mha_cpu_key(key, sizeof key);
+    snprintf(buf, sizeof buf,
+             "{\"fingerprint\": {\"cpu_key\": \"%s\", \"isa_active\": \"%s\"},\n"
+             " \"classes\": [%s]}\n",
+             key, mha_isa_name(mha_isa_active()), entries);
+    return buf;
+}
+
+/* One entry: class cls, "dtype" dt unless NULL (then absent, as in tables
+ * before 16-bit classes were tuned), winner kernel k with the knobs. */
+static void entry_text(char *buf, size_t len, const char *cls, const char *dt, const char *k,
+                       int bq, int bk) {
+    char dts[64] = "";
+    if (dt) snprintf(dts, sizeof dts, "\"dtype\": \"%s\", \"kv_dtype\": \"%s\", ", dt, dt);
+    snprintf(buf, len,
+             "{\"class\": \"%s\", %s\"winner\": {\"kernel\": \"%s\", \"block_q\": %d, "
+             "\"block_kv\": %d, \"split\": 0, \"gflops\": 50}, \"runner_up\": null}",
+             cls, dts, k, bq, bk);
+}
+
+/* Tables record each class's dtype. A bf16 problem takes the bf16 entry (or
+ * the nearest bf16 bucket) and never an fp32 one, whatever its name: an
+ * fp32-only table, as every table before bf16 classes were tuned, leaves bf16
+ * problems on the cache model and still serves fp32 ones. */
+static void test_dtype_table_entries(void **state) {
+    (void)state;
+    const mha_problem p32 = P1024;
+    mha_problem p16 = P1024;
+    p16.dtype = MHA_BF16;
+    const mha_kernel *k16 = mha_default_kernel(&p16); /* one that takes bf16 and runs here */
+    assert_non_null(k16);
+    const int knobs16 = (mha_kernel_traits(k16) & MHA_KT_BLOCKS) != 0;
+    char cls32[64], cls16[64], e32[512], e16[512], entries[1200];
+    snprintf(cls32, sizeof cls32, "%s", class_of(&p32, 1));
+    snprintf(cls16, sizeof cls16, "%s", class_of(&p16, 1));
+    assert_string_equal(cls16, "d64-kv1024-t1-bf16");
+    mha_selection s;
+
+    /* both dtypes in one table: each problem its own entry */
+    entry_text(e32, sizeof e32, cls32, "fp32", "tiled.scalar", 32, 128);
+    entry_text(e16, sizeof e16, cls16, "bf16", mha_kernel_name(k16), 32, 64);
+    snprintf(entries, sizeof entries, "%s,\n%s", e32, e16);
+    const char *path = write_file("mixed.json", table_entries(entries));
+    setenv("MHA_TUNING", path, 1);
+    select_ok(&p32, 1, &s);
+    assert_int_equal(s.source, MHA_CHOICE_TABLE);
+    assert_string_equal(mha_kernel_name(s.kernel), "tiled.scalar");
+    assert_int_equal(s.options.block_q, 32);
+    assert_int_equal(s.options.block_kv, 128);
+    assert_int_equal(mha_select(&p16, &(mha_options){.threads = 1}, &s), MHA_OK);
+    print_message("bf16: %s (%s)\n", mha_kernel_name(s.kernel), s.reason);
+    assert_int_equal(s.source, MHA_CHOICE_TABLE);
+    assert_ptr_equal(s.kernel, k16);
+    assert_non_null(strstr(s.reason, cls16));
+    if (knobs16) {
+        assert_int_equal(s.options.block_q, 32);
+        assert_int_equal(s.options.block_kv, 64);
+    }
+    /* the nearest bucket of the same dtype: a bf16 problem of 3000 keys */
+    mha_problem p16long = p16;
+    p16long.seq_q = p16long.seq_kv = 3000;
+    assert_int_equal(mha_select(&p16long, &(mha_options){.threads = 1}, &s), MHA_OK);
+    assert_int_equal(s.source, MHA_CHOICE_TABLE);
+    assert_ptr_equal(s.kernel, k16);
+    assert_non_null(strstr(s.reason, "nearest"));
+    /* what the reader holds */
+    mha_table t;
+    char why[256];
+    assert_int_equal(mha_table_load(path, &t, why, sizeof why), MHA_OK);
+    assert_int_equal(t.count, 2);
+    assert_int_equal(t.entries[0].dtype, MHA_F32);
+    assert_int_equal(t.entries[0].kv_dtype, MHA_F32);
+    assert_int_equal(t.entries[1].dtype, MHA_BF16);
+    assert_int_equal(t.entries[1].kv_dtype, MHA_BF16);
+    mha_table_free(&t);
+
+    /* an fp32-only table without dtype fields (the older format) */
+    entry_text(e32, sizeof e32, cls32, NULL, "tiled.scalar", 32, 128);
+    path = write_file("fp32only.json", table_entries(e32));
+    setenv("MHA_TUNING", path, 1);
+    assert_int_equal(mha_table_load(path, &t, why, sizeof why), MHA_OK);
+    assert_int_equal(t.entries[0].dtype, MHA_F32);
+    assert_int_equal(t.entries[0].kv_dtype, MHA_F32);
+    mha_table_free(&t);
+    select_ok(&p32, 1, &s);
+    assert_int_equal(s.source, MHA_CHOICE_TABLE);
+    assert_string_equal(mha_kernel_name(s.kernel), "tiled.scalar");
+    assert_int_equal(mha_select(&p16, &(mha_options){.threads = 1}, &s), MHA_OK);
+    assert_int_equal(s.source, MHA_CHOICE_DEFAULT);
+    assert_ptr_equal(s.kernel, k16);
+    assert_non_null(strstr(s.reason, "no entry for class d64-kv1024-t1-bf16"));
+    int bq, bk; /* the cache model's knobs, as without a table */
+    mha_default_blocks(&p16, mha_kernel_traits(k16), mha_kernel_isa(k16), 1, &bq, &bk);
+    if (knobs16) {
+        assert_int_equal(s.options.block_q, bq);
+        assert_int_equal(s.options.block_kv, bk);
+    }
+
+    /* a bf16 class name without a dtype field is an fp32 entry: not used */
+    entry_text(e16, sizeof e16, cls16, NULL, mha_kernel_name(k16), 32, 64);
+    setenv("MHA_TUNING", write_file("noname.json", table_entries(e16)), 1);
+    assert_int_equal(mha_select(&p16, &(mha_options){.threads = 1}, &s), MHA_OK);
+    assert_int_equal(s.source, MHA_CHOICE_DEFAULT);
+    assert_non_null(strstr(s.reason, "no entry"));
+
+    /* malformed dtype fields make the table malformed */
+    static const char *const bad[][2] = {
+        {"\"dtype\": \"int8\"", "dtype"},
+        {"\"dtype\": 16", "dtype"},
+        {"\"dtype\": \"fp32\", \"kv_dtype\": \"fp64\"", "kv_dtype"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(e32, sizeof e32,
+                 "{\"class\": \"%s\", %s, \"winner\": {\"kernel\": \"tiled.scalar\", "
+                 "\"block_q\": 32, \"block_kv\": 128}}",
+                 cls32, bad[i][0]);
+        expect_fallback("baddtype.json", table_entries(e32), bad[i][1]);
+    }
+    unsetenv("MHA_TUNING");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_blocks),
@@ -603,6 +751,7 @@ int main(void) {
         cmocka_unit_test(test_dtype_classes),
         cmocka_unit_test_setup_teardown(test_dtype_default, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dtype_table, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dtype_table_entries, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,26 +82,34 @@ int mha_class_list(const char *set, mha_shape_class *out, int max) {
     else
         return -1;
     /* quick: the head dims and lengths most models run (those of `mhabench
-     * sweep --preset quick`), both thread counts, and decode against a 4K cache. */
+     * sweep --preset quick`), both thread counts, and decode against a 4K cache.
+     * The prefill classes come in fp32 and bf16 (the kernel and its blocks
+     * differ by dtype: flash.avx512bf16 where it runs); decode in fp32 only (its
+     * kernels have no block knobs, and mha_select's default already takes the
+     * dtype's best-ranked decode kernel). */
     static const int quick_dims[] = {1, 3}, quick_buckets[] = {0, 1, 2};
+    static const mha_dtype dtypes[] = {MHA_F32, MHA_BF16};
     int n = 0;
     for (int decode = 0; decode <= 1; decode++)
-        for (int di = 0; di < (full ? MHA_CLASS_DIMS : 2); di++)
-            for (int bi = 0; bi < (full ? MHA_CLASS_BUCKETS : (decode ? 1 : 3)); bi++)
-                /* decode: the second pass is the GQA family (causal is moot) */
-                for (int causal = 0; causal <= 1; causal++)
-                    for (int t = 1; t >= 0; t--) {
-                        mha_shape_class c = {
-                            .dim = full ? di : quick_dims[di],
-                            .bucket = full ? bi : (decode ? 2 : quick_buckets[bi]),
-                            .causal = decode ? 0 : causal,
-                            .threads = t,
-                            .decode = decode,
-                            .gqa = decode && causal,
-                        };
-                        if (n < max) out[n] = c;
-                        n++;
-                    }
+        for (int ti = 0; ti < (decode ? 1 : 2); ti++)
+            for (int di = 0; di < (full ? MHA_CLASS_DIMS : 2); di++)
+                for (int bi = 0; bi < (full ? MHA_CLASS_BUCKETS : (decode ? 1 : 3)); bi++)
+                    /* decode: the second pass is the GQA family (causal is moot) */
+                    for (int causal = 0; causal <= 1; causal++)
+                        for (int t = 1; t >= 0; t--) {
+                            mha_shape_class c = {
+                                .dim = full ? di : quick_dims[di],
+                                .bucket = full ? bi : (decode ? 2 : quick_buckets[bi]),
+                                .causal = decode ? 0 : causal,
+                                .threads = t,
+                                .decode = decode,
+                                .gqa = decode && causal,
+                                .dtype = dtypes[ti],
+                                .kv_dtype = dtypes[ti],
+                            };
+                            if (n < max) out[n] = c;
+                            n++;
+                        }
     return n < max ? n : max;
 }
 

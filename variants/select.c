@@ -121,8 +121,8 @@ static int select_from_table(const mha_problem *p, const mha_options *req, mha_s
     mha_table_entry e;
     int found = 0;
     char tkey[96] = "", tisa[16] = "", lwhy[192] = "";
-    mha_status st = mha_table_lookup(path, ptrs, n, &e, &found, tkey, sizeof tkey, tisa,
-                                     sizeof tisa, lwhy, sizeof lwhy);
+    mha_status st = mha_table_lookup(path, ptrs, n, c.dtype, c.kv_dtype, &e, &found, tkey,
+                                     sizeof tkey, tisa, sizeof tisa, lwhy, sizeof lwhy);
     if (st == MHA_EIO) {
         put(why, len, "no tuning table %s (%s)", path, lwhy);
         return 0;

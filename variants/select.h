@@ -33,7 +33,8 @@ typedef struct {
 
 #define MHA_CLASS_DIMS 5
 #define MHA_CLASS_BUCKETS 4
-#define MHA_CLASS_MAX (2 * MHA_CLASS_DIMS * MHA_CLASS_BUCKETS * 2 * 2)
+/* decode and prefill, the latter in two dtypes: (1 + 2) x dims x buckets x causal x threads */
+#define MHA_CLASS_MAX (3 * MHA_CLASS_DIMS * MHA_CLASS_BUCKETS * 2 * 2)
 
 void mha_class_of(const mha_problem *p, int threads, mha_shape_class *c);
 /* "d64-kv1024-causal-t1", "decode-d128-kv4096-tall", "decode-gqa-d128-kv4096-t1",
@@ -45,8 +46,9 @@ void mha_class_name(const mha_shape_class *c, char *buf, size_t len);
 /* head_dim of the class (0 for "other") and its bucket's bound on seq_kv (0: unbounded). */
 int mha_class_head_dim(const mha_shape_class *c);
 int64_t mha_class_seq_bound(const mha_shape_class *c);
-/* The classes `mhabench tune --classes quick|full` searches. Returns the count,
- * or -1 when set is neither. */
+/* The classes `mhabench tune --classes quick|full` searches: prefill in fp32
+ * and bf16, decode in fp32 (tune leaves out the dtypes no kernel with block
+ * knobs takes here). Returns the count, or -1 when set is neither. */
 int mha_class_list(const char *set, mha_shape_class *out, int max);
 /* A representative problem of the class (B=1, a few heads, the bucket's
  * typical length), and a smaller one of the same class for verification
@@ -99,8 +101,12 @@ typedef struct {
     double gflops;
 } mha_table_choice;
 
+/* dtype / kv_dtype: the element types the class was measured in ("dtype",
+ * "kv_dtype" in the file; a table without them, as every table before bf16
+ * classes were tuned, is fp32, and kv_dtype defaults to dtype). */
 typedef struct {
     char cls[64];
+    mha_dtype dtype, kv_dtype;
     mha_table_choice winner, runner_up;
 } mha_table_entry;
 
@@ -117,12 +123,14 @@ typedef struct {
 mha_status mha_table_load(const char *path, mha_table *t, char *why, size_t len);
 void mha_table_free(mha_table *t);
 /* The entry for the first of the class names names[0..nnames) found in the
- * table at path (parsed once per process and re-read when the file changes),
- * with the table's CPU key and active ISA. Returns MHA_OK with *found = 0/1,
- * or the load status with why. */
+ * table at path (parsed once per process and re-read when the file changes)
+ * that was measured in dtype / kv_dtype (an entry of other dtypes is never
+ * returned, whatever its name), with the table's CPU key and active ISA.
+ * Returns MHA_OK with *found = 0/1, or the load status with why. */
 mha_status mha_table_lookup(const char *path, const char *const *names, int nnames,
-                            mha_table_entry *entry, int *found, char *key, size_t keylen, char *isa,
-                            size_t isalen, char *why, size_t len);
+                            mha_dtype dtype, mha_dtype kv_dtype, mha_table_entry *entry, int *found,
+                            char *key, size_t keylen, char *isa, size_t isalen, char *why,
+                            size_t len);
 /* This CPU's table in dir: <dir>/<cpu key>.json, or <cpu key>-cap-<isa>.json
  * when MHA_ISA caps the active ISA below the detected one (the fingerprint
  * holds both, so the capped table never stands in for the native one). */

@@ -147,6 +147,20 @@ static mha_status parse_table(json_object *root, mha_table *t, char *why, size_t
             return fmt_error(why, len, "classes[%zu].class is missing or not a string", i);
         mha_table_entry *te = &t->entries[t->count];
         snprintf(te->cls, sizeof te->cls, "%s", json_object_get_string(cls));
+        /* the dtypes it was measured in: fp32 when absent (older tables) */
+        static const char *const dkeys[] = {"dtype", "kv_dtype"};
+        mha_dtype *dst[] = {&te->dtype, &te->kv_dtype};
+        te->dtype = MHA_F32;
+        for (int j = 0; j < 2; j++) {
+            json_object *dv;
+            *dst[j] = te->dtype; /* kv_dtype: the dtype's unless given */
+            if (!json_object_object_get_ex(e, dkeys[j], &dv) || !dv) continue;
+            if (!json_object_is_type(dv, json_type_string) ||
+                mha_dtype_parse(json_object_get_string(dv), dst[j]) != MHA_OK ||
+                (j == 0 && *dst[j] == MHA_I8))
+                return fmt_error(why, len, "classes[%zu].%s is not %s", i, dkeys[j],
+                                 j == 0 ? "fp32, bf16 or fp16" : "fp32, bf16, fp16 or int8");
+        }
         if (!json_object_object_get_ex(e, "winner", &w) || !w)
             return fmt_error(why, len, "classes[%zu].winner is missing", i);
         snprintf(where, sizeof where, "classes[%zu].winner", i);
@@ -253,8 +267,9 @@ static int same_file(const struct stat *a, const struct stat *b) {
 /* Copies the entry for class name cls (and the table's fingerprint) out of the
  * cached table at path. Returns MHA_OK and *found = 0/1, or the load status. */
 mha_status mha_table_lookup(const char *path, const char *const *names, int nnames,
-                            mha_table_entry *entry, int *found, char *key, size_t keylen, char *isa,
-                            size_t isalen, char *why, size_t len) {
+                            mha_dtype dtype, mha_dtype kv_dtype, mha_table_entry *entry, int *found,
+                            char *key, size_t keylen, char *isa, size_t isalen, char *why,
+                            size_t len) {
     *found = 0;
     struct stat sb;
     if (stat(path, &sb) != 0) {
@@ -279,7 +294,9 @@ mha_status mha_table_lookup(const char *path, const char *const *names, int nnam
         snprintf(isa, isalen, "%s", table_cache.t.isa_active);
         for (int n = 0; n < nnames && !*found; n++)
             for (int i = 0; i < table_cache.t.count; i++)
-                if (strcmp(table_cache.t.entries[i].cls, names[n]) == 0) {
+                if (strcmp(table_cache.t.entries[i].cls, names[n]) == 0 &&
+                    table_cache.t.entries[i].dtype == dtype &&
+                    table_cache.t.entries[i].kv_dtype == kv_dtype) {
                     *entry = table_cache.t.entries[i];
                     *found = 1;
                     break;

@@ -110,11 +110,7 @@ static dec_plan plan(const mha_problem *p, int threads) {
      * against 18.5 / 35.6 with, but level (13.3-14.8 / 29.1-30.2) when
      * measured again on huge pages. The multi-row passes are compute-bound
      * and always prefetch. */
-    mha_caches c;
-    mha_caches_get(&c);
-    const double kv_bytes = 2.0 * (double)(p->batch * p->kv_heads) * (double)p->seq_kv *
-                            (double)(p->head_dim * mha_dtype_size(p->kv_dtype));
-    P.stream_pf = kv_bytes > 1.5 * (double)c.l3;
+    P.stream_pf = mha_decode_cache_per_l3(p) > 1.5;
     P.scratch = mha_align64(
         (DEC_RB * DEC_BK + DEC_RB * dp + 2 * DEC_RB + (P.wide_q ? DEC_RB * dp : 0)) * f);
     return P;

@@ -58,11 +58,7 @@ static db_plan plan(const mha_problem *p, int threads) {
      * H = 16 (16 MiB) 16 keys 26.8-29.3, 64 keys 16.2-20.6 (1 thread); H = 32
      * (32 MiB) 16 keys 23.9-24.7 / 33.5-35.2, 64 keys 12.3-12.7 / 25.1-27.3,
      * with prefetch one or two blocks ahead 14.8 / 29.3-31.5. */
-    mha_caches c;
-    mha_caches_get(&c);
-    const double kv_bytes =
-        2.0 * (double)pairs * (double)p->seq_kv * (double)(p->head_dim * 2 /* bf16 */);
-    P.bk1 = kv_bytes <= (double)c.l3 / 4 ? DB_BK1_CACHED : DB_BK1_STREAM;
+    P.bk1 = mha_decode_cache_per_l3(p) <= 0.25 ? DB_BK1_CACHED : DB_BK1_STREAM;
     const size_t f = sizeof(float), d = (size_t)p->head_dim, dq = (size_t)P.dq;
     P.part =
         P.nsplit > 1

@@ -66,6 +66,10 @@ typedef struct {
     uint64_t l1d_raw, l2_raw, l3_raw; /* as reported, 0 = unknown */
 } mha_caches;
 void mha_caches_get(mha_caches *c);
+/* The K and V a decode call streams (bytes at their storage width, every
+ * (batch, KV head)) as a multiple of the L3: where decode.c's one-row
+ * prefetch and decode_bf16.c's one-row block length draw their lines. */
+double mha_decode_cache_per_l3(const mha_problem *p);
 /* Columns of the ISA's GEMM micro-tile (MHA_NR in kernels/vec_*.h): block_q
  * is efficient as a multiple of it. */
 int mha_tile_width(mha_isa isa);

@@ -131,10 +131,9 @@ void mha_table_free(mha_table *t);
  * that was measured in dtype / kv_dtype (an entry of other dtypes is never
  * returned, whatever its name), with the table's CPU key and active ISA.
  * Returns MHA_OK with *found = 0/1, or the load status with why. */
-mha_status mha_table_lookup(const char *path, const char *const *names, int nnames,
-                            mha_dtype dtype, mha_dtype kv_dtype, mha_table_entry *entry, int *found,
-                            char *key, size_t keylen, char *isa, size_t isalen, char *why,
-                            size_t len);
+mha_status mha_table_lookup(const char *path, const char *const *names, int nnames, mha_dtype dtype,
+                            mha_dtype kv_dtype, mha_table_entry *entry, int *found, char *key,
+                            size_t keylen, char *isa, size_t isalen, char *why, size_t len);
 /* This CPU's table in dir: <dir>/<cpu key>.json, or <cpu key>-cap-<isa>.json
  * when MHA_ISA caps the active ISA below the detected one (the fingerprint
  * holds both, so the capped table never stands in for the native one). */

@@ -266,10 +266,9 @@ static int same_file(const struct stat *a, const struct stat *b) {
 
 /* Copies the entry for class name cls (and the table's fingerprint) out of the
  * cached table at path. Returns MHA_OK and *found = 0/1, or the load status. */
-mha_status mha_table_lookup(const char *path, const char *const *names, int nnames,
-                            mha_dtype dtype, mha_dtype kv_dtype, mha_table_entry *entry, int *found,
-                            char *key, size_t keylen, char *isa, size_t isalen, char *why,
-                            size_t len) {
+mha_status mha_table_lookup(const char *path, const char *const *names, int nnames, mha_dtype dtype,
+                            mha_dtype kv_dtype, mha_table_entry *entry, int *found, char *key,
+                            size_t keylen, char *isa, size_t isalen, char *why, size_t len) {
     *found = 0;
     struct stat sb;
     if (stat(path, &sb) != 0) {

@@ -35,6 +35,7 @@ const mha_isa_ops MHA_SYM(ops) = {
     .vexp_array = OPS_SYM(vexp_array),
     .vexp2_array = OPS_SYM(vexp2_array),
     .fma_peak_loop = MHA_SYM(fma_peak_loop),
+    .probe_loop = MHA_SYM(probe_loop),
     .read_sum = MHA_SYM(read_sum),
 #ifdef __AVX512BF16__
     .bf16_peak_loop = MHA_SYM(bf16_peak_loop),

@@ -39,9 +39,11 @@ typedef struct {
                        float *alpha, int masked, int64_t t0);
     void (*vexp_array)(const float *x, float *y, int64_t n);
     void (*vexp2_array)(const float *x, float *y, int64_t n);
-    /* Machine probes (kernels/peak.c): the FMA peak loop (returns FLOPs) and
-     * a sum with the widest loads (read bandwidth). */
+    /* Machine probes (kernels/peak.c): the FMA peak loop (returns FLOPs),
+     * the interference probe (FMAs, loads, adds and integer operations at
+     * once; returns FLOPs) and a sum with the widest loads (read bandwidth). */
     double (*fma_peak_loop)(int64_t iters);
+    double (*probe_loop)(int64_t iters);
     uint64_t (*read_sum)(const uint64_t *p, size_t n);
     /* The bf16 dot-product peak loop (vdpbf16ps; returns FLOPs, 2 per bf16
      * multiply-add), NULL at levels without one. */

@@ -15,6 +15,13 @@
  * version uses mulss + addss (baseline x86-64 has no FMA). */
 double MHA_SYM(fma_peak_loop)(int64_t iters);
 
+/* The interference probe (harness/meas_core.c): `iters` iterations of a
+ * register- and L1-resident mix of FMAs, loads, adds and integer operations
+ * that keeps most of a core's shared resources busy, so that any competitor
+ * for the core slows it. Returns the FLOPs executed (its rate is only ever
+ * compared with its own best). */
+double MHA_SYM(probe_loop)(int64_t iters);
+
 /* Where the ISA has AVX512_BF16: iters iterations of independent vdpbf16ps
  * on register-resident zmm accumulators; returns the FLOPs executed (2 per
  * bf16 pair element, 64 per instruction). */

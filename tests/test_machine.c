@@ -136,6 +136,14 @@ static void test_peak(void **state) {
                       mha_isa_name(isa), mha_isa_name(mha_isa_active()));
         return;
     }
+    /* The interference probe (meas_core.c) at this level: nothing for
+     * iters <= 0, a fixed FLOP count per iteration (its rate is compared
+     * with its own best, so the count must not depend on the run). */
+    double (*probe)(int64_t) = mha_ops_for(isa)->probe_loop;
+    assert_non_null(probe);
+    assert_true(probe(0) == 0 && probe(-3) == 0);
+    const double f1 = probe(1000), f2 = probe(2000);
+    assert_true(f1 >= 1000 && f2 == 2 * f1);
     double ratio = 0;
     for (int attempt = 0; attempt < 3; attempt++) {
         assert_int_equal(machine_fma_peak(isa, 0.05, &p), MHA_OK);

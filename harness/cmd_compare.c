@@ -82,6 +82,7 @@ typedef struct {
     char *name;
     double *t; /* real time per iteration of each repetition, ns */
     int n, cap;
+    int ndist; /* repetitions the sweep marked disturbed (not in t) */
     /* its drift group: memory-bound rows (a bw_level field: decode) drift
      * with the host's memory traffic at their thread count, the others
      * with the core's clock and share */
@@ -127,7 +128,7 @@ static bench *find_bench(const result_set *rs, const char *name) {
     return NULL;
 }
 
-static void add_time(result_set *rs, const char *name, double ns) {
+static bench *bench_of(result_set *rs, const char *name) {
     bench *b = find_bench(rs, name);
     if (!b) {
         if (rs->nb == rs->cap) {
@@ -135,8 +136,13 @@ static void add_time(result_set *rs, const char *name, double ns) {
             rs->b = xrealloc(rs->b, (size_t)rs->cap * sizeof *rs->b);
         }
         b = &rs->b[rs->nb++];
-        *b = (bench){xstrdup(name), NULL, 0, 0, 0, 0};
+        *b = (bench){xstrdup(name), NULL, 0, 0, 0, 0, 0};
     }
+    return b;
+}
+
+static void add_time(result_set *rs, const char *name, double ns) {
+    bench *b = bench_of(rs, name);
     if (b->n == b->cap) {
         b->cap = b->cap ? 2 * b->cap : 16;
         b->t = xrealloc(b->t, (size_t)b->cap * sizeof *b->t);
@@ -192,19 +198,25 @@ static int load_results(const char *path, result_set *rs) {
             rs->skipped++;
             continue;
         }
-        /* A repetition the interference evidence marked (counter
-         * "disturbed", written by mhabench sweep) was retaken in the same
-         * file; it is not a sample of the code's speed. */
-        if (json_object_object_get_ex(row, "disturbed", &v) &&
-            (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)) &&
-            json_object_get_double(v) > 0) {
-            rs->disturbed++;
-            continue;
-        }
         const char *name = results_row_str(row, "name");
         if (!name || !*name) {
             errorf_esc("compare: %s: benchmarks[%zu] has no \"name\"", path, i);
             goto out;
+        }
+        /* A repetition the interference evidence marked (counter
+         * "disturbed", written by mhabench sweep) was retaken in the same
+         * file; it is not a sample of the code's speed. A benchmark whose
+         * every repetition was disturbed stays known (ndist), so the report
+         * says it was not judged instead of calling it missing. */
+        if (json_object_object_get_ex(row, "disturbed", &v) &&
+            (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)) &&
+            json_object_get_double(v) > 0) {
+            char *key = xstrdup(name);
+            strip_repeats(key);
+            bench_of(rs, key)->ndist++;
+            free(key);
+            rs->disturbed++;
+            continue;
         }
         if (!json_object_object_get_ex(row, "real_time", &v) ||
             !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int))) {
@@ -470,12 +482,16 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
                         const char *new_label, int fp_checked, int forced, const settings *s) {
     row *rows = xrealloc(NULL, (size_t)(base->nb ? base->nb : 1) * sizeof *rows);
     double *lr = xrealloc(NULL, (size_t)(base->nb ? base->nb : 1) * sizeof *lr);
-    int nr = 0, count[4] = {0, 0, 0, 0}, too_few = 0, only_b = 0, only_n = 0;
+    int nr = 0, count[4] = {0, 0, 0, 0}, too_few = 0, only_b = 0, only_n = 0, not_judged = 0;
     /* Pass 1: medians, and the log changes whose median is the host drift. */
     for (int i = 0; i < base->nb; i++) {
         const bench *b = &base->b[i], *n = find_bench(new, b->name);
         if (!n) {
             only_b++;
+            continue;
+        }
+        if (b->n == 0 || n->n == 0) { /* every repetition disturbed on a side */
+            not_judged++;
             continue;
         }
         qsort(b->t, (size_t)b->n, sizeof *b->t, cmp_double);
@@ -638,6 +654,13 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         }
         json_object_object_add(o, "benchmarks", arr);
         json_object_object_add(o, "only_in_base", name_list(base, new));
+        json_object *nj = json_object_new_array();
+        for (int i = 0; i < base->nb; i++) {
+            const bench *n = find_bench(new, base->b[i].name);
+            if (n && (base->b[i].n == 0 || n->n == 0))
+                json_object_array_add(nj, json_object_new_string(base->b[i].name));
+        }
+        json_object_object_add(o, "not_judged_disturbed", nj);
         json_object_object_add(o, "only_in_new", name_list(new, base));
         json_object *sum = json_object_new_object();
         for (int v = 0; v < 4; v++)
@@ -645,6 +668,7 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         json_object_object_add(sum, "too_few_repetitions", json_object_new_int(too_few));
         json_object_object_add(sum, "only_in_base", json_object_new_int(only_b));
         json_object_object_add(sum, "only_in_new", json_object_new_int(only_n));
+        json_object_object_add(sum, "not_judged_disturbed", json_object_new_int(not_judged));
         json_object_object_add(sum, "regression", json_object_new_boolean(regression));
         json_object_object_add(o, "summary", sum);
         puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
@@ -710,12 +734,24 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         }
         for (int i = 0; i < base->nb; i++)
             if (!find_bench(new, base->b[i].name)) printf("only in base: %s\n", base->b[i].name);
+        for (int i = 0; i < base->nb; i++) {
+            const bench *b = &base->b[i], *n = find_bench(new, b->name);
+            if (n && (b->n == 0 || n->n == 0))
+                printf("not judged: %s (every repetition disturbed in %s)\n", b->name,
+                       b->n == 0 && n->n == 0 ? "both files"
+                       : b->n == 0            ? "base"
+                                              : "new");
+        }
         for (int i = 0; i < new->nb; i++)
             if (!find_bench(base, new->b[i].name)) printf("only in new: %s\n", new->b[i].name);
         printf("\n%d compared: %d slower, %d faster, %d same, %d noisy", nr, count[V_SLOWER],
                count[V_FASTER], count[V_SAME], count[V_NOISY]);
         if (too_few) printf(" (%d with too few repetitions)", too_few);
         if (only_b || only_n) printf("; %d only in base, %d only in new", only_b, only_n);
+        if (not_judged)
+            printf("; %d not judged (the interference evidence marked every repetition on a "
+                   "side)",
+                   not_judged);
         printf("\nverdict: %s\n", regression ? "REGRESSION" : "no regression");
         if (count[V_NOISY])
             printf("noisy: the median moved but the test cannot tell it from noise; rerun with "

@@ -541,6 +541,42 @@ static void test_only_in_one(void **state) {
     json_object_put(r);
 }
 
+/* A benchmark whose every repetition the sweep marked disturbed is named as
+ * not judged (never "only in base", never a verdict), even when its
+ * disturbed times are far slower; the others are compared as usual. */
+static void test_all_disturbed(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *a = tmp_path("dist_a.json"), *b = tmp_path("dist_b.json");
+    const char *n0 = "flash.avx2/B:1/H:8/KV:8/Nq:128/Nkv:128/d:64/causal:0/threads:1",
+               *n1 = "flash.avx2/B:1/H:8/KV:8/Nq:256/Nkv:256/d:64/causal:0/threads:2";
+    double t[9], slow[9];
+    sample(t, 9, 1000, 0.01);
+    sample(slow, 9, 5000, 0.01);
+    result_writer w = begin_results(a, FP_HERE);
+    add_bench(&w, n0, 9, t, "ns");
+    add_bench(&w, n1, 9, t, "ns");
+    end_results(&w);
+    w = begin_results(b, FP_HERE);
+    add_bench(&w, n0, 9, t, "ns");
+    add_bench_x(&w, n1, 9, slow, "ns", ", \"disturbed\": 1, \"probe\": 0.4");
+    end_results(&w);
+    EXPECT_EXIT(0, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_out, "not judged: flash.avx2/B:1/H:8/KV:8/Nq:256/Nkv:256/d:64/causal:0/threads:2 "
+                     "(every repetition disturbed in new)");
+    EXPECT_IN(g_out, "1 not judged");
+    assert_null(strstr(g_out, "only in base"));
+    EXPECT_EXIT(0, run_bench("compare", a, b, "--json", NULL));
+    json_object *r = parse_report();
+    assert_int_equal(json_object_array_length(get(r, "benchmarks")), 1);
+    assert_int_equal(json_object_array_length(get(r, "only_in_base")), 0);
+    json_object *nj = get(r, "not_judged_disturbed");
+    assert_int_equal(json_object_array_length(nj), 1);
+    assert_string_equal(json_object_get_string(json_object_array_get_idx(nj, 0)), n1);
+    assert_int_equal(json_object_get_int(get(get(r, "summary"), "not_judged_disturbed")), 1);
+    json_object_put(r);
+}
+
 static void test_json_report(void **state) {
     (void)state;
     NEED_BENCH();
@@ -882,6 +918,7 @@ int main(void) {
         cmocka_unit_test(test_plain_gbench_unknown_machine),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_only_in_one),
+        cmocka_unit_test(test_all_disturbed),
         cmocka_unit_test(test_json_report),
         cmocka_unit_test(test_time_units),
         cmocka_unit_test(test_u_pvalues),

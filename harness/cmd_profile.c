@@ -63,8 +63,10 @@ static int guarded_samples(const meas_call *c, int n, int threads, double flops)
         all[i] = flops / t * 1e-9;
         const int bad = meas_disturbed(&ev, MEAS_PROBE_MIN);
         if (!bad) kept[nkept++] = all[i];
-        printf("sample %4d  %8.3f ms  %7.1f GFLOP/s  probe %.3f  preempted %ld  stolen %.3f s%s\n",
-               i, t * 1e3, all[i], ev.probe, ev.preempted, ev.stolen, bad ? "  disturbed" : "");
+        printf("sample %4d  %8.3f ms  %7.1f GFLOP/s  probe %.3f  core %.3f  preempted %ld  stolen "
+               "%.3f s%s\n",
+               i, t * 1e3, all[i], ev.probe, ev.probe_core, ev.preempted, ev.stolen,
+               bad ? "  disturbed" : "");
     }
     print_median("all", all, n);
     print_median("undisturbed", kept, nkept);

@@ -311,6 +311,7 @@ static void bench_body(mha_gbench_state *st, void *user) {
     meas_evidence ev;
     meas_window_end(&win, &ev);
     mha_gbench_counter(st, "probe", ev.probe, MHA_GBENCH_PLAIN);
+    mha_gbench_counter(st, "probe_core", ev.probe_core, MHA_GBENCH_PLAIN);
     mha_gbench_counter(st, "preempted", (double)ev.preempted, MHA_GBENCH_PLAIN);
     mha_gbench_counter(st, "stolen_ms", ev.stolen * 1e3, MHA_GBENCH_PLAIN);
     mha_gbench_counter(st, "disturbed", meas_disturbed_for(&ev, MEAS_PROBE_MIN, wdt),
@@ -1096,6 +1097,27 @@ static int report_sweep(bench *benches, int nbench, int ngroups, const note_list
         printf("\nfailed (%d):\n", nerr);
         for (int i = 0; i < nbench; i++)
             if (benches[i].errors) printf("  %s\n", benches[i].name);
+    }
+    /* How much of the run the interference evidence rejected: on a busy host
+     * retakes find it busy too, and the reader should know before trusting
+     * a figure (README, "Interference evidence"). */
+    int reps = 0, dist = 0, thin = 0;
+    for (int i = 0; i < nbench; i++) {
+        int clean = 0;
+        for (int j = 0; j < benches[i].nres; j++) clean += !benches[i].dist[j];
+        reps += benches[i].nres;
+        dist += benches[i].nres - clean;
+        thin += benches[i].nres > 0 && clean < 3;
+    }
+    if (dist) {
+        printf("\ninterference: %d of %d repetitions disturbed (%.0f%%), retaken where the passes "
+               "allowed;\n%d benchmark%s with fewer than 3 undisturbed repetitions (none: the "
+               "disturbed ones' median)",
+               dist, reps, 100.0 * dist / reps, thin, thin == 1 ? "" : "s");
+        if (4 * dist > reps)
+            printf(".\nThe host was busy for much of the run: rerun in a quieter hour before "
+                   "keeping these figures");
+        printf("\n");
     }
     printf("\n%d run%s in %.1f s; results: %s\n", done, done == 1 ? "" : "s", now_s() - t0, path);
     return nerr;

@@ -115,10 +115,19 @@ static void test_drift_and_noise(void **state) {
 
 static void test_evidence(void **state) {
     (void)state;
-    const meas_evidence clean = {0.97, 1, 0}, slow = {0.70, 0, 0}, preempted = {1.0, 2, 0},
-                        stolen = {1.0, 0, 0.01};
+    /* The FMA probe, the interference probe, preemptions, steal: each alone
+     * decides; a shallow interference dip (above MEAS_CORE_PROBE_MIN) does not. */
+    const meas_evidence clean = {.probe = 0.97, .probe_core = 0.95, .preempted = 1},
+                        slow = {.probe = 0.70, .probe_core = 1.0},
+                        core = {.probe = 1.0, .probe_core = 0.55},
+                        shallow = {.probe = 1.0, .probe_core = 0.70},
+                        preempted = {.probe = 1.0, .probe_core = 1.0, .preempted = 2},
+                        stolen = {.probe = 1.0, .probe_core = 1.0, .stolen = 0.01};
     assert_false(meas_disturbed(&clean, MEAS_PROBE_MIN));
     assert_true(meas_disturbed(&slow, MEAS_PROBE_MIN));
+    assert_true(meas_disturbed(&core, MEAS_PROBE_MIN));
+    assert_false(meas_disturbed(&shallow, MEAS_PROBE_MIN));
+    assert_true(meas_disturbed_for(&core, MEAS_PROBE_MIN, 1.0));
     assert_true(meas_disturbed(&preempted, MEAS_PROBE_MIN));
     assert_true(meas_disturbed(&stolen, MEAS_PROBE_MIN));
     meas_pool pool;
@@ -132,6 +141,7 @@ static void test_evidence(void **state) {
     for (int i = 0; i < 3; i++) {
         assert_int_equal(meas_sample_guarded(&c, 1, &t, &ev), MHA_OK);
         assert_true(t > 0 && ev.probe > 0 && ev.probe <= 1.0 && ev.preempted >= 0);
+        assert_true(ev.probe_core > 0 && ev.probe_core <= 1.0);
     }
     meas_pool_release(&pool);
 }

@@ -80,9 +80,8 @@ static void usage(FILE *f) {
 
 typedef struct {
     char *name;
-    double *t; /* real time per iteration of each repetition, ns */
-    int n, cap;
-    int ndist; /* repetitions the sweep marked disturbed (not in t) */
+    double *t;  /* real time per iteration of each repetition, ns */
+    int n, cap; /* n == 0: every repetition was marked disturbed */
     /* its drift group: memory-bound rows (a bw_level field: decode) drift
      * with the host's memory traffic at their thread count, the others
      * with the core's clock and share */
@@ -136,7 +135,7 @@ static bench *bench_of(result_set *rs, const char *name) {
             rs->b = xrealloc(rs->b, (size_t)rs->cap * sizeof *rs->b);
         }
         b = &rs->b[rs->nb++];
-        *b = (bench){xstrdup(name), NULL, 0, 0, 0, 0, 0};
+        *b = (bench){xstrdup(name), NULL, 0, 0, 0, 0};
     }
     return b;
 }
@@ -206,14 +205,14 @@ static int load_results(const char *path, result_set *rs) {
         /* A repetition the interference evidence marked (counter
          * "disturbed", written by mhabench sweep) was retaken in the same
          * file; it is not a sample of the code's speed. A benchmark whose
-         * every repetition was disturbed stays known (ndist), so the report
-         * says it was not judged instead of calling it missing. */
+         * every repetition was disturbed stays known (with no times), so
+         * the report says it was not judged instead of calling it missing. */
         if (json_object_object_get_ex(row, "disturbed", &v) &&
             (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)) &&
             json_object_get_double(v) > 0) {
             char *key = xstrdup(name);
             strip_repeats(key);
-            bench_of(rs, key)->ndist++;
+            bench_of(rs, key);
             free(key);
             rs->disturbed++;
             continue;
@@ -464,6 +463,12 @@ static json_object *name_list(const result_set *in, const result_set *other) {
     return a;
 }
 
+/* A benchmark in both files that cannot be judged: every repetition on a
+ * side was marked disturbed. */
+static int not_judged(const bench *b, const bench *n) {
+    return n && (b->n == 0 || n->n == 0);
+}
+
 /* The log changes lr of the rows in one drift group into out: the rows
  * with `threads` threads (any when threads < 0) that are memory-bound (mem
  * 1) or compute-bound (mem 0). Returns the count. */
@@ -482,7 +487,7 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
                         const char *new_label, int fp_checked, int forced, const settings *s) {
     row *rows = xrealloc(NULL, (size_t)(base->nb ? base->nb : 1) * sizeof *rows);
     double *lr = xrealloc(NULL, (size_t)(base->nb ? base->nb : 1) * sizeof *lr);
-    int nr = 0, count[4] = {0, 0, 0, 0}, too_few = 0, only_b = 0, only_n = 0, not_judged = 0;
+    int nr = 0, count[4] = {0, 0, 0, 0}, too_few = 0, only_b = 0, only_n = 0, nj = 0;
     /* Pass 1: medians, and the log changes whose median is the host drift. */
     for (int i = 0; i < base->nb; i++) {
         const bench *b = &base->b[i], *n = find_bench(new, b->name);
@@ -490,8 +495,8 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
             only_b++;
             continue;
         }
-        if (b->n == 0 || n->n == 0) { /* every repetition disturbed on a side */
-            not_judged++;
+        if (not_judged(b, n)) {
+            nj++;
             continue;
         }
         qsort(b->t, (size_t)b->n, sizeof *b->t, cmp_double);
@@ -654,13 +659,11 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         }
         json_object_object_add(o, "benchmarks", arr);
         json_object_object_add(o, "only_in_base", name_list(base, new));
-        json_object *nj = json_object_new_array();
-        for (int i = 0; i < base->nb; i++) {
-            const bench *n = find_bench(new, base->b[i].name);
-            if (n && (base->b[i].n == 0 || n->n == 0))
-                json_object_array_add(nj, json_object_new_string(base->b[i].name));
-        }
-        json_object_object_add(o, "not_judged_disturbed", nj);
+        json_object *nja = json_object_new_array();
+        for (int i = 0; i < base->nb; i++)
+            if (not_judged(&base->b[i], find_bench(new, base->b[i].name)))
+                json_object_array_add(nja, json_object_new_string(base->b[i].name));
+        json_object_object_add(o, "not_judged_disturbed", nja);
         json_object_object_add(o, "only_in_new", name_list(new, base));
         json_object *sum = json_object_new_object();
         for (int v = 0; v < 4; v++)
@@ -668,7 +671,7 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         json_object_object_add(sum, "too_few_repetitions", json_object_new_int(too_few));
         json_object_object_add(sum, "only_in_base", json_object_new_int(only_b));
         json_object_object_add(sum, "only_in_new", json_object_new_int(only_n));
-        json_object_object_add(sum, "not_judged_disturbed", json_object_new_int(not_judged));
+        json_object_object_add(sum, "not_judged_disturbed", json_object_new_int(nj));
         json_object_object_add(sum, "regression", json_object_new_boolean(regression));
         json_object_object_add(o, "summary", sum);
         puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
@@ -736,7 +739,7 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
             if (!find_bench(new, base->b[i].name)) printf("only in base: %s\n", base->b[i].name);
         for (int i = 0; i < base->nb; i++) {
             const bench *b = &base->b[i], *n = find_bench(new, b->name);
-            if (n && (b->n == 0 || n->n == 0))
+            if (not_judged(b, n))
                 printf("not judged: %s (every repetition disturbed in %s)\n", b->name,
                        b->n == 0 && n->n == 0 ? "both files"
                        : b->n == 0            ? "base"
@@ -748,10 +751,10 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
                count[V_FASTER], count[V_SAME], count[V_NOISY]);
         if (too_few) printf(" (%d with too few repetitions)", too_few);
         if (only_b || only_n) printf("; %d only in base, %d only in new", only_b, only_n);
-        if (not_judged)
+        if (nj)
             printf("; %d not judged (the interference evidence marked every repetition on a "
                    "side)",
-                   not_judged);
+                   nj);
         printf("\nverdict: %s\n", regression ? "REGRESSION" : "no regression");
         if (count[V_NOISY])
             printf("noisy: the median moved but the test cannot tell it from noise; rerun with "

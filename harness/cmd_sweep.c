@@ -451,11 +451,18 @@ static void on_report(const mha_gbench_result *r, void *user) {
     fflush(stdout);
 }
 
+/* How many of b's repetitions the evidence left undisturbed. */
+static int bench_clean(const bench *b) {
+    int clean = 0;
+    for (int i = 0; i < b->nres; i++) clean += !b->dist[i];
+    return clean;
+}
+
 /* The samples that count, sorted into out: the undisturbed ones, or all of
  * them when every one was disturbed. Returns the count. */
 static int bench_samples(const bench *b, double *out) {
-    int clean = 0, n = 0;
-    for (int i = 0; i < b->nres; i++) clean += !b->dist[i];
+    const int clean = bench_clean(b);
+    int n = 0;
     for (int i = 0; i < b->nres; i++)
         if (!b->dist[i] || clean == 0) out[n++] = b->gflops[i];
     median_inplace(out, n);
@@ -1103,8 +1110,7 @@ static int report_sweep(bench *benches, int nbench, int ngroups, const note_list
      * a figure (README, "Interference evidence"). */
     int reps = 0, dist = 0, thin = 0;
     for (int i = 0; i < nbench; i++) {
-        int clean = 0;
-        for (int j = 0; j < benches[i].nres; j++) clean += !benches[i].dist[j];
+        const int clean = bench_clean(&benches[i]);
         reps += benches[i].nres;
         dist += benches[i].nres - clean;
         thin += benches[i].nres > 0 && clean < 3;
@@ -1662,9 +1668,7 @@ static shape *build_shapes(const sweep_args *a, const preset *pr, const sweep_ax
 
 static int wanted(bench *b, int repetitions) {
     if (b->nres == 0) return 0;
-    int disturbed = 0, clean = 0;
-    for (int i = 0; i < b->nres; i++) disturbed += b->dist[i];
-    clean = b->nres - disturbed;
+    const int clean = bench_clean(b), disturbed = b->nres - clean;
     /* retakes: every disturbed sample not yet retaken, within the bound */
     int retake = disturbed - b->retaken;
     if (retake > repetitions - b->retaken) retake = repetitions - b->retaken;

@@ -391,8 +391,7 @@ mha_status meas_gbench(mha_gbench_state *st, const meas_call *c) {
 
 /* ---- evidence ---------------------------------------------------------------- */
 
-/* Two probes (meas_core.h): 0 the FMA peak loop, 1 the interference loop. */
-enum { PROBES = 2, PROBE_BEST_MAX = 64 };
+enum { PROBES = MEAS_PROBES, PROBE_BEST_MAX = 64 };
 static int64_t probe_iters[PROBES]; /* iterations of about MEAS_PROBE_SECONDS each */
 /* The best rate of each probe (slowest thread, FLOP/s) this process has
  * seen, per thread count: with both vCPUs running the interference loop at
@@ -403,8 +402,9 @@ static int64_t probe_iters[PROBES]; /* iterations of about MEAS_PROBE_SECONDS ea
 static double probe_best[PROBES][PROBE_BEST_MAX + 1];
 static mha_isa probe_isa = (mha_isa)-1;
 
+/* Probe `which`'s loop at the level probe_calibrate timed it for. */
 static double (*probe_loop(int which))(int64_t) {
-    const mha_isa_ops *ops = mha_ops_for(mha_isa_active());
+    const mha_isa_ops *ops = mha_ops_for(probe_isa);
     return which == 0 ? ops->fma_peak_loop : ops->probe_loop;
 }
 

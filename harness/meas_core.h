@@ -187,6 +187,7 @@ mha_status meas_gbench(mha_gbench_state *st, const meas_call *c);
 #define MEAS_PROBE_MIN 0.80
 #define MEAS_CORE_PROBE_MIN 0.60
 #define MEAS_PREEMPT_MAX 1
+enum { MEAS_PROBES = 2 }; /* 0: the FMA probe, 1: the interference probe */
 typedef struct {
     double probe;      /* the FMA probe: slowest rate (before/after, any thread) / best seen */
     double probe_core; /* the interference probe, the same way */
@@ -197,7 +198,7 @@ typedef struct {
 /* The same evidence around any stretch of work (a Google Benchmark
  * repetition): begin before it, end after it. */
 typedef struct {
-    double steal0, before[2]; /* the FMA and interference probes' rates before */
+    double steal0, before[MEAS_PROBES]; /* each probe's rate before */
     long csw0;
     int threads;
 } meas_window;

@@ -20,10 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "mha.h"
 #include "mha_private.h"
+#include "stats.h" /* now_s, median_inplace */
 
 enum { MAX_K = 8, NPROBE = 2, NTH = 6 };
 static const char *const PROBE_NAME[NPROBE] = {"fma-only", "interference"};
@@ -35,24 +35,13 @@ typedef struct {
     double p[NPROBE]; /* slower of the probe's two runs, FLOP/s */
 } sample;
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The probe on every one of `threads` threads at once (as meas_core.c runs
  * it): the slowest thread's rate. */
 static double rate(double (*f)(int64_t), int64_t it, int threads) {
     double slowest = 1e300;
 #pragma omp parallel num_threads(threads) reduction(min : slowest)
     {
-        const double t0 = now(), flop = f(it), r = flop / (now() - t0);
+        const double t0 = now_s(), flop = f(it), r = flop / (now_s() - t0);
         slowest = r < slowest ? r : slowest;
     }
     return slowest;
@@ -61,9 +50,9 @@ static double rate(double (*f)(int64_t), int64_t it, int threads) {
 static int64_t calibrate(double (*f)(int64_t)) {
     int64_t it = 64;
     for (;;) {
-        const double t0 = now();
+        const double t0 = now_s();
         f(it);
-        if (now() - t0 >= 200e-6 || it > ((int64_t)1 << 30)) return it;
+        if (now_s() - t0 >= 200e-6 || it > ((int64_t)1 << 30)) return it;
         it *= 2;
     }
 }
@@ -163,7 +152,8 @@ int main(int argc, char **argv) {
     float *q = mha_alloc(n * sizeof *q), *k = mha_alloc(n * sizeof *k),
           *v = mha_alloc(n * sizeof *v), *out = mha_alloc(n * sizeof *out);
     void *work = mha_alloc(ws ? ws : 64);
-    sample *s = malloc(sizeof *s * (size_t)(seconds * 2000 + 16));
+    const size_t cap = (size_t)(seconds * 2000 + 16); /* calls of 0.5 ms at the least */
+    sample *s = malloc(sizeof *s * cap);
     if (!q || !k || !v || !out || !work || !s) {
         fprintf(stderr, "bench_probe: out of memory\n");
         return 1;
@@ -181,20 +171,19 @@ int main(int argc, char **argv) {
         perror(log_path);
         return 1;
     }
-    const size_t cap = (size_t)(seconds * 2000 + 16);
     size_t ns = 0;
-    const double t0 = now(), t_end = t0 + seconds;
-    while (now() < t_end && ns < cap) {
+    const double t0 = now_s(), t_end = t0 + seconds;
+    while (now_s() < t_end && ns < cap) {
         sample *x = &s[ns];
         x->k = (int)(ns % (size_t)nk);
         double before[NPROBE];
         for (int i = 0; i < NPROBE; i++) before[i] = rate(probe[i], iters[i], threads);
-        const double c0 = now();
+        const double c0 = now_s();
         if (mha_attend(kl[x->k], &p, &o, &qt, &kt, &vt, &ot, work, ws) != MHA_OK) {
             fprintf(stderr, "bench_probe: %s: %s\n", kname[x->k], mha_last_error());
             return 1;
         }
-        x->t = now() - c0;
+        x->t = now_s() - c0;
         for (int i = 0; i < NPROBE; i++) {
             const double after = rate(probe[i], iters[i], threads);
             x->p[i] = after < before[i] ? after : before[i];
@@ -212,14 +201,13 @@ int main(int argc, char **argv) {
         size_t m = 0;
         for (size_t i = 0; i < ns; i++)
             if (s[i].k == j) tmp[m++] = s[i].t;
-        qsort(tmp, m, sizeof *tmp, cmp_double);
-        med[j] = m ? (m % 2 ? tmp[m / 2] : (tmp[m / 2 - 1] + tmp[m / 2]) / 2) : 0;
+        med[j] = m ? median_inplace(tmp, (int)m) : 0;
     }
     for (size_t i = 0; i < ns; i++)
         for (int r = 0; r < NPROBE; r++) best[r] = s[i].p[r] > best[r] ? s[i].p[r] : best[r];
     printf(
         "bench_probe: %zu calls in %.0f s, (1,%d,%d,%d) causal %d, %d thread%s, isa %s; medians:",
-        ns, now() - t0, heads, seq, dim, causal, threads, threads == 1 ? "" : "s",
+        ns, now_s() - t0, heads, seq, dim, causal, threads, threads == 1 ? "" : "s",
         mha_isa_name(mha_isa_active()));
     for (int j = 0; j < nk; j++) printf(" %s %.3f ms", kname[j], med[j] * 1e3);
     printf("\n%-13s %5s  %-22s %-22s %s\n", "probe", "below", "slow >5% flagged",

@@ -12,6 +12,16 @@ int mha_tile_width(mha_isa isa) { /* 4 zmm x 16 lanes, 3 ymm x 8, 4 scalar colum
     return ops ? ops->tile_width : 1;
 }
 
+/* The decode cache against the L3 (select.h): K and V at their storage
+ * width over every (batch, KV head). */
+double mha_decode_cache_per_l3(const mha_problem *p) {
+    mha_caches c;
+    mha_caches_get(&c);
+    const double bytes = 2.0 * (double)(p->batch * p->kv_heads) * (double)p->seq_kv *
+                         (double)p->head_dim * (double)mha_dtype_size(mha_problem_kv_dtype(p));
+    return bytes / (double)(c.l3 > 0 ? c.l3 : 1);
+}
+
 /* ---- the cache model ----------------------------------------------------------------
  * Both algorithms compute S^T = K Q^T and O = P V with one micro-kernel:
  * for S^T its loaded operand is a panel of tile-width query columns, Q^T
@@ -33,14 +43,6 @@ int mha_tile_width(mha_isa isa) { /* 4 zmm x 16 lanes, 3 ymm x 8, 4 scalar colum
  * tune` logs in results/tuning/log): this gives 64 x 128 for both at d = 64
  * and 128, where bk = 128 beat the earlier fixed 64 by 2-5% and tiled's bq 64
  * beat its fixed 256 by up to 40% under a causal mask. */
-double mha_decode_cache_per_l3(const mha_problem *p) {
-    mha_caches c;
-    mha_caches_get(&c);
-    const double bytes = 2.0 * (double)(p->batch * p->kv_heads) * (double)p->seq_kv *
-                         (double)p->head_dim * (double)mha_dtype_size(mha_problem_kv_dtype(p));
-    return bytes / (double)(c.l3 > 0 ? c.l3 : 1);
-}
-
 static int pow2_floor(uint64_t v) {
     int r = 1;
     while ((uint64_t)r * 2 <= v && r < (1 << 20)) r *= 2;

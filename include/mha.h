@@ -77,15 +77,17 @@ MHA_API size_t mha_dtype_size(mha_dtype t); /* bytes per element: 4, 2, 2, 1; 0 
 /* Conversions of n contiguous elements. To fp32 is exact (int8 takes one
  * scale for all n); from fp32 rounds to nearest even (NaN stays NaN, overflow
  * gives Inf as IEEE conversion does). Used by the file readers, the CLI and
- * tests; the kernels convert in their own loops. */
-MHA_API void mha_convert_to_f32(mha_dtype t, const void *src, float *dst, size_t n);
-MHA_API void mha_convert_from_f32(mha_dtype t, const float *src, void *dst, size_t n);
+ * tests; the kernels convert in their own loops. A dtype outside mha_dtype
+ * or a NULL buffer (n > 0) converts nothing and is MHA_EINVAL. */
+MHA_API mha_status mha_convert_to_f32(mha_dtype t, const void *src, float *dst, size_t n);
+MHA_API mha_status mha_convert_from_f32(mha_dtype t, const float *src, void *dst, size_t n);
 /* Symmetric per-row int8 quantisation: for each of rows rows of n floats
  * (row stride ld_src), scale = max|x| / 127 (1 for an all-zero row) and
  * q = round(x / scale) clamped to [-127, 127]; a non-finite row max makes
  * that row's scale NaN (it propagates like NaN data would). */
-MHA_API void mha_quantize_rows_i8(const float *src, int64_t rows, int64_t n, int64_t ld_src,
-                                  int8_t *dst, int64_t ld_dst, float *scales);
+MHA_API mha_status mha_quantize_rows_i8(const float *src, int64_t rows, int64_t n, int64_t ld_src,
+                                        int8_t *dst, int64_t ld_dst,
+                                        float *scales); /* MHA_EINVAL: NULL, n < 0, ld < n */
 
 /* ---- problem and tensors --------------------------------------------------- */
 typedef struct {
@@ -133,16 +135,20 @@ MHA_API mha_tensor mha_view_typed(const void *data, mha_dtype t, const float *sc
                                   int64_t seq, int64_t head_dim);
 MHA_API mha_tensor_mut mha_view_typed_mut(void *data, mha_dtype t, int64_t heads, int64_t seq,
                                           int64_t head_dim);
-/* The storage type of K and V (kv_dtype, or dtype when kv_dtype is 0). */
+/* The storage type of K and V (kv_dtype, or dtype when kv_dtype is 0);
+ * (mha_dtype)MHA_DTYPE_COUNT, which no dtype function takes, for NULL. */
 MHA_API mha_dtype mha_problem_kv_dtype(const mha_problem *p);
 
-/* Effective scale (resolves scale == 0). */
+/* Effective scale (resolves scale == 0); NaN for NULL. These three return a
+ * value, not a status: the value that cannot be mistaken for one, with
+ * mha_last_error() saying why. */
 MHA_API float mha_problem_scale(const mha_problem *p);
 /* Rejects dims <= 0, kv_heads not dividing heads, non-finite scale, a dtype
  * that is not fp32/bf16/fp16 (int8 is a kv_dtype only) and element or byte
  * counts that overflow. */
 MHA_API mha_status mha_problem_validate(const mha_problem *p);
-/* FLOPs by the DESIGN convention: 4*d per (query, key) pair the mask allows. */
+/* FLOPs by the DESIGN convention: 4*d per (query, key) pair the mask allows;
+ * NaN for a problem mha_problem_validate refuses (and NULL). */
 MHA_API double mha_problem_flops(const mha_problem *p);
 
 /* ---- options ----------------------------------------------------------------- */
@@ -235,6 +241,14 @@ MHA_API void mha_free(void *ptr);
  * another dtype is MHA_EINVAL, a dtype the kernel does not take
  * MHA_EUNSUPPORTED).
  * workspace: MHA_WORKSPACE_ALIGN aligned, at least mha_workspace_size bytes.
+ * Aliasing: out may be exactly q's view (same data and strides: in place,
+ * every kernel reads a query row before it writes that row's output); any
+ * other byte out shares with q, k, v or an int8 view's scales, and any byte
+ * the workspace's first mha_workspace_size bytes share with a view, is
+ * MHA_EINVAL naming the two (views that share a buffer without sharing
+ * bytes, such as q, k, v and out slots of one fused [B,N,4,H,d] buffer, are
+ * fine; a view with a zero or interleaved stride whose address range meets
+ * out's is refused as "may share memory").
  * Never allocates, prints or locks. */
 MHA_API mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
                               const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
@@ -314,7 +328,10 @@ MHA_API mha_status mha_forward_workspace_size(const mha_kernel *k, const mha_lay
                                               const mha_layer_shape *s, const mha_options *o,
                                               size_t *bytes);
 /* query [B,Nq,d_model]; key, value [B,Nkv,d_model] (may be the same pointer as
- * query for self-attention); out [B,Nq,d_model]; all of the layer's dtype. */
+ * query for self-attention); out [B,Nq,d_model]; all of the layer's dtype.
+ * out is written last, so it may share memory with query, key, value and
+ * W_q/W_k/W_v and their biases (out == query runs in place), never with W_o
+ * or b_o; the workspace shares memory with nothing (MHA_EINVAL naming both). */
 MHA_API mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_shape *s,
                                const mha_options *o, const void *query, const void *key,
                                const void *value, void *out, void *workspace,

@@ -1,7 +1,8 @@
 /* mha_private.h - the library internals that mhabench, the tests and the fuzz
  * targets reach on purpose: the per-ISA ops table (kernels/ops.h), selection's
  * internals (shape classes, caches and CPU key, cache model, tuning tables:
- * variants/select.h) and the file I/O rules (variants/fileio.h). Not
+ * variants/select.h), the file I/O rules (variants/fileio.h) and the view
+ * overlap test (variants/overlap.h). Not
  * installed and not exported by libmha.so (tests/check_exports.sh): only the
  * static mha_internal archive has these symbols. The harness and the tests
  * see include/ and harness/ only, so this is their one way below mha.h. */
@@ -12,6 +13,7 @@
 
 #include "../kernels/ops.h"
 #include "../variants/fileio.h"
+#include "../variants/overlap.h"
 #include "../variants/select.h"
 
 #endif

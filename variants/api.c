@@ -69,7 +69,7 @@ void mha_free(void *ptr) {
     free(ptr);
 }
 
-static mha_status check_options(const mha_options *o) {
+mha_status mha_check_options(const mha_options *o) {
     if (!o) return MHA_OK;
     if (o->threads < 0 || o->threads > 4096)
         return mha_set_error(MHA_EINVAL, "options.threads = %d: must be 0 (all cores) or 1..4096",
@@ -106,7 +106,7 @@ mha_status mha_resolve_options(const mha_kernel *k, const mha_problem *p, const 
     mha_status st;
     if (!k || !out) return mha_set_error(MHA_EINVAL, "kernel or out is NULL");
     if ((st = mha_problem_validate(p)) != MHA_OK) return st;
-    if ((st = check_options(o)) != MHA_OK) return st;
+    if ((st = mha_check_options(o)) != MHA_OK) return st;
     *out = resolve_options(k, p, o);
     return MHA_OK;
 }
@@ -116,7 +116,7 @@ mha_status mha_workspace_size(const mha_kernel *k, const mha_problem *p, const m
     mha_status st;
     if (!k || !bytes) return mha_set_error(MHA_EINVAL, "kernel or bytes is NULL");
     if ((st = mha_problem_validate(p)) != MHA_OK) return st;
-    if ((st = check_options(o)) != MHA_OK) return st;
+    if ((st = mha_check_options(o)) != MHA_OK) return st;
     if ((st = mha_kernel_takes(k, p)) != MHA_OK) return st;
     const mha_options r = resolve_options(k, p, o);
     size_t n = k->workspace(p, &r, mha_resolve_threads(&r));
@@ -194,6 +194,79 @@ mha_status mha_check_views(const mha_problem *p, const mha_tensor *q, const mha_
     return MHA_OK;
 }
 
+/* A tensor view as the bytes it touches. */
+static mha_span view_span(const void *data, mha_dtype t, int64_t sb, int64_t sh, int64_t sn,
+                          int64_t B, int64_t H, int64_t N, int64_t d) {
+    const int64_t count[3] = {B, H, N}, stride[3] = {sb, sh, sn};
+    return mha_span_make(data, mha_dtype_size(t), count, stride, d);
+}
+static mha_span tensor_span(const mha_tensor *v, int64_t B, int64_t H, int64_t N, int64_t d) {
+    return view_span(v->data, v->dtype, v->stride_b, v->stride_h, v->stride_n, B, H, N, d);
+}
+static mha_span scale_span(const mha_tensor *v, int64_t B, int64_t H, int64_t N) {
+    const int64_t count[3] = {B, H, N};
+    const int64_t stride[3] = {v->scale_stride_b, v->scale_stride_h, v->scale_stride_n};
+    return mha_span_make(v->scale, sizeof(float), count, stride, 1);
+}
+
+mha_status mha_check_disjoint(const char *a_name, const mha_span *a, const char *b_name,
+                              const mha_span *b) {
+    const int r = mha_span_overlap(a, b);
+    if (r > 0)
+        return mha_set_error(MHA_EINVAL,
+                             "%s and %s share memory: %s is written while %s is still read "
+                             "(give %s its own buffer)",
+                             a_name, b_name, a_name, b_name, a_name);
+    if (r < 0)
+        return mha_set_error(MHA_EINVAL,
+                             "%s and %s may share memory: their address ranges meet and one "
+                             "has rows out of address order (a zero or interleaved stride)",
+                             a_name, b_name);
+    return MHA_OK;
+}
+
+/* The aliasing rule (mha.h): out may be exactly q's view (in place: every
+ * kernel reads a query row before it writes that row's output, and no
+ * other); any other byte out shares with q, k, v or the int8 scales, and
+ * any byte the workspace shares with a view, is MHA_EINVAL. */
+static mha_status check_aliasing(const mha_problem *p, const mha_tensor *q, const mha_tensor *kt,
+                                 const mha_tensor *v, const mha_tensor_mut *out,
+                                 const void *workspace, size_t workspace_size) {
+    const int64_t B = p->batch, H = p->heads, G = p->kv_heads, d = p->head_dim;
+    const mha_span so = view_span(out->data, out->dtype, out->stride_b, out->stride_h,
+                                  out->stride_n, B, H, p->seq_q, d);
+    const int in_place = out->data == q->data && out->stride_b == q->stride_b &&
+                         out->stride_h == q->stride_h && out->stride_n == q->stride_n;
+    struct {
+        const char *name;
+        mha_span s;
+        int present;
+    } in[] = {
+        {"q", tensor_span(q, B, H, p->seq_q, d), 1},
+        {"k", tensor_span(kt, B, G, p->seq_kv, d), 1},
+        {"v", tensor_span(v, B, G, p->seq_kv, d), 1},
+        {"k.scale", kt->dtype == MHA_I8 ? scale_span(kt, B, G, p->seq_kv) : (mha_span){0},
+         kt->dtype == MHA_I8},
+        {"v.scale", v->dtype == MHA_I8 ? scale_span(v, B, G, p->seq_kv) : (mha_span){0},
+         v->dtype == MHA_I8},
+    };
+    mha_status st;
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        if (!in[i].present || (i == 0 && in_place)) continue;
+        if ((st = mha_check_disjoint("out", &so, in[i].name, &in[i].s)) != MHA_OK) return st;
+    }
+    if (workspace && workspace_size > 0) {
+        const int64_t one[3] = {1, 1, 1}, zero[3] = {0, 0, 0};
+        const mha_span sw = mha_span_make(workspace, 1, one, zero, (int64_t)workspace_size);
+        if ((st = mha_check_disjoint("workspace", &sw, "out", &so)) != MHA_OK) return st;
+        for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+            if (in[i].present &&
+                (st = mha_check_disjoint("workspace", &sw, in[i].name, &in[i].s)) != MHA_OK)
+                return st;
+    }
+    return MHA_OK;
+}
+
 mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
                       const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
                       const mha_tensor_mut *out, void *workspace, size_t workspace_size) {
@@ -201,7 +274,7 @@ mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_optio
     if (!k) return mha_set_error(MHA_EINVAL, "kernel is NULL");
     if ((st = mha_kernel_supported(k)) != MHA_OK) return st;
     if ((st = mha_problem_validate(p)) != MHA_OK) return st;
-    if ((st = check_options(o)) != MHA_OK) return st;
+    if ((st = mha_check_options(o)) != MHA_OK) return st;
     if ((st = mha_kernel_takes(k, p)) != MHA_OK) return st;
     if (!out) return mha_set_error(MHA_EINVAL, "a tensor view is NULL");
     if ((st = mha_check_views(p, q, kt, v, out)) != MHA_OK) return st;
@@ -216,5 +289,7 @@ mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_optio
     if (((uintptr_t)workspace & (MHA_WORKSPACE_ALIGN - 1)) != 0)
         return mha_set_error(MHA_EINVAL, "workspace %p is not %d-byte aligned", workspace,
                              MHA_WORKSPACE_ALIGN);
+    /* Only the bytes the kernel uses count: a caller may pass a larger pool. */
+    if ((st = check_aliasing(p, q, kt, v, out, workspace, need)) != MHA_OK) return st;
     return k->run(p, &r, threads, q, kt, v, out, workspace);
 }

@@ -11,6 +11,7 @@
 #include "mha.h"
 #include "dtype.h"
 #include "ops.h"
+#include "overlap.h"
 
 /* The one kernel signature. Arguments are validated by mha_attend before the
  * call; workspace is aligned and large enough; threads is resolved (>= 1). */
@@ -43,6 +44,15 @@ struct mha_kernel {
  * (k, v: its kv dtype), int8 scales present, strides sane (out may be NULL). */
 mha_status mha_check_views(const mha_problem *p, const mha_tensor *q, const mha_tensor *kt,
                            const mha_tensor *v, const mha_tensor_mut *out);
+
+/* MHA_OK if a and b share no byte, else MHA_EINVAL naming them ("a is
+ * written while b is still read"). */
+mha_status mha_check_disjoint(const char *a_name, const mha_span *a, const char *b_name,
+                              const mha_span *b);
+
+/* Checks options (threads 0..4096, blocks 0..4096, split): the one rule of
+ * mha_attend, mha_workspace_size, mha_resolve_options and mha_select. */
+mha_status mha_check_options(const mha_options *o);
 
 /* Sets this thread's detailed error message and returns st. */
 mha_status mha_set_error(mha_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -173,6 +173,44 @@ static mha_tensor view_bnhd(const void *data, mha_dtype t, int64_t H, int64_t N,
         .data = data, .stride_b = N * H * d, .stride_h = d, .stride_n = H * d, .dtype = t};
 }
 
+/* A contiguous buffer of n elements of es bytes as a span. */
+static mha_span flat_span(const void *data, size_t es, int64_t n) {
+    const int64_t one[3] = {1, 1, 1}, zero[3] = {0, 0, 0};
+    return mha_span_make(data, es, one, zero, data ? n : 0);
+}
+
+/* The layer's aliasing rule (mha.h): out is written last, from the heads in
+ * the workspace through W_o, so it may share memory with the inputs it has
+ * already consumed (query, key, value, W_q/W_k/W_v and their biases) but not
+ * with W_o or b_o; the workspace shares memory with nothing. */
+static mha_status check_layer_aliasing(const mha_layer *L, const mha_problem *p, const void *query,
+                                       const void *key, const void *value, const void *out,
+                                       const void *workspace, size_t ws_bytes) {
+    const size_t es = mha_dtype_size(L->dtype);
+    const int64_t dm = L->d_model, dkv = p->kv_heads * p->head_dim;
+    const int64_t Mq = p->batch * p->seq_q, Mkv = p->batch * p->seq_kv;
+    const struct {
+        const char *name;
+        mha_span s;
+    } in[] = {
+        {"w_o", flat_span(L->w_o, es, dm * dm)},   {"b_o", flat_span(L->b_o, es, dm)},
+        {"query", flat_span(query, es, Mq * dm)},  {"key", flat_span(key, es, Mkv * dm)},
+        {"value", flat_span(value, es, Mkv * dm)}, {"w_q", flat_span(L->w_q, es, dm * dm)},
+        {"w_k", flat_span(L->w_k, es, dkv * dm)},  {"w_v", flat_span(L->w_v, es, dkv * dm)},
+        {"b_q", flat_span(L->b_q, es, dm)},        {"b_k", flat_span(L->b_k, es, dkv)},
+        {"b_v", flat_span(L->b_v, es, dkv)},
+    };
+    const mha_span so = flat_span(out, es, Mq * dm);
+    const mha_span sw = flat_span(workspace, 1, (int64_t)ws_bytes);
+    mha_status st;
+    for (size_t i = 0; i < 2; i++)
+        if ((st = mha_check_disjoint("out", &so, in[i].name, &in[i].s)) != MHA_OK) return st;
+    if ((st = mha_check_disjoint("workspace", &sw, "out", &so)) != MHA_OK) return st;
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        if ((st = mha_check_disjoint("workspace", &sw, in[i].name, &in[i].s)) != MHA_OK) return st;
+    return MHA_OK;
+}
+
 mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_shape *s,
                        const mha_options *o, const void *query, const void *key, const void *value,
                        void *out, void *workspace, size_t workspace_size) {
@@ -190,6 +228,8 @@ mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_
     if (((uintptr_t)workspace & (MHA_WORKSPACE_ALIGN - 1)) != 0)
         return mha_set_error(MHA_EINVAL, "workspace %p is not %d-byte aligned", workspace,
                              MHA_WORKSPACE_ALIGN);
+    if ((st = check_layer_aliasing(L, &p, query, key, value, out, workspace, lp.total)) != MHA_OK)
+        return st;
 
     const int threads = mha_resolve_threads(o);
     const mha_isa_ops *lin = linear_for(k);

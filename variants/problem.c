@@ -51,10 +51,18 @@ mha_tensor_mut mha_view_typed_mut(void *data, mha_dtype t, int64_t heads, int64_
 }
 
 mha_dtype mha_problem_kv_dtype(const mha_problem *p) {
+    if (!p) {
+        mha_set_error(MHA_EINVAL, "mha_problem_kv_dtype: problem is NULL");
+        return (mha_dtype)MHA_DTYPE_COUNT;
+    }
     return p->kv_dtype != MHA_F32 ? p->kv_dtype : p->dtype;
 }
 
 float mha_problem_scale(const mha_problem *p) {
+    if (!p) {
+        mha_set_error(MHA_EINVAL, "mha_problem_scale: problem is NULL");
+        return NAN;
+    }
     return p->scale != 0.0f ? p->scale : (float)(1.0 / sqrt((double)p->head_dim));
 }
 
@@ -110,6 +118,7 @@ mha_status mha_problem_validate(const mha_problem *p) {
 }
 
 double mha_problem_flops(const mha_problem *p) {
+    if (mha_problem_validate(p) != MHA_OK) return NAN; /* its message names the value */
     double pairs = 0;
     if (!p->causal) {
         pairs = (double)p->seq_q * (double)p->seq_kv;

@@ -177,13 +177,10 @@ mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection 
     memset(out, 0, sizeof *out);
     mha_status st;
     if ((st = mha_problem_validate(p)) != MHA_OK) return st;
+    if ((st = mha_check_options(o)) != MHA_OK)
+        return st; /* mha_attend's rule, so what
+                      it picks, mha_attend runs */
     const mha_options req = o ? *o : (mha_options){0};
-    if (req.threads < 0 || req.block_q < 0 || req.block_kv < 0 || req.block_q > 4096 ||
-        req.block_kv > 4096 || req.split < 0 || req.split > MHA_SPLIT_QBLOCKS)
-        return mha_set_error(MHA_EINVAL,
-                             "mha_select: options out of range (threads %d, block_q %d, "
-                             "block_kv %d, split %d)",
-                             req.threads, req.block_q, req.block_kv, req.split);
 
     const char *forced = getenv("MHA_KERNEL");
     if (forced && *forced && strcmp(forced, "auto") != 0) {

@@ -54,13 +54,21 @@ static void usage(FILE *f) {
           "repetitions, and a verdict: slower (p < alpha and median slower by more than the\n"
           "threshold), faster (likewise), noisy (median moved more than the threshold but\n"
           "not significantly: rerun with more repetitions), or same.\n"
-          "Exit 0 no regression, 1 a benchmark is slower, 2 usage or input error.\n"
+          "The gate: REGRESSION when a benchmark is slower or one of the base is missing\n"
+          "from the new file; no regression only when at least 90% of the base's\n"
+          "benchmarks were judged (in both files, undisturbed, >= 9 repetitions a side),\n"
+          "none slowed untested and no drift beyond --max-drift was divided out;\n"
+          "INCONCLUSIVE otherwise, with the reasons.\n"
+          "Exit 0 no regression, 1 regression, 2 usage or input error, 3 inconclusive.\n"
           "  --threshold PCT    median change that matters, percent (default: derived from\n"
           "                     the spread of the changes, 4 robust sigmas within [2, 10];\n"
           "                     5 when fewer than 5 benchmarks are in both files; 3 for --ab)\n"
           "  --no-normalize     keep the drift common to every benchmark (by default the\n"
           "                     median change over all benchmarks, the host's drift, is\n"
           "                     divided out before testing; never with --ab)\n"
+          "  --max-drift PCT    a drift common to the benchmarks beyond PCT percent is a\n"
+          "                     finding: inconclusive when divided out, a regression under\n"
+          "                     --ab (default 10)\n"
           "  --alpha A          significance level of the U test (default 0.01)\n"
           "  --json             machine-readable report on stdout instead of the table\n"
           "  --force            compare even when the machine fingerprints differ\n"
@@ -393,6 +401,8 @@ typedef struct {
     int threshold_given; /* 0: derived (stats_derived_threshold), 1: --threshold, 2: the --ab
                             default */
     int normalize;       /* remove the drift common to every benchmark before testing */
+    int ab;              /* an A/B run: both sides took turns on the same host */
+    double max_drift;    /* percent: a common drift beyond it is a finding (--max-drift) */
 } settings;
 
 /* A drift group: thread count, size, memory-bound or not, its drift, and
@@ -419,6 +429,11 @@ typedef struct {
 } gate_info;
 
 #define DEFAULT_THRESHOLD 5.0
+/* A drift common to the rows beyond this (percent) is a finding, not noise:
+ * the A/A pairs of the ci preset drifted up to +7% as a whole in busy hours
+ * (README "Regression testing in CI"), a build that lost -march moves every
+ * row 2x. Until a baseline carries its machine's measured drift, this bound. */
+#define DEFAULT_MAX_DRIFT 10.0
 
 /* The verdict rule. With at least MIN_REPS on both sides: slower iff p < alpha
  * and the median slowed by more than the threshold (faster symmetrically); a
@@ -482,110 +497,124 @@ static int group_changes(const result_set *base, const row *rows, const double *
     return n;
 }
 
-/* Compares new against base and prints the report. Returns the exit status. */
-static int compare_sets(const result_set *base, const result_set *new, const char *base_label,
-                        const char *new_label, int fp_checked, int forced, const settings *s) {
-    row *rows = xrealloc(NULL, (size_t)(base->nb ? base->nb : 1) * sizeof *rows);
-    double *lr = xrealloc(NULL, (size_t)(base->nb ? base->nb : 1) * sizeof *lr);
-    int nr = 0, count[4] = {0, 0, 0, 0}, too_few = 0, only_b = 0, only_n = 0, nj = 0;
-    /* Pass 1: medians, and the log changes whose median is the host drift. */
+/* ---- the comparison ---------------------------------------------------------------- */
+
+/* Everything a comparison works out: the rows in both files with their
+ * tests, the drift and thresholds used, and the counts the verdict reads. */
+typedef struct {
+    row *rows;
+    int nr, count[4], too_few, only_b, only_n, nj;
+    double common; /* median log change of the compute-bound rows, before any removal */
+    gate_info g;
+    settings eff; /* the settings with the threshold actually used */
+} comparison;
+
+/* Pass 1: medians, and the log changes (into lr) whose median is the drift. */
+static void measure_rows(const result_set *base, const result_set *new, comparison *c, double *lr) {
     for (int i = 0; i < base->nb; i++) {
         const bench *b = &base->b[i], *n = find_bench(new, b->name);
         if (!n) {
-            only_b++;
+            c->only_b++;
             continue;
         }
         if (not_judged(b, n)) {
-            nj++;
+            c->nj++;
             continue;
         }
         qsort(b->t, (size_t)b->n, sizeof *b->t, cmp_double);
         qsort(n->t, (size_t)n->n, sizeof *n->t, cmp_double);
-        row *r = &rows[nr];
+        row *r = &c->rows[c->nr];
         r->name = b->name;
         r->nb = b->n;
         r->nn = n->n;
         r->med_b = median_sorted(b->t, b->n);
         r->med_n = median_sorted(n->t, n->n);
-        lr[nr++] = log(r->med_n / r->med_b);
+        lr[c->nr++] = log(r->med_n / r->med_b);
     }
-    gate_info g = {nr, 0, 0, 0, s->threshold, s->threshold_given == 2 ? "ab" : "given", {{0}}, 0};
-    /* The drift per resource group: rows at one thread count that are
-     * compute-bound share the cores' clock and share, memory-bound ones (a
-     * bw_level field: decode) the host's memory traffic. A group too small
-     * to estimate (compute: < STATS_DRIFT_MIN, memory: < 2) takes the drift
-     * of the compute rows at its thread count, else of all compute rows.
-     * Each group's drift is computed once (g.groups), then given to its rows. */
-    double *gdrift = xrealloc(NULL, (size_t)(nr ? nr : 1) * sizeof *gdrift);
-    double *tmp = xrealloc(NULL, (size_t)(nr ? nr : 1) * sizeof *tmp);
-    int *gidx = xrealloc(NULL, (size_t)(nr ? nr : 1) * sizeof *gidx);
+    for (int i = 0; i < new->nb; i++) c->only_n += !find_bench(base, new->b[i].name);
+}
+
+/* The drift per resource group: rows at one thread count that are
+ * compute-bound share the cores' clock and share, memory-bound ones (a
+ * bw_level field: decode) the host's memory traffic. A group too small to
+ * estimate (compute: < STATS_DRIFT_MIN, memory: < 2) takes the drift of the
+ * compute rows at its thread count, else of all compute rows. Each group's
+ * drift is computed once (g->groups), then given to its rows: gdrift[i] the
+ * drift of row i, gidx[i] its group (-1: none kept). */
+static void fit_drift(const result_set *base, const comparison *c, const double *lr, gate_info *g,
+                      double *gdrift, int *gidx, double *tmp) {
+    const int nr = c->nr;
     for (int i = 0; i < nr; i++) gdrift[i] = 0, gidx[i] = -1;
-    if (s->normalize && nr >= STATS_DRIFT_MIN) {
-        int nc = group_changes(base, rows, lr, nr, -1, 0, tmp);
-        g.drift = nc >= STATS_DRIFT_MIN ? stats_common_drift(tmp, nc) : stats_common_drift(lr, nr);
-        g.normalized = 1;
-        for (int i = 0; i < nr; i++) {
-            const bench *bi = find_bench(base, rows[i].name);
-            const drift_group *dg = NULL;
-            for (int k = 0; k < g.ngroups && !dg; k++)
-                if (g.groups[k].threads == bi->threads && g.groups[k].mem == bi->mem)
-                    dg = &g.groups[k];
-            drift_group here;
-            if (!dg) {
-                here = (drift_group){.threads = bi->threads, .mem = bi->mem, .drift = g.drift};
-                here.n = group_changes(base, rows, lr, nr, bi->threads, bi->mem, tmp);
-                if (here.n >= (bi->mem ? 2 : STATS_DRIFT_MIN)) {
-                    here.drift = median_inplace(tmp, here.n);
-                } else {
-                    nc = group_changes(base, rows, lr, nr, bi->threads, 0, tmp);
-                    if (nc >= STATS_DRIFT_MIN) here.drift = median_inplace(tmp, nc);
-                }
-                dg = &here;
-                if (g.ngroups < (int)(sizeof g.groups / sizeof g.groups[0])) {
-                    g.groups[g.ngroups] = here;
-                    dg = &g.groups[g.ngroups++];
-                }
+    int nc = group_changes(base, c->rows, lr, nr, -1, 0, tmp);
+    g->drift = nc >= STATS_DRIFT_MIN ? stats_common_drift(tmp, nc) : stats_common_drift(lr, nr);
+    g->normalized = 1;
+    for (int i = 0; i < nr; i++) {
+        const bench *bi = find_bench(base, c->rows[i].name);
+        const drift_group *dg = NULL;
+        for (int k = 0; k < g->ngroups && !dg; k++)
+            if (g->groups[k].threads == bi->threads && g->groups[k].mem == bi->mem)
+                dg = &g->groups[k];
+        drift_group here;
+        if (!dg) {
+            here = (drift_group){.threads = bi->threads, .mem = bi->mem, .drift = g->drift};
+            here.n = group_changes(base, c->rows, lr, nr, bi->threads, bi->mem, tmp);
+            if (here.n >= (bi->mem ? 2 : STATS_DRIFT_MIN)) {
+                here.drift = median_inplace(tmp, here.n);
+            } else {
+                nc = group_changes(base, c->rows, lr, nr, bi->threads, 0, tmp);
+                if (nc >= STATS_DRIFT_MIN) here.drift = median_inplace(tmp, nc);
             }
-            gdrift[i] = dg->drift;
-            if (dg != &here) gidx[i] = (int)(dg - g.groups);
+            dg = &here;
+            if (g->ngroups < (int)(sizeof g->groups / sizeof g->groups[0])) {
+                g->groups[g->ngroups] = here;
+                dg = &g->groups[g->ngroups++];
+            }
         }
+        gdrift[i] = dg->drift;
+        if (dg != &here) gidx[i] = (int)(dg - g->groups);
     }
-    for (int i = 0; i < nr; i++) lr[i] -= gdrift[i];
-    const double derived = stats_derived_threshold(lr, nr, DEFAULT_THRESHOLD, &g.sigma);
+}
+
+/* The run's threshold (derived from the residual spread unless given), and a
+ * noisier drift group's own: on a 2-vCPU VM the 2-thread rows (both vCPUs
+ * must be free) spread 3-5x wider than the 1-thread rows, and one pooled
+ * threshold flagged 2-thread noise as regressions (A/A pairs, README
+ * "Regression testing in CI"). A group of STATS_DRIFT_MIN rows or more is
+ * judged by its own derived threshold when that is wider than the run's;
+ * never narrower: 8 rows' spread is too rough an estimate to tighten on (an
+ * A/A pair moved two 1-thread rows 4-5% together while the other six moved
+ * under 1%). */
+static void fit_thresholds(comparison *c, const double *lr, const int *gidx, double *tmp,
+                           const settings *s) {
+    gate_info *g = &c->g;
+    const int nr = c->nr;
+    const double derived = stats_derived_threshold(lr, nr, DEFAULT_THRESHOLD, &g->sigma);
     if (!s->threshold_given) {
-        g.threshold = derived;
-        g.threshold_source = nr >= STATS_DRIFT_MIN ? "derived" : "default";
+        g->threshold = derived;
+        g->threshold_source = nr >= STATS_DRIFT_MIN ? "derived" : "default";
     }
-    /* A noisier drift group widens its own threshold: on a 2-vCPU VM the
-     * 2-thread rows (both vCPUs must be free) spread 3-5x wider than the
-     * 1-thread rows, and one pooled threshold flagged 2-thread noise as
-     * regressions (A/A pairs, README "Regression testing in CI"). A group of
-     * STATS_DRIFT_MIN rows or more is judged by its own derived threshold
-     * when that is wider than the run's; never narrower: 8 rows' spread is
-     * too rough an estimate to tighten on (an A/A pair moved two 1-thread
-     * rows 4-5% together while the other six moved under 1%). */
-    for (int k = 0; k < g.ngroups; k++) {
-        drift_group *dg = &g.groups[k];
-        dg->threshold = g.threshold;
-        if (s->threshold_given || strcmp(g.threshold_source, "derived") != 0) continue;
+    for (int k = 0; k < g->ngroups; k++) {
+        drift_group *dg = &g->groups[k];
+        dg->threshold = g->threshold;
+        if (s->threshold_given || strcmp(g->threshold_source, "derived") != 0) continue;
         int n = 0;
         for (int i = 0; i < nr; i++)
             if (gidx[i] == k) tmp[n++] = lr[i];
         if (n >= STATS_DRIFT_MIN) {
-            const double t = stats_derived_threshold(tmp, n, g.threshold, &dg->sigma);
-            if (t > g.threshold) dg->threshold = t, dg->own = 1;
+            const double t = stats_derived_threshold(tmp, n, g->threshold, &dg->sigma);
+            if (t > g->threshold) dg->threshold = t, dg->own = 1;
         }
     }
     for (int i = 0; i < nr; i++)
-        rows[i].threshold = gidx[i] >= 0 ? g.groups[gidx[i]].threshold : g.threshold;
-    free(tmp);
-    free(gidx);
-    settings eff = *s;
-    eff.threshold = g.threshold;
-    /* Pass 2: the U test on the new samples with their group's drift divided out. */
+        c->rows[i].threshold = gidx[i] >= 0 ? g->groups[gidx[i]].threshold : g->threshold;
+}
+
+/* Pass 2: the U test on the new samples with their group's drift divided out. */
+static void test_rows(const result_set *base, const result_set *new, comparison *c,
+                      const double *gdrift) {
     double *scaled = NULL;
-    for (int i = 0; i < nr; i++) {
-        row *r = &rows[i];
+    for (int i = 0; i < c->nr; i++) {
+        row *r = &c->rows[i];
         const double f = exp(-gdrift[i]);
         const bench *b = find_bench(base, r->name), *n = find_bench(new, r->name);
         scaled = xrealloc(scaled, (size_t)n->n * sizeof *scaled);
@@ -594,171 +623,332 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
         r->change = (r->med_n * f / r->med_b - 1) * 100;
         r->ut = mann_whitney(b->t, b->n, scaled, n->n);
         r->too_few = b->n < MIN_REPS || n->n < MIN_REPS;
-        r->v = decide(r, &eff);
-        count[r->v]++;
-        too_few += r->too_few;
+        r->v = decide(r, &c->eff);
+        c->count[r->v]++;
+        c->too_few += r->too_few;
     }
     free(scaled);
+}
+
+static void compare_rows(const result_set *base, const result_set *new, const settings *s,
+                         comparison *c) {
+    const size_t cap = (size_t)(base->nb ? base->nb : 1);
+    *c = (comparison){.rows = xrealloc(NULL, cap * sizeof *c->rows)};
+    double *lr = xrealloc(NULL, cap * sizeof *lr), *gdrift = xrealloc(NULL, cap * sizeof *gdrift);
+    double *tmp = xrealloc(NULL, cap * sizeof *tmp);
+    int *gidx = xrealloc(NULL, cap * sizeof *gidx);
+    measure_rows(base, new, c, lr);
+    c->g = (gate_info){c->nr, 0, 0, 0, s->threshold, s->threshold_given == 2 ? "ab" : "given",
+                       {{0}}, 0};
+    const int nc = group_changes(base, c->rows, lr, c->nr, -1, 0, tmp);
+    c->common = nc >= STATS_DRIFT_MIN ? stats_common_drift(tmp, nc) : stats_common_drift(lr, c->nr);
+    for (int i = 0; i < c->nr; i++) gdrift[i] = 0, gidx[i] = -1;
+    if (s->normalize && c->nr >= STATS_DRIFT_MIN) fit_drift(base, c, lr, &c->g, gdrift, gidx, tmp);
+    for (int i = 0; i < c->nr; i++) lr[i] -= gdrift[i];
+    fit_thresholds(c, lr, gidx, tmp, s);
+    c->eff = *s;
+    c->eff.threshold = c->g.threshold;
+    test_rows(base, new, c, gdrift);
     free(lr);
     free(gdrift);
-    s = &eff;
-    for (int i = 0; i < new->nb; i++) only_n += !find_bench(base, new->b[i].name);
-    const int regression = count[V_SLOWER] > 0;
+    free(tmp);
+    free(gidx);
+}
 
+/* ---- the verdict ---------------------------------------------------------------------- */
+
+/* The gate's three answers (exit 0, 1, 3). "no regression" is a claim about
+ * the compared set, so it needs evidence for most of it: at least
+ * GATE_JUDGED_SHARE of the base's benchmarks judged (in both files, an
+ * undisturbed repetition on each side and MIN_REPS or more, so the U test
+ * can reach alpha), no unjudged benchmark whose median slowed past its
+ * threshold, and no drift divided out beyond --max-drift. 90%: the A/A
+ * batches of the ci preset left 6 of 200 row comparisons (3%) short of
+ * repetitions after retakes, so one short row of 20 still gives a verdict,
+ * while a sweep whose rows were mostly disturbed does not. A regression
+ * (a slower row, a benchmark of the base missing from the new file) is
+ * reported whatever else was judged. */
+enum { GATE_NO_REGRESSION = 0, GATE_REGRESSION = 1, GATE_INCONCLUSIVE = 2 };
+static const char *const GATE_NAME[] = {"no regression", "regression", "inconclusive"};
+#define GATE_JUDGED_SHARE 0.9
+
+typedef struct {
+    int verdict, judged, unjudged_moved, drift_beyond;
+    char why[6][320];
+    int nwhy;
+} gate_result;
+
+static void gate_reason(gate_result *gr, int verdict, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void gate_reason(gate_result *gr, int verdict, const char *fmt, ...) {
+    if (verdict == GATE_REGRESSION || gr->verdict == GATE_NO_REGRESSION) gr->verdict = verdict;
+    if (gr->nwhy >= (int)(sizeof gr->why / sizeof gr->why[0])) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(gr->why[gr->nwhy++], sizeof gr->why[0], fmt, ap);
+    va_end(ap);
+}
+
+static void gate_decide(const comparison *c, const result_set *base, const settings *s,
+                        gate_result *gr) {
+    *gr = (gate_result){.verdict = GATE_NO_REGRESSION};
+    for (int i = 0; i < c->nr; i++) {
+        const row *r = &c->rows[i];
+        gr->judged += !r->too_few;
+        gr->unjudged_moved += r->too_few && r->change > r->threshold;
+    }
+    if (c->count[V_SLOWER])
+        gate_reason(gr, GATE_REGRESSION, "%d benchmark%s slower", c->count[V_SLOWER],
+                    c->count[V_SLOWER] == 1 ? "" : "s");
+    if (c->only_b)
+        gate_reason(gr, GATE_REGRESSION,
+                    "%d benchmark%s of the base missing from the new file (a kernel or shape "
+                    "that vanished: a lower ISA level, a kernel that no longer runs or registers)",
+                    c->only_b, c->only_b == 1 ? "" : "s");
+    const double common_pct = 100 * (exp(c->common) - 1);
+    if (!c->g.normalized && c->nr >= STATS_DRIFT_MIN && common_pct > s->max_drift &&
+        !c->count[V_SLOWER])
+        gate_reason(gr, s->ab ? GATE_REGRESSION : GATE_INCONCLUSIVE,
+                    "the compute-bound benchmarks moved %+.1f%% together, beyond the %.0f%% "
+                    "bound (--max-drift)%s",
+                    common_pct, s->max_drift,
+                    s->ab ? ": both builds ran on the same host in turns, so that is the build"
+                          : "");
+    if (c->g.normalized)
+        for (int k = 0; k < c->g.ngroups; k++) {
+            const double d = 100 * (exp(c->g.groups[k].drift) - 1);
+            if (fabs(d) > s->max_drift) gr->drift_beyond++;
+        }
+    if (gr->drift_beyond || (c->g.normalized && fabs(100 * (exp(c->g.drift) - 1)) > s->max_drift))
+        gate_reason(gr, GATE_INCONCLUSIVE,
+                    "the drift divided out (%+.1f%% overall; %d group%s beyond) exceeds the "
+                    "%.0f%% bound (--max-drift): a change that slows every row alike looks "
+                    "exactly like a slower host; rerun in a quieter hour, or --no-normalize",
+                    100 * (exp(c->g.drift) - 1), gr->drift_beyond, gr->drift_beyond == 1 ? "" : "s",
+                    s->max_drift);
+    if (gr->unjudged_moved)
+        gate_reason(gr, GATE_INCONCLUSIVE,
+                    "%d benchmark%s slowed past the threshold with too few repetitions to test "
+                    "(fewer than %d on a side)",
+                    gr->unjudged_moved, gr->unjudged_moved == 1 ? "" : "s", MIN_REPS);
+    if (gr->judged < GATE_JUDGED_SHARE * base->nb)
+        gate_reason(gr, GATE_INCONCLUSIVE,
+                    "%d of the base's %d benchmarks judged (%d not in the new file, %d with every "
+                    "repetition on a side disturbed, %d with fewer than %d repetitions on a side); "
+                    "\"no regression\" needs %.0f%%",
+                    gr->judged, base->nb, c->only_b, c->nj, c->too_few, MIN_REPS,
+                    100 * GATE_JUDGED_SHARE);
+}
+
+static int gate_exit(const gate_result *gr) {
+    return gr->verdict == GATE_REGRESSION     ? EXIT_CHECK_FAILED
+           : gr->verdict == GATE_INCONCLUSIVE ? EXIT_INCONCLUSIVE
+                                              : 0;
+}
+
+/* ---- the reports ---------------------------------------------------------------------- */
+
+static void report_json(const comparison *c, const gate_result *gr, const result_set *base,
+                        const result_set *new, const char *base_label, const char *new_label,
+                        int fp_checked, int forced) {
+    const settings *s = &c->eff;
+    const gate_info *g = &c->g;
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "base", json_object_new_string(base_label));
+    json_object_object_add(o, "new", json_object_new_string(new_label));
+    json_object_object_add(o, "threshold_pct", results_json_double(s->threshold));
+    json_object_object_add(o, "threshold_source", json_object_new_string(g->threshold_source));
+    json_object_object_add(o, "residual_sigma_pct", results_json_double(g->sigma));
+    json_object_object_add(o, "drift_pct", results_json_double(100 * (exp(g->drift) - 1)));
+    json_object_object_add(o, "drift_removed", json_object_new_boolean(g->normalized));
+    json_object_object_add(o, "common_change_pct", results_json_double(100 * (exp(c->common) - 1)));
+    json_object_object_add(o, "max_drift_pct", results_json_double(s->max_drift));
+    json_object *mg = json_object_new_array();
+    for (int k = 0; k < g->ngroups; k++) {
+        json_object *e = json_object_new_object();
+        json_object_object_add(e, "threads", json_object_new_int(g->groups[k].threads));
+        json_object_object_add(e, "bound",
+                               json_object_new_string(g->groups[k].mem ? "memory" : "compute"));
+        json_object_object_add(e, "benchmarks", json_object_new_int(g->groups[k].n));
+        json_object_object_add(e, "drift_pct",
+                               results_json_double(100 * (exp(g->groups[k].drift) - 1)));
+        json_object_object_add(e, "threshold_pct", results_json_double(g->groups[k].threshold));
+        json_object_object_add(e, "threshold_from_group",
+                               json_object_new_boolean(g->groups[k].own));
+        json_object_array_add(mg, e);
+    }
+    json_object_object_add(o, "drift_groups", mg);
+    json_object_object_add(o, "alpha", results_json_double(s->alpha));
+    json_object_object_add(o, "min_repetitions", json_object_new_int(MIN_REPS));
+    json_object *fp = json_object_new_object();
+    json_object_object_add(fp, "base", fp_json(base));
+    json_object_object_add(fp, "new", fp_json(new));
+    json_object_object_add(fp, "checked", json_object_new_boolean(fp_checked));
+    json_object_object_add(fp, "forced", json_object_new_boolean(forced));
+    json_object_object_add(o, "fingerprint", fp);
+    json_object *arr = json_object_new_array();
+    for (int i = 0; i < c->nr; i++) {
+        const row *r = &c->rows[i];
+        json_object *e = json_object_new_object();
+        json_object_object_add(e, "name", json_object_new_string(r->name));
+        json_object_object_add(e, "base_repetitions", json_object_new_int(r->nb));
+        json_object_object_add(e, "new_repetitions", json_object_new_int(r->nn));
+        json_object_object_add(e, "base_median_ns", results_json_double(r->med_b));
+        json_object_object_add(e, "new_median_ns", results_json_double(r->med_n));
+        json_object_object_add(e, "change_pct", results_json_double(r->change));
+        json_object_object_add(e, "change_raw_pct", results_json_double(r->change_raw));
+        json_object_object_add(e, "threshold_pct", results_json_double(r->threshold));
+        json_object_object_add(e, "u", results_json_double(r->ut.u));
+        json_object_object_add(e, "p_value", results_json_double(r->ut.p));
+        json_object_object_add(e, "p_method",
+                               json_object_new_string(r->ut.exact ? "exact" : "normal"));
+        json_object_object_add(e, "too_few_repetitions", json_object_new_boolean(r->too_few));
+        json_object_object_add(e, "verdict", json_object_new_string(VERDICT_NAME[r->v]));
+        json_object_array_add(arr, e);
+    }
+    json_object_object_add(o, "benchmarks", arr);
+    json_object_object_add(o, "only_in_base", name_list(base, new));
+    json_object *nja = json_object_new_array();
+    for (int i = 0; i < base->nb; i++)
+        if (not_judged(&base->b[i], find_bench(new, base->b[i].name)))
+            json_object_array_add(nja, json_object_new_string(base->b[i].name));
+    json_object_object_add(o, "not_judged_disturbed", nja);
+    json_object_object_add(o, "only_in_new", name_list(new, base));
+    json_object *sum = json_object_new_object();
+    for (int v = 0; v < 4; v++)
+        json_object_object_add(sum, VERDICT_NAME[v], json_object_new_int(c->count[v]));
+    json_object_object_add(sum, "too_few_repetitions", json_object_new_int(c->too_few));
+    json_object_object_add(sum, "only_in_base", json_object_new_int(c->only_b));
+    json_object_object_add(sum, "only_in_new", json_object_new_int(c->only_n));
+    json_object_object_add(sum, "not_judged_disturbed", json_object_new_int(c->nj));
+    json_object_object_add(sum, "judged", json_object_new_int(gr->judged));
+    json_object_object_add(sum, "in_base", json_object_new_int(base->nb));
+    json_object_object_add(sum, "regression",
+                           json_object_new_boolean(gr->verdict == GATE_REGRESSION));
+    json_object_object_add(sum, "verdict", json_object_new_string(GATE_NAME[gr->verdict]));
+    json_object *why = json_object_new_array();
+    for (int i = 0; i < gr->nwhy; i++)
+        json_object_array_add(why, json_object_new_string(gr->why[i]));
+    json_object_object_add(sum, "reasons", why);
+    json_object_object_add(o, "summary", sum);
+    puts(json_object_to_json_string_ext(o,
+                                        JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(o);
+}
+
+/* The text report's header: machine, drift, threshold and the rule. */
+static void report_header(const comparison *c, const result_set *base, const char *base_label,
+                          const char *new_label, int fp_checked, int forced) {
+    const settings *s = &c->eff;
+    const gate_info *g = &c->g;
+    printf("mhabench compare: base %s, new %s\n", base_label, new_label);
+    if (fp_checked && base->fp[0])
+        printf("machine: cpu %s, isa %s, cores %s%s%s%s\n", base->fp[0],
+               base->fp[1] ? base->fp[1] : "?", base->fp[2] ? base->fp[2] : "?",
+               base->fp[3] ? ", threads " : "", base->fp[3] ? base->fp[3] : "",
+               forced ? " (fingerprints differ: --force)" : "");
+    if (g->normalized) {
+        printf("host drift, divided out of every new sample before testing (--no-normalize "
+               "keeps it; bound %.0f%%, --max-drift):\n",
+               s->max_drift);
+        for (int k = 0; k < g->ngroups; k++) {
+            printf("  %s-bound at %d thread%s: %+.1f%% (%d benchmark%s%s)",
+                   g->groups[k].mem ? "memory" : "compute", g->groups[k].threads,
+                   g->groups[k].threads == 1 ? "" : "s", 100 * (exp(g->groups[k].drift) - 1),
+                   g->groups[k].n, g->groups[k].n == 1 ? "" : "s",
+                   (g->groups[k].mem ? g->groups[k].n < 2 : g->groups[k].n < STATS_DRIFT_MIN)
+                       ? "; too few: the compute rows' drift"
+                       : "");
+            if (g->groups[k].own)
+                printf("; threshold %.1f%% (%.0f x its own spread %.2f%%)", g->groups[k].threshold,
+                       STATS_THRESHOLD_K, g->groups[k].sigma);
+            printf("\n");
+        }
+    } else if (s->normalize)
+        printf("host drift: not removed (fewer than %d benchmarks in both files)\n",
+               STATS_DRIFT_MIN);
+    else if (c->nr >= STATS_DRIFT_MIN)
+        printf("common change of the compute-bound benchmarks: %+.1f%% (kept in every row; "
+               "bound %.0f%%)\n",
+               100 * (exp(c->common) - 1), s->max_drift);
+    if (strcmp(g->threshold_source, "derived") == 0)
+        printf("threshold: %.1f%% derived: %.0f x the robust spread %.2f%% of the %d changes%s, "
+               "within [%.0f, %.0f]%%%s\n",
+               g->threshold, STATS_THRESHOLD_K, g->sigma, g->n,
+               g->normalized ? " after drift removal" : "", STATS_THRESHOLD_MIN,
+               STATS_THRESHOLD_MAX,
+               g->normalized ? "; a noisier group of 5 or more rows uses its own (above)" : "");
+    else
+        printf("threshold: %.1f%% %s\n", g->threshold,
+               strcmp(g->threshold_source, "given") == 0 ? "(--threshold)"
+               : strcmp(g->threshold_source, "ab") == 0
+                   ? "(the --ab default: fixed, since an A/B's spread includes the change)"
+                   : "(the default: under 5 benchmarks in both files, no noise estimate)");
+    printf("rule: slower/faster = U test p < %g and median moved more than %g%%; noisy = "
+           "moved more\nthan %g%% without significance; p exact for n <= %d, else normal "
+           "approximation\n\n",
+           s->alpha, s->threshold, s->threshold, EXACT_MAX);
+}
+
+static void report_text(const comparison *c, const gate_result *gr, const result_set *base,
+                        const result_set *new) {
+    int w = 9;
+    for (int i = 0; i < c->nr; i++)
+        if ((int)strlen(c->rows[i].name) > w) w = (int)strlen(c->rows[i].name);
+    printf("%-*s %11s %11s %8s %5s %5s %8s  %-8s%s\n", w, "benchmark", "base median", "new median",
+           "change", "n_b", "n_n", "p-value", "verdict", "note");
+    for (int i = 0; i < c->nr; i++) {
+        const row *r = &c->rows[i];
+        char tb[32], tn[32], note[64] = "";
+        fmt_time(tb, sizeof tb, r->med_b);
+        fmt_time(tn, sizeof tn, r->med_n);
+        if (r->too_few) snprintf(note, sizeof note, "too few repetitions (n<%d)", MIN_REPS);
+        printf("%-*s %11s %11s %+7.1f%% %5d %5d %8.2g  %-*s%s\n", w, r->name, tb, tn, r->change,
+               r->nb, r->nn, r->ut.p, note[0] ? 8 : 0, VERDICT_NAME[r->v], note);
+    }
+    for (int i = 0; i < base->nb; i++)
+        if (!find_bench(new, base->b[i].name))
+            printf("MISSING from new (only in base): %s\n", base->b[i].name);
+    for (int i = 0; i < base->nb; i++) {
+        const bench *b = &base->b[i], *n = find_bench(new, b->name);
+        if (not_judged(b, n))
+            printf("not judged: %s (every repetition disturbed in %s)\n", b->name,
+                   b->n == 0 && n->n == 0 ? "both files"
+                   : b->n == 0            ? "base"
+                                          : "new");
+    }
+    for (int i = 0; i < new->nb; i++)
+        if (!find_bench(base, new->b[i].name)) printf("only in new: %s\n", new->b[i].name);
+    printf("\n%d compared: %d slower, %d faster, %d same, %d noisy", c->nr, c->count[V_SLOWER],
+           c->count[V_FASTER], c->count[V_SAME], c->count[V_NOISY]);
+    if (c->too_few) printf(" (%d with too few repetitions)", c->too_few);
+    if (c->only_b || c->only_n) printf("; %d only in base, %d only in new", c->only_b, c->only_n);
+    if (c->nj)
+        printf("; %d not judged (the interference evidence marked every repetition on a side)",
+               c->nj);
+    printf("\n%d of %d benchmarks of the base judged\n", gr->judged, base->nb);
+    printf("verdict: %s\n", gr->verdict == GATE_REGRESSION     ? "REGRESSION"
+                            : gr->verdict == GATE_INCONCLUSIVE ? "INCONCLUSIVE (exit 3)"
+                                                               : "no regression");
+    for (int i = 0; i < gr->nwhy; i++) printf("  because: %s\n", gr->why[i]);
+    if (c->count[V_NOISY])
+        printf("noisy: the median moved but the test cannot tell it from noise; rerun with "
+               "more repetitions or use --ab\n");
+}
+
+/* Compares new against base and prints the report. Returns the exit status:
+ * 0 no regression, 1 regression, 3 inconclusive. */
+static int compare_sets(const result_set *base, const result_set *new, const char *base_label,
+                        const char *new_label, int fp_checked, int forced, const settings *s) {
+    comparison c;
+    gate_result gr;
+    compare_rows(base, new, s, &c);
+    gate_decide(&c, base, s, &gr);
     if (s->json) {
-        json_object *o = json_object_new_object();
-        json_object_object_add(o, "base", json_object_new_string(base_label));
-        json_object_object_add(o, "new", json_object_new_string(new_label));
-        json_object_object_add(o, "threshold_pct", results_json_double(s->threshold));
-        json_object_object_add(o, "threshold_source", json_object_new_string(g.threshold_source));
-        json_object_object_add(o, "residual_sigma_pct", results_json_double(g.sigma));
-        json_object_object_add(o, "drift_pct", results_json_double(100 * (exp(g.drift) - 1)));
-        json_object_object_add(o, "drift_removed", json_object_new_boolean(g.normalized));
-        json_object *mg = json_object_new_array();
-        for (int k = 0; k < g.ngroups; k++) {
-            json_object *e = json_object_new_object();
-            json_object_object_add(e, "threads", json_object_new_int(g.groups[k].threads));
-            json_object_object_add(e, "bound",
-                                   json_object_new_string(g.groups[k].mem ? "memory" : "compute"));
-            json_object_object_add(e, "benchmarks", json_object_new_int(g.groups[k].n));
-            json_object_object_add(e, "drift_pct",
-                                   results_json_double(100 * (exp(g.groups[k].drift) - 1)));
-            json_object_object_add(e, "threshold_pct", results_json_double(g.groups[k].threshold));
-            json_object_object_add(e, "threshold_from_group",
-                                   json_object_new_boolean(g.groups[k].own));
-            json_object_array_add(mg, e);
-        }
-        json_object_object_add(o, "drift_groups", mg);
-        json_object_object_add(o, "alpha", results_json_double(s->alpha));
-        json_object_object_add(o, "min_repetitions", json_object_new_int(MIN_REPS));
-        json_object *fp = json_object_new_object();
-        json_object_object_add(fp, "base", fp_json(base));
-        json_object_object_add(fp, "new", fp_json(new));
-        json_object_object_add(fp, "checked", json_object_new_boolean(fp_checked));
-        json_object_object_add(fp, "forced", json_object_new_boolean(forced));
-        json_object_object_add(o, "fingerprint", fp);
-        json_object *arr = json_object_new_array();
-        for (int i = 0; i < nr; i++) {
-            const row *r = &rows[i];
-            json_object *e = json_object_new_object();
-            json_object_object_add(e, "name", json_object_new_string(r->name));
-            json_object_object_add(e, "base_repetitions", json_object_new_int(r->nb));
-            json_object_object_add(e, "new_repetitions", json_object_new_int(r->nn));
-            json_object_object_add(e, "base_median_ns", results_json_double(r->med_b));
-            json_object_object_add(e, "new_median_ns", results_json_double(r->med_n));
-            json_object_object_add(e, "change_pct", results_json_double(r->change));
-            json_object_object_add(e, "change_raw_pct", results_json_double(r->change_raw));
-            json_object_object_add(e, "threshold_pct", results_json_double(r->threshold));
-            json_object_object_add(e, "u", results_json_double(r->ut.u));
-            json_object_object_add(e, "p_value", results_json_double(r->ut.p));
-            json_object_object_add(e, "p_method",
-                                   json_object_new_string(r->ut.exact ? "exact" : "normal"));
-            json_object_object_add(e, "too_few_repetitions", json_object_new_boolean(r->too_few));
-            json_object_object_add(e, "verdict", json_object_new_string(VERDICT_NAME[r->v]));
-            json_object_array_add(arr, e);
-        }
-        json_object_object_add(o, "benchmarks", arr);
-        json_object_object_add(o, "only_in_base", name_list(base, new));
-        json_object *nja = json_object_new_array();
-        for (int i = 0; i < base->nb; i++)
-            if (not_judged(&base->b[i], find_bench(new, base->b[i].name)))
-                json_object_array_add(nja, json_object_new_string(base->b[i].name));
-        json_object_object_add(o, "not_judged_disturbed", nja);
-        json_object_object_add(o, "only_in_new", name_list(new, base));
-        json_object *sum = json_object_new_object();
-        for (int v = 0; v < 4; v++)
-            json_object_object_add(sum, VERDICT_NAME[v], json_object_new_int(count[v]));
-        json_object_object_add(sum, "too_few_repetitions", json_object_new_int(too_few));
-        json_object_object_add(sum, "only_in_base", json_object_new_int(only_b));
-        json_object_object_add(sum, "only_in_new", json_object_new_int(only_n));
-        json_object_object_add(sum, "not_judged_disturbed", json_object_new_int(nj));
-        json_object_object_add(sum, "regression", json_object_new_boolean(regression));
-        json_object_object_add(o, "summary", sum);
-        puts(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
-                                                   JSON_C_TO_STRING_NOSLASHESCAPE));
-        json_object_put(o);
+        report_json(&c, &gr, base, new, base_label, new_label, fp_checked, forced);
     } else {
-        printf("mhabench compare: base %s, new %s\n", base_label, new_label);
-        if (fp_checked && base->fp[0])
-            printf("machine: cpu %s, isa %s, cores %s%s%s%s\n", base->fp[0],
-                   base->fp[1] ? base->fp[1] : "?", base->fp[2] ? base->fp[2] : "?",
-                   base->fp[3] ? ", threads " : "", base->fp[3] ? base->fp[3] : "",
-                   forced ? " (fingerprints differ: --force)" : "");
-        if (g.normalized) {
-            printf("host drift, divided out of every new sample before testing (--no-normalize "
-                   "keeps it):\n");
-            for (int k = 0; k < g.ngroups; k++) {
-                printf("  %s-bound at %d thread%s: %+.1f%% (%d benchmark%s%s)",
-                       g.groups[k].mem ? "memory" : "compute", g.groups[k].threads,
-                       g.groups[k].threads == 1 ? "" : "s", 100 * (exp(g.groups[k].drift) - 1),
-                       g.groups[k].n, g.groups[k].n == 1 ? "" : "s",
-                       (g.groups[k].mem ? g.groups[k].n < 2 : g.groups[k].n < STATS_DRIFT_MIN)
-                           ? "; too few: the compute rows' drift"
-                           : "");
-                if (g.groups[k].own)
-                    printf("; threshold %.1f%% (%.0f x its own spread %.2f%%)",
-                           g.groups[k].threshold, STATS_THRESHOLD_K, g.groups[k].sigma);
-                printf("\n");
-            }
-        } else if (s->normalize)
-            printf("host drift: not removed (fewer than %d benchmarks in both files)\n",
-                   STATS_DRIFT_MIN);
-        if (strcmp(g.threshold_source, "derived") == 0)
-            printf(
-                "threshold: %.1f%% derived: %.0f x the robust spread %.2f%% of the %d changes%s, "
-                "within [%.0f, %.0f]%%%s\n",
-                g.threshold, STATS_THRESHOLD_K, g.sigma, g.n,
-                g.normalized ? " after drift removal" : "", STATS_THRESHOLD_MIN,
-                STATS_THRESHOLD_MAX,
-                g.normalized ? "; a noisier group of 5 or more rows uses its own (above)" : "");
-        else
-            printf("threshold: %.1f%% %s\n", g.threshold,
-                   strcmp(g.threshold_source, "given") == 0 ? "(--threshold)"
-                   : strcmp(g.threshold_source, "ab") == 0
-                       ? "(the --ab default: fixed, since an A/B's spread includes the change)"
-                       : "(the default: under 5 benchmarks in both files, no noise estimate)");
-        printf("rule: slower/faster = U test p < %g and median moved more than %g%%; noisy = "
-               "moved more\nthan %g%% without significance; p exact for n <= %d, else normal "
-               "approximation\n\n",
-               s->alpha, s->threshold, s->threshold, EXACT_MAX);
-        int w = 9;
-        for (int i = 0; i < nr; i++)
-            if ((int)strlen(rows[i].name) > w) w = (int)strlen(rows[i].name);
-        printf("%-*s %11s %11s %8s %5s %5s %8s  %-8s%s\n", w, "benchmark", "base median",
-               "new median", "change", "n_b", "n_n", "p-value", "verdict", "note");
-        for (int i = 0; i < nr; i++) {
-            const row *r = &rows[i];
-            char tb[32], tn[32], note[64] = "";
-            fmt_time(tb, sizeof tb, r->med_b);
-            fmt_time(tn, sizeof tn, r->med_n);
-            if (r->too_few) snprintf(note, sizeof note, "too few repetitions (n<%d)", MIN_REPS);
-            printf("%-*s %11s %11s %+7.1f%% %5d %5d %8.2g  %-*s%s\n", w, r->name, tb, tn, r->change,
-                   r->nb, r->nn, r->ut.p, note[0] ? 8 : 0, VERDICT_NAME[r->v], note);
-        }
-        for (int i = 0; i < base->nb; i++)
-            if (!find_bench(new, base->b[i].name)) printf("only in base: %s\n", base->b[i].name);
-        for (int i = 0; i < base->nb; i++) {
-            const bench *b = &base->b[i], *n = find_bench(new, b->name);
-            if (not_judged(b, n))
-                printf("not judged: %s (every repetition disturbed in %s)\n", b->name,
-                       b->n == 0 && n->n == 0 ? "both files"
-                       : b->n == 0            ? "base"
-                                              : "new");
-        }
-        for (int i = 0; i < new->nb; i++)
-            if (!find_bench(base, new->b[i].name)) printf("only in new: %s\n", new->b[i].name);
-        printf("\n%d compared: %d slower, %d faster, %d same, %d noisy", nr, count[V_SLOWER],
-               count[V_FASTER], count[V_SAME], count[V_NOISY]);
-        if (too_few) printf(" (%d with too few repetitions)", too_few);
-        if (only_b || only_n) printf("; %d only in base, %d only in new", only_b, only_n);
-        if (nj)
-            printf("; %d not judged (the interference evidence marked every repetition on a "
-                   "side)",
-                   nj);
-        printf("\nverdict: %s\n", regression ? "REGRESSION" : "no regression");
-        if (count[V_NOISY])
-            printf("noisy: the median moved but the test cannot tell it from noise; rerun with "
-                   "more repetitions or use --ab\n");
+        report_header(&c, base, base_label, new_label, fp_checked, forced);
+        report_text(&c, &gr, base, new);
     }
     if (base->skipped || new->skipped)
         fprintf(stderr, "mhabench: compare: ignored %d + %d repetitions that reported an error\n",
@@ -768,9 +958,10 @@ static int compare_sets(const result_set *base, const result_set *new, const cha
                 "mhabench: compare: left out %d + %d repetitions the sweep marked disturbed "
                 "(retaken in the files)\n",
                 base->disturbed, new->disturbed);
-    if (nr == 0) fprintf(stderr, "mhabench: compare: no benchmark name is in both files\n");
-    free(rows);
-    return regression ? EXIT_CHECK_FAILED : 0;
+    if (c.nr == 0 && c.nj == 0)
+        fprintf(stderr, "mhabench: compare: no benchmark name is in both files\n");
+    free(c.rows);
+    return gate_exit(&gr);
 }
 
 /* ---- baselines ------------------------------------------------------------------------ */
@@ -1125,7 +1316,8 @@ int cmd_compare(int argc, char **argv) {
         O_AB,
         O_ROUNDS,
         O_BUDGET,
-        O_NO_NORMALIZE
+        O_NO_NORMALIZE,
+        O_MAX_DRIFT
     };
     static const struct option opts[] = {{"threshold", required_argument, 0, O_THRESHOLD},
                                          {"alpha", required_argument, 0, O_ALPHA},
@@ -1138,9 +1330,10 @@ int cmd_compare(int argc, char **argv) {
                                          {"rounds", required_argument, 0, O_ROUNDS},
                                          {"budget", required_argument, 0, O_BUDGET},
                                          {"no-normalize", no_argument, 0, O_NO_NORMALIZE},
+                                         {"max-drift", required_argument, 0, O_MAX_DRIFT},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    settings s = {DEFAULT_THRESHOLD, 0.01, 0, 0, 1};
+    settings s = {DEFAULT_THRESHOLD, 0.01, 0, 0, 1, 0, DEFAULT_MAX_DRIFT};
     int force = 0, mode_baseline = 0, mode_save = 0, mode_ab = 0, no_normalize = 0;
     int64_t rounds = 0;
     double budget = AB_DEFAULT_BUDGET;
@@ -1169,6 +1362,10 @@ int cmd_compare(int argc, char **argv) {
             break;
         case O_NO_NORMALIZE:
             no_normalize = 1;
+            break;
+        case O_MAX_DRIFT:
+            if (!parse_double("compare: --max-drift", optarg, 0, 1000, 1, &s.max_drift))
+                return EXIT_USAGE;
             break;
         case O_ALPHA:
             if (!parse_double("compare: --alpha", optarg, 0, 1, 1, &s.alpha)) return EXIT_USAGE;
@@ -1230,6 +1427,7 @@ int cmd_compare(int argc, char **argv) {
     /* Interleaved A/B rounds share the host's drift already; removing a
      * common change there would hide a build that slows everything. */
     s.normalize = !no_normalize && !mode_ab;
+    s.ab = mode_ab;
     if (mode_ab && !s.threshold_given) {
         s.threshold = AB_DEFAULT_THRESHOLD;
         s.threshold_given = 2; /* the --ab default, reported as such */

@@ -9,6 +9,8 @@
 
 #define EXIT_CHECK_FAILED 1
 #define EXIT_USAGE 2
+/* A comparison or bisection that could not judge enough to decide (never success). */
+#define EXIT_INCONCLUSIVE 3
 
 /* n items of size bytes (realloc of p), or "mhabench: <who>: out of memory"
  * and exit 2: the one place below a cmd_* function that ends the process

@@ -399,32 +399,41 @@ static void test_too_few(void **state) {
     const char *a = tmp_path("few_a.json"), *b = tmp_path("few_b.json");
     write_simple(a, FP_HERE, 2, 3, ONES, TIGHT, "ns");
     write_simple(b, FP_HERE, 2, 3, ONES, TIGHT, "ns");
-    EXPECT_EXIT(0, run_bench("compare", a, b, NULL));
+    /* Nothing could be tested: not "no regression" but inconclusive (3). */
+    EXPECT_EXIT(3, run_bench("compare", a, b, NULL));
     EXPECT_IN(g_out, "too few repetitions (n<9)");
-    EXPECT_EXIT(0, run_bench("compare", a, b, "--json", NULL));
+    EXPECT_IN(g_out, "0 of 2 benchmarks of the base judged");
+    EXPECT_IN(g_out, "verdict: INCONCLUSIVE");
+    EXPECT_IN(g_out, "0 of the base's 2 benchmarks judged");
+    EXPECT_EXIT(3, run_bench("compare", a, b, "--json", NULL));
     json_object *r = parse_report();
     assert_true(json_object_get_boolean(get(bench_at(r, 0), "too_few_repetitions")));
     assert_int_equal(json_object_get_int(get(get(r, "summary"), "too_few_repetitions")), 2);
+    assert_string_equal(json_object_get_string(get(get(r, "summary"), "verdict")), "inconclusive");
+    assert_int_equal(json_object_get_int(get(get(r, "summary"), "judged")), 0);
     assert_string_equal(verdict_at(r, 0), "same");
     json_object_put(r);
     /* 9 on one side is not enough when the other has 3. */
     const char *c = tmp_path("few_c.json");
     write_simple(c, FP_HERE, 2, 9, ONES, TIGHT, "ns");
-    EXPECT_EXIT(0, run_bench("compare", c, b, NULL));
+    EXPECT_EXIT(3, run_bench("compare", c, b, NULL));
     EXPECT_IN(g_out, "too few repetitions");
     EXPECT_EXIT(0, run_bench("compare", c, c, NULL));
     assert_null(strstr(g_out, "too few"));
-    /* With too few repetitions the U test means nothing, so even a clean 20%
-     * slowdown is only 'noisy' and never fails the build. */
+    EXPECT_IN(g_out, "2 of 2 benchmarks of the base judged");
+    /* With too few repetitions the U test means nothing: a clean 20%
+     * slowdown is only 'noisy', and the gate says it could not tell. */
     const double slow[2] = {1.2, 1.2}, wide[2] = {0.01, 0.5};
     write_simple(b, FP_HERE, 2, 3, slow, wide, "ns");
     write_simple(c, FP_HERE, 2, 3, ONES, wide, "ns");
-    EXPECT_EXIT(0, run_bench("compare", c, b, "--json", NULL));
+    EXPECT_EXIT(3, run_bench("compare", c, b, "--json", NULL));
     r = parse_report();
     assert_string_equal(verdict_at(r, 0), "noisy");
     assert_string_equal(verdict_at(r, 1), "noisy");
     assert_true(json_object_get_double(get(bench_at(r, 0), "p_value")) > 0.01);
     json_object_put(r);
+    EXPECT_EXIT(3, run_bench("compare", c, b, NULL));
+    EXPECT_IN(g_out, "2 benchmarks slowed past the threshold with too few repetitions to test");
 }
 
 static void test_fingerprint_mismatch(void **state) {
@@ -527,10 +536,18 @@ static void test_only_in_one(void **state) {
     add_bench(&w, "flash.avx2/B:1/H:8/KV:8/Nq:128/Nkv:128/d:64/causal:0/threads:1", 9, t, "ns");
     add_bench(&w, "naive/B:1/H:1/KV:1/Nq:7/Nkv:7/d:3/causal:1/threads:1", 9, t, "ns");
     end_results(&w);
-    EXPECT_EXIT(0, run_bench("compare", a, b, NULL));
-    EXPECT_IN(g_out, "only in base: flash.avx2/B:1/H:8/KV:8/Nq:256/");
+    /* A benchmark that vanished is a regression (the largest there is); a
+     * new one is not. */
+    EXPECT_EXIT(1, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_out, "MISSING from new (only in base): flash.avx2/B:1/H:8/KV:8/Nq:256/");
     EXPECT_IN(g_out, "only in new: naive/B:1/H:1/KV:1/Nq:7/Nkv:7/d:3/causal:1/threads:1");
-    EXPECT_EXIT(0, run_bench("compare", a, b, "--json", NULL));
+    EXPECT_IN(g_out, "verdict: REGRESSION");
+    EXPECT_IN(g_out, "2 benchmarks of the base missing from the new file");
+    const char *a1 = tmp_path("one_a1.json"); /* b's flash row alone: b only adds a row */
+    write_simple(a1, FP_HERE, 1, 9, ONES, TIGHT, "ns");
+    EXPECT_EXIT(0, run_bench("compare", a1, b, NULL));
+    EXPECT_IN(g_out, "only in new: naive/");
+    EXPECT_EXIT(1, run_bench("compare", a, b, "--json", NULL));
     json_object *r = parse_report();
     assert_int_equal(json_object_array_length(get(r, "benchmarks")), 1);
     assert_int_equal(json_object_array_length(get(r, "only_in_base")), 2);
@@ -561,12 +578,15 @@ static void test_all_disturbed(void **state) {
     add_bench(&w, n0, 9, t, "ns");
     add_bench_x(&w, n1, 9, slow, "ns", ", \"disturbed\": 1, \"probe\": 0.4");
     end_results(&w);
-    EXPECT_EXIT(0, run_bench("compare", a, b, NULL));
+    /* Half the base judged: inconclusive, never "no regression". */
+    EXPECT_EXIT(3, run_bench("compare", a, b, NULL));
     EXPECT_IN(g_out, "not judged: flash.avx2/B:1/H:8/KV:8/Nq:256/Nkv:256/d:64/causal:0/threads:2 "
                      "(every repetition disturbed in new)");
     EXPECT_IN(g_out, "1 not judged");
+    EXPECT_IN(g_out, "1 of 2 benchmarks of the base judged");
+    EXPECT_IN(g_out, "verdict: INCONCLUSIVE");
     assert_null(strstr(g_out, "only in base"));
-    EXPECT_EXIT(0, run_bench("compare", a, b, "--json", NULL));
+    EXPECT_EXIT(3, run_bench("compare", a, b, "--json", NULL));
     json_object *r = parse_report();
     assert_int_equal(json_object_array_length(get(r, "benchmarks")), 1);
     assert_int_equal(json_object_array_length(get(r, "only_in_base")), 0);
@@ -575,6 +595,74 @@ static void test_all_disturbed(void **state) {
     assert_string_equal(json_object_get_string(json_object_array_get_idx(nj, 0)), n1);
     assert_int_equal(json_object_get_int(get(get(r, "summary"), "not_judged_disturbed")), 1);
     json_object_put(r);
+}
+
+/* The gate never says "no regression" without evidence (issue: a busy
+ * runner's sweep with every repetition disturbed, a build slowing every row
+ * alike, a 2-thread group 2.5x slower divided out as drift). */
+static void test_gate_evidence(void **state) {
+    (void)state;
+    NEED_BENCH();
+    enum { NB = 10, REPS = 9 };
+    const char *a = tmp_path("gate_a.json"), *b = tmp_path("gate_b.json");
+    double one[NB], slow[NB], spread[NB];
+    for (int k = 0; k < NB; k++) one[k] = 1, slow[k] = 1.2, spread[k] = 0.02;
+    write_simple(a, FP_HERE, NB, REPS, one, spread, "ns");
+    /* every row 20% slower, every repetition disturbed: nothing judged */
+    result_writer w = begin_results(b, FP_HERE);
+    for (int k = 0; k < NB; k++) {
+        char name[128];
+        double t[REPS];
+        snprintf(name, sizeof name, "flash.avx2/B:1/H:8/KV:8/Nq:%d/Nkv:%d/d:64/causal:0/threads:1",
+                 128 << k, 128 << k);
+        sample(t, REPS, 1200.0 * (1 << k), 0.02);
+        add_bench_x(&w, name, REPS, t, "ns", ", \"disturbed\": 1, \"probe\": 0.4");
+    }
+    end_results(&w);
+    EXPECT_EXIT(3, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_out, "0 compared");
+    EXPECT_IN(g_out, "verdict: INCONCLUSIVE");
+    EXPECT_IN(g_out, "10 with every repetition on a side disturbed");
+    /* every row 20% slower, undisturbed: the common drift is divided out, so
+     * the rows read "same" -- and the gate says the drift was too large to
+     * call that a verdict */
+    write_simple(b, FP_HERE, NB, REPS, slow, spread, "ns");
+    EXPECT_EXIT(3, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_out, "10 same");
+    EXPECT_IN(g_out, "the drift divided out (+20.0% overall");
+    EXPECT_EXIT(3, run_bench("compare", a, b, "--json", NULL));
+    json_object *r = parse_report();
+    assert_string_equal(json_object_get_string(get(get(r, "summary"), "verdict")), "inconclusive");
+    assert_true(json_object_array_length(get(get(r, "summary"), "reasons")) >= 1);
+    json_object_put(r);
+    EXPECT_EXIT(1, run_bench("compare", a, b, "--no-normalize", NULL));
+    EXPECT_IN(g_out, "10 slower");
+    EXPECT_EXIT(0, run_bench("compare", a, b, "--max-drift", "25", NULL));
+    /* --no-normalize with too few repetitions: the common change is a finding */
+    write_simple(a, FP_HERE, NB, 3, one, spread, "ns");
+    write_simple(b, FP_HERE, NB, 3, slow, spread, "ns");
+    EXPECT_EXIT(3, run_bench("compare", a, b, "--no-normalize", NULL));
+    EXPECT_IN(g_out, "moved +20.0% together");
+    /* a 2-thread group 2.5x slower while the 1-thread rows hold: its drift
+     * is divided out, and beyond the bound that is inconclusive */
+    for (int f = 0; f < 2; f++) {
+        w = begin_results(f ? b : a, FP_HERE);
+        for (int k = 0; k < 12; k++) {
+            char name[128];
+            double t[REPS];
+            const int threads = k < 6 ? 1 : 2;
+            snprintf(name, sizeof name,
+                     "flash.avx2/B:1/H:8/KV:8/Nq:%d/Nkv:%d/d:64/causal:0/threads:%d",
+                     128 << (k % 6), 128 << (k % 6), threads);
+            sample(t, REPS, 1000.0 * (1 << (k % 6)) * (f && threads == 2 ? 2.486 : 1), 0.02);
+            add_bench(&w, name, REPS, t, "ns");
+        }
+        end_results(&w);
+    }
+    EXPECT_EXIT(3, run_bench("compare", a, b, NULL));
+    EXPECT_IN(g_out, "compute-bound at 2 threads: +148.6%");
+    EXPECT_IN(g_out, "1 group beyond");
+    EXPECT_EXIT(1, run_bench("compare", a, b, "--no-normalize", NULL));
 }
 
 static void test_json_report(void **state) {
@@ -919,6 +1007,7 @@ int main(void) {
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_only_in_one),
         cmocka_unit_test(test_all_disturbed),
+        cmocka_unit_test(test_gate_evidence),
         cmocka_unit_test(test_json_report),
         cmocka_unit_test(test_time_units),
         cmocka_unit_test(test_u_pvalues),

@@ -283,6 +283,57 @@ static void test_passthrough_filter(void **state) {
     json_object_put(root);
 }
 
+/* --benchmark_repetitions=N after "--" is honoured as --repetitions N (the
+ * interleaved presets used to override it: 9 asked, 3 came out), and
+ * refused when it disagrees with --repetitions. */
+static void test_passthrough_repetitions(void **state) {
+    (void)state;
+    REQUIRE_BENCH();
+    char out[512];
+    snprintf(out, sizeof out, "%s/reps.json", g_tmp);
+    const char *args[] = {"sweep",
+                          "--passes",
+                          "1",
+                          "--kernels",
+                          "flash.scalar",
+                          "--seq",
+                          "16",
+                          "--heads",
+                          "1",
+                          "--head-dim",
+                          "8",
+                          "--causal",
+                          "0",
+                          "--threads",
+                          "1",
+                          "--min-time",
+                          "0.001",
+                          "--out",
+                          out,
+                          "--",
+                          "--benchmark_repetitions=7",
+                          NULL};
+    const int rc = run_bench(args);
+    if (rc != 0) print_error("exit %d, stderr:\n%s\n", rc, g_err);
+    assert_int_equal(rc, 0);
+    json_object *root = json_object_from_file(out);
+    assert_non_null(root);
+    json_object *benches = field(root, "benchmarks");
+    int iterations = 0;
+    for (size_t i = 0; i < json_object_array_length(benches); i++) {
+        json_object *rt;
+        if (json_object_object_get_ex(json_object_array_get_idx(benches, i), "run_type", &rt) &&
+            strcmp(json_object_get_string(rt), "iteration") == 0)
+            iterations++;
+    }
+    assert_int_equal(iterations, 7);
+    json_object_put(root);
+    const char *clash[] = {
+        "sweep", "--repetitions", "4", "--out", out, "--", "--benchmark_repetitions=9", NULL};
+    assert_int_equal(run_bench(clash), 2);
+    assert_non_null(strstr(g_err, "--repetitions 4 and --benchmark_repetitions=9 disagree"));
+}
+
 /* The keys a quick sweep writes, against tests/data/sweep_keys.txt (taken
  * from the tree before the measurement core): the quick preset's grid and
  * its decode and layer shapes, flash.scalar and auto at 1 thread, filtered
@@ -466,6 +517,7 @@ int main(void) {
         cmocka_unit_test(test_schema),
         cmocka_unit_test(test_interleaved),
         cmocka_unit_test(test_passthrough_filter),
+        cmocka_unit_test(test_passthrough_repetitions),
         cmocka_unit_test(test_keys_unchanged),
         cmocka_unit_test(test_bad_options),
     };

@@ -1073,29 +1073,12 @@ static int cmp_baseline_desc(const void *pa, const void *pb) {
     return (b->n > a->n) - (b->n < a->n);
 }
 
-/* Finds the newest baseline in dir whose fingerprint matches nw: candidates are
- * <key>.json (the first) and <key>-<stamp>[-<n>].json (later ones, ordered by
- * the UTC stamp, then n: see cmp_baseline_desc). On success fills base (path owned by the
- * caller through *path_out) and returns 0; else prints why and returns EXIT_USAGE. */
-static int find_baseline(const char *dir, const result_set *nw, int force, result_set *base,
-                         char **path_out) {
-    const char *key = nw->fp[0];
-    if (!key) {
-        errorf_esc("compare: %s: the context has no \"mha_cpu_key\", so no baseline can match it",
-                   nw->path);
-        return EXIT_USAGE;
-    }
-    if (!file_name_part_ok(key)) {
-        errorf_esc("compare: %s: mha_cpu_key '%s' is not usable as a file name", nw->path, key);
-        return EXIT_USAGE;
-    }
+/* The baselines of one key in dir: <key>.json and <key>-<stamp>[-<n>].json,
+ * newest first (see cmp_baseline_desc). Returns the count; -1 if dir cannot
+ * be opened (errno set). */
+static int list_baselines(const char *dir, const char *key, baseline_name **out) {
     DIR *d = opendir(dir);
-    if (!d) {
-        errorf_esc("compare: no baseline for cpu '%s': cannot open %s: %s (run `mhabench compare "
-                   "--save-baseline NEW.json` to add one)",
-                   key, dir, strerror(errno));
-        return EXIT_USAGE;
-    }
+    if (!d) return -1;
     baseline_name *names = NULL;
     int nn = 0;
     const size_t kl = strlen(key);
@@ -1109,9 +1092,17 @@ static int find_baseline(const char *dir, const result_set *nw, int force, resul
     }
     closedir(d);
     if (nn > 0) qsort(names, (size_t)nn, sizeof *names, cmp_baseline_desc);
-    int rc = EXIT_USAGE, found = -1;
-    char why[1024] = "";
-    for (int i = 0; i < nn && found < 0; i++) {
+    *out = names;
+    return nn;
+}
+
+/* The newest of names (files of key in dir) whose fingerprint matches nw
+ * (with force: the newest readable one of the key). Fills base and
+ * *path_out and returns its index, else -1 with the first mismatch in why. */
+static int pick_baseline(const char *dir, const char *key, const baseline_name *names, int nn,
+                         const result_set *nw, int force, result_set *base, char **path_out,
+                         char *why, size_t whylen) {
+    for (int i = 0; i < nn; i++) {
         char *path = xrealloc(NULL, strlen(dir) + strlen(names[i].file) + 2);
         sprintf(path, "%s/%s", dir, names[i].file);
         result_set rs = {0};
@@ -1122,36 +1113,102 @@ static int find_baseline(const char *dir, const result_set *nw, int force, resul
                 if (!rs.fp[k] || !nw->fp[k] || strcmp(rs.fp[k], nw->fp[k]) != 0) {
                     match = 0;
                     if (!why[0])
-                        snprintf(why, sizeof why, " (newest: %s has %s '%s', %s has '%s')", path,
+                        snprintf(why, whylen, " (newest: %s has %s '%s', %s has '%s')", path,
                                  FP_KEYS[k], rs.fp[k] ? rs.fp[k] : "(none)", nw->path,
                                  nw->fp[k] ? nw->fp[k] : "(none)");
                 }
             }
-            if (match || (force && found < 0)) {
-                found = i;
+            if (match || force) {
                 *base = rs; /* base->path is path, now owned through *path_out */
                 *path_out = path;
-                continue;
+                return i;
             }
         }
         result_free(&rs);
         free(path);
     }
+    return -1;
+}
+
+/* The keys a baseline of this CPU may be under: its own, then the same
+ * CPU's older keys. A key ends in the detected ISA level's name, and a build
+ * that learned a higher level (avx512 -> avx512bf16, later amx) renames the
+ * key; a baseline under the older name still describes this CPU, and its
+ * fingerprint (mha_isa_active) says whether it is comparable. Returns the
+ * count (at most MHA_ISA_COUNT), keys[0] being key itself. */
+static int baseline_keys(const char *key, char keys[][128]) {
+    int n = 0;
+    snprintf(keys[n++], sizeof keys[0], "%s", key);
+    const char *dash = strrchr(key, '-');
+    mha_isa level;
+    if (!dash || mha_isa_parse(dash + 1, &level) != MHA_OK) return n;
+    for (int l = (int)level - 1; l >= 0 && n < MHA_ISA_COUNT; l--)
+        snprintf(keys[n++], sizeof keys[0], "%.*s-%s", (int)(dash - key), key,
+                 mha_isa_name((mha_isa)l));
+    return n;
+}
+
+/* Finds the newest baseline in dir whose fingerprint matches nw, under nw's
+ * CPU key or, failing that, one of the same CPU's older keys (baseline_keys).
+ * On success fills base (path owned by the caller through *path_out) and
+ * returns 0; else prints why and returns EXIT_USAGE. */
+static int find_baseline(const char *dir, const result_set *nw, int force, result_set *base,
+                         char **path_out) {
+    const char *key = nw->fp[0];
+    if (!key) {
+        errorf_esc("compare: %s: the context has no \"mha_cpu_key\", so no baseline can match it",
+                   nw->path);
+        return EXIT_USAGE;
+    }
+    if (!file_name_part_ok(key) || strlen(key) >= 100) {
+        errorf_esc("compare: %s: mha_cpu_key '%s' is not usable as a file name", nw->path, key);
+        return EXIT_USAGE;
+    }
+    char keys[MHA_ISA_COUNT][128], why[1024] = "", older[512] = "";
+    const int nk = baseline_keys(key, keys);
+    int total = 0, found = -1, k = 0;
+    for (; k < nk && found < 0; k++) {
+        baseline_name *names = NULL;
+        const int nn = list_baselines(dir, keys[k], &names);
+        if (nn < 0) {
+            errorf_esc("compare: no baseline for cpu '%s': cannot open %s: %s (run `mhabench "
+                       "compare --save-baseline NEW.json` to add one)",
+                       key, dir, strerror(errno));
+            return EXIT_USAGE;
+        }
+        if (nn > 0 && k > 0 && !older[0])
+            snprintf(older, sizeof older, "; %d under this CPU's older key '%s'", nn, keys[k]);
+        total += nn;
+        /* --force takes the newest file of the current key only: an older
+         * key's baseline is used when its fingerprint matches */
+        found = pick_baseline(dir, keys[k], names, nn, nw, force && k == 0, base, path_out, why,
+                              sizeof why);
+        for (int i = 0; i < nn; i++) free(names[i].file);
+        free(names);
+    }
     if (found >= 0) {
-        rc = 0;
-        fprintf(stderr, "mhabench: compare: baseline %s\n", *path_out);
-    } else if (nn == 0) {
+        fprintf(stderr, "mhabench: compare: baseline %s", *path_out);
+        if (k > 1) { /* migrated: from here on it is this CPU's baseline */
+            fprintf(stderr,
+                    " (this CPU under its older key '%s': the key names the detected ISA "
+                    "level, which this build names '%s')",
+                    keys[k - 1], strrchr(key, '-') + 1);
+            free(base->fp[0]);
+            base->fp[0] = xstrdup(key);
+        }
+        fputc('\n', stderr);
+        return 0;
+    }
+    if (total == 0)
         errorf_esc("compare: no baseline for cpu '%s' in %s (expected %s/%s.json; run `mhabench "
                    "compare --save-baseline NEW.json` to add one)",
                    key, dir, dir, key);
-    } else {
-        errorf_esc("compare: %d baseline files for cpu '%s' in %s, none with a matching "
-                   "fingerprint%s; pass --force to use the newest",
-                   nn, key, dir, why);
-    }
-    for (int i = 0; i < nn; i++) free(names[i].file);
-    free(names);
-    return rc;
+    else
+        errorf_esc("compare: %d baseline files for cpu '%s' in %s%s, none with a matching "
+                   "fingerprint%s; pass --force to use the newest of '%s', or add one for this "
+                   "build with --save-baseline",
+                   total, key, dir, older, why, key);
+    return EXIT_USAGE;
 }
 
 /* ---- A/B runs ------------------------------------------------------------------------- */

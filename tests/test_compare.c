@@ -815,6 +815,36 @@ static void test_baselines(void **state) {
     assert_int_equal(tu_count_entries(dir), 3);
 }
 
+/* A baseline of this CPU under its older key (the key names the detected
+ * ISA level: avx512 became avx512bf16 when that level was added) is found
+ * when its fingerprint matches, and named when it does not. */
+static void test_baseline_older_key(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *dir = tmp_path("baselines_old");
+    const char *old = tmp_path("bk_old.json"), *capped = tmp_path("bk_capped.json"),
+               *full = tmp_path("bk_full.json");
+    const fingerprint fp_old = {"amd-test-f26m2-avx512", "avx512", "2"};
+    const fingerprint fp_capped = {"amd-test-f26m2-avx512bf16", "avx512", "2"};
+    const fingerprint fp_full = {"amd-test-f26m2-avx512bf16", "avx512bf16", "2"};
+    write_simple(old, fp_old, 2, 9, ONES, TIGHT, "ns");
+    write_simple(capped, fp_capped, 2, 9, ONES, TIGHT, "ns");
+    write_simple(full, fp_full, 2, 9, ONES, TIGHT, "ns");
+    EXPECT_EXIT(0, run_bench("compare", "--save-baseline", old, "--baseline-dir", dir, NULL));
+    /* the new build under MHA_ISA=avx512: same CPU, same active level */
+    EXPECT_EXIT(0, run_bench("compare", "--baseline", capped, "--baseline-dir", dir, NULL));
+    EXPECT_IN(g_err, "older key 'amd-test-f26m2-avx512'");
+    EXPECT_IN(g_out, "2 same");
+    /* at its full level the old baseline measured other code: named, refused */
+    EXPECT_EXIT(2, run_bench("compare", "--baseline", full, "--baseline-dir", dir, NULL));
+    EXPECT_IN(g_err, "1 under this CPU's older key 'amd-test-f26m2-avx512'");
+    EXPECT_IN(g_err, "mha_isa_active");
+    /* once this build has its own baseline, that one is used */
+    EXPECT_EXIT(0, run_bench("compare", "--save-baseline", full, "--baseline-dir", dir, NULL));
+    EXPECT_EXIT(0, run_bench("compare", "--baseline", full, "--baseline-dir", dir, NULL));
+    assert_null(strstr(g_err, "older key"));
+}
+
 /* A fake mhabench for --ab: logs its arguments, then copies a prepared result
  * file to its --out argument (or fails with status 3 when src is NULL). */
 static void write_fake(const char *script, const char *tag, const char *src) {
@@ -1012,6 +1042,7 @@ int main(void) {
         cmocka_unit_test(test_time_units),
         cmocka_unit_test(test_u_pvalues),
         cmocka_unit_test(test_baselines),
+        cmocka_unit_test(test_baseline_older_key),
         cmocka_unit_test(test_ab),
         cmocka_unit_test(test_nonfinite_json),
         cmocka_unit_test(test_baseline_order),

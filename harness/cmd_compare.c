@@ -390,6 +390,7 @@ typedef struct {
     double med_b, med_n, change; /* medians in ns, change in percent (after drift removal) */
     double change_raw;           /* before drift removal */
     double threshold;            /* percent: its drift group's, else the run's */
+    double ci_lo, ci_hi;         /* 95% interval of the shift, percent (after drift removal) */
     utest ut;
     int too_few;
     verdict v;
@@ -622,6 +623,7 @@ static void test_rows(const result_set *base, const result_set *new, comparison 
         r->change_raw = (r->med_n / r->med_b - 1) * 100;
         r->change = (r->med_n * f / r->med_b - 1) * 100;
         r->ut = mann_whitney(b->t, b->n, scaled, n->n);
+        stats_shift_interval(b->t, b->n, scaled, n->n, 0.95, &r->ci_lo, &r->ci_hi);
         r->too_few = b->n < MIN_REPS || n->n < MIN_REPS;
         r->v = decide(r, &c->eff);
         c->count[r->v]++;
@@ -797,6 +799,10 @@ static void report_json(const comparison *c, const gate_result *gr, const result
         json_object_object_add(e, "new_median_ns", results_json_double(r->med_n));
         json_object_object_add(e, "change_pct", results_json_double(r->change));
         json_object_object_add(e, "change_raw_pct", results_json_double(r->change_raw));
+        json_object *ci = json_object_new_array();
+        json_object_array_add(ci, results_json_double(r->ci_lo));
+        json_object_array_add(ci, results_json_double(r->ci_hi));
+        json_object_object_add(e, "change_ci95_pct", ci);
         json_object_object_add(e, "threshold_pct", results_json_double(r->threshold));
         json_object_object_add(e, "u", results_json_double(r->ut.u));
         json_object_object_add(e, "p_value", results_json_double(r->ut.p));

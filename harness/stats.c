@@ -101,3 +101,42 @@ double stats_derived_threshold(const double *resid, int n, double fallback, doub
     return t < STATS_THRESHOLD_MIN ? STATS_THRESHOLD_MIN
                                    : (t > STATS_THRESHOLD_MAX ? STATS_THRESHOLD_MAX : t);
 }
+
+/* z with P(|N(0,1)| > z) = p, by bisection on erfc (monotone; 80 halvings of
+ * [0, 40] are below double precision). */
+static double z_two_sided(double p) {
+    double lo = 0, hi = 40;
+    for (int i = 0; i < 80; i++) {
+        const double mid = 0.5 * (lo + hi);
+        if (erfc(mid / sqrt(2.0)) > p)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+double stats_shift_interval(const double *base, int m, const double *new, int n, double conf,
+                            double *lo, double *hi) {
+    const size_t N = (size_t)m * (size_t)n;
+    if (m < 1 || n < 1) {
+        *lo = *hi = NAN;
+        return NAN;
+    }
+    double *d = malloc(N * sizeof *d);
+    if (!d) {
+        *lo = *hi = NAN;
+        return NAN;
+    }
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) d[(size_t)i * n + j] = log(new[j]) - log(base[i]);
+    qsort(d, N, sizeof *d, cmp_double);
+    const double z = z_two_sided(1 - conf);
+    const double k = floor((double)N / 2 - z * sqrt((double)m * n * (m + n + 1) / 12.0));
+    const size_t ki = k > 0 ? (size_t)k : 0;
+    *lo = 100 * (exp(d[ki]) - 1);
+    *hi = 100 * (exp(d[N - 1 - ki]) - 1);
+    const double est = 100 * (exp(median_sorted(d, (int)N)) - 1);
+    free(d);
+    return est;
+}

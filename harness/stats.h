@@ -62,4 +62,13 @@ double stats_robust_sigma(const double *x, int n);
 #define STATS_THRESHOLD_MAX 10.0
 double stats_derived_threshold(const double *resid, int n, double fallback, double *sigma_pct);
 
+/* The shift between two samples of times, in percent of base: the
+ * Hodges-Lehmann estimate (the median of the pairwise log ratios new_j /
+ * base_i, returned) and its distribution-free interval at confidence conf
+ * (order statistics of the same ratios at the rank-sum test's critical
+ * value, normal approximation): the effect and interval bisect and compare
+ * report. Allocates m*n doubles; NaN when a sample is empty. */
+double stats_shift_interval(const double *base, int m, const double *new, int n, double conf,
+                            double *lo, double *hi);
+
 #endif

@@ -1055,6 +1055,33 @@ static void test_attend_special_files(void **state) {
     assert_int_equal(access(out, F_OK), -1);
 }
 
+/* attend --out over a private (0600) file: the result replaces it and stays
+ * 0600, not the umask's 0644 (README "Files mhabench reads and writes"). */
+static void test_out_keeps_mode(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const int64_t shp[4] = {1, 1, 4, 8};
+    write_f4("mq.npy", shp, 4);
+    char q[512], out[512];
+    tmp_path(q, sizeof q, "mq.npy");
+    tmp_path(out, sizeof out, "private.npy");
+    FILE *f = fopen(out, "w");
+    assert_non_null(f);
+    fputs("old", f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(out, 0600), 0);
+    const int rc =
+        run_bench("attend", "--kernel", "naive", "--q", q, "--k", q, "--v", q, "--out", out, NULL);
+    if (rc != 0) fail_msg("attend: exit %d: %s", rc, g_err);
+    char head[16];
+    tu_slurp(out, head, sizeof head);
+    assert_int_equal(memcmp(head, "\x93NUMPY", 6), 0); /* replaced */
+    struct stat sb;
+    assert_int_equal(stat(out, &sb), 0);
+    print_message("  mode after --out: %04o\n", (unsigned)(sb.st_mode & 07777));
+    assert_int_equal(sb.st_mode & 07777, 0600);
+}
+
 /* tune checks its table path before measuring: a FIFO or folder is refused
  * at once and left as it was (the log is not created either). */
 static void test_tune_bad_out(void **state) {
@@ -1379,6 +1406,7 @@ int main(void) {
         cmocka_unit_test(test_tune_bad_out),
         cmocka_unit_test(test_tune_budget_dtypes),
         cmocka_unit_test(test_attend_special_files),
+        cmocka_unit_test(test_out_keeps_mode),
         cmocka_unit_test(test_gbench_shim_errors),
         cmocka_unit_test(test_verify_kernel_list),
         cmocka_unit_test(test_profile_seconds),

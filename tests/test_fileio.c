@@ -113,6 +113,57 @@ static void test_new_and_replace(void **state) {
     assert_int_equal(tu_count_entries(d), 1); /* no temporary left */
 }
 
+/* Replacing keeps the replaced file's permissions and owner (where the
+ * process may set it): a private result stays private, while it is written
+ * too; the set-id bits are dropped. Through a symlink, the file it names. */
+static void test_replace_keeps_mode(void **state) {
+    (void)state;
+    char d[512], p[1024], l[1024], why[1024];
+    sub(d, sizeof d, "mode");
+    snprintf(p, sizeof p, "%s/private.txt", d);
+    put(p, "secret");
+    assert_int_equal(chmod(p, 0600), 0);
+    mha_out w;
+    assert_int_equal(mha_out_begin(&w, p, MHA_OUT_REPLACE, why, sizeof why), MHA_OK);
+    struct stat sb;
+    assert_int_equal(fstat(w.fd, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0600); /* not readable by others while written */
+    assert_int_equal(mha_out_write(&w, "new", 3, why, sizeof why), MHA_OK);
+    assert_int_equal(mha_out_commit(&w, why, sizeof why), MHA_OK);
+    check_text(p, "new");
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0600);
+
+    /* another owner: kept when this process may give it (root) */
+    const int root = geteuid() == 0;
+    const uid_t uid = root ? 4321 : geteuid();
+    const gid_t gid = root ? 4322 : getegid();
+    assert_int_equal(chown(p, uid, gid), 0);
+    assert_int_equal(chmod(p, 0640), 0);
+    write_file(p, MHA_OUT_REPLACE, "again", MHA_OK);
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0640);
+    assert_int_equal(sb.st_uid, uid);
+    assert_int_equal(sb.st_gid, gid);
+    if (!root) print_message("  not root: only the process's own owner checked\n");
+
+    /* set-id bits are not carried over; the rest of the mode is */
+    assert_int_equal(chmod(p, 06750), 0);
+    write_file(p, MHA_OUT_REPLACE, "setid", MHA_OK);
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0750);
+
+    /* through a symlink: the mode of the file it names */
+    assert_int_equal(chmod(p, 0600), 0);
+    snprintf(l, sizeof l, "%s/link", d);
+    assert_int_equal(symlink("private.txt", l), 0);
+    write_file(l, MHA_OUT_REPLACE, "linked", MHA_OK);
+    check_text(p, "linked");
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0600);
+    assert_int_equal(tu_count_entries(d), 2); /* no temporary left */
+}
+
 static void test_symlink_followed(void **state) {
     (void)state;
     char d[512], t[1024], l[1024], buf[1024];
@@ -282,6 +333,7 @@ static void test_run_file_names(void **state) {
 static void test_named_fallback(void **state) {
     mha_fileio_force_named_temp = 1;
     test_new_and_replace(state);
+    test_replace_keeps_mode(state);
     test_symlink_followed(state);
     test_special_targets_refused(state);
     test_noreplace(state);
@@ -292,15 +344,11 @@ static void test_named_fallback(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_input_regular_only),
-        cmocka_unit_test(test_new_and_replace),
-        cmocka_unit_test(test_symlink_followed),
-        cmocka_unit_test(test_special_targets_refused),
-        cmocka_unit_test(test_noreplace),
-        cmocka_unit_test(test_abort_leaves_nothing),
-        cmocka_unit_test(test_escape),
-        cmocka_unit_test(test_run_file_names),
-        cmocka_unit_test(test_named_fallback),
+        cmocka_unit_test(test_input_regular_only),      cmocka_unit_test(test_new_and_replace),
+        cmocka_unit_test(test_replace_keeps_mode),      cmocka_unit_test(test_symlink_followed),
+        cmocka_unit_test(test_special_targets_refused), cmocka_unit_test(test_noreplace),
+        cmocka_unit_test(test_abort_leaves_nothing),    cmocka_unit_test(test_escape),
+        cmocka_unit_test(test_run_file_names),          cmocka_unit_test(test_named_fallback),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

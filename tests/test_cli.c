@@ -871,6 +871,49 @@ static void test_forward_bad_inputs(void **state) {
     expect_error(rc, "--heads", NULL, 0);
 }
 
+/* An optional bias is absent only when DIR has no entry of its name: one
+ * that is there but cannot be read (a dangling symlink, a link loop, a
+ * folder, a FIFO) is exit 2 naming it, never a run without that bias. A
+ * weights folder of links to tests/data/self, whose biases are all there. */
+static void test_forward_bias_unreadable(void **state) {
+    (void)state;
+    NEED_DATA();
+    char x[1024], wdir[512], src[1024], dst[1024], out[512];
+    data_path(x, sizeof x, "self", "query"); /* [2, 5, 16], 4 heads */
+    tmp_path(wdir, sizeof wdir, "linkw");
+    assert_int_equal(mkdir(wdir, 0755), 0);
+    static const char *const names[] = {"w_q", "w_k", "w_v", "w_o", "b_k", "b_v", "b_o"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        data_path(src, sizeof src, "self", names[i]);
+        snprintf(dst, sizeof dst, "%s/%s.npy", wdir, names[i]);
+        assert_int_equal(symlink(src, dst), 0);
+    }
+    tmp_path(out, sizeof out, "bias_out.npy");
+    snprintf(dst, sizeof dst, "%s/b_q.npy", wdir);
+    for (int c = 0; c < 4; c++) {
+        static const char *const kinds[] = {"dangling symlink", "symlink loop", "folder", "FIFO"};
+        static const char *const words[] = {"leads nowhere", "b_q.npy", "directory", "FIFO"};
+        print_message("b_q.npy as a %s\n", kinds[c]);
+        if (c == 0) assert_int_equal(symlink("no-such-b_q.npy", dst), 0);
+        if (c == 1) assert_int_equal(symlink("b_q.npy", dst), 0);
+        if (c == 2) assert_int_equal(mkdir(dst, 0755), 0);
+        if (c == 3) assert_int_equal(mkfifo(dst, 0644), 0);
+        const int rc = run_bench("forward", "--kernel", "naive", "--query", x, "--heads", "4",
+                                 "--weights", wdir, "--out", out, NULL);
+        expect_error(rc, dst, words[c], 1);
+        assert_int_equal(access(out, F_OK), -1);
+        if (c == 2)
+            assert_int_equal(rmdir(dst), 0);
+        else
+            assert_int_equal(unlink(dst), 0);
+    }
+    /* no entry at all: absent, the run goes on without that bias */
+    const int rc = run_bench("forward", "--kernel", "naive", "--query", x, "--heads", "4",
+                             "--weights", wdir, "--out", out, NULL);
+    if (rc != 0) fail_msg("forward without b_q.npy: exit %d: %s", rc, g_err);
+    assert_int_equal(access(out, F_OK), 0);
+}
+
 /* ---- sweep outputs -------------------------------------------------------------------- */
 
 static const char *const TINY[] = {"--kernels",  "naive",      "--seq",  "16",        "--heads",
@@ -1398,6 +1441,7 @@ int main(void) {
         cmocka_unit_test(test_forward_torch),
         cmocka_unit_test(test_attend_bad_inputs),
         cmocka_unit_test(test_forward_bad_inputs),
+        cmocka_unit_test(test_forward_bias_unreadable),
         cmocka_unit_test(test_sweep_bad_out),
         cmocka_unit_test(test_sweep_gbench_errors),
         cmocka_unit_test(test_sweep_run_files),

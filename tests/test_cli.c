@@ -13,12 +13,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -27,6 +30,8 @@
 #include "fmt_npy.h"
 #include "mha_private.h"
 #include "testutil.h"
+
+extern char **environ;
 
 /* Outputs must match torch within this fraction of the largest |expected| (max abs
  * error): float32 end to end on tiny shapes, so a few ulps of the output scale. */
@@ -1125,6 +1130,88 @@ static void test_out_keeps_mode(void **state) {
     assert_int_equal(sb.st_mode & 07777, 0600);
 }
 
+static void sleep_ms(int ms) {
+    const struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* compare --ab stopped by SIGINT (Ctrl-C), SIGTERM or SIGHUP while a sweep
+ * runs: the sweep is stopped, the scratch folder $TMPDIR/mhabench-ab.*
+ * (with its sweep.log) removed, and compare dies from that signal (what a
+ * shell reports as 128 + N, 130 for SIGINT). The fake sweep writes its pid
+ * and sleeps; the signal goes to compare alone, as kill(1) sends it. */
+static void test_ab_signal(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char fake[512], pidf[512], log[512], tmpdir[512];
+    tmp_path(fake, sizeof fake, "sleeper.sh");
+    tmp_path(pidf, sizeof pidf, "sleeper.pid");
+    tmp_path(log, sizeof log, "ab-signal.log");
+    FILE *f = fopen(fake, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\necho $$ > '%s.tmp' && mv '%s.tmp' '%s'\nexec sleep 60\n", pidf, pidf,
+            pidf);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(fake, 0755), 0);
+    const char *old_tmp = getenv("TMPDIR");
+    char *saved = old_tmp ? strdup(old_tmp) : NULL;
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        const int sig = sigs[i];
+        snprintf(tmpdir, sizeof tmpdir, "%s/abtmp-%d", g_tmp, sig);
+        assert_int_equal(mkdir(tmpdir, 0755), 0);
+        unlink(pidf);
+        setenv("TMPDIR", tmpdir, 1);
+        char *argv[] = {(char *)g_bench, "compare", "--ab", fake, fake, "--rounds", "2", NULL};
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        pid_t pid;
+        assert_int_equal(posix_spawn(&pid, g_bench, &fa, NULL, argv, environ), 0);
+        posix_spawn_file_actions_destroy(&fa);
+        if (saved)
+            setenv("TMPDIR", saved, 1);
+        else
+            unsetenv("TMPDIR");
+        /* the sweep runs: the folder and its log exist */
+        int waited = 0;
+        while (access(pidf, F_OK) != 0 && waited < 20000) {
+            sleep_ms(10);
+            waited += 10;
+        }
+        char text[64];
+        tu_slurp(pidf, text, sizeof text);
+        const pid_t sweep = (pid_t)atoi(text);
+        assert_true(sweep > 0);
+        assert_int_equal(tu_count_entries(tmpdir), 1);
+        assert_int_equal(kill(pid, sig), 0);
+        int status = 0;
+        pid_t r = 0;
+        for (waited = 0; (r = waitpid(pid, &status, WNOHANG)) == 0 && waited < 20000; waited += 10)
+            sleep_ms(10);
+        if (r == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+        }
+        const int sweep_alive = kill(sweep, 0) == 0;
+        if (sweep_alive) kill(sweep, SIGKILL);
+        tu_slurp(log, g_err, sizeof g_err);
+        print_message("  %s: %s, %d entries left in TMPDIR, sweep %s; stderr: %s", strsignal(sig),
+                      r == 0                ? "did not end"
+                      : WIFSIGNALED(status) ? strsignal(WTERMSIG(status))
+                                            : "exited",
+                      tu_count_entries(tmpdir), sweep_alive ? "still running" : "stopped", g_err);
+        assert_true(r == pid);
+        assert_true(WIFSIGNALED(status)); /* a shell then reports 128 + N */
+        assert_int_equal(WTERMSIG(status), sig);
+        assert_int_equal(tu_count_entries(tmpdir), 0);
+        assert_false(sweep_alive);
+        assert_non_null(strstr(g_err, "stopped by signal"));
+    }
+    free(saved);
+}
+
 /* tune checks its table path before measuring: a FIFO or folder is refused
  * at once and left as it was (the log is not created either). */
 static void test_tune_bad_out(void **state) {
@@ -1451,6 +1538,7 @@ int main(void) {
         cmocka_unit_test(test_tune_budget_dtypes),
         cmocka_unit_test(test_attend_special_files),
         cmocka_unit_test(test_out_keeps_mode),
+        cmocka_unit_test(test_ab_signal),
         cmocka_unit_test(test_gbench_shim_errors),
         cmocka_unit_test(test_verify_kernel_list),
         cmocka_unit_test(test_profile_seconds),

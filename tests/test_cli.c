@@ -1316,9 +1316,23 @@ static void test_tune_budget_dtypes(void **state) {
     json_object_put(root);
     assert_true(check_log_kernels(logdir) > 0);
 
-    /* a spent budget: the first of two classes runs, the second does not start */
+    /* a budget below every class's floor: nothing tuned, nothing written,
+     * the message naming the budget and the least that holds a class */
     snprintf(out, sizeof out, "%s/spent.json", d);
     rc = run_bench("tune", "--budget", "0.001", "--threads", "1", "--dtype", "fp32", "--shard",
+                   "1/8", "--out", out, NULL);
+    expect_usage(rc, "--budget 0.001 s is below the smallest class floor ");
+    assert_null(strstr(g_out, "classes in"));
+    assert_int_equal(access(out, F_OK), -1);
+    const char *fl = strstr(g_err, "class floor ");
+    double least = 0;
+    assert_int_equal(sscanf(fl + 12, "%lf", &least), 1);
+    assert_true(least > 0.001 && least < 1.0);
+    /* a spent budget: the first of two classes runs (its floor fits), the
+     * second does not start */
+    char least_s[32];
+    snprintf(least_s, sizeof least_s, "%.2f", least);
+    rc = run_bench("tune", "--budget", least_s, "--threads", "1", "--dtype", "fp32", "--shard",
                    "1/8", "--out", out, NULL);
     print_message("%s", g_out);
     if (rc != 0) fail_msg("tune: exit %d: %s", rc, g_err);

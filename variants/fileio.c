@@ -190,12 +190,16 @@ static mha_status resolve_target(const char *path, int follow, char *out, size_t
 /* The file a REPLACE write will replace hands its owner and permission bits
  * to the new one, so a private (0600) result stays private, also while it is
  * written; the set-id bits are not carried (new content is not what they were
- * given to). Best effort: giving a file away needs root, a group one's own. */
+ * given to). Best effort: giving a file away needs root, a group one's own.
+ * Where the group could not be kept, the group bits would open the file to
+ * another group: it gets no more than others do. */
 static void take_over(int fd, const char *target) {
-    struct stat sb;
+    struct stat sb, now;
     if (lstat(target, &sb) != 0 || !S_ISREG(sb.st_mode)) return;
     if (fchown(fd, sb.st_uid, sb.st_gid) != 0) (void)!fchown(fd, (uid_t)-1, sb.st_gid);
-    (void)fchmod(fd, sb.st_mode & 0777);
+    mode_t mode = sb.st_mode & 0777;
+    if (fstat(fd, &now) == 0 && now.st_gid != sb.st_gid) mode &= ~(070 & ~((mode & 07) << 3));
+    (void)fchmod(fd, mode);
 }
 
 mha_status mha_out_begin(mha_out *w, const char *path, int flags, char *why, size_t len) {

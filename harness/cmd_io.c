@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "mha.h"
@@ -603,14 +604,24 @@ typedef struct {
     int present;
 } param;
 
-/* Reads DIR/<name>.npy (an optional one may be absent) and checks its shape:
- * 0, or -1 after a message naming the file, its shape and the one expected. */
+/* Reads DIR/<name>.npy and checks its shape: 0, or -1 after a message naming
+ * the file, its shape and the one expected. An optional one is absent only
+ * when DIR has no entry of that name (lstat: ENOENT); one that is there but
+ * cannot be read (a dangling symlink, a folder, a FIFO, EACCES) is an error,
+ * never a run without that bias. */
 static int load_param(const char *dir, mha_dtype dt, param *pr) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.npy", dir, pr->name);
-    if (pr->optional) {
-        struct stat sb;
-        if (stat(path, &sb) != 0 && errno == ENOENT) return 0;
+    struct stat sb;
+    if (pr->optional && lstat(path, &sb) != 0 && errno == ENOENT) return 0;
+    if (pr->optional && S_ISLNK(sb.st_mode) && stat(path, &sb) != 0 && errno == ENOENT) {
+        char to[4096];
+        const ssize_t n = readlink(path, to, sizeof to - 1);
+        to[n > 0 ? n : 0] = '\0';
+        errorf_esc("%s: a symbolic link to '%s', which leads nowhere (an optional %s is absent "
+                   "only when there is no %s.npy at all)",
+                   path, to, pr->name, pr->name);
+        return -1;
     }
     if (load_any(path, &pr->a) != 0) return -1;
     pr->present = 1;

@@ -606,7 +606,8 @@ static void usage_tune(FILE *f) {
             "  writes the tuning table mha_select and `--kernel auto` use, plus a JSON Lines\n"
             "  log of every measurement in log/ beside it.\n"
             "  --budget S    the run's time in seconds (default %.0f); it ends within about\n"
-            "                5%% of it (classes share what is left; past it none is started)\n"
+            "                5%% of it (classes share what is left; past it none is started);\n"
+            "                one below the cheapest class's floor is refused (exit 2)\n"
             "  --classes C   quick (default: head_dim 64/128, kv <= 4096, decode at 4096) or full\n"
             "  --dtype D     Q/O dtypes of the classes (default fp32,bf16): prefill classes\n"
             "                come in both, decode in fp32; a dtype no kernel with block knobs\n"
@@ -916,6 +917,8 @@ static tune_status choose_kernels(tune_run *r) {
 /* What the run covers: the MHA_ISA cap checked, the OpenMP pool pinned, the
  * classes and kernels chosen. Returns TUNE_OK, or TUNE_BAD_INPUT (message
  * printed) when the options are bad or leave nothing to do. */
+static tune_status check_budget_floor(const tune_run *r); /* below, with class_floor */
+
 static tune_status plan_run(tune_run *r) {
     if (!check_isa_env()) return TUNE_BAD_INPUT;
     /* Pin the OpenMP pool one thread per core, as the sweep does: unpinned
@@ -927,6 +930,7 @@ static tune_status plan_run(tune_run *r) {
         errorf("tune: nothing to do (%d kernels, %d classes)", r->nk, r->ncls);
         st = TUNE_BAD_INPUT;
     }
+    if (st == TUNE_OK) st = check_budget_floor(r);
     return st;
 }
 
@@ -1196,21 +1200,56 @@ static double sample_time(double t) {
 /* What class c costs whatever its share: every kernel's first measurement
  * (verification and warm-up, about two calls, and MIN_REPS samples) and
  * MIN_REPS final rounds of the default kernel's prior and best, from the
- * kernels' ratios so far; 0 when a kernel of the class has none yet (nothing
- * to go by). */
-static double class_floor(const tune_run *r, const mha_shape_class *c) {
+ * kernels' ratios so far. A kernel with none yet counts with the ratio
+ * `unknown`: 0 makes the floor 0 (nothing to go by); 1 takes class_cost's
+ * rough time, which with SAMPLE_MIN_S per sample is what even the cheapest
+ * class cannot do without (the start of a run, plan_run's check). */
+static double floor_with(const tune_run *r, const mha_shape_class *c, double unknown) {
     mha_problem p;
     mha_class_problem(c, &p);
     const double cost = class_cost(c, r->tall);
     double floor = 0;
     for (int i = 0; i < r->nk; i++) {
         if (!kernel_in_class(r, r->kr[i].k, c, &p)) continue;
-        const double call = ratio_of(&r->tx, r->kr[i].k) * cost;
+        double ratio = ratio_of(&r->tx, r->kr[i].k);
+        if (!(ratio > 0)) ratio = unknown;
+        const double call = ratio * cost;
         if (!(call > 0)) return 0;
         floor += 2 * call + MIN_REPS * sample_time(call);
     }
-    const double dcall = ratio_of(&r->tx, mha_default_kernel(&p)) * cost;
-    return floor + 2 * MIN_REPS * sample_time(dcall);
+    double dratio = ratio_of(&r->tx, mha_default_kernel(&p));
+    if (!(dratio > 0)) dratio = unknown;
+    return floor + 2 * MIN_REPS * sample_time(dratio * cost);
+}
+
+static double class_floor(const tune_run *r, const mha_shape_class *c) {
+    return floor_with(r, c, 0);
+}
+
+/* A budget that cannot hold the first measurements of even the cheapest
+ * class would still tune that one (the first class always starts), far past
+ * the budget: refused instead. The classes share the budget less the
+ * confirmation reserve, plus the slack a class may run over. Returns
+ * TUNE_OK, or TUNE_BAD_INPUT after naming the budget needed. */
+static tune_status check_budget_floor(const tune_run *r) {
+    int cheapest = -1;
+    double least = 0;
+    for (int i = 0; i < r->ncls; i++) {
+        const double f = floor_with(r, &r->classes[i], 1.0);
+        if (cheapest < 0 || f < least) {
+            cheapest = i;
+            least = f;
+        }
+    }
+    const double usable = 1 - CONFIRM_FRACTION + BUDGET_SLACK;
+    if (cheapest < 0 || least <= r->a.budget * usable) return TUNE_OK;
+    char name[64];
+    mha_class_name(&r->classes[cheapest], name, sizeof name);
+    errorf("tune: --budget %g s is below the smallest class floor %.2f s (class %s: its "
+           "kernels' first measurements and final rounds, with the run's reserve); nothing "
+           "tuned",
+           (double)r->a.budget, ceil(least / usable * 100) / 100, name);
+    return TUNE_BAD_INPUT;
 }
 
 /* Tunes class ci with its share of the budget left: search, final round,

@@ -180,8 +180,7 @@ static void release(bf_data *x) {
     free(x->ref);
 }
 
-static mha_status run(bf_data *x) {
-    const mha_kernel *k = kernel();
+static mha_status run_kernel(const mha_kernel *k, bf_data *x) {
     const mha_options o = {x->c.threads, x->c.bq, x->c.bk, x->c.split};
     size_t ws = 0;
     mha_status st = mha_workspace_size(k, &x->p, &o, &ws);
@@ -192,6 +191,10 @@ static mha_status run(bf_data *x) {
     st = mha_attend(k, &x->p, &o, &x->qv, &x->kv, &x->vv, &x->ov, w, ws);
     mha_free(w);
     return st;
+}
+
+static mha_status run(bf_data *x) {
+    return run_kernel(kernel(), x);
 }
 
 /* Number of elements off the oracle (NaN where it is NaN, within tol where it
@@ -373,6 +376,53 @@ static void test_nan_inf(void **state) {
     }
 }
 
+/* README "Element types": the bf16-instruction kernels flush subnormal bf16
+ * operands (and products) to zero, as vdpbf16ps and vcvtne(2)ps2bf16 do
+ * whatever MXCSR says, so an output is off by at most the largest subnormal
+ * bf16, 1.2e-38 (x max|v| for a weight), against the oracle, which takes them
+ * exactly. Pinned on V: columns 0 and 1 of every V row set to 2^-127 and to
+ * the largest subnormal (0x007f): exact outputs 5.9e-39 and 1.17e-38 come
+ * out 0; a Q row of subnormals only moves its scores by ~1e-38 (within the
+ * usual bound). Both kernels, bf16 Q/O and K/V. */
+static void test_subnormal_flush(void **state) {
+    (void)state;
+    if (skip_unless_bf16()) skip();
+    static const char *const names[] = {"flash.avx512bf16", "decode.avx512bf16"};
+    const double largest = 0x7fp-133; /* bf16 0x007f: (1 - 2^-7) 2^-126 */
+    for (int n = 0; n < 2; n++) {
+        const mha_kernel *k = mha_kernel_find(names[n]);
+        assert_non_null(k);
+        const bf_case c = {1, 2, 1, n ? 1 : 5, 37, 64, 0, MHA_BF16, MHA_BF16, 1, 1, 0, 0, 0, 1.0f};
+        bf_data x;
+        prepare(&c, 21 + (uint64_t)n, &x);
+        for (int64_t j = 0; j < c.Nkv; j++) {
+            x.v[j * c.d] = 0x0040;     /* 2^-127 */
+            x.v[j * c.d + 1] = 0x007f; /* the largest subnormal */
+        }
+        const uint16_t sub = 0x0001; /* 2^-133, the least one */
+        for (int64_t cc = 0; cc < c.d; cc++) x.q[(c.Nq - 1) * c.d + cc] = sub;
+        assert_int_equal(mha_reference(&x.p, &x.qv, &x.kv, &x.vv, x.ref), MHA_OK);
+        assert_int_equal(run_kernel(k, &x), MHA_OK);
+        char msg[200];
+        double err;
+        assert_int_equal(compare(&x, x.ref, msg, sizeof msg, &err), 0); /* the usual bound */
+        for (int64_t h = 0; h < c.H; h++)
+            for (int64_t i = 0; i < c.Nq; i++)
+                for (int col = 0; col < 2; col++) {
+                    const int64_t at = h * x.ov.stride_h + i * x.ov.stride_n + col;
+                    const double want = x.ref[(h * c.Nq + i) * c.d + col];
+                    const double got = elem(MHA_BF16, x.o, at);
+                    if (h == 0 && i == 0)
+                        print_message("%s: column %d exact %.3g, got %.3g\n", names[n], col, want,
+                                      got);
+                    assert_true(want > 0 && want <= largest * (1 + 1e-6));
+                    assert_true(fabs(got - want) <= largest * (1 + 1e-6));
+                    assert_true(got == 0.0); /* flushed, as the README says */
+                }
+        release(&x);
+    }
+}
+
 /* MHA_ISA=avx512 hides the kernel: mha_attend refuses it, and the default
  * for a bf16 problem is another kernel that takes bf16 (decode.avx512, which
  * runs any shape), never this one. */
@@ -425,11 +475,9 @@ static void test_default_by_dtype(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grid),
-        cmocka_unit_test(test_bound_catches),
-        cmocka_unit_test(test_nan_inf),
-        cmocka_unit_test(test_isa_cap),
-        cmocka_unit_test(test_default_by_dtype),
+        cmocka_unit_test(test_grid),    cmocka_unit_test(test_bound_catches),
+        cmocka_unit_test(test_nan_inf), cmocka_unit_test(test_subnormal_flush),
+        cmocka_unit_test(test_isa_cap), cmocka_unit_test(test_default_by_dtype),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,12 +13,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -27,6 +30,8 @@
 #include "fmt_npy.h"
 #include "mha_private.h"
 #include "testutil.h"
+
+extern char **environ;
 
 /* Outputs must match torch within this fraction of the largest |expected| (max abs
  * error): float32 end to end on tiny shapes, so a few ulps of the output scale. */
@@ -871,6 +876,49 @@ static void test_forward_bad_inputs(void **state) {
     expect_error(rc, "--heads", NULL, 0);
 }
 
+/* An optional bias is absent only when DIR has no entry of its name: one
+ * that is there but cannot be read (a dangling symlink, a link loop, a
+ * folder, a FIFO) is exit 2 naming it, never a run without that bias. A
+ * weights folder of links to tests/data/self, whose biases are all there. */
+static void test_forward_bias_unreadable(void **state) {
+    (void)state;
+    NEED_DATA();
+    char x[1024], wdir[512], src[1024], dst[1024], out[512];
+    data_path(x, sizeof x, "self", "query"); /* [2, 5, 16], 4 heads */
+    tmp_path(wdir, sizeof wdir, "linkw");
+    assert_int_equal(mkdir(wdir, 0755), 0);
+    static const char *const names[] = {"w_q", "w_k", "w_v", "w_o", "b_k", "b_v", "b_o"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        data_path(src, sizeof src, "self", names[i]);
+        snprintf(dst, sizeof dst, "%s/%s.npy", wdir, names[i]);
+        assert_int_equal(symlink(src, dst), 0);
+    }
+    tmp_path(out, sizeof out, "bias_out.npy");
+    snprintf(dst, sizeof dst, "%s/b_q.npy", wdir);
+    for (int c = 0; c < 4; c++) {
+        static const char *const kinds[] = {"dangling symlink", "symlink loop", "folder", "FIFO"};
+        static const char *const words[] = {"leads nowhere", "b_q.npy", "directory", "FIFO"};
+        print_message("b_q.npy as a %s\n", kinds[c]);
+        if (c == 0) assert_int_equal(symlink("no-such-b_q.npy", dst), 0);
+        if (c == 1) assert_int_equal(symlink("b_q.npy", dst), 0);
+        if (c == 2) assert_int_equal(mkdir(dst, 0755), 0);
+        if (c == 3) assert_int_equal(mkfifo(dst, 0644), 0);
+        const int rc = run_bench("forward", "--kernel", "naive", "--query", x, "--heads", "4",
+                                 "--weights", wdir, "--out", out, NULL);
+        expect_error(rc, dst, words[c], 1);
+        assert_int_equal(access(out, F_OK), -1);
+        if (c == 2)
+            assert_int_equal(rmdir(dst), 0);
+        else
+            assert_int_equal(unlink(dst), 0);
+    }
+    /* no entry at all: absent, the run goes on without that bias */
+    const int rc = run_bench("forward", "--kernel", "naive", "--query", x, "--heads", "4",
+                             "--weights", wdir, "--out", out, NULL);
+    if (rc != 0) fail_msg("forward without b_q.npy: exit %d: %s", rc, g_err);
+    assert_int_equal(access(out, F_OK), 0);
+}
+
 /* ---- sweep outputs -------------------------------------------------------------------- */
 
 static const char *const TINY[] = {"--kernels",  "naive",      "--seq",  "16",        "--heads",
@@ -1055,6 +1103,115 @@ static void test_attend_special_files(void **state) {
     assert_int_equal(access(out, F_OK), -1);
 }
 
+/* attend --out over a private (0600) file: the result replaces it and stays
+ * 0600, not the umask's 0644 (README "Files mhabench reads and writes"). */
+static void test_out_keeps_mode(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const int64_t shp[4] = {1, 1, 4, 8};
+    write_f4("mq.npy", shp, 4);
+    char q[512], out[512];
+    tmp_path(q, sizeof q, "mq.npy");
+    tmp_path(out, sizeof out, "private.npy");
+    FILE *f = fopen(out, "w");
+    assert_non_null(f);
+    fputs("old", f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(out, 0600), 0);
+    const int rc =
+        run_bench("attend", "--kernel", "naive", "--q", q, "--k", q, "--v", q, "--out", out, NULL);
+    if (rc != 0) fail_msg("attend: exit %d: %s", rc, g_err);
+    char head[16];
+    tu_slurp(out, head, sizeof head);
+    assert_int_equal(memcmp(head, "\x93NUMPY", 6), 0); /* replaced */
+    struct stat sb;
+    assert_int_equal(stat(out, &sb), 0);
+    print_message("  mode after --out: %04o\n", (unsigned)(sb.st_mode & 07777));
+    assert_int_equal(sb.st_mode & 07777, 0600);
+}
+
+static void sleep_ms(int ms) {
+    const struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* compare --ab stopped by SIGINT (Ctrl-C), SIGTERM or SIGHUP while a sweep
+ * runs: the sweep is stopped, the scratch folder $TMPDIR/mhabench-ab.*
+ * (with its sweep.log) removed, and compare dies from that signal (what a
+ * shell reports as 128 + N, 130 for SIGINT). The fake sweep writes its pid
+ * and sleeps; the signal goes to compare alone, as kill(1) sends it. */
+static void test_ab_signal(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char fake[512], pidf[512], log[512], tmpdir[512];
+    tmp_path(fake, sizeof fake, "sleeper.sh");
+    tmp_path(pidf, sizeof pidf, "sleeper.pid");
+    tmp_path(log, sizeof log, "ab-signal.log");
+    FILE *f = fopen(fake, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\necho $$ > '%s.tmp' && mv '%s.tmp' '%s'\nexec sleep 60\n", pidf, pidf,
+            pidf);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(fake, 0755), 0);
+    const char *old_tmp = getenv("TMPDIR");
+    char *saved = old_tmp ? strdup(old_tmp) : NULL;
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        const int sig = sigs[i];
+        snprintf(tmpdir, sizeof tmpdir, "%s/abtmp-%d", g_tmp, sig);
+        assert_int_equal(mkdir(tmpdir, 0755), 0);
+        unlink(pidf);
+        setenv("TMPDIR", tmpdir, 1);
+        char *argv[] = {(char *)g_bench, "compare", "--ab", fake, fake, "--rounds", "2", NULL};
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        pid_t pid;
+        assert_int_equal(posix_spawn(&pid, g_bench, &fa, NULL, argv, environ), 0);
+        posix_spawn_file_actions_destroy(&fa);
+        if (saved)
+            setenv("TMPDIR", saved, 1);
+        else
+            unsetenv("TMPDIR");
+        /* the sweep runs: the folder and its log exist */
+        int waited = 0;
+        while (access(pidf, F_OK) != 0 && waited < 20000) {
+            sleep_ms(10);
+            waited += 10;
+        }
+        char text[64];
+        tu_slurp(pidf, text, sizeof text);
+        const pid_t sweep = (pid_t)atoi(text);
+        assert_true(sweep > 0);
+        assert_int_equal(tu_count_entries(tmpdir), 1);
+        assert_int_equal(kill(pid, sig), 0);
+        int status = 0;
+        pid_t r = 0;
+        for (waited = 0; (r = waitpid(pid, &status, WNOHANG)) == 0 && waited < 20000; waited += 10)
+            sleep_ms(10);
+        if (r == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+        }
+        const int sweep_alive = kill(sweep, 0) == 0;
+        if (sweep_alive) kill(sweep, SIGKILL);
+        tu_slurp(log, g_err, sizeof g_err);
+        print_message("  %s: %s, %d entries left in TMPDIR, sweep %s; stderr: %s", strsignal(sig),
+                      r == 0                ? "did not end"
+                      : WIFSIGNALED(status) ? strsignal(WTERMSIG(status))
+                                            : "exited",
+                      tu_count_entries(tmpdir), sweep_alive ? "still running" : "stopped", g_err);
+        assert_true(r == pid);
+        assert_true(WIFSIGNALED(status)); /* a shell then reports 128 + N */
+        assert_int_equal(WTERMSIG(status), sig);
+        assert_int_equal(tu_count_entries(tmpdir), 0);
+        assert_false(sweep_alive);
+        assert_non_null(strstr(g_err, "stopped by signal"));
+    }
+    free(saved);
+}
+
 /* tune checks its table path before measuring: a FIFO or folder is refused
  * at once and left as it was (the log is not created either). */
 static void test_tune_bad_out(void **state) {
@@ -1159,9 +1316,23 @@ static void test_tune_budget_dtypes(void **state) {
     json_object_put(root);
     assert_true(check_log_kernels(logdir) > 0);
 
-    /* a spent budget: the first of two classes runs, the second does not start */
+    /* a budget below every class's floor: nothing tuned, nothing written,
+     * the message naming the budget and the least that holds a class */
     snprintf(out, sizeof out, "%s/spent.json", d);
     rc = run_bench("tune", "--budget", "0.001", "--threads", "1", "--dtype", "fp32", "--shard",
+                   "1/8", "--out", out, NULL);
+    expect_usage(rc, "--budget 0.001 s is below the smallest class floor ");
+    assert_null(strstr(g_out, "classes in"));
+    assert_int_equal(access(out, F_OK), -1);
+    const char *fl = strstr(g_err, "class floor ");
+    double least = 0;
+    assert_int_equal(sscanf(fl + 12, "%lf", &least), 1);
+    assert_true(least > 0.001 && least < 1.0);
+    /* a spent budget: the first of two classes runs (its floor fits), the
+     * second does not start */
+    char least_s[32];
+    snprintf(least_s, sizeof least_s, "%.2f", least);
+    rc = run_bench("tune", "--budget", least_s, "--threads", "1", "--dtype", "fp32", "--shard",
                    "1/8", "--out", out, NULL);
     print_message("%s", g_out);
     if (rc != 0) fail_msg("tune: exit %d: %s", rc, g_err);
@@ -1371,6 +1542,7 @@ int main(void) {
         cmocka_unit_test(test_forward_torch),
         cmocka_unit_test(test_attend_bad_inputs),
         cmocka_unit_test(test_forward_bad_inputs),
+        cmocka_unit_test(test_forward_bias_unreadable),
         cmocka_unit_test(test_sweep_bad_out),
         cmocka_unit_test(test_sweep_gbench_errors),
         cmocka_unit_test(test_sweep_run_files),
@@ -1379,6 +1551,8 @@ int main(void) {
         cmocka_unit_test(test_tune_bad_out),
         cmocka_unit_test(test_tune_budget_dtypes),
         cmocka_unit_test(test_attend_special_files),
+        cmocka_unit_test(test_out_keeps_mode),
+        cmocka_unit_test(test_ab_signal),
         cmocka_unit_test(test_gbench_shim_errors),
         cmocka_unit_test(test_verify_kernel_list),
         cmocka_unit_test(test_profile_seconds),

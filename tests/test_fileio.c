@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <grp.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mha_private.h"
@@ -111,6 +113,103 @@ static void test_new_and_replace(void **state) {
     umask(mask);
     assert_int_equal(sb.st_mode & 0777, 0666 & ~mask);
     assert_int_equal(tu_count_entries(d), 1); /* no temporary left */
+}
+
+/* Replacing keeps the replaced file's permissions and owner (where the
+ * process may set it): a private result stays private, while it is written
+ * too; the set-id bits are dropped. Through a symlink, the file it names. */
+static void test_replace_keeps_mode(void **state) {
+    (void)state;
+    char d[512], p[1024], l[1024], why[1024];
+    sub(d, sizeof d, "mode");
+    snprintf(p, sizeof p, "%s/private.txt", d);
+    put(p, "secret");
+    assert_int_equal(chmod(p, 0600), 0);
+    mha_out w;
+    assert_int_equal(mha_out_begin(&w, p, MHA_OUT_REPLACE, why, sizeof why), MHA_OK);
+    struct stat sb;
+    assert_int_equal(fstat(w.fd, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0600); /* not readable by others while written */
+    assert_int_equal(mha_out_write(&w, "new", 3, why, sizeof why), MHA_OK);
+    assert_int_equal(mha_out_commit(&w, why, sizeof why), MHA_OK);
+    check_text(p, "new");
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0600);
+
+    /* another owner: kept when this process may give it (root) */
+    const int root = geteuid() == 0;
+    const uid_t uid = root ? 4321 : geteuid();
+    const gid_t gid = root ? 4322 : getegid();
+    assert_int_equal(chown(p, uid, gid), 0);
+    assert_int_equal(chmod(p, 0640), 0);
+    write_file(p, MHA_OUT_REPLACE, "again", MHA_OK);
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0640);
+    assert_int_equal(sb.st_uid, uid);
+    assert_int_equal(sb.st_gid, gid);
+    if (!root) print_message("  not root: only the process's own owner checked\n");
+
+    /* set-id bits are not carried over; the rest of the mode is */
+    assert_int_equal(chmod(p, 06750), 0);
+    write_file(p, MHA_OUT_REPLACE, "setid", MHA_OK);
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0750);
+
+    /* through a symlink: the mode of the file it names */
+    assert_int_equal(chmod(p, 0600), 0);
+    snprintf(l, sizeof l, "%s/link", d);
+    assert_int_equal(symlink("private.txt", l), 0);
+    write_file(l, MHA_OUT_REPLACE, "linked", MHA_OK);
+    check_text(p, "linked");
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0600);
+    assert_int_equal(tu_count_entries(d), 2); /* no temporary left */
+}
+
+/* Replacing a file of a group the writer is not in (as a user who may write
+ * the folder, not root): the new file is in the writer's group, so the group
+ * bits drop to what others get. Root only (it makes that user in a child). */
+static void test_replace_other_group(void **state) {
+    (void)state;
+    if (geteuid() != 0) {
+        print_message("not root: cannot act as another user here; skipped\n");
+        skip();
+    }
+    char d[512], p[1024];
+    sub(d, sizeof d, "group");
+    assert_int_equal(chmod(g_dir, 0755), 0);
+    assert_int_equal(chmod(d, 0777), 0);
+    static const mode_t modes[2][2] = {{0640, 0600}, {0664, 0644}}; /* before, after */
+    for (int m = 0; m < 2; m++) {
+        snprintf(p, sizeof p, "%s/shared%d.txt", d, m);
+        put(p, "old");
+        assert_int_equal(chown(p, 4321, 5555), 0);
+        assert_int_equal(chmod(p, modes[m][0]), 0);
+        const pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) { /* user 4321 in group 4444 only, not 5555 */
+            if (setgroups(0, NULL) != 0 || setgid(4444) != 0 || setuid(4321) != 0) _exit(10);
+            mha_out w;
+            char why[1024];
+            if (mha_out_begin(&w, p, MHA_OUT_REPLACE, why, sizeof why) != MHA_OK) _exit(11);
+            if (mha_out_write(&w, "new", 3, why, sizeof why) != MHA_OK) _exit(12);
+            _exit(mha_out_commit(&w, why, sizeof why) == MHA_OK ? 0 : 13);
+        }
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+        check_text(p, "new");
+        struct stat sb;
+        assert_int_equal(stat(p, &sb), 0);
+        print_message("  %04o 4321:5555 replaced by 4321:4444 -> %04o %d:%d\n",
+                      (unsigned)modes[m][0], (unsigned)(sb.st_mode & 07777), (int)sb.st_uid,
+                      (int)sb.st_gid);
+        assert_int_equal(sb.st_uid, 4321);
+        assert_int_equal(sb.st_gid, 4444);
+        assert_int_equal(sb.st_mode & 07777, modes[m][1]);
+    }
+    assert_int_equal(chmod(g_dir, 0700), 0);
 }
 
 static void test_symlink_followed(void **state) {
@@ -282,6 +381,8 @@ static void test_run_file_names(void **state) {
 static void test_named_fallback(void **state) {
     mha_fileio_force_named_temp = 1;
     test_new_and_replace(state);
+    test_replace_keeps_mode(state);
+    if (geteuid() == 0) test_replace_other_group(state);
     test_symlink_followed(state);
     test_special_targets_refused(state);
     test_noreplace(state);
@@ -294,6 +395,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_input_regular_only),
         cmocka_unit_test(test_new_and_replace),
+        cmocka_unit_test(test_replace_keeps_mode),
+        cmocka_unit_test(test_replace_other_group),
         cmocka_unit_test(test_symlink_followed),
         cmocka_unit_test(test_special_targets_refused),
         cmocka_unit_test(test_noreplace),

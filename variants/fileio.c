@@ -1,8 +1,9 @@
 /* fileio.c - safe opening of user-named files (see fileio.h). Inputs: regular
  * files only, refused without blocking. Outputs: an O_TMPFILE inode in the
  * target's folder, linked (never replaces) or renamed (replaces a regular
- * file) into place at commit; a named hidden temp file where O_TMPFILE is
- * unsupported. Symlinked targets are followed to the file they name. */
+ * file, keeping its mode and owner) into place at commit; a named hidden
+ * temp file where O_TMPFILE is unsupported. Symlinked targets are followed
+ * to the file they name. */
 #include "fileio.h"
 
 #include <errno.h>
@@ -186,6 +187,21 @@ static mha_status resolve_target(const char *path, int follow, char *out, size_t
     return MHA_OK;
 }
 
+/* The file a REPLACE write will replace hands its owner and permission bits
+ * to the new one, so a private (0600) result stays private, also while it is
+ * written; the set-id bits are not carried (new content is not what they were
+ * given to). Best effort: giving a file away needs root, a group one's own.
+ * Where the group could not be kept, the group bits would open the file to
+ * another group: it gets no more than others do. */
+static void take_over(int fd, const char *target) {
+    struct stat sb, now;
+    if (lstat(target, &sb) != 0 || !S_ISREG(sb.st_mode)) return;
+    if (fchown(fd, sb.st_uid, sb.st_gid) != 0) (void)!fchown(fd, (uid_t)-1, sb.st_gid);
+    mode_t mode = sb.st_mode & 0777;
+    if (fstat(fd, &now) == 0 && now.st_gid != sb.st_gid) mode &= ~(070 & ~((mode & 07) << 3));
+    (void)fchmod(fd, mode);
+}
+
 mha_status mha_out_begin(mha_out *w, const char *path, int flags, char *why, size_t len) {
     memset(w, 0, sizeof *w);
     w->fd = -1;
@@ -214,8 +230,10 @@ mha_status mha_out_begin(mha_out *w, const char *path, int flags, char *why, siz
         /* Without /proc the name cannot reach the inode: use a named file. */
         struct stat a, b;
         if (stat(w->name, &a) == 0 && fstat(w->fd, &b) == 0 && a.st_ino == b.st_ino &&
-            a.st_dev == b.st_dev)
+            a.st_dev == b.st_dev) {
+            if (!(flags & MHA_OUT_NOREPLACE)) take_over(w->fd, w->target);
             return MHA_OK;
+        }
         close(w->fd);
         w->fd = -1;
         w->anonymous = 0;
@@ -239,6 +257,7 @@ mha_status mha_out_begin(mha_out *w, const char *path, int flags, char *why, siz
     const mode_t mask = umask(0);
     umask(mask);
     (void)fchmod(w->fd, 0666 & ~mask);
+    if (!(flags & MHA_OUT_NOREPLACE)) take_over(w->fd, w->target);
     snprintf(w->name, sizeof w->name, "%s", w->tmp);
     return MHA_OK;
 }
@@ -355,6 +374,7 @@ mha_status mha_out_commit(mha_out *w, char *why, size_t len) {
             mha_out_abort(w);
             return MHA_EINVAL;
         }
+        take_over(w->fd, w->target); /* the file replaced now, if it changed */
         if (w->anonymous) {
             /* Give the inode a hidden name beside the target, then rename:
              * rename is the only atomic replace. */

@@ -64,7 +64,8 @@ mha_status mha_out_retarget(mha_out *w, const char *path, char *why, size_t len)
  * never replaces; on an existing target returns MHA_EIO with w->exists = 1
  * and leaves w open for mha_out_retarget + another commit or mha_out_abort);
  * REPLACE renames it over the target, which must still be a regular file or
- * absent. Closes w on success and on every error but `exists`. */
+ * absent, and gives it the replaced file's permission bits (not set-id) and,
+ * where allowed, owner. Closes w on success and on every error but `exists`. */
 mha_status mha_out_commit(mha_out *w, char *why, size_t len);
 /* Drops the file (nothing is left on disk). Safe to call twice. */
 void mha_out_abort(mha_out *w);

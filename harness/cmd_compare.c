@@ -22,6 +22,7 @@
 #include "commands.h"
 #include "mha_private.h"
 #include "fmt_results.h"
+#include "proc.h"
 #include "stats.h"
 #include "util.h"
 
@@ -391,7 +392,8 @@ typedef struct {
     double med_b, med_n, change; /* medians in ns, change in percent (after drift removal) */
     double change_raw;           /* before drift removal */
     double threshold;            /* percent: its drift group's, else the run's */
-    double ci_lo, ci_hi;         /* 95% interval of the shift, percent (after drift removal) */
+    double shift, ci_lo, ci_hi;  /* Hodges-Lehmann shift and its 95% interval, percent (after
+                                    drift removal) */
     utest ut;
     int too_few;
     verdict v;
@@ -624,7 +626,7 @@ static void test_rows(const result_set *base, const result_set *new, comparison 
         r->change_raw = (r->med_n / r->med_b - 1) * 100;
         r->change = (r->med_n * f / r->med_b - 1) * 100;
         r->ut = mann_whitney(b->t, b->n, scaled, n->n);
-        stats_shift_interval(b->t, b->n, scaled, n->n, 0.95, &r->ci_lo, &r->ci_hi);
+        r->shift = stats_shift_interval(b->t, b->n, scaled, n->n, 0.95, &r->ci_lo, &r->ci_hi);
         r->too_few = b->n < MIN_REPS || n->n < MIN_REPS;
         r->v = decide(r, &c->eff);
         c->count[r->v]++;
@@ -800,6 +802,7 @@ static void report_json(const comparison *c, const gate_result *gr, const result
         json_object_object_add(e, "new_median_ns", results_json_double(r->med_n));
         json_object_object_add(e, "change_pct", results_json_double(r->change));
         json_object_object_add(e, "change_raw_pct", results_json_double(r->change_raw));
+        json_object_object_add(e, "shift_pct", results_json_double(r->shift));
         json_object *ci = json_object_new_array();
         json_object_array_add(ci, results_json_double(r->ci_lo));
         json_object_array_add(ci, results_json_double(r->ci_hi));
@@ -1220,136 +1223,8 @@ static int find_baseline(const char *dir, const result_set *nw, int force, resul
 
 /* ---- A/B runs ------------------------------------------------------------------------- */
 
-/* Signals that end an A/B early (Ctrl-C, kill, a closed terminal): the sweep
- * running is stopped, the scratch folder removed, and the process then dies
- * from the same signal (a shell reports 128 + N: 130 for SIGINT). They are
- * blocked for the runner's life and taken with sigwaitinfo, so none can slip
- * in between two checks; one ignored at the start (nohup, a background job
- * of a script) stays ignored. SIGCHLD is in the wait set to see a sweep end. */
-typedef struct {
-    sigset_t stop; /* the stopping signals not ignored at the start */
-    sigset_t wait; /* stop + SIGCHLD */
-    sigset_t old;  /* the mask before, restored for the sweeps and at the end */
-} ab_signals;
-
-static void ab_signals_block(ab_signals *sg) {
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-    sigemptyset(&sg->stop);
-    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
-        struct sigaction sa;
-        if (sigaction(sigs[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN)
-            sigaddset(&sg->stop, sigs[i]);
-    }
-    sg->wait = sg->stop;
-    sigaddset(&sg->wait, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &sg->wait, &sg->old);
-}
-
-/* A stopping signal already pending (taken), or 0. */
-static int ab_signal_pending(const ab_signals *sg) {
-    const struct timespec zero = {0, 0};
-    const int sig = sigtimedwait(&sg->stop, NULL, &zero);
-    return sig > 0 ? sig : 0;
-}
-
-/* Stops the process group of a sweep with sig: waits up to AB_STOP_GRACE_S
- * for the sweep to exit, then kills what is left of the group (the sweep,
- * unreaped until then, keeps the group's id from being reused) and reaps it. */
-#define AB_STOP_GRACE_S 5.0
-static void stop_sweep(pid_t pid, int sig) {
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    (void)kill(-pid, sig);
-    const double end = now_s() + AB_STOP_GRACE_S;
-    for (;;) {
-        siginfo_t si;
-        memset(&si, 0, sizeof si);
-        const int r = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT);
-        if ((r == 0 && si.si_pid == pid) || (r < 0 && errno != EINTR) || now_s() > end) break;
-        const struct timespec tick = {0, 50 * 1000 * 1000};
-        (void)sigtimedwait(&chld, NULL, &tick);
-    }
-    (void)kill(-pid, SIGKILL);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-}
-
-/* Runs argv in a process group of its own (so a stop reaches what it starts
- * too) with stdout and stderr appended to log. Returns the exit status; -1
- * (after printing why) when it could not start or died from a signal;
- * SPAWN_STOPPED when a stopping signal came (in *caught; the sweep has been
- * stopped). */
-enum { SPAWN_STOPPED = -2 };
-static int spawn_wait(char *const *argv, const char *log, const ab_signals *sg, int *caught) {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawnattr_t at;
-    posix_spawnattr_init(&at);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setsigmask(&at, &sg->old);
-    posix_spawnattr_setpgroup(&at, 0);
-    pid_t pid;
-    const int err = strchr(argv[0], '/') ? posix_spawn(&pid, argv[0], &fa, &at, argv, environ)
-                                         : posix_spawnp(&pid, argv[0], &fa, &at, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
-    if (err != 0) {
-        errorf_esc("compare: cannot run %s: %s", argv[0], strerror(err));
-        return -1;
-    }
-    int status;
-    for (;;) {
-        const pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid) break;
-        if (r < 0 && errno != EINTR) {
-            errorf_esc("compare: waiting for %s: %s", argv[0], strerror(errno));
-            return -1;
-        }
-        /* Returns at once for a SIGCHLD that came after the waitpid above. */
-        const int sig = sigwaitinfo(&sg->wait, NULL);
-        if (sig > 0 && sig != SIGCHLD) {
-            stop_sweep(pid, sig);
-            *caught = sig;
-            return SPAWN_STOPPED;
-        }
-    }
-    if (WIFSIGNALED(status)) {
-        errorf_esc("compare: %s died from signal %d", argv[0], WTERMSIG(status));
-        return -1;
-    }
-    return WEXITSTATUS(status);
-}
-
-/* Removes the runner's scratch folder and what is in it (only files of its
- * own sweeps: their results, the log, a temporary file a stopped sweep left). */
-static void remove_scratch(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        char p[4400];
-        for (struct dirent *e; (e = readdir(d));) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    if (rmdir(dir) != 0)
-        fprintf(stderr, "mhabench: compare: could not remove %s: %s\n", dir, strerror(errno));
-}
-
-/* After a stopping signal: the mask as it was, then die from the signal
- * (the conventional status); 128 + sig should it be blocked there. */
-static int die_from(int sig, const ab_signals *sg) {
-    fprintf(stderr, "mhabench: compare: --ab: stopped by signal %d (%s)\n", sig, strsignal(sig));
-    signal(sig, SIG_DFL);
-    sigprocmask(SIG_SETMASK, &sg->old, NULL);
-    raise(sig);
-    return 128 + sig;
-}
+/* A stopping signal during an A/B (proc.h) stops the sweep running, the
+ * scratch folder is removed, and the process then dies from the same signal. */
 
 /* Prints the last part of a child's log to stderr. */
 static void show_log(const char *log) {
@@ -1392,12 +1267,12 @@ static int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double b
     const char *tmp = getenv("TMPDIR");
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/mhabench-ab.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    ab_signals sg;
-    ab_signals_block(&sg); /* before the folder exists: no signal may leave it */
+    proc_signals sg;
+    proc_signals_block(&sg, "compare: --ab"); /* before the folder exists: no signal may leave it */
     if (!mkdtemp(dir)) {
         errorf_esc("compare: --ab: cannot create a temporary directory %s: %s", dir,
                    strerror(errno));
-        sigprocmask(SIG_SETMASK, &sg.old, NULL);
+        proc_signals_restore(&sg);
         return EXIT_USAGE;
     }
     char log[4200];
@@ -1440,9 +1315,8 @@ static int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double b
                         "mhabench: compare: round %d (%.0f s of %g): %s (%s) sweep --preset ci\n",
                         r + 1, now_s() - t0, budget, side ? "B" : "A", bins[side]);
             unlink(log);
-            caught = ab_signal_pending(&sg); /* one that came between two sweeps */
-            const int st = caught ? SPAWN_STOPPED : spawn_wait(argv, log, &sg, &caught);
-            if (st == SPAWN_STOPPED) {
+            const int st = proc_run(argv, NULL, log, NULL, &sg, &caught);
+            if (st == PROC_STOPPED) {
                 rc = -1;
             } else if (st != 0) {
                 if (st > 0)
@@ -1461,14 +1335,14 @@ static int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double b
             unlink(out);
         }
     }
-    remove_scratch(dir);
-    if (!caught) caught = ab_signal_pending(&sg);
+    proc_remove_tree(dir, "compare");
+    if (!caught) caught = proc_signal_pending(&sg);
     if (caught) {
         result_free(&sets[0]);
         result_free(&sets[1]);
-        return die_from(caught, &sg);
+        return proc_die_from(caught, &sg);
     }
-    sigprocmask(SIG_SETMASK, &sg.old, NULL);
+    proc_signals_restore(&sg);
     if (rc == 0) {
         char la[4200], lb[4200];
         snprintf(la, sizeof la, "A=%s (%d rounds pooled, %.0f s)", old_bin, done, now_s() - t0);

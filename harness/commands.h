@@ -1,5 +1,6 @@
 /* commands.h - the mhabench subcommands; main.c dispatches to these.
- * Each returns the process exit status: 0 ok, 1 a check failed, 2 usage/input error. */
+ * Each returns the process exit status: 0 ok, 1 a check failed, 2 usage/input error,
+ * 3 inconclusive (compare, bisect). */
 #ifndef MHA_HARNESS_COMMANDS_H
 #define MHA_HARNESS_COMMANDS_H
 
@@ -16,6 +17,7 @@ int cmd_attend(int argc, char **argv);    /* cmd_io.c */
 int cmd_forward(int argc, char **argv);   /* cmd_io.c */
 int cmd_sweep(int argc, char **argv);     /* cmd_sweep.c */
 int cmd_compare(int argc, char **argv);   /* cmd_compare.c */
+int cmd_bisect(int argc, char **argv);    /* cmd_bisect.c */
 int cmd_tune(int argc, char **argv);      /* cmd_tune.c */
 int cmd_recommend(int argc, char **argv); /* cmd_tune.c */
 int cmd_profile(int argc, char **argv);   /* cmd_profile.c */

@@ -19,6 +19,7 @@ static const struct {
     {"forward", cmd_forward, "the full MHA layer on .npy inputs and weights"},
     {"sweep", cmd_sweep, "benchmark sweep through Google Benchmark (default preset: quick)"},
     {"compare", cmd_compare, "statistical comparison of two result files"},
+    {"bisect", cmd_bisect, "the commit between GOOD and BAD that made benchmarks slower"},
     {"tune", cmd_tune, "search block sizes and splits per shape class, write the tuning table"},
     {"recommend", cmd_recommend, "the kernel and knobs mha_select picks for a shape"},
     {"merge", cmd_merge, "join result files of sweep shards or of one machine type"},

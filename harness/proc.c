@@ -1,0 +1,134 @@
+/* proc.c - child programs that a stopping signal ends cleanly (proc.h). */
+#include "proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stats.h"
+#include "util.h"
+
+extern char **environ;
+
+void proc_signals_block(proc_signals *sg, const char *who) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    sigemptyset(&sg->stop);
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        struct sigaction sa;
+        if (sigaction(sigs[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN)
+            sigaddset(&sg->stop, sigs[i]);
+    }
+    sg->wait = sg->stop;
+    sigaddset(&sg->wait, SIGCHLD);
+    sg->who = who;
+    sigprocmask(SIG_BLOCK, &sg->wait, &sg->old);
+}
+
+void proc_signals_restore(const proc_signals *sg) {
+    sigprocmask(SIG_SETMASK, &sg->old, NULL);
+}
+
+int proc_signal_pending(const proc_signals *sg) {
+    const struct timespec zero = {0, 0};
+    const int sig = sigtimedwait(&sg->stop, NULL, &zero);
+    return sig > 0 ? sig : 0;
+}
+
+/* Stops the process group of a child with sig: waits up to PROC_STOP_GRACE_S
+ * for the child to exit, then kills what is left of the group (the child,
+ * unreaped until then, keeps the group's id from being reused) and reaps it. */
+#define PROC_STOP_GRACE_S 5.0
+static void stop_child(pid_t pid, int sig) {
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    (void)kill(-pid, sig);
+    const double end = now_s() + PROC_STOP_GRACE_S;
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        const int r = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT);
+        if ((r == 0 && si.si_pid == pid) || (r < 0 && errno != EINTR) || now_s() > end) break;
+        const struct timespec tick = {0, 50 * 1000 * 1000};
+        (void)sigtimedwait(&chld, NULL, &tick);
+    }
+    (void)kill(-pid, SIGKILL);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+}
+
+int proc_run(char *const *argv, const char *cwd, const char *out, const char *err,
+             const proc_signals *sg, int *caught) {
+    if ((*caught = proc_signal_pending(sg)) != 0) return PROC_STOPPED; /* one between two runs */
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (err)
+        posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    else
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    if (cwd) posix_spawn_file_actions_addchdir_np(&fa, cwd);
+    posix_spawnattr_t at;
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setsigmask(&at, &sg->old);
+    posix_spawnattr_setpgroup(&at, 0);
+    pid_t pid;
+    const int e = strchr(argv[0], '/') ? posix_spawn(&pid, argv[0], &fa, &at, argv, environ)
+                                       : posix_spawnp(&pid, argv[0], &fa, &at, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (e != 0) {
+        errorf_esc("%s: cannot run %s%s%s: %s", sg->who, argv[0], cwd ? " in " : "", cwd ? cwd : "",
+                   strerror(e));
+        return -1;
+    }
+    int status;
+    for (;;) {
+        const pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        if (r < 0 && errno != EINTR) {
+            errorf_esc("%s: waiting for %s: %s", sg->who, argv[0], strerror(errno));
+            return -1;
+        }
+        /* Returns at once for a SIGCHLD that came after the waitpid above. */
+        const int sig = sigwaitinfo(&sg->wait, NULL);
+        if (sig > 0 && sig != SIGCHLD) {
+            stop_child(pid, sig);
+            *caught = sig;
+            return PROC_STOPPED;
+        }
+    }
+    if (WIFSIGNALED(status)) {
+        errorf_esc("%s: %s died from signal %d", sg->who, argv[0], WTERMSIG(status));
+        return -1;
+    }
+    return WEXITSTATUS(status);
+}
+
+static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    (void)st;
+    (void)ftw;
+    (void)(type == FTW_DP ? rmdir(path) : unlink(path)); /* what is left is said below */
+    return 0;
+}
+
+void proc_remove_tree(const char *dir, const char *who) {
+    if (nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0 || access(dir, F_OK) == 0)
+        fprintf(stderr, "mhabench: %s: could not remove all of %s\n", who, dir);
+}
+
+int proc_die_from(int sig, const proc_signals *sg) {
+    fprintf(stderr, "mhabench: %s: stopped by signal %d (%s)\n", sg->who, sig, strsignal(sig));
+    signal(sig, SIG_DFL);
+    proc_signals_restore(sg);
+    raise(sig);
+    return 128 + sig;
+}

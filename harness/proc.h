@@ -1,0 +1,44 @@
+/* proc.h - running the harness's child programs (the sweeps of
+ * `compare --ab`, the builds and A/Bs of `bisect`) so that Ctrl-C, kill or a
+ * closed terminal stops the child and everything it started, lets the
+ * caller remove its scratch files, and then ends this process by the same
+ * signal (a shell reports 128 + N: 130 for SIGINT). */
+#ifndef MHA_HARNESS_PROC_H
+#define MHA_HARNESS_PROC_H
+
+#include <signal.h>
+
+/* The stopping signals (SIGINT, SIGTERM, SIGHUP) are blocked for the
+ * caller's life and taken with sigwaitinfo, so none can slip in between two
+ * checks; one ignored at the start (nohup, a background job of a script)
+ * stays ignored. SIGCHLD is in the wait set to see a child end. */
+typedef struct {
+    sigset_t stop;   /* the stopping signals not ignored at the start */
+    sigset_t wait;   /* stop + SIGCHLD */
+    sigset_t old;    /* the mask before, restored for the children and at the end */
+    const char *who; /* "compare", "bisect": for messages */
+} proc_signals;
+
+void proc_signals_block(proc_signals *sg, const char *who);
+void proc_signals_restore(const proc_signals *sg);
+/* A stopping signal already pending (taken), or 0. */
+int proc_signal_pending(const proc_signals *sg);
+
+/* Runs argv (PATH searched when argv[0] has no '/'; in cwd when not NULL) in
+ * a process group of its own, stdout appended to out and stderr to err
+ * (NULL: to out as well). Returns the exit status; -1 (after a message)
+ * when it could not start or died from a signal; PROC_STOPPED when a
+ * stopping signal came (in *caught; the child's group has been stopped). */
+enum { PROC_STOPPED = -2 };
+int proc_run(char *const *argv, const char *cwd, const char *out, const char *err,
+             const proc_signals *sg, int *caught);
+
+/* Removes dir and everything below it (links are not followed); says so on
+ * stderr when something is left. */
+void proc_remove_tree(const char *dir, const char *who);
+
+/* After a stopping signal: the mask as it was, then die from the signal;
+ * returns 128 + sig should it be blocked there. */
+int proc_die_from(int sig, const proc_signals *sg);
+
+#endif

@@ -210,6 +210,53 @@ static void test_shards_cover_the_sweep(void **state) {
     EXPECT_IN(g_err, "--shard '4/3'");
 }
 
+/* A list of one benchmark in 3 shards: shards 2 and 3 are empty. Each is
+ * still a shard (its file, no rows, exit 0), and the three merge into the
+ * unsharded sweep's one benchmark. */
+#define ONE_ARGS                                                                                   \
+    "--seq", "64", "--heads", "2", "--head-dim", "32", "--causal", "0", "--threads", "1",          \
+        "--min-time", "0.002", "--kernels", "naive", "--max-seconds", "5"
+
+static void test_empty_shard(void **state) {
+    (void)state;
+    if (!g_bench) skip();
+    const char *s[3] = {tmp_path("e1.json"), tmp_path("e2.json"), tmp_path("e3.json")},
+               *m = tmp_path("e-merged.json"), *all = tmp_path("e-all.json");
+    EXPECT_EXIT(0, run_bench("sweep", ONE_ARGS, "--out", all, NULL));
+    for (int i = 0; i < 3; i++) {
+        char spec[8];
+        snprintf(spec, sizeof spec, "%d/3", i + 1);
+        EXPECT_EXIT(0, run_bench("sweep", ONE_ARGS, "--shard", spec, "--out", s[i], NULL));
+    }
+    EXPECT_IN(g_out, "shard 3/3: 0 of 1 benchmarks");
+    for (int i = 1; i < 3; i++) { /* the empty ones: a context, no rows */
+        json_object *root = json_object_from_file(s[i]), *rows, *ctx, *v;
+        if (!root) fail_msg("%s does not parse", s[i]);
+        assert_true(json_object_object_get_ex(root, "benchmarks", &rows));
+        assert_int_equal(json_object_array_length(rows), 0);
+        assert_true(json_object_object_get_ex(root, "context", &ctx));
+        assert_true(json_object_object_get_ex(ctx, "mha_shard", &v));
+        assert_string_equal(json_object_get_string(v), i == 1 ? "2/3" : "3/3");
+        assert_true(json_object_object_get_ex(ctx, "mha_shard_benchmarks", &v));
+        assert_string_equal(json_object_get_string(v), "0");
+        assert_true(json_object_object_get_ex(ctx, "mha_cpu_key", &v));
+        assert_true(json_object_object_get_ex(ctx, "host_name", &v));
+        json_object_put(root);
+    }
+    /* an empty shard first: the merged context is still a whole one */
+    EXPECT_EXIT(0, run_bench("merge", s[2], s[0], s[1], "--out", m, NULL));
+    EXPECT_IN(g_out, "shards of list");
+    EXPECT_IN(g_out, "3 of 3");
+    static char na[4096], ka[2048], nm[4096], km[2048];
+    names_and_keys(all, na, sizeof na, ka, sizeof ka);
+    names_and_keys(m, nm, sizeof nm, km, sizeof km);
+    assert_true(na[0] != '\0');
+    assert_string_equal(na, nm);
+    /* the empty shards alone: missing shard 1 is still missing */
+    EXPECT_EXIT(2, run_bench("merge", s[1], s[2], "--out", m, NULL));
+    EXPECT_IN(g_err, "shards missing: 1 of 3");
+}
+
 /* The partition on synthetic costs: deterministic, every item once, the
  * largest part within the mean plus the largest item. */
 static void test_partition(void **state) {
@@ -255,6 +302,7 @@ static void test_partition(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_shards_cover_the_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_shard, setup, teardown),
         cmocka_unit_test(test_partition),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

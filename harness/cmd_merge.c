@@ -385,7 +385,8 @@ static int check_pooled_rows(input *in, int n, int group, seen_name *names, int 
     return rc;
 }
 
-/* Builds and writes the merged file of one group. Returns 0 or EXIT_USAGE. */
+/* Builds and writes the merged file of one group (out_path NULL: builds it
+ * only). Returns 0 or EXIT_USAGE. */
 static int write_group(input *in, int n, int group, const char *out_path, dup_rule dup) {
     seen_name *names = NULL;
     int nn = 0, rc = 0, first = -1, nfiles = 0;
@@ -529,11 +530,14 @@ static int write_group(input *in, int n, int group, const char *out_path, dup_ru
                                                                 JSON_C_TO_STRING_NOSLASHESCAPE);
     char why[1024];
     mha_out w;
-    if (mha_out_begin(&w, out_path, MHA_OUT_REPLACE | MHA_OUT_MKDIRS, why, sizeof why) != MHA_OK ||
-        mha_out_write(&w, text, strlen(text), why, sizeof why) != MHA_OK ||
-        mha_out_write(&w, "\n", 1, why, sizeof why) != MHA_OK ||
-        results_json_fix_nonfinite(&w, why, sizeof why) != MHA_OK ||
-        mha_out_commit(&w, why, sizeof why) != MHA_OK) {
+    if (!out_path) { /* merge_load_for_fuzz: built and written out as text, no file */
+        if (!text) rc = EXIT_USAGE;
+    } else if (mha_out_begin(&w, out_path, MHA_OUT_REPLACE | MHA_OUT_MKDIRS, why, sizeof why) !=
+                   MHA_OK ||
+               mha_out_write(&w, text, strlen(text), why, sizeof why) != MHA_OK ||
+               mha_out_write(&w, "\n", 1, why, sizeof why) != MHA_OK ||
+               results_json_fix_nonfinite(&w, why, sizeof why) != MHA_OK ||
+               mha_out_commit(&w, why, sizeof why) != MHA_OK) {
         mha_out_abort(&w);
         errorf_esc("merge: --out %s: %s", out_path, why);
         rc = EXIT_USAGE;
@@ -681,5 +685,27 @@ int cmd_merge(int argc, char **argv) {
 done:
     for (int i = 0; i < n; i++) json_object_put(in[i].root);
     free(in);
+    return rc;
+}
+
+/* ---- entry for the fuzz target (tests/fuzz/fuzz_merge.c) ------------------------ */
+
+#include "cmd_merge.h"
+
+int merge_load_for_fuzz(const char *path) {
+    input in[2];
+    memset(in, 0, sizeof in);
+    in[0].path = in[1].path = path;
+    int rc = load_input(&in[0]);
+    if (rc == 0) { /* the file alone: its shard list (partial allowed), then its merge */
+        if (in[0].list) rc = check_shards(in, 1, 0, in[0].list, 1, DUP_REFUSE);
+        if (rc == 0) rc = write_group(in, 1, 0, NULL, DUP_REFUSE);
+    }
+    if (rc == 0 && json_object_array_length(in[0].rows) > 0) {
+        /* the file pooled with itself: the same run, refused whatever it holds */
+        rc = load_input(&in[1]);
+        if (rc == 0 && check_same_runs(in, 2, 0) != EXIT_USAGE) abort();
+    }
+    for (int i = 0; i < 2; i++) json_object_put(in[i].root);
     return rc;
 }

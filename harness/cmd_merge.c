@@ -3,8 +3,12 @@
  * machine type, into one Google Benchmark file per machine fingerprint.
  * It refuses what cannot be one result: files of different builds, shards of
  * different benchmark lists, a shard missing or given twice, the same
- * benchmark measured in two files (unless told how to join those). */
+ * benchmark measured in two files (unless told how to join those), one run
+ * given twice, a row whose time is not a number. */
 #include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +18,7 @@
 #include "commands.h"
 #include "fmt_results.h"
 #include "mha_private.h"
+#include "shard.h"
 #include "util.h"
 
 /* The context keys that name a machine: files are merged per fingerprint. */
@@ -30,6 +35,7 @@ typedef struct {
     int shard_i, shard_n; /* 0, 0: not a shard */
     const char *list;     /* mha_sweep_list of a shard */
     int group;
+    uint64_t rows_hash; /* json_hash(rows): files holding the same rows */
 } input;
 
 static void usage(FILE *f) {
@@ -45,6 +51,9 @@ static void usage(FILE *f) {
           "                   the first file's\n"
           "  --allow-partial  write even when shards are missing (they are still reported)\n"
           "  --force          merge files of different builds (mha_git_revision)\n"
+          "A run given twice (two files with the same rows, every field alike) is\n"
+          "refused in every mode, as is a row whose real_time or cpu_time is not a\n"
+          "finite number >= 0. An empty shard's file (no rows) counts as its shard.\n"
           "Exit 0 merged, 2 usage or input error (each refusal names the files and\n"
           "values, missing and doubled shards by index).\n",
           f);
@@ -56,6 +65,51 @@ static const char *ctx_str(json_object *ctx, const char *key) {
         json_object_is_type(v, json_type_object) || json_object_is_type(v, json_type_array))
         return NULL;
     return json_object_get_string(v);
+}
+
+/* A row's times (real_time, cpu_time) are finite numbers >= 0: a NaN or
+ * infinite time (or the null a writer turned one into) is no measurement,
+ * and merged it would pass on as one. Rows Google Benchmark marked failed
+ * (error_occurred) carry no time to check. Returns 0, or -1 after naming the
+ * file, the row and the field. */
+static int check_times(const char *path, json_object *row, size_t i) {
+    static const char *const fields[] = {"real_time", "cpu_time"};
+    json_object *v;
+    if (json_object_object_get_ex(row, "error_occurred", &v) && json_object_get_boolean(v))
+        return 0;
+    for (size_t k = 0; k < sizeof fields / sizeof *fields; k++) {
+        if (!json_object_object_get_ex(row, fields[k], &v)) {
+            if (k == 0 && results_row_is_iteration(row)) {
+                errorf_esc("merge: %s: benchmarks[%zu] ('%s') has no \"real_time\"", path, i,
+                           results_row_str(row, "name"));
+                return -1;
+            }
+            continue;
+        }
+        const int num =
+            json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int);
+        const double t = num ? json_object_get_double(v) : 0;
+        if (!num || !isfinite(t) || t < 0) {
+            errorf_esc("merge: %s: benchmarks[%zu] ('%s'): %s is %s, expected a finite time >= 0",
+                       path, i, results_row_str(row, "name"), fields[k],
+                       num ? json_object_to_json_string(v)
+                           : json_type_to_name(json_object_get_type(v)));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The identity of a JSON value (a file's rows, one row): FNV-1a 64 of its
+ * text as json-c writes it, which spells NaN alike where json_object_equal
+ * finds NaN != NaN. */
+static uint64_t json_hash(json_object *v) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *p =
+             (const unsigned char *)json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
+         *p; p++)
+        h = (h ^ *p) * 0x100000001b3ull;
+    return h;
 }
 
 /* Loads one file and its facts. Returns 0, or EXIT_USAGE after a message. */
@@ -92,6 +146,13 @@ static int load_input(input *in) {
             errorf_esc("merge: %s: mha_shard '%s' is not I/N", in->path, sh);
             return EXIT_USAGE;
         }
+        /* N comes from the file: nothing is sized by it (check_shards works
+         * on the files given), and no sweep writes more than SHARD_MAX. */
+        if (in->shard_n > SHARD_MAX) {
+            errorf_esc("merge: %s: mha_shard '%s': N is at most %d (sweep --shard's limit)",
+                       in->path, sh, SHARD_MAX);
+            return EXIT_USAGE;
+        }
         in->list = ctx_str(in->ctx, "mha_sweep_list");
         if (!in->list) {
             errorf_esc("merge: %s: a shard (%s) without mha_sweep_list", in->path, sh);
@@ -105,8 +166,35 @@ static int load_input(input *in) {
             errorf_esc("merge: %s: benchmarks[%zu] is not an object with a \"name\"", in->path, i);
             return EXIT_USAGE;
         }
+        if (check_times(in->path, row, i) != 0) return EXIT_USAGE;
     }
+    in->rows_hash = json_hash(in->rows);
     return 0;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Appends to a list of at most cap - 1 characters; one that would not fit
+ * ends it with " ..." (once). */
+static void list_add(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void list_add(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
+    if (*len >= cap - 1) return; /* full, " ..." written */
+    char item[64];
+    va_list ap;
+    va_start(ap, fmt);
+    const int k = vsnprintf(item, sizeof item, fmt, ap);
+    va_end(ap);
+    if (k > 0 && *len + (size_t)k + 5 < cap) {
+        memcpy(buf + *len, item, (size_t)k + 1);
+        *len += (size_t)k;
+    } else {
+        snprintf(buf + *len, cap - *len, " ...");
+        *len = cap - 1;
+    }
 }
 
 /* The shards of one list in a group: every index 1..N exactly once. Prints
@@ -124,22 +212,40 @@ static int check_shards(input *in, int n, int group, const char *list, int allow
             }
             count = in[i].shard_n;
         }
-    int *seen = xrealloc_or_exit(NULL, (size_t)count + 1, sizeof *seen, "merge");
-    memset(seen, 0, ((size_t)count + 1) * sizeof *seen);
+    /* The indices given, sorted: what is doubled are runs of one index, what
+     * is missing the gaps (as ranges), so the work is the files', never N's. */
+    int *idx = xrealloc_or_exit(NULL, (size_t)n, sizeof *idx, "merge"), nidx = 0;
     for (int i = 0; i < n; i++)
-        if (in[i].group == group && in[i].list && !strcmp(in[i].list, list)) seen[in[i].shard_i]++;
+        if (in[i].group == group && in[i].list && !strcmp(in[i].list, list))
+            idx[nidx++] = in[i].shard_i;
+    qsort(idx, (size_t)nidx, sizeof *idx, cmp_int);
     char missing[1024] = "", doubled[1024] = "";
     size_t lm = 0, ld = 0;
-    int nmiss = 0, ndoub = 0;
-    for (int s = 1; s <= count; s++) {
-        if (seen[s] == 0 && lm < sizeof missing - 16)
-            nmiss++, lm +=
-                     (size_t)snprintf(missing + lm, sizeof missing - lm, "%s%d", lm ? ", " : "", s);
-        if (seen[s] > 1 && ld < sizeof doubled - 16)
-            ndoub++, ld += (size_t)snprintf(doubled + ld, sizeof doubled - ld, "%s%d (%d files)",
-                                            ld ? ", " : "", s, seen[s]);
+    long nmiss = 0;
+    int ndoub = 0, prev = 0;
+    for (int j = 0; j <= nidx;) {
+        const int next = j < nidx ? idx[j] : count + 1;
+        if (next > prev + 1) { /* prev+1 .. next-1 are missing */
+            const int lo = prev + 1, hi = next - 1;
+            nmiss += hi - lo + 1;
+            list_add(missing, sizeof missing, &lm,
+                     lo == hi       ? "%s%d"
+                     : hi == lo + 1 ? "%s%d, %d"
+                                    : "%s%d-%d",
+                     lm ? ", " : "", lo, hi);
+        }
+        if (j == nidx) break;
+        int k = j;
+        while (k + 1 < nidx && idx[k + 1] == idx[j]) k++;
+        if (k > j) {
+            ndoub++;
+            list_add(doubled, sizeof doubled, &ld, "%s%d (%d files)", ld ? ", " : "", idx[j],
+                     k - j + 1);
+        }
+        prev = idx[j];
+        j = k + 1;
     }
-    free(seen);
+    free(idx);
     int rc = 0;
     if (nmiss) {
         if (allow_partial)
@@ -164,9 +270,37 @@ static int check_shards(input *in, int n, int group, const char *list, int allow
         }
     }
     if (rc == 0)
-        printf("shards of list %s: %d of %d%s\n", list, count - nmiss, count,
+        printf("shards of list %s: %ld of %d%s\n", list, count - nmiss, count,
                nmiss ? " (partial)" : "");
     return rc;
+}
+
+/* One run given twice (a file named twice, a copy, a copy with its context
+ * edited) is no more evidence than once: two files of a group whose rows
+ * are the same, every row and field, are refused in every --duplicates
+ * mode. Real timings agree to the last digit only when they are one
+ * measurement. Files without rows (empty shards) hold nothing to count
+ * twice and are never the same run (their shards' indices tell them apart).
+ * Returns 0, or EXIT_USAGE after naming both files. */
+static int check_same_runs(input *in, int n, int group) {
+    for (int i = 0; i < n; i++) {
+        if (in[i].group != group) continue;
+        const size_t len = json_object_array_length(in[i].rows);
+        if (len == 0) continue;
+        for (int j = i + 1; j < n; j++) {
+            if (in[j].group != group || in[j].rows_hash != in[i].rows_hash ||
+                json_object_array_length(in[j].rows) != len)
+                continue;
+            if (strcmp(json_object_to_json_string_ext(in[i].rows, JSON_C_TO_STRING_PLAIN),
+                       json_object_to_json_string_ext(in[j].rows, JSON_C_TO_STRING_PLAIN)) != 0)
+                continue;
+            errorf_esc("merge: %s and %s are the same run (the same %zu rows, every field alike: "
+                       "a file named twice or a copy); merged, its repetitions would count twice",
+                       in[i].path, in[j].path, len);
+            return EXIT_USAGE;
+        }
+    }
+    return 0;
 }
 
 /* A benchmark name seen in the group: which file it came from first and how
@@ -189,7 +323,70 @@ static seen_name *find_name(seen_name *s, int n, const char *name) {
     return i >= 0 && i < n ? &s[i] : NULL;
 }
 
-/* Builds and writes the merged file of one group. Returns 0 or EXIT_USAGE. */
+/* One iteration row of a pooled benchmark, for check_pooled_rows. */
+typedef struct {
+    uint64_t hash;
+    int file;
+    size_t row;
+    json_object *obj;
+} pooled_row;
+
+static int by_hash(const void *pa, const void *pb) {
+    const pooled_row *a = pa, *b = pb;
+    return (a->hash > b->hash) - (a->hash < b->hash);
+}
+
+/* Two files of one run may be pooled; one measurement in two files may not
+ * (a merged file and one of its shards, say): the rows of a pooled name
+ * that are identical, every field alike, are the same repetition twice.
+ * Returns 0, or -1 after naming both files and rows. */
+static int check_pooled_rows(input *in, int n, int group, seen_name *names, int nn,
+                             const int *total_rep) {
+    size_t *at = xrealloc_or_exit(NULL, (size_t)nn + 1, sizeof *at, "merge");
+    at[0] = 0;
+    for (int k = 0; k < nn; k++) at[k + 1] = at[k] + (size_t)(names[k].pooled ? total_rep[k] : 0);
+    pooled_row *pr = xrealloc_or_exit(NULL, at[nn] ? at[nn] : 1, sizeof *pr, "merge");
+    size_t *fill = xrealloc_or_exit(NULL, (size_t)nn + 1, sizeof *fill, "merge");
+    memcpy(fill, at, ((size_t)nn + 1) * sizeof *fill);
+    for (int i = 0; i < n; i++) {
+        if (in[i].group != group) continue;
+        const size_t nr = json_object_array_length(in[i].rows);
+        for (size_t r = 0; r < nr; r++) {
+            json_object *row = json_object_array_get_idx(in[i].rows, r);
+            seen_name *s = find_name(names, nn, results_row_str(row, "name"));
+            if (!s || !s->pooled || !results_row_is_iteration(row)) continue;
+            pr[fill[s - names]++] = (pooled_row){json_hash(row), i, r, row};
+        }
+    }
+    int rc = 0;
+    for (int k = 0; k < nn && rc == 0; k++) {
+        pooled_row *p = pr + at[k];
+        const size_t m = at[k + 1] - at[k];
+        qsort(p, m, sizeof *p, by_hash);
+        for (size_t a = 0; a + 1 < m && rc == 0; a++)
+            for (size_t b = a + 1; b < m && p[b].hash == p[a].hash && rc == 0; b++) {
+                if (p[a].file == p[b].file) continue;
+                const char *ta = json_object_to_json_string_ext(p[a].obj, JSON_C_TO_STRING_PLAIN);
+                const char *tb = json_object_to_json_string_ext(p[b].obj, JSON_C_TO_STRING_PLAIN);
+                if (strcmp(ta, tb) != 0) continue;
+                const pooled_row *x = p[a].file < p[b].file ? &p[a] : &p[b],
+                                 *y = x == &p[a] ? &p[b] : &p[a];
+                errorf_esc("merge: benchmark '%s': benchmarks[%zu] of %s and benchmarks[%zu] of "
+                           "%s are the same measurement (identical rows: one file holds the "
+                           "other's, e.g. a merged file and one of its shards); pooled it would "
+                           "count twice",
+                           names[k].name, x->row, in[x->file].path, y->row, in[y->file].path);
+                rc = -1;
+            }
+    }
+    free(at);
+    free(fill);
+    free(pr);
+    return rc;
+}
+
+/* Builds and writes the merged file of one group (out_path NULL: builds it
+ * only). Returns 0 or EXIT_USAGE. */
 static int write_group(input *in, int n, int group, const char *out_path, dup_rule dup) {
     seen_name *names = NULL;
     int nn = 0, rc = 0, first = -1, nfiles = 0;
@@ -261,6 +458,13 @@ static int write_group(input *in, int n, int group, const char *out_path, dup_ru
             if (s && s->pooled && results_row_is_iteration(row)) total_rep[s - names]++;
         }
     }
+    if (dup == DUP_POOL && check_pooled_rows(in, n, group, names, nn, total_rep) != 0) {
+        free(next_rep);
+        free(total_rep);
+        json_object_put(outrows);
+        rc = EXIT_USAGE;
+        goto out;
+    }
     int dropped_aggs = 0;
     for (int i = 0; i < n; i++) {
         if (in[i].group != group) continue;
@@ -326,10 +530,14 @@ static int write_group(input *in, int n, int group, const char *out_path, dup_ru
                                                                 JSON_C_TO_STRING_NOSLASHESCAPE);
     char why[1024];
     mha_out w;
-    if (mha_out_begin(&w, out_path, MHA_OUT_REPLACE | MHA_OUT_MKDIRS, why, sizeof why) != MHA_OK ||
-        mha_out_write(&w, text, strlen(text), why, sizeof why) != MHA_OK ||
-        mha_out_write(&w, "\n", 1, why, sizeof why) != MHA_OK ||
-        mha_out_commit(&w, why, sizeof why) != MHA_OK) {
+    if (!out_path) { /* merge_load_for_fuzz: built and written out as text, no file */
+        if (!text) rc = EXIT_USAGE;
+    } else if (mha_out_begin(&w, out_path, MHA_OUT_REPLACE | MHA_OUT_MKDIRS, why, sizeof why) !=
+                   MHA_OK ||
+               mha_out_write(&w, text, strlen(text), why, sizeof why) != MHA_OK ||
+               mha_out_write(&w, "\n", 1, why, sizeof why) != MHA_OK ||
+               results_json_fix_nonfinite(&w, why, sizeof why) != MHA_OK ||
+               mha_out_commit(&w, why, sizeof why) != MHA_OK) {
         mha_out_abort(&w);
         errorf_esc("merge: --out %s: %s", out_path, why);
         rc = EXIT_USAGE;
@@ -455,7 +663,7 @@ int cmd_merge(int argc, char **argv) {
                     first_of_list = 0;
             if (first_of_list) rc = check_shards(in, n, g, in[i].list, allow_partial, dup);
         }
-        if (rc) break;
+        if (rc || (rc = check_same_runs(in, n, g)) != 0) break;
         char path[4096];
         int first = 0;
         while (in[first].group != g) first++;
@@ -477,5 +685,27 @@ int cmd_merge(int argc, char **argv) {
 done:
     for (int i = 0; i < n; i++) json_object_put(in[i].root);
     free(in);
+    return rc;
+}
+
+/* ---- entry for the fuzz target (tests/fuzz/fuzz_merge.c) ------------------------ */
+
+#include "cmd_merge.h"
+
+int merge_load_for_fuzz(const char *path) {
+    input in[2];
+    memset(in, 0, sizeof in);
+    in[0].path = in[1].path = path;
+    int rc = load_input(&in[0]);
+    if (rc == 0) { /* the file alone: its shard list (partial allowed), then its merge */
+        if (in[0].list) rc = check_shards(in, 1, 0, in[0].list, 1, DUP_REFUSE);
+        if (rc == 0) rc = write_group(in, 1, 0, NULL, DUP_REFUSE);
+    }
+    if (rc == 0 && json_object_array_length(in[0].rows) > 0) {
+        /* the file pooled with itself: the same run, refused whatever it holds */
+        rc = load_input(&in[1]);
+        if (rc == 0 && check_same_runs(in, 2, 0) != EXIT_USAGE) abort();
+    }
+    for (int i = 0; i < 2; i++) json_object_put(in[i].root);
     return rc;
 }

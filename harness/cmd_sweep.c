@@ -101,7 +101,8 @@ static void usage(FILE *f) {
         "                 or MHA_PEERS_PYTHON); each is checked against the float64 oracle\n"
         "                 before it is timed, and one that fails is reported, not timed\n"
         "  --shard I/N    run only part I of N of the benchmark list (fleet mode: N machines\n"
-        "                 of one type run the N parts; `mhabench merge` joins their files)\n"
+        "                 of one type run the N parts; `mhabench merge` joins their files;\n"
+        "                 a part with no benchmark writes its file with no rows)\n"
         "  after --       flags for Google Benchmark (--benchmark_filter=REGEX, ...)\n"
         "Exit status: 0 ok, 1 a benchmark failed, 2 usage or input error.\n",
         f);
@@ -1815,6 +1816,22 @@ static int run_and_commit(const sweep_args *a, bench *benches, int nbench, int i
     return 0;
 }
 
+/* An empty shard is still a shard: its file holds the context (machine,
+ * list, shard) and no rows, so merge sees every index of a complete run. */
+static int write_empty_shard(const sweep_args *a, mha_out *out, time_t started) {
+    char why[1024];
+    if (mha_gbench_write_context(out->name) != 0) return EXIT_USAGE;
+    if (results_json_fix_nonfinite(out, why, sizeof why) != MHA_OK ||
+        (a->out_path ? mha_out_commit(out, why, sizeof why)
+                     : results_commit_run(out, RUNS_DIR, started, why, sizeof why)) != MHA_OK) {
+        errorf("sweep: %s", why);
+        return EXIT_USAGE;
+    }
+    printf("empty shard (no benchmark of the list fell to it): wrote %s with no rows\n",
+           out->target);
+    return 0;
+}
+
 int cmd_sweep(int argc, char **argv) {
     sweep_args a;
     const int parsed = parse_sweep_args(argc, argv, &a);
@@ -1876,7 +1893,12 @@ int cmd_sweep(int argc, char **argv) {
     bench *benches = plan_benches(&plan, shapes, nshapes, &skipped, &aliases, &nbench, &ngroups);
     free(shapes);
     for (int i = 0; i < notes.n; i++) printf("note: %s\n", notes.items[i].text);
-    if (a.shard.count > 0) nbench = take_shard(benches, nbench, &a.shard, min_time);
+    int empty_shard = 0; /* a list with fewer benchmarks than shards leaves some none */
+    if (a.shard.count > 0) {
+        empty_shard = nbench > 0;
+        nbench = take_shard(benches, nbench, &a.shard, min_time);
+        empty_shard &= nbench == 0;
+    }
     if (npeers > 0) nbench = check_peers(benches, nbench, &skipped);
     for (int i = 0; i < nbench; i++) { /* repetitions per benchmark */
         bench *b = &benches[i];
@@ -1885,12 +1907,12 @@ int cmd_sweep(int argc, char **argv) {
             mha_kernel_isa(b->k) == MHA_ISA_SCALAR && !(mha_kernel_traits(b->k) & MHA_KT_BASELINE))
             b->reps = pr.baseline_reps;
     }
-    if (nbench == 0) {
+    if (nbench == 0 && !empty_shard) {
         errorf("sweep: nothing to run (every combination was skipped)");
         exit_code = EXIT_USAGE;
         goto done;
     }
-    if (register_benches(benches, nbench, interleaved, pr.by_shape, a.seed) != 0) {
+    if (nbench > 0 && register_benches(benches, nbench, interleaved, pr.by_shape, a.seed) != 0) {
         exit_code = EXIT_USAGE;
         goto done;
     }
@@ -1917,6 +1939,10 @@ int cmd_sweep(int argc, char **argv) {
     mha_gbench_add_context("mha_auto_rows", aliases.n ? ajoin : "none");
     free(ajoin);
 
+    if (empty_shard) {
+        exit_code = write_empty_shard(&a, &out, started);
+        goto done;
+    }
     run_state rs;
     double t0;
     if (run_and_commit(&a, benches, nbench, interleaved, repetitions, min_time, skipped.n, &out,

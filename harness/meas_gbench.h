@@ -108,6 +108,12 @@ enum { MHA_GBENCH_NO_MATCH = 3 };
 int mha_gbench_run(int argc, char **argv, const char *json_out, mha_gbench_report_fn report,
                    void *user);
 
+/* Writes what mha_gbench_run's JSON file would hold if no benchmark ran:
+ * the context (Google Benchmark's and the custom keys) and an empty
+ * "benchmarks" list (an empty shard of a sweep). Returns 0, or 2 after a
+ * message. */
+int mha_gbench_write_context(const char *json_out);
+
 /* Drops every registration (for a second run in one process). Custom context
  * stays: Google Benchmark 1.7.1 has no way to remove it, and adding a key
  * twice keeps the first value (with a warning). */

@@ -3,7 +3,8 @@
 # one-node cluster on localhost (munged, slurmctld, slurmd, all state in a
 # scratch folder), a 2-shard sweep submitted through scripts/slurm/submit.sh,
 # its merge job, and a check that the merged file holds exactly the unsharded
-# sweep's benchmarks; then a run with a failing shard, whose merge must not run.
+# sweep's benchmarks; then a run with a failing shard, whose merge must not run;
+# then more shards than benchmarks, whose empty shards succeed and merge.
 # Exit 0 pass, 1 fail, 77 skip (meson's protocol) where the daemons cannot run.
 set -euo pipefail
 PATH=$PATH:/usr/sbin:/sbin
@@ -158,10 +159,10 @@ say "one-node cluster up in $(($(date +%s) - t0)) s (node $host, ports $ctld_por
     fail "the unsharded sweep failed: $(tail -n 3 "$scratch/log/unsharded.log")"
 
 # Submits through submit.sh; sets array_job and merge_job.
-submit_run() { # RUN_ID SWEEP_ARGS...
-    local run_id=$1 out
-    shift
-    out=$("$submit" --shards 2 --shared "$scratch/shared" --run-id "$run_id" --partition test \
+submit_run() { # RUN_ID SHARDS SWEEP_ARGS...
+    local run_id=$1 shards=$2 out
+    shift 2
+    out=$("$submit" --shards "$shards" --shared "$scratch/shared" --run-id "$run_id" --partition test \
         --mhabench "$mhabench" --time 5 -- "$@" 2>&1) || fail "submit.sh failed: $out"
     echo "$out"
     array_job=$(sed -n 's/^array_job=\([0-9][0-9]*\)$/\1/p' <<<"$out")
@@ -184,7 +185,7 @@ job_states() { scontrol show job "$1" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'
 
 # ---- 1. a good run: 2 shards, then the merge -------------------------------
 t1=$(date +%s)
-submit_run good "${sweep[@]}"
+submit_run good 2 "${sweep[@]}"
 wait_gone 180
 run=$scratch/shared/good
 say "run 'good' done in $(($(date +%s) - t1)) s: array $(job_states "$array_job"), merge $(job_states "$merge_job")"
@@ -236,12 +237,46 @@ fi
 
 # ---- 2. a failing shard: the merge must be cancelled, not run or left pending -
 t1=$(date +%s)
-submit_run bad "${sweep[@]}" --kernels no.such.kernel
+submit_run bad 2 "${sweep[@]}" --kernels no.such.kernel
 wait_gone 60
 say "run 'bad' done in $(($(date +%s) - t1)) s: array $(job_states "$array_job"), merge $(job_states "$merge_job")"
 [ "$(job_states "$array_job")" = " 2 FAILED " ] || fail "array job $array_job of a bad sweep: $(job_states "$array_job")"
 [ "$(job_states "$merge_job")" = " 1 CANCELLED " ] || fail "merge job $merge_job after failed shards: $(job_states "$merge_job")"
 merged=("$scratch/shared/bad"/merged/*.json)
 [ ${#merged[@]} -eq 0 ] || fail "a merged file exists after failed shards"
+
+# ---- 3. more shards than benchmarks: empty shards are shards, the merge runs --
+one=(--seq 64 --heads 2 --head-dim 32 --causal 0 --threads 1 --min-time 0.002 --kernels naive)
+"$mhabench" sweep "${one[@]}" --out "$scratch/one.json" >"$scratch/log/one.log" 2>&1 ||
+    fail "the one-benchmark sweep failed: $(tail -n 3 "$scratch/log/one.log")"
+t1=$(date +%s)
+submit_run empty 3 "${one[@]}"
+wait_gone 180
+run=$scratch/shared/empty
+say "run 'empty' done in $(($(date +%s) - t1)) s: array $(job_states "$array_job"), merge $(job_states "$merge_job")"
+[ "$(job_states "$array_job")" = " 3 COMPLETED " ] || fail "array job $array_job with empty shards: $(job_states "$array_job")"
+[ "$(job_states "$merge_job")" = " 1 COMPLETED " ] || fail "merge job $merge_job after empty shards: $(job_states "$merge_job")"
+merged=("$run"/merged/*.json)
+[ ${#merged[@]} -eq 1 ] || fail "expected one merged file in $run/merged, found ${#merged[@]}"
+/usr/bin/python3 - "$scratch/one.json" "${merged[0]}" "$run"/test/shard-{1,2,3}.json <<'PY' ||
+import json, sys
+def load(p):
+    with open(p) as f:
+        return json.load(f)
+def names(d):
+    return sorted({b["name"] for b in d["benchmarks"] if b.get("run_type", "iteration") == "iteration"})
+whole, merged = load(sys.argv[1]), load(sys.argv[2])
+shards = [load(p) for p in sys.argv[3:]]
+ok = names(merged) == names(whole) and len(names(whole)) == 1
+if not ok:
+    print("merged %s, unsharded %s" % (names(merged), names(whole)))
+sizes = [len(names(s)) for s in shards]
+if sorted(sizes) != [0, 0, 1]:
+    print("rows per shard %s, expected one shard of 1 and two empty" % sizes)
+    ok = False
+print("merged file: %s (shards %s)" % (names(merged), " + ".join(map(str, sizes))))
+sys.exit(0 if ok else 1)
+PY
+    fail "the merge of a run with empty shards does not match the unsharded sweep"
 
 say "PASS in $(($(date +%s) - t0)) s"

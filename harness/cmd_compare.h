@@ -1,4 +1,4 @@
-/* cmd_compare.h - the one piece of cmd_compare.c that is reached from outside the
+/* cmd_compare.h - the one piece of `compare` (harness/compare/) that is reached from outside the
  * `compare` command: its result-file reader, for the fuzz target
  * tests/fuzz/fuzz_results.c. */
 #ifndef MHA_HARNESS_COMPARE_H

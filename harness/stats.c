@@ -1,6 +1,8 @@
 /* stats.c - the harness's clock, generator and median (stats.h). */
 #include "stats.h"
 
+#include "util.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,4 +141,90 @@ double stats_shift_interval(const double *base, int m, const double *new, int n,
     const double est = 100 * (exp(median_sorted(d, (int)N)) - 1);
     free(d);
     return est;
+}
+
+/* ---- the Mann-Whitney U test (compare's per-benchmark test) ---- */
+
+typedef struct {
+    double v;
+    int side; /* 0 base, 1 new */
+} tagged;
+
+static int cmp_tagged(const void *a, const void *b) {
+    return cmp_double(&((const tagged *)a)->v, &((const tagged *)b)->v);
+}
+
+/* Exact two-sided p of the rank sum w2 (doubled midranks, so integers) of n items
+ * drawn from the N doubled midranks r2: counts the subsets of size n with each
+ * sum (all C(N, n) assignments equally likely under H0), so ties are exact too.
+ * p = min(1, 2 * min(P(W <= w), P(W >= w))). */
+static double exact_p(const int *r2, int N, int n, int w2) {
+    const int S = N * (N + 1); /* sum of all doubled ranks: the largest possible sum */
+    const size_t ncnt = (size_t)(n + 1) * (size_t)(S + 1);
+    double *cnt = xrealloc_or_exit(NULL, ncnt, sizeof *cnt, "stats");
+    memset(cnt, 0, ncnt * sizeof *cnt);
+#define CNT(k, s) cnt[(size_t)(k) * (size_t)(S + 1) + (size_t)(s)]
+    CNT(0, 0) = 1;
+    for (int i = 0; i < N; i++)
+        for (int k = (i + 1 < n ? i + 1 : n); k >= 1; k--)
+            for (int s = S; s >= r2[i]; s--) CNT(k, s) += CNT(k - 1, s - r2[i]);
+    double total = 0, lo = 0, hi = 0;
+    for (int s = 0; s <= S; s++) {
+        const double c = CNT(n, s);
+        total += c;
+        if (s <= w2) lo += c;
+        if (s >= w2) hi += c;
+    }
+#undef CNT
+    free(cnt);
+    const double p = 2 * (lo < hi ? lo : hi) / total;
+    return p < 1 ? p : 1;
+}
+
+/* Mann-Whitney U test of base (m values) against new (n values), two-sided. */
+stats_utest stats_mann_whitney(const double *base, int m, const double *new, int n) {
+    const int N = m + n;
+    tagged *all = xrealloc_or_exit(NULL, (size_t)N, sizeof *all, "stats");
+    int *r2 = xrealloc_or_exit(NULL, (size_t)N, sizeof *r2, "stats");
+    for (int i = 0; i < m; i++) all[i] = (tagged){base[i], 0};
+    for (int i = 0; i < n; i++) all[m + i] = (tagged){new[i], 1};
+    qsort(all, (size_t)N, sizeof *all, cmp_tagged);
+    /* Midranks, doubled: a tie group at 1-based positions first..last gets
+     * (first + last) / 2, so 2 * rank = first + last is an integer. */
+    double ties = 0; /* sum over tie groups of t^3 - t */
+    int w2 = 0;
+    for (int i = 0; i < N;) {
+        int j = i;
+        while (j + 1 < N && all[j + 1].v == all[i].v) j++;
+        const double t = j - i + 1;
+        ties += t * t * t - t;
+        for (int k = i; k <= j; k++) {
+            r2[k] = (i + 1) + (j + 1);
+            if (all[k].side) w2 += r2[k];
+        }
+        i = j + 1;
+    }
+    stats_utest r;
+    r.u = w2 / 2.0 - n * (n + 1) / 2.0;
+    if (n <= STATS_EXACT_MAX && m <= STATS_EXACT_MAX) {
+        r.exact = 1;
+        r.p = exact_p(r2, N, n, w2);
+    } else {
+        /* Normal approximation: mean nm/2, variance with the tie correction
+         * nm/12 * ((N+1) - sum(t^3-t) / (N(N-1))), continuity correction 1/2. */
+        r.exact = 0;
+        const double mu = n * (double)m / 2;
+        const double var = n * (double)m / 12 * ((N + 1) - ties / ((double)N * (N - 1)));
+        if (var <= 0) {
+            r.p = 1;
+        } else {
+            double d = fabs(r.u - mu) - 0.5;
+            if (d < 0) d = 0;
+            r.p = erfc(d / sqrt(var) / sqrt(2.0));
+            if (r.p > 1) r.p = 1;
+        }
+    }
+    free(all);
+    free(r2);
+    return r;
 }

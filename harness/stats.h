@@ -71,4 +71,16 @@ double stats_derived_threshold(const double *resid, int n, double fallback, doub
 double stats_shift_interval(const double *base, int m, const double *new, int n, double conf,
                             double *lo, double *hi);
 
+/* The Mann-Whitney U test of base (m values) against new (n values),
+ * two-sided: exact (every assignment of the pooled doubled midranks counted,
+ * ties included) when both have at most STATS_EXACT_MAX values, else the
+ * normal approximation with tie and continuity correction. */
+enum { STATS_EXACT_MAX = 20 };
+typedef struct {
+    double u;  /* U of the NEW sample: pairs new > base, ties count 1/2 */
+    double p;  /* two-sided p-value */
+    int exact; /* 1: exact permutation distribution, 0: normal approximation */
+} stats_utest;
+stats_utest stats_mann_whitney(const double *base, int m, const double *new, int n);
+
 #endif

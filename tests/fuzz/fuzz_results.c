@@ -1,5 +1,5 @@
 /* fuzz_results.c - libFuzzer target for the result-file reader of `mhabench
- * compare` (harness/cmd_compare.c, load_results through compare_load_for_fuzz):
+ * compare` (harness/compare/results.c, load_results through compare_load_for_fuzz):
  * Google Benchmark JSON through json-c, the context's fingerprint, the
  * iteration rows, time units and name folding. Its error messages go to
  * stderr (run with -close_fd_mask=2 to silence them). */

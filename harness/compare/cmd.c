@@ -1,0 +1,204 @@
+/* cmd.c - `mhabench compare`: the options and the four forms (two files,
+ * --baseline, --save-baseline, --ab). */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare.h"
+#include <getopt.h>
+
+#include "commands.h"
+
+static void usage(FILE *f) {
+    fputs("usage: mhabench compare BASE.json NEW.json [--threshold PCT] [--alpha A] [--json]\n"
+          "                        [--force]\n"
+          "       mhabench compare --baseline NEW.json [--baseline-dir DIR] [options]\n"
+          "       mhabench compare --save-baseline NEW.json [--baseline-dir DIR]\n"
+          "       mhabench compare --ab OLD_BINARY NEW_BINARY [--budget S | --rounds R] [options]\n"
+          "                        [-- sweep args]\n"
+          "Compares Google Benchmark result files (as written by `mhabench sweep`) benchmark\n"
+          "by benchmark: median real time change, Mann-Whitney U two-sided p-value over the\n"
+          "repetitions, and a verdict: slower (p < alpha and median slower by more than the\n"
+          "threshold), faster (likewise), noisy (median moved more than the threshold but\n"
+          "not significantly: rerun with more repetitions), or same.\n"
+          "The gate: REGRESSION when a benchmark is slower or one of the base is missing\n"
+          "from the new file; no regression only when at least 90% of the base's\n"
+          "benchmarks were judged (in both files, undisturbed, >= 9 repetitions a side),\n"
+          "none slowed untested and no drift beyond --max-drift was divided out;\n"
+          "INCONCLUSIVE otherwise, with the reasons.\n"
+          "Exit 0 no regression, 1 regression, 2 usage or input error, 3 inconclusive.\n"
+          "  --threshold PCT    median change that matters, percent (default: derived from\n"
+          "                     the spread of the changes, 4 robust sigmas within [2, 10];\n"
+          "                     5 when fewer than 5 benchmarks are in both files; 3 for --ab)\n"
+          "  --no-normalize     keep the drift common to every benchmark (by default the\n"
+          "                     median change over all benchmarks, the host's drift, is\n"
+          "                     divided out before testing; never with --ab)\n"
+          "  --max-drift PCT    a drift common to the benchmarks beyond PCT percent is a\n"
+          "                     finding: inconclusive when divided out, a regression under\n"
+          "                     --ab (default 10)\n"
+          "  --alpha A          significance level of the U test (default 0.01)\n"
+          "  --json             machine-readable report on stdout instead of the table\n"
+          "  --force            compare even when the machine fingerprints differ\n"
+          "  --baseline         compare NEW.json against the newest committed baseline of\n"
+          "                     its machine: DIR/<cpu-key>.json or DIR/<cpu-key>-<time>.json\n"
+          "  --save-baseline    add NEW.json as a baseline (never overwrites an existing one)\n"
+          "  --baseline-dir DIR where baselines live (default " DEFAULT_BASELINE_DIR ")\n"
+          "  --ab               run OLD and NEW `sweep --preset ci` alternately (A B A B ...),\n"
+          "                     pool each side's repetitions, compare NEW against OLD\n"
+          "  --budget S         --ab: rounds continue while another fits in S seconds\n"
+          "                     (default 120, at least 2 rounds)\n"
+          "  --rounds R         --ab: exactly R rounds instead of the budget\n",
+          f);
+}
+
+int cmd_compare(int argc, char **argv) {
+    enum {
+        O_THRESHOLD = 1000,
+        O_ALPHA,
+        O_JSON,
+        O_FORCE,
+        O_BASELINE,
+        O_SAVE,
+        O_DIR,
+        O_AB,
+        O_ROUNDS,
+        O_BUDGET,
+        O_NO_NORMALIZE,
+        O_MAX_DRIFT
+    };
+    static const struct option opts[] = {{"threshold", required_argument, 0, O_THRESHOLD},
+                                         {"alpha", required_argument, 0, O_ALPHA},
+                                         {"json", no_argument, 0, O_JSON},
+                                         {"force", no_argument, 0, O_FORCE},
+                                         {"baseline", no_argument, 0, O_BASELINE},
+                                         {"save-baseline", no_argument, 0, O_SAVE},
+                                         {"baseline-dir", required_argument, 0, O_DIR},
+                                         {"ab", no_argument, 0, O_AB},
+                                         {"rounds", required_argument, 0, O_ROUNDS},
+                                         {"budget", required_argument, 0, O_BUDGET},
+                                         {"no-normalize", no_argument, 0, O_NO_NORMALIZE},
+                                         {"max-drift", required_argument, 0, O_MAX_DRIFT},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    settings s = {DEFAULT_THRESHOLD, 0.01, 0, 0, 1, 0, DEFAULT_MAX_DRIFT};
+    int force = 0, mode_baseline = 0, mode_save = 0, mode_ab = 0, no_normalize = 0;
+    int64_t rounds = 0;
+    double budget = AB_DEFAULT_BUDGET;
+    const char *dir = DEFAULT_BASELINE_DIR;
+
+    /* Everything after a bare "--" goes to the sweeps of --ab untouched. */
+    int nargs = argc, nsweep = 0;
+    char **sweep_args = NULL;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--") == 0) {
+            nargs = i;
+            sweep_args = argv + i + 1;
+            nsweep = argc - i - 1;
+            break;
+        }
+    optind = 1;
+    for (int c; (c = getopt_long(nargs, argv, "h", opts, NULL)) != -1;) {
+        switch (c) {
+        case O_THRESHOLD:
+            if (!parse_double("compare: --threshold", optarg, 0, 1000, 0, &s.threshold))
+                return EXIT_USAGE;
+            s.threshold_given = 1;
+            break;
+        case O_BUDGET:
+            if (!parse_double("compare: --budget", optarg, 1, 86400, 1, &budget)) return EXIT_USAGE;
+            break;
+        case O_NO_NORMALIZE:
+            no_normalize = 1;
+            break;
+        case O_MAX_DRIFT:
+            if (!parse_double("compare: --max-drift", optarg, 0, 1000, 1, &s.max_drift))
+                return EXIT_USAGE;
+            break;
+        case O_ALPHA:
+            if (!parse_double("compare: --alpha", optarg, 0, 1, 1, &s.alpha)) return EXIT_USAGE;
+            break;
+        case O_JSON:
+            s.json = 1;
+            break;
+        case O_FORCE:
+            force = 1;
+            break;
+        case O_BASELINE:
+            mode_baseline = 1;
+            break;
+        case O_SAVE:
+            mode_save = 1;
+            break;
+        case O_DIR:
+            dir = optarg;
+            break;
+        case O_AB:
+            mode_ab = 1;
+            break;
+        case O_ROUNDS:
+            if (!parse_i64("--rounds", optarg, 1, MAX_ROUNDS, &rounds)) return EXIT_USAGE;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    char **pos = argv + optind;
+    const int npos = nargs - optind;
+    if (mode_baseline + mode_save + mode_ab > 1) {
+        errorf_esc("compare: --baseline, --save-baseline and --ab exclude each other");
+        return EXIT_USAGE;
+    }
+    if (sweep_args && !mode_ab) {
+        errorf_esc("compare: arguments after '--' are sweep arguments, only for --ab");
+        return EXIT_USAGE;
+    }
+    if (nsweep > MAX_SWEEP_ARGS) {
+        errorf_esc("compare: --ab: more than %d sweep arguments", MAX_SWEEP_ARGS);
+        return EXIT_USAGE;
+    }
+    const int want = mode_ab ? 2 : (mode_baseline || mode_save) ? 1 : 2;
+    if (npos != want) {
+        errorf_esc("compare: expected %s, got %d argument%s",
+                   mode_ab                      ? "OLD_BINARY NEW_BINARY"
+                   : mode_baseline || mode_save ? "one result file NEW.json"
+                                                : "two result files BASE.json NEW.json",
+                   npos, npos == 1 ? "" : "s");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (mode_save) return cmd_save_baseline(pos[0], dir);
+    /* Interleaved A/B rounds share the host's drift already; removing a
+     * common change there would hide a build that slows everything. */
+    s.normalize = !no_normalize && !mode_ab;
+    s.ab = mode_ab;
+    if (mode_ab && !s.threshold_given) {
+        s.threshold = AB_DEFAULT_THRESHOLD;
+        s.threshold_given = 2; /* the --ab default, reported as such */
+    }
+    if (mode_ab) return cmd_ab(pos[0], pos[1], (int)rounds, budget, sweep_args, nsweep, &s);
+
+    result_set base = {0}, nw = {0};
+    char *base_path = NULL;
+    int rc = EXIT_USAGE;
+    if (mode_baseline) {
+        if (load_results(pos[0], &nw)) goto out;
+        if (find_baseline(dir, &nw, force, &base, &base_path)) goto out;
+    } else {
+        if (load_results(pos[0], &base) || load_results(pos[1], &nw)) goto out;
+    }
+    const int fp_ok = fingerprints_match(&base, &nw, force);
+    if (!fp_ok && !force) goto out;
+    rc = compare_sets(&base, &nw, base.path, nw.path, 1, !fp_ok, &s);
+out:
+    result_free(&base);
+    result_free(&nw);
+    free(base_path);
+    return rc;
+}

@@ -1,0 +1,144 @@
+/* compare.h - the parts of `mhabench compare` (harness/compare/): the result
+ * sets it reads (results.c), the comparison and its gate (gate.c), the
+ * per-CPU baselines (baselines.c), the A/B runner (ab.c) and the command
+ * (cmd.c). Internal to the command; the fuzz target reaches the reader
+ * through cmd_compare.h. */
+#ifndef MHA_HARNESS_COMPARE_COMPARE_H
+#define MHA_HARNESS_COMPARE_COMPARE_H
+
+#include <json-c/json.h>
+
+#include "stats.h"
+#include "util.h"
+
+/* Below this many repetitions on either side the U test cannot mean much (at
+ * alpha 0.01 it cannot reject at all with 4 + 4 or fewer), and the report says so. */
+enum { MIN_REPS = 9 };
+enum { MAX_ROUNDS = 100, MAX_SWEEP_ARGS = 64 };
+
+#define DEFAULT_BASELINE_DIR "results/baselines"
+
+/* The machine fingerprint: the context keys that must agree for two result
+ * files to be comparable. The last one is optional (checked when both have it). */
+extern const char *const FP_KEYS[];
+enum { FP_COUNT = 4, FP_REQUIRED = 3 };
+
+#define xrealloc(p, n) xrealloc_or_exit((p), (n), 1, "compare")
+#define xstrdup(s) xstrdup_or_exit((s), "compare")
+
+/* ---- result files (results.c) ---- */
+
+typedef struct {
+    char *name;
+    double *t;  /* real time per iteration of each repetition, ns */
+    int n, cap; /* n == 0: every repetition was marked disturbed */
+    /* its drift group: memory-bound rows (a bw_level field: decode) drift
+     * with the host's memory traffic at their thread count, the others
+     * with the core's clock and share */
+    int mem, threads;
+} bench;
+
+typedef struct {
+    const char *path;
+    char *fp[FP_COUNT]; /* NULL when the context lacks the key */
+    bench *b;
+    int nb, cap;
+    int rows;      /* iteration rows taken */
+    int skipped;   /* rows with error_occurred */
+    int disturbed; /* rows the sweep's evidence marked disturbed (retaken in the file) */
+} result_set;
+
+void result_free(result_set *rs);
+bench *find_bench(const result_set *rs, const char *name);
+/* Loads a Google Benchmark result file into rs (appending when rs already
+ * holds one: --ab pools rounds). 0, or EXIT_USAGE after a message. */
+int load_results(const char *path, result_set *rs);
+/* 1 if the fingerprints agree, else prints each difference (a refusal, or
+ * a warning with force) and returns 0. */
+int fingerprints_match(const result_set *a, const result_set *b, int force);
+
+/* ---- the comparison and its gate (gate.c) ---- */
+
+typedef enum { V_SAME, V_FASTER, V_SLOWER, V_NOISY } verdict;
+extern const char *const VERDICT_NAME[];
+
+typedef struct {
+    const char *name;
+    int nb, nn;
+    double med_b, med_n, change; /* medians in ns, change in percent (after drift removal) */
+    double change_raw;           /* before drift removal */
+    double threshold;            /* percent: its drift group's, else the run's */
+    double shift, ci_lo, ci_hi;  /* Hodges-Lehmann shift and its 95% interval, percent (after
+                                    drift removal) */
+    stats_utest ut;
+    int too_few;
+    verdict v;
+} row;
+
+typedef struct {
+    double threshold, alpha;
+    int json;
+    int threshold_given; /* 0: derived (stats_derived_threshold), 1: --threshold, 2: the --ab
+                            default */
+    int normalize;       /* remove the drift common to every benchmark before testing */
+    int ab;              /* an A/B run: both sides took turns on the same host */
+    double max_drift;    /* percent: a common drift beyond it is a finding (--max-drift) */
+} settings;
+
+/* A drift group: thread count, size, memory-bound or not, its drift, and
+ * (derived thresholds only) the threshold its rows are judged by: from the
+ * group's own residual spread when it has STATS_DRIFT_MIN rows or more. */
+typedef struct {
+    int threads, n, mem;
+    double drift;
+    double threshold, sigma; /* percent */
+    int own;                 /* threshold from the group's own (wider) spread */
+} drift_group;
+
+/* What compare_sets used, for the report: the drift it removed and where the
+ * threshold came from. */
+typedef struct {
+    int n;          /* benchmarks in both files */
+    double drift;   /* log(new / base) of the compute-bound rows; 0 when not normalised */
+    int normalized; /* the drift was removed */
+    double sigma;   /* robust spread of the residual changes, percent */
+    double threshold;
+    const char *threshold_source; /* "given", "derived", "default" (< STATS_DRIFT_MIN benchmarks) */
+    drift_group groups[16];       /* the drift groups (threads x compute/memory) */
+    int ngroups;
+} gate_info;
+
+#define DEFAULT_THRESHOLD 5.0
+/* A drift common to the rows beyond this (percent) is a finding, not noise:
+ * the A/A pairs of the ci preset drifted up to +7% as a whole in busy hours
+ * (README "Regression testing in CI"), a build that lost -march moves every
+ * row 2x. Until a baseline carries its machine's measured drift, this bound. */
+#define DEFAULT_MAX_DRIFT 10.0
+
+/* Compares new against base and prints the report. Returns the exit status:
+ * 0 no regression, 1 regression, 3 inconclusive. */
+int compare_sets(const result_set *base, const result_set *new, const char *base_label,
+                 const char *new_label, int fp_checked, int forced, const settings *s);
+
+/* ---- baselines (baselines.c) ---- */
+
+int cmd_save_baseline(const char *path, const char *dir);
+/* The newest baseline in dir for nw's CPU (or its older keys) whose
+ * fingerprint matches; 0, or EXIT_USAGE after a message. */
+int find_baseline(const char *dir, const result_set *nw, int force, result_set *base,
+                  char **path_out);
+
+/* ---- A/B runs (ab.c) ---- */
+
+/* --ab's default budget: rounds (A then B) continue while another round fits,
+ * at least AB_MIN_ROUNDS; --rounds R runs exactly R instead. */
+#define AB_DEFAULT_BUDGET 120.0
+/* --ab's threshold when none is given: fixed, not derived (the A/B's own
+ * spread includes the real change). A 5% slowdown measured +4.1..+5.3% in
+ * 2-round A/Bs on the Zen 4 VM, so a 5% gate would miss half of them. */
+#define AB_DEFAULT_THRESHOLD 3.0
+enum { AB_MIN_ROUNDS = 2 };
+int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget, char **sweep_args,
+           int nsweep, const settings *s);
+
+#endif

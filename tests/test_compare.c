@@ -845,6 +845,68 @@ static void test_baseline_older_key(void **state) {
     assert_null(strstr(g_err, "older key"));
 }
 
+/* The gate's own noise: A/A pairs give each row's false-positive rate and
+ * minimum detectable effect, saved beside the baselines (never overwritten);
+ * compare --baseline then prints them and calls a row that cannot see its
+ * threshold "blind", not "same". */
+static void test_calibrate(void **state) {
+    (void)state;
+    NEED_BENCH();
+    enum { NB = 10, REPS = 9 };
+    const char *dir = tmp_path("cal_dir");
+    char files[6][512];
+    double one[NB], spread[NB];
+    for (int k = 0; k < NB; k++) one[k] = 1, spread[k] = k == NB - 1 ? 0.6 : 0.02;
+    for (int i = 0; i < 6; i++) {
+        snprintf(files[i], sizeof files[i], "%s/cal%d.json", g_tmp, i);
+        write_simple(files[i], FP_HERE, NB, REPS, one, spread, "ns");
+    }
+    EXPECT_EXIT(0, run_bench("compare", "--calibrate", files[0], files[1], files[2], files[3],
+                             files[4], files[5], "--baseline-dir", dir, NULL));
+    EXPECT_IN(g_out, "from 3 A/A pairs: 10 benchmarks");
+    char noise[600];
+    snprintf(noise, sizeof noise, "%s/%s.noise.json", dir, FP_HERE.cpu_key);
+    json_object *n = json_object_from_file(noise);
+    assert_non_null(n);
+    assert_int_equal(json_object_get_int(get(n, "pairs")), 3);
+    json_object *rows = get(n, "benchmarks");
+    assert_int_equal(json_object_array_length(rows), NB);
+    const double mde0 = json_object_get_double(get(json_object_array_get_idx(rows, 0), "mde_pct"));
+    assert_true(mde0 > 0 && mde0 < 5); /* a tight row sees a few percent */
+    json_object *wide = get(json_object_array_get_idx(rows, NB - 1), "mde_pct");
+    assert_true(!wide || json_object_get_double(wide) > 10); /* the wide one does not */
+    assert_int_equal(
+        json_object_get_int(get(json_object_array_get_idx(rows, 0), "false_positives")), 0);
+    json_object_put(n);
+    /* a second calibration is added, not written over */
+    EXPECT_EXIT(
+        0, run_bench("compare", "--calibrate", files[0], files[1], "--baseline-dir", dir, NULL));
+    assert_int_equal(tu_count_entries(dir), 2);
+    EXPECT_EXIT(2, run_bench("compare", "--calibrate", files[0], "--baseline-dir", dir, NULL));
+    EXPECT_IN(g_err, "an even number of result files");
+    /* a baseline beside it: the newest calibration (1 pair) is used */
+    EXPECT_EXIT(0, run_bench("compare", "--save-baseline", files[0], "--baseline-dir", dir, NULL));
+    EXPECT_EXIT(
+        0, run_bench("compare", "--baseline", files[1], "--baseline-dir", dir, "--json", NULL));
+    EXPECT_IN(g_err, ".noise-");
+    json_object *r = parse_report();
+    assert_string_equal(verdict_at(r, NB - 1), "blind");
+    assert_string_equal(verdict_at(r, 0), "same");
+    assert_true(json_object_get_double(get(bench_at(r, 0), "calibrated_mde_pct")) > 0);
+    assert_int_equal(json_object_get_int(get(get(r, "summary"), "judged")), NB - 1);
+    json_object_put(r);
+    /* the explicit calibration, and a slowdown the tight rows see */
+    double slow[NB];
+    for (int k = 0; k < NB; k++) slow[k] = k == 0 ? 1.2 : 1;
+    const char *s = tmp_path("cal_slow.json");
+    write_simple(s, FP_HERE, NB, REPS, slow, spread, "ns");
+    EXPECT_EXIT(1, run_bench("compare", files[0], s, "--noise", noise, NULL));
+    EXPECT_IN(g_out, "calibrated: detects >= ");
+    EXPECT_IN(g_out, "blind");
+    EXPECT_EXIT(2, run_bench("compare", files[0], s, "--noise", files[0], NULL));
+    EXPECT_IN(g_err, "not a calibration");
+}
+
 /* A fake mhabench for --ab: logs its arguments, then copies a prepared result
  * file to its --out argument (or fails with status 3 when src is NULL). */
 static void write_fake(const char *script, const char *tag, const char *src) {
@@ -1043,6 +1105,7 @@ int main(void) {
         cmocka_unit_test(test_u_pvalues),
         cmocka_unit_test(test_baselines),
         cmocka_unit_test(test_baseline_older_key),
+        cmocka_unit_test(test_calibrate),
         cmocka_unit_test(test_ab),
         cmocka_unit_test(test_nonfinite_json),
         cmocka_unit_test(test_baseline_order),

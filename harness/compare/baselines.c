@@ -15,6 +15,45 @@
 #include "fmt_results.h"
 #include "mha_private.h"
 
+int save_noreplace(const char *dir, const char *key, const char *suffix, const char *text,
+                   size_t len, char *target, size_t target_len) {
+    /* Never overwrite: <key><suffix>.json if absent, else with the UTC time,
+     * else with a -2, -3 ... suffix; each commit is a never-replace link of
+     * a complete file, so a name is taken atomically and never half written. */
+    char stamp[32], why[1024];
+    const time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+    snprintf(target, target_len, "%s/%s%s.json", dir, key, suffix);
+    mha_out w;
+    if (mha_out_begin(&w, target, MHA_OUT_NOREPLACE | MHA_OUT_MKDIRS, why, sizeof why) != MHA_OK ||
+        mha_out_write(&w, text, len, why, sizeof why) != MHA_OK) {
+        mha_out_abort(&w);
+        errorf_esc("compare: saving %s: %s", target, why);
+        return EXIT_USAGE;
+    }
+    int saved = 0;
+    for (int attempt = 0; attempt < 1000 && !saved; attempt++) {
+        if (attempt == 1)
+            snprintf(target, target_len, "%s/%s%s-%s.json", dir, key, suffix, stamp);
+        else if (attempt > 1)
+            snprintf(target, target_len, "%s/%s%s-%s-%d.json", dir, key, suffix, stamp, attempt);
+        if (attempt > 0 && mha_out_retarget(&w, target, why, sizeof why) != MHA_OK) break;
+        if (mha_out_commit(&w, why, sizeof why) == MHA_OK)
+            saved = 1;
+        else if (!w.exists)
+            break;
+    }
+    if (!saved) {
+        mha_out_abort(&w);
+        errorf_esc("compare: saving under %s/%s%s: %s", dir, key, suffix,
+                   w.exists ? "no free name" : why);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
 int cmd_save_baseline(const char *path, const char *dir) {
     result_set rs = {0};
     if (load_results(path, &rs)) return EXIT_USAGE;
@@ -38,47 +77,15 @@ int cmd_save_baseline(const char *path, const char *dir) {
                 "(use `sweep --preset ci`)\n",
                 few, path, MIN_REPS);
     size_t len = 0;
-    char why[1024];
+    char why[1024], target[4096];
     char *text = results_read_file(path, &len, why, sizeof why);
     if (!text) {
         errorf_esc("compare: cannot read %s: %s", path, why);
         goto out;
     }
-    /* Never overwrite: <key>.json if absent, else <key>-<UTC time>.json, else
-     * with a -2, -3 ... suffix; each commit is a never-replace link of a
-     * complete file, so a name is taken atomically and never half written. */
-    char stamp[32], target[4096];
-    const time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
-    snprintf(target, sizeof target, "%s/%s.json", dir, key);
-    mha_out w;
-    if (mha_out_begin(&w, target, MHA_OUT_NOREPLACE | MHA_OUT_MKDIRS, why, sizeof why) != MHA_OK ||
-        mha_out_write(&w, text, len, why, sizeof why) != MHA_OK) {
-        mha_out_abort(&w);
-        errorf_esc("compare: --save-baseline: %s", why);
-        free(text);
-        goto out;
-    }
+    const int st = save_noreplace(dir, key, "", text, len, target, sizeof target);
     free(text);
-    int saved = 0;
-    for (int attempt = 0; attempt < 1000 && !saved; attempt++) {
-        if (attempt == 1)
-            snprintf(target, sizeof target, "%s/%s-%s.json", dir, key, stamp);
-        else if (attempt > 1)
-            snprintf(target, sizeof target, "%s/%s-%s-%d.json", dir, key, stamp, attempt);
-        if (attempt > 0 && mha_out_retarget(&w, target, why, sizeof why) != MHA_OK) break;
-        if (mha_out_commit(&w, why, sizeof why) == MHA_OK)
-            saved = 1;
-        else if (!w.exists)
-            break;
-    }
-    if (!saved) {
-        mha_out_abort(&w);
-        errorf_esc("compare: --save-baseline: %s", w.exists ? "no free baseline name" : why);
-        goto out;
-    }
+    if (st) goto out;
     printf("saved baseline %s (%d benchmarks, cpu %s)\n", target, rs.nb, key);
     rc = 0;
 out:

@@ -19,6 +19,8 @@ static void usage(FILE *f) {
           "       mhabench compare --save-baseline NEW.json [--baseline-dir DIR]\n"
           "       mhabench compare --ab OLD_BINARY NEW_BINARY [--budget S | --rounds R] [options]\n"
           "                        [-- sweep args]\n"
+          "       mhabench compare --calibrate A1.json B1.json [A2.json B2.json ...] [--out F]\n"
+          "       mhabench compare --calibrate --run N [--out F] [-- sweep args]\n"
           "Compares Google Benchmark result files (as written by `mhabench sweep`) benchmark\n"
           "by benchmark: median real time change, Mann-Whitney U two-sided p-value over the\n"
           "repetitions, and a verdict: slower (p < alpha and median slower by more than the\n"
@@ -50,7 +52,16 @@ static void usage(FILE *f) {
           "                     pool each side's repetitions, compare NEW against OLD\n"
           "  --budget S         --ab: rounds continue while another fits in S seconds\n"
           "                     (default 120, at least 2 rounds)\n"
-          "  --rounds R         --ab: exactly R rounds instead of the budget\n",
+          "  --rounds R         --ab: exactly R rounds instead of the budget\n"
+          "  --calibrate        the gate's noise from A/A pairs (two sweeps of one build):\n"
+          "                     per benchmark the false-positive rate and the smallest\n"
+          "                     slowdown detected in every pair, the largest common drift;\n"
+          "                     to DIR/<cpu-key>.noise.json (never overwritten) or --out F\n"
+          "  --run N            --calibrate: run N pairs of `sweep --preset ci` first\n"
+          "  --noise F          compare with calibration F (--baseline: the newest beside\n"
+          "                     the baselines): rows print it, a row that cannot see twice\n"
+          "                     its threshold is blind, not same; its drift x1.5 is\n"
+          "                     --max-drift\n",
           f);
 }
 
@@ -67,7 +78,11 @@ int cmd_compare(int argc, char **argv) {
         O_ROUNDS,
         O_BUDGET,
         O_NO_NORMALIZE,
-        O_MAX_DRIFT
+        O_MAX_DRIFT,
+        O_CALIBRATE,
+        O_RUN,
+        O_OUT,
+        O_NOISE
     };
     static const struct option opts[] = {{"threshold", required_argument, 0, O_THRESHOLD},
                                          {"alpha", required_argument, 0, O_ALPHA},
@@ -81,11 +96,17 @@ int cmd_compare(int argc, char **argv) {
                                          {"budget", required_argument, 0, O_BUDGET},
                                          {"no-normalize", no_argument, 0, O_NO_NORMALIZE},
                                          {"max-drift", required_argument, 0, O_MAX_DRIFT},
+                                         {"calibrate", no_argument, 0, O_CALIBRATE},
+                                         {"run", required_argument, 0, O_RUN},
+                                         {"out", required_argument, 0, O_OUT},
+                                         {"noise", required_argument, 0, O_NOISE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    settings s = {DEFAULT_THRESHOLD, 0.01, 0, 0, 1, 0, DEFAULT_MAX_DRIFT};
+    settings s = {DEFAULT_THRESHOLD, 0.01, 0, 0, 1, 0, DEFAULT_MAX_DRIFT, NULL};
     int force = 0, mode_baseline = 0, mode_save = 0, mode_ab = 0, no_normalize = 0;
-    int64_t rounds = 0;
+    int mode_cal = 0, max_drift_given = 0;
+    int64_t rounds = 0, run_pairs = 0;
+    const char *out_path = NULL, *noise_path = NULL;
     double budget = AB_DEFAULT_BUDGET;
     const char *dir = DEFAULT_BASELINE_DIR;
 
@@ -116,6 +137,19 @@ int cmd_compare(int argc, char **argv) {
         case O_MAX_DRIFT:
             if (!parse_double("compare: --max-drift", optarg, 0, 1000, 1, &s.max_drift))
                 return EXIT_USAGE;
+            max_drift_given = 1;
+            break;
+        case O_CALIBRATE:
+            mode_cal = 1;
+            break;
+        case O_RUN:
+            if (!parse_i64("compare: --run", optarg, 1, 100, &run_pairs)) return EXIT_USAGE;
+            break;
+        case O_OUT:
+            out_path = optarg;
+            break;
+        case O_NOISE:
+            noise_path = optarg;
             break;
         case O_ALPHA:
             if (!parse_double("compare: --alpha", optarg, 0, 1, 1, &s.alpha)) return EXIT_USAGE;
@@ -151,17 +185,34 @@ int cmd_compare(int argc, char **argv) {
     }
     char **pos = argv + optind;
     const int npos = nargs - optind;
-    if (mode_baseline + mode_save + mode_ab > 1) {
-        errorf_esc("compare: --baseline, --save-baseline and --ab exclude each other");
+    if (mode_baseline + mode_save + mode_ab + mode_cal > 1) {
+        errorf_esc("compare: --baseline, --save-baseline, --ab and --calibrate exclude each other");
         return EXIT_USAGE;
     }
-    if (sweep_args && !mode_ab) {
-        errorf_esc("compare: arguments after '--' are sweep arguments, only for --ab");
+    if (sweep_args && !mode_ab && !(mode_cal && run_pairs)) {
+        errorf_esc("compare: arguments after '--' are sweep arguments, only for --ab and "
+                   "--calibrate --run");
+        return EXIT_USAGE;
+    }
+    if ((run_pairs || out_path) && !mode_cal) {
+        errorf_esc("compare: --run and --out go with --calibrate");
+        return EXIT_USAGE;
+    }
+    if (noise_path && (mode_ab || mode_save || mode_cal)) {
+        errorf_esc("compare: --noise goes with a comparison of files (two, or --baseline)");
         return EXIT_USAGE;
     }
     if (nsweep > MAX_SWEEP_ARGS) {
-        errorf_esc("compare: --ab: more than %d sweep arguments", MAX_SWEEP_ARGS);
+        errorf_esc("compare: more than %d sweep arguments", MAX_SWEEP_ARGS);
         return EXIT_USAGE;
+    }
+    if (mode_cal) {
+        if (run_pairs && npos) {
+            errorf_esc("compare: --calibrate --run N makes its own files: no result files");
+            return EXIT_USAGE;
+        }
+        s.normalize = !no_normalize;
+        return cmd_calibrate(pos, npos, (int)run_pairs, sweep_args, nsweep, dir, out_path, &s);
     }
     const int want = mode_ab ? 2 : (mode_baseline || mode_save) ? 1 : 2;
     if (npos != want) {
@@ -185,18 +236,35 @@ int cmd_compare(int argc, char **argv) {
     if (mode_ab) return cmd_ab(pos[0], pos[1], (int)rounds, budget, sweep_args, nsweep, &s);
 
     result_set base = {0}, nw = {0};
+    noise_table nt = {0};
     char *base_path = NULL;
-    int rc = EXIT_USAGE;
+    int rc = EXIT_USAGE, have_noise = 0;
     if (mode_baseline) {
         if (load_results(pos[0], &nw)) goto out;
         if (find_baseline(dir, &nw, force, &base, &base_path)) goto out;
     } else {
         if (load_results(pos[0], &base) || load_results(pos[1], &nw)) goto out;
     }
+    /* The machine's calibration: given, or the newest beside the baselines */
+    if (noise_path) {
+        if (noise_load(noise_path, &nt)) goto out;
+        have_noise = 1;
+    } else if (mode_baseline) {
+        const int nf = noise_find(dir, &nw, &nt);
+        if (nf == EXIT_USAGE) goto out;
+        have_noise = nf == 0;
+    }
+    if (have_noise) {
+        s.noise = &nt;
+        /* its drift, with a margin for the pairs it did not see */
+        if (!max_drift_given && isfinite(nt.drift_max_pct))
+            s.max_drift = fmax(2.0, 1.5 * nt.drift_max_pct);
+    }
     const int fp_ok = fingerprints_match(&base, &nw, force);
     if (!fp_ok && !force) goto out;
     rc = compare_sets(&base, &nw, base.path, nw.path, 1, !fp_ok, &s);
 out:
+    noise_free(&nt);
     result_free(&base);
     result_free(&nw);
     free(base_path);

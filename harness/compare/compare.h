@@ -59,7 +59,12 @@ int fingerprints_match(const result_set *a, const result_set *b, int force);
 
 /* ---- the comparison and its gate (gate.c) ---- */
 
-typedef enum { V_SAME, V_FASTER, V_SLOWER, V_NOISY } verdict;
+/* blind: "same" on a benchmark whose calibrated minimum detectable effect
+ * is over BLIND_FACTOR x its threshold (calibrate.c): a slowdown the gate is
+ * meant to catch would not have shown. */
+typedef enum { V_SAME, V_FASTER, V_SLOWER, V_NOISY, V_BLIND, V_COUNT } verdict;
+/* blind when the detectable effect is over this many thresholds */
+#define BLIND_FACTOR 2.0
 extern const char *const VERDICT_NAME[];
 
 typedef struct {
@@ -73,16 +78,35 @@ typedef struct {
     stats_utest ut;
     int too_few;
     verdict v;
+    double mde, fp_rate; /* from the machine's calibration; NaN when none */
 } row;
+
+/* A machine's measured gate noise (calibrate.c): per benchmark the share of
+ * A/A pairs the gate called slower and the smallest slowdown it detected in
+ * every pair (NaN: none up to 100%), and the largest common drift. */
+typedef struct {
+    char *name;
+    int pairs, false_positives;
+    double mde_pct;
+} noise_row;
+typedef struct {
+    char *path;
+    char *fp[FP_COUNT];
+    int pairs;
+    double drift_max_pct, threshold_pct;
+    noise_row *rows;
+    int n;
+} noise_table;
 
 typedef struct {
     double threshold, alpha;
     int json;
-    int threshold_given; /* 0: derived (stats_derived_threshold), 1: --threshold, 2: the --ab
-                            default */
-    int normalize;       /* remove the drift common to every benchmark before testing */
-    int ab;              /* an A/B run: both sides took turns on the same host */
-    double max_drift;    /* percent: a common drift beyond it is a finding (--max-drift) */
+    int threshold_given;      /* 0: derived (stats_derived_threshold), 1: --threshold, 2: the --ab
+                                 default */
+    int normalize;            /* remove the drift common to every benchmark before testing */
+    int ab;                   /* an A/B run: both sides took turns on the same host */
+    double max_drift;         /* percent: a common drift beyond it is a finding (--max-drift) */
+    const noise_table *noise; /* the machine's calibration, or NULL */
 } settings;
 
 /* A drift group: thread count, size, memory-bound or not, its drift, and
@@ -115,6 +139,21 @@ typedef struct {
  * row 2x. Until a baseline carries its machine's measured drift, this bound. */
 #define DEFAULT_MAX_DRIFT 10.0
 
+/* Everything a comparison works out: the rows in both files with their
+ * tests, the drift and thresholds used, and the counts the verdict reads. */
+typedef struct {
+    row *rows;
+    int nr, count[V_COUNT], too_few, only_b, only_n, nj;
+    double common; /* median log change of the compute-bound rows, before any removal */
+    gate_info g;
+    settings eff; /* the settings with the threshold actually used */
+} comparison;
+
+/* The rows of new against base, tested (no report); free c->rows. */
+void compare_rows(const result_set *base, const result_set *new, const settings *s, comparison *c);
+/* The row's verdict from its change, test and threshold (the one rule). */
+verdict row_verdict(const row *r, const settings *s);
+
 /* Compares new against base and prints the report. Returns the exit status:
  * 0 no regression, 1 regression, 3 inconclusive. */
 int compare_sets(const result_set *base, const result_set *new, const char *base_label,
@@ -127,6 +166,24 @@ int cmd_save_baseline(const char *path, const char *dir);
  * fingerprint matches; 0, or EXIT_USAGE after a message. */
 int find_baseline(const char *dir, const result_set *nw, int force, result_set *base,
                   char **path_out);
+
+/* ---- calibration (calibrate.c) ---- */
+
+/* `compare --calibrate A1 B1 [A2 B2 ...]` (or --run N pairs first). */
+int cmd_calibrate(char **files, int nfiles, int run_pairs, char **sweep_args, int nsweep,
+                  const char *dir, const char *out, const settings *s);
+/* The newest <key>.noise*.json in dir matching nw's fingerprint, into nt:
+ * 0 found, 1 none (nothing printed), EXIT_USAGE a malformed one. */
+int noise_find(const char *dir, const result_set *nw, noise_table *nt);
+int noise_load(const char *path, noise_table *nt);
+void noise_free(noise_table *nt);
+const noise_row *noise_row_of(const noise_table *nt, const char *name);
+
+/* The never-overwriting save of baselines and noise files: text to
+ * dir/<key><suffix>.json, else dir/<key><suffix>-<UTC time>[-n].json. The
+ * name taken in target; 0, or EXIT_USAGE after a message. */
+int save_noreplace(const char *dir, const char *key, const char *suffix, const char *text,
+                   size_t len, char *target, size_t target_len);
 
 /* ---- A/B runs (ab.c) ---- */
 

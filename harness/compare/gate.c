@@ -13,7 +13,7 @@
 
 #include "fmt_results.h"
 
-const char *const VERDICT_NAME[] = {"same", "faster", "slower", "noisy"};
+const char *const VERDICT_NAME[] = {"same", "faster", "slower", "noisy", "blind"};
 
 /* The verdict rule. With at least MIN_REPS on both sides: slower iff p < alpha
  * and the median slowed by more than the threshold (faster symmetrically); a
@@ -24,7 +24,7 @@ const char *const VERDICT_NAME[] = {"same", "faster", "slower", "noisy"};
 /* The contract: a regression needs a significant U test AND a median past the
  * threshold. With fewer than MIN_REPS repetitions on a side the test cannot
  * mean anything, so such a row is at most 'noisy' (never fails a build). */
-static verdict decide(const row *r, const settings *s) {
+verdict row_verdict(const row *r, const settings *s) {
     const int sig = !r->too_few && r->ut.p < s->alpha;
     const double t = r->threshold > 0 ? r->threshold : s->threshold;
     if (r->change > t && sig) return V_SLOWER;
@@ -76,16 +76,6 @@ static int group_changes(const result_set *base, const row *rows, const double *
     }
     return n;
 }
-
-/* Everything a comparison works out: the rows in both files with their
- * tests, the drift and thresholds used, and the counts the verdict reads. */
-typedef struct {
-    row *rows;
-    int nr, count[4], too_few, only_b, only_n, nj;
-    double common; /* median log change of the compute-bound rows, before any removal */
-    gate_info g;
-    settings eff; /* the settings with the threshold actually used */
-} comparison;
 
 /* Pass 1: medians, and the log changes (into lr) whose median is the drift. */
 static void measure_rows(const result_set *base, const result_set *new, comparison *c, double *lr) {
@@ -202,15 +192,22 @@ static void test_rows(const result_set *base, const result_set *new, comparison 
         r->ut = stats_mann_whitney(b->t, b->n, scaled, n->n);
         r->shift = stats_shift_interval(b->t, b->n, scaled, n->n, 0.95, &r->ci_lo, &r->ci_hi);
         r->too_few = b->n < MIN_REPS || n->n < MIN_REPS;
-        r->v = decide(r, &c->eff);
+        r->v = row_verdict(r, &c->eff);
+        const noise_row *nz = c->eff.noise ? noise_row_of(c->eff.noise, r->name) : NULL;
+        r->mde = nz ? nz->mde_pct : NAN;
+        r->fp_rate = nz ? (double)nz->false_positives / nz->pairs : NAN;
+        /* "same" is a claim the row cannot make when a slowdown of its
+         * threshold would not show: its calibrated detectable effect is over
+         * BLIND_FACTOR x the threshold (never below 1x: detection needs the
+         * median past the threshold and significance too) */
+        if (r->v == V_SAME && nz && !(nz->mde_pct <= BLIND_FACTOR * r->threshold)) r->v = V_BLIND;
         c->count[r->v]++;
         c->too_few += r->too_few;
     }
     free(scaled);
 }
 
-static void compare_rows(const result_set *base, const result_set *new, const settings *s,
-                         comparison *c) {
+void compare_rows(const result_set *base, const result_set *new, const settings *s, comparison *c) {
     const size_t cap = (size_t)(base->nb ? base->nb : 1);
     *c = (comparison){.rows = xrealloc(NULL, cap * sizeof *c->rows)};
     double *lr = xrealloc(NULL, cap * sizeof *lr), *gdrift = xrealloc(NULL, cap * sizeof *gdrift);
@@ -273,7 +270,7 @@ static void gate_decide(const comparison *c, const result_set *base, const setti
     *gr = (gate_result){.verdict = GATE_NO_REGRESSION};
     for (int i = 0; i < c->nr; i++) {
         const row *r = &c->rows[i];
-        gr->judged += !r->too_few;
+        gr->judged += !r->too_few && r->v != V_BLIND;
         gr->unjudged_moved += r->too_few && r->change > r->threshold;
     }
     if (c->count[V_SLOWER])
@@ -313,9 +310,10 @@ static void gate_decide(const comparison *c, const result_set *base, const setti
     if (gr->judged < GATE_JUDGED_SHARE * base->nb)
         gate_reason(gr, GATE_INCONCLUSIVE,
                     "%d of the base's %d benchmarks judged (%d not in the new file, %d with every "
-                    "repetition on a side disturbed, %d with fewer than %d repetitions on a side); "
-                    "\"no regression\" needs %.0f%%",
-                    gr->judged, base->nb, c->only_b, c->nj, c->too_few, MIN_REPS,
+                    "repetition on a side disturbed, %d with fewer than %d repetitions on a side, "
+                    "%d blind: calibrated detectable effect above the threshold); \"no "
+                    "regression\" needs %.0f%%",
+                    gr->judged, base->nb, c->only_b, c->nj, c->too_few, MIN_REPS, c->count[V_BLIND],
                     100 * GATE_JUDGED_SHARE);
 }
 
@@ -388,6 +386,9 @@ static void report_json(const comparison *c, const gate_result *gr, const result
                                json_object_new_string(r->ut.exact ? "exact" : "normal"));
         json_object_object_add(e, "too_few_repetitions", json_object_new_boolean(r->too_few));
         json_object_object_add(e, "verdict", json_object_new_string(VERDICT_NAME[r->v]));
+        json_object_object_add(e, "calibrated_mde_pct", results_json_double(r->mde));
+        json_object_object_add(e, "calibrated_false_positive_rate",
+                               results_json_double(r->fp_rate));
         json_object_array_add(arr, e);
     }
     json_object_object_add(o, "benchmarks", arr);
@@ -399,7 +400,7 @@ static void report_json(const comparison *c, const gate_result *gr, const result
     json_object_object_add(o, "not_judged_disturbed", nja);
     json_object_object_add(o, "only_in_new", name_list(new, base));
     json_object *sum = json_object_new_object();
-    for (int v = 0; v < 4; v++)
+    for (int v = 0; v < V_COUNT; v++)
         json_object_object_add(sum, VERDICT_NAME[v], json_object_new_int(c->count[v]));
     json_object_object_add(sum, "too_few_repetitions", json_object_new_int(c->too_few));
     json_object_object_add(sum, "only_in_base", json_object_new_int(c->only_b));
@@ -483,10 +484,17 @@ static void report_text(const comparison *c, const gate_result *gr, const result
            "change", "n_b", "n_n", "p-value", "verdict", "note");
     for (int i = 0; i < c->nr; i++) {
         const row *r = &c->rows[i];
-        char tb[32], tn[32], note[64] = "";
+        char tb[32], tn[32], note[96] = "";
         fmt_time(tb, sizeof tb, r->med_b);
         fmt_time(tn, sizeof tn, r->med_n);
-        if (r->too_few) snprintf(note, sizeof note, "too few repetitions (n<%d)", MIN_REPS);
+        if (r->too_few) {
+            snprintf(note, sizeof note, "too few repetitions (n<%d)", MIN_REPS);
+        } else if (!isnan(r->fp_rate)) { /* the machine's calibration knows this row */
+            char mde[32] = "nothing below 100%";
+            if (!isnan(r->mde)) snprintf(mde, sizeof mde, ">= %.1f%%", r->mde);
+            snprintf(note, sizeof note, "calibrated: detects %s, false alarms %.0f%%", mde,
+                     100 * r->fp_rate);
+        }
         printf("%-*s %11s %11s %+7.1f%% %5d %5d %8.2g  %-*s%s\n", w, r->name, tb, tn, r->change,
                r->nb, r->nn, r->ut.p, note[0] ? 8 : 0, VERDICT_NAME[r->v], note);
     }

@@ -120,6 +120,7 @@ static void test_shrunk_output(void **state) {
         assert_non_null(strstr(why, "the torch helper"));
         assert_non_null(strstr(why, cases[i].want));
         peer_torch.release(pi);
+        small_free(&s);
         pi = prepare_small(&s, 1); /* a fresh helper */
         peer_torch.release(pi);
         small_free(&s);

@@ -20,6 +20,7 @@
 #include "meas_gbench.h"
 #include "meas_core.h"
 #include "peers/peer_check.h"
+#include "peers/peer_reply.h"
 #include "fmt_results.h"
 #include "fmt_rows.h"
 #include "shard.h"
@@ -1884,6 +1885,8 @@ int cmd_sweep(int argc, char **argv) {
     note_list skipped = {0}, notes = {0}, aliases = {0};
     int nshapes = 0, nbench = 0, ngroups = 0, exit_code = 0;
     const peer_ops *peers[MAX_PEERS];
+    for (int t = 0; t < MHA_DTYPE_COUNT; t++) /* what bounds a peer's claimed time */
+        peer_set_peak((mha_dtype)t, results_machine_peak(&rm, (mha_dtype)t));
     const int npeers = choose_peers(&a, peers, &skipped);
     shape *shapes = build_shapes(&a, &pr, &x, &notes, &nshapes);
     shapes = expand_dtypes(shapes, &nshapes, a.dtypes, a.kv_dtypes);

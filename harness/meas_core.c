@@ -380,8 +380,12 @@ mha_status meas_gbench(mha_gbench_state *st, const meas_call *c) {
     if (c->peer) { /* registered with manual time: each call's own time */
         while (mha_gbench_keep_running(st)) {
             double t;
-            status |= meas_sample(c, &t);
+            const mha_status s = meas_sample(c, &t);
             mha_gbench_set_iteration_time(st, t);
+            if (s != MHA_OK) { /* a dead or lying helper: the loop ends after this iteration */
+                status |= s;
+                mha_gbench_skip_with_error(st, peer_err);
+            }
         }
         return status;
     }

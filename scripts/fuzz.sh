@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # fuzz.sh [SECONDS_PER_TARGET] - runs the libFuzzer targets of tests/fuzz (the
 # .npy reader, compare's result-file reader, the tuning-table reader, merge's
-# shard-file reader) for SECONDS_PER_TARGET each (default 20: about a minute
-# and a half in all, the CI smoke).
+# shard-file reader, a peer helper's reply lines) for SECONDS_PER_TARGET each
+# (default 20: about two minutes in all, the CI smoke).
 # Installs the missing Debian packages (clang and its libFuzzer/OpenMP
 # runtimes, the build's libraries), builds ./build-fuzz (clang, ASan+UBSan,
 # -Dfuzz=true), fuzzes each target on a temporary copy of its seed corpus
@@ -18,7 +18,7 @@ case $secs in
     exit 2
     ;;
 esac
-targets=(npy results table merge)
+targets=(npy results table merge peer)
 bail() { # setup failed: every target counts as failed
     echo "fuzz: $1" >&2
     echo "0 passed, ${#targets[@]} failed"

@@ -15,7 +15,7 @@
  *    through it, never through the JSON. We size it for one request
  *    (inputs at prepare, the output at output), name byte offsets in the
  *    request, and truncate it to 0 afterwards so it holds no memory between
- *    requests.
+ *    requests. The helper must not resize it.
  *  - replies: {"ok": true, ...} or {"ok": false, "error": "..."}.
  *  - requests: hello -> version; prepare (problem, dtype, threads, resolved
  *    scale, shm_bytes, q/k/v offsets) -> id, settings (the helper copies
@@ -28,7 +28,15 @@
  * poll() and a deadline (600 s for prepare, 300 s for run and output); EOF,
  * EPIPE or a missed deadline stops the helper (SIGKILL when it does not
  * quit), reaps it and is reported with how it ended. The next prepare
- * starts a fresh helper; instances of the old one fail with that why. */
+ * starts a fresh helper (not after STRIKES missed deadlines); instances of
+ * the old one fail with that why.
+ * What a helper says is a claim, checked before use (peer_reply.h): a reply
+ * line is parsed from its bytes, its text escaped; the memfd is never mapped
+ * here (pwrite/pread: a helper that shrinks it gets an error, not our
+ * SIGBUS); a claimed time must lie between the problem's FLOPs at 10x the
+ * machine's peak and the round trip that carried it; and an instance's run
+ * requests have a deadline (over_deadline), so tiny claims cannot keep a
+ * min-time loop asking for ever. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -42,6 +50,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -50,6 +59,7 @@
 #include <json-c/json.h>
 
 #include "peer.h"
+#include "peer_reply.h"
 
 #ifndef MHA_SOURCE_DIR
 #define MHA_SOURCE_DIR "."
@@ -68,6 +78,9 @@ enum {
     WAIT_OUTPUT = 300,
     WAIT_SMALL = 30,
     WAIT_QUIT = 5,
+    STRIKES = 2,
+    ROW_SLACK_S = 60,
+    ROW_RATIO = 100,
     HELPER_SHM_FD = 3,
     MAX_LINE = 1 << 20
 };
@@ -87,9 +100,10 @@ typedef struct {
     int chan, shm; /* -1 when closed */
     unsigned gen;  /* bumped at each start: instances remember theirs */
     int probed;    /* 0 not yet, 1 ran, -1 failed (why) */
+    int strikes;   /* replies it failed to give in time: at STRIKES it is not restarted */
     char why[1024];
-    char version[512];
-    char *buf; /* received bytes not yet consumed */
+    char version[1024]; /* escaped, as all of a helper's text */
+    char *buf;          /* received bytes not yet consumed */
     size_t len, cap;
 } helper;
 
@@ -99,6 +113,10 @@ struct peer_inst {
     int64_t id;
     size_t out_bytes;
     char *settings;
+    double flops, max_rate; /* what bounds a claimed time (peer_claim_check) */
+    double wall, claimed;   /* this instance's run requests: our clock, the helper's */
+    int64_t calls;
+    char failed[1024]; /* set once a claim was impossible or the deadline passed */
 };
 
 static const py_rules RULES_TORCH = {
@@ -310,19 +328,25 @@ static int helper_spawn(helper *h, char *why, size_t len) {
     return 0;
 }
 
-/* One request and its reply: 0 with *reply (ok true; the caller puts it),
- * or -1 with why: the helper's own error (it lives on) or what happened to
- * it (then it is stopped and reaped). */
-static int wait_cap(int wait_s) {
-    const char *env = getenv("MHA_PEERS_WAIT_S");
+/* A wait of wait_s seconds, or less under MHA_PEERS_WAIT_S (env). */
+static int env_cap(const char *name, int wait_s) {
+    const char *env = getenv(name);
     char *end;
     const long cap = env && *env ? strtol(env, &end, 10) : 0;
     return env && *env && !*end && cap > 0 && cap < wait_s ? (int)cap : wait_s;
 }
 
-static int request(helper *h, json_object *req, int wait_s, json_object **reply, char *why,
+static int wait_cap(int wait_s) {
+    return env_cap("MHA_PEERS_WAIT_S", wait_s);
+}
+
+/* One request and its reply: 0 with *r (ok true, with the fields the op
+ * needs, text escaped), or -1 with why: the helper's own error (it lives on)
+ * or what happened to it (then it is stopped and reaped). *wall: the
+ * seconds from sending to the whole reply (NULL: not wanted). */
+static int request(helper *h, json_object *req, int wait_s, peer_reply *r, double *wall, char *why,
                    size_t len) {
-    *reply = NULL;
+    memset(r, 0, sizeof *r);
     wait_s = wait_cap(wait_s);
     const char *op = json_object_get_string(json_object_object_get(req, "op"));
     if (!h->pid) {
@@ -338,6 +362,7 @@ static int request(helper *h, json_object *req, int wait_s, json_object **reply,
     }
     memcpy(line, text, tn);
     line[tn] = '\n';
+    const double t0 = now_s();
     size_t sent = 0;
     while (sent < tn + 1) {
         const ssize_t s = send(h->chan, line + sent, tn + 1 - sent, MSG_NOSIGNAL);
@@ -352,7 +377,7 @@ static int request(helper *h, json_object *req, int wait_s, json_object **reply,
     }
     free(line);
     /* read until a newline, within the deadline */
-    const double end = now_s() + wait_s;
+    const double end = t0 + wait_s;
     char *nl;
     while (!(nl = h->buf ? memchr(h->buf, '\n', h->len) : NULL)) {
         if (h->len + 4096 > h->cap) {
@@ -379,37 +404,36 @@ static int request(helper *h, json_object *req, int wait_s, json_object **reply,
             char what[96];
             snprintf(what, sizeof what, "gave no answer within %d s, so mhabench stopped it",
                      wait_s);
+            h->strikes++;
             helper_fail(h, op, what);
             setwhy(why, len, "%s", h->why);
             return -1;
         }
-        const ssize_t r = pr < 0 ? -1 : recv(h->chan, h->buf + h->len, h->cap - h->len, 0);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
+        const ssize_t got = pr < 0 ? -1 : recv(h->chan, h->buf + h->len, h->cap - h->len, 0);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
             helper_fail(h, op, "ended");
             setwhy(why, len, "%s", h->why);
             return -1;
         }
-        h->len += (size_t)r;
+        h->len += (size_t)got;
     }
-    *nl = 0;
-    json_object *o = json_tokener_parse(h->buf);
+    if (wall) *wall = now_s() - t0;
     const size_t used = (size_t)(nl - h->buf) + 1;
+    const peer_reply_status st = peer_reply_parse(op, h->buf, used - 1, r);
     memmove(h->buf, h->buf + used, h->len - used);
     h->len -= used;
-    if (!o || !json_object_is_type(o, json_type_object)) {
-        json_object_put(o);
-        helper_fail(h, op, "sent a reply that is not a JSON object");
+    if (st == PEER_REPLY_BAD) {
+        char what[1100];
+        snprintf(what, sizeof what, "sent %s", r->text);
+        helper_fail(h, op, what);
         setwhy(why, len, "%s", h->why);
         return -1;
     }
-    if (!json_object_get_boolean(json_object_object_get(o, "ok"))) {
-        const char *err = json_object_get_string(json_object_object_get(o, "error"));
-        setwhy(why, len, "%s %s: %s", h->r->name, op, err ? err : "failed (no message)");
-        json_object_put(o);
+    if (st == PEER_REPLY_REFUSED) {
+        setwhy(why, len, "%s %s: %s", h->r->name, op, r->text);
         return -1;
     }
-    *reply = o;
     return 0;
 }
 
@@ -419,13 +443,20 @@ static json_object *new_request(const char *op) {
     return o;
 }
 
-/* The helper running and greeted, or -1 with why. */
+/* The helper running and greeted, or -1 with why. One that has missed
+ * STRIKES deadlines is not started again: a helper that hangs would cost
+ * every later row the whole wait. */
 static int helper_start(helper *h, char *why, size_t len) {
     if (h->pid) return 0;
+    if (h->strikes >= STRIKES) {
+        setwhy(why, len, "%s (%d deadlines missed: not restarted)", h->why, h->strikes);
+        return -1;
+    }
     h->why[0] = 0;
     if (helper_spawn(h, why, len) != 0) return -1;
-    json_object *req = new_request("hello"), *reply;
-    const int rc = request(h, req, WAIT_HELLO, &reply, why, len);
+    json_object *req = new_request("hello");
+    peer_reply r;
+    const int rc = request(h, req, WAIT_HELLO, &r, NULL, why, len);
     json_object_put(req);
     if (rc != 0) {
         if (h->pid) {
@@ -436,18 +467,17 @@ static int helper_start(helper *h, char *why, size_t len) {
         }
         return -1;
     }
-    const char *v = json_object_get_string(json_object_object_get(reply, "version"));
-    snprintf(h->version, sizeof h->version, "%s", v ? v : h->r->name);
-    json_object_put(reply);
+    snprintf(h->version, sizeof h->version, "%s", r.text[0] ? r.text : h->r->name);
     return 0;
 }
 
 /* quit, then reap (killing it when it does not exit). */
 static void helper_stop(helper *h) {
     if (h->pid) {
-        json_object *req = new_request("quit"), *reply = NULL;
+        json_object *req = new_request("quit");
+        peer_reply r;
         char why[256];
-        if (request(h, req, WAIT_QUIT, &reply, why, sizeof why) == 0) json_object_put(reply);
+        (void)request(h, req, WAIT_QUIT, &r, NULL, why, sizeof why);
         json_object_put(req);
         if (h->pid) {
             if (h->chan >= 0) shutdown(h->chan, SHUT_RDWR);
@@ -456,28 +486,64 @@ static void helper_stop(helper *h) {
     }
     close_fds(h);
     h->probed = 0;
+    h->strikes = 0;
     h->why[0] = 0;
 }
 
-/* Maps the memfd at bytes (growing it first); NULL with why. */
-static void *shm_map(helper *h, size_t bytes, char *why, size_t len) {
-    if (ftruncate(h->shm, (off_t)bytes) != 0) {
-        setwhy(why, len, "%s: cannot size the shared region to %zu bytes: %s", h->r->name, bytes,
-               strerror(errno));
-        return NULL;
-    }
-    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, h->shm, 0);
-    if (m == MAP_FAILED) {
-        setwhy(why, len, "%s: cannot map the shared region (%zu bytes): %s", h->r->name, bytes,
-               strerror(errno));
-        return NULL;
-    }
-    return m;
+/* The memfd is shared with another process that can resize it at any
+ * moment, so it is never mapped here (a copy from a mapping the helper has
+ * shrunk is a SIGBUS): bytes go in with pwrite and come out with pread,
+ * which see the file's size as it is. */
+
+/* Sizes the memfd to bytes; 0, or -1 with why. */
+static int shm_size(helper *h, size_t bytes, char *why, size_t len) {
+    if (ftruncate(h->shm, (off_t)bytes) == 0) return 0;
+    setwhy(why, len, "%s: cannot size the shared region to %zu bytes: %s", h->r->name, bytes,
+           strerror(errno));
+    return -1;
 }
 
-/* Unmaps and empties the memfd (it holds no memory between requests). */
-static void shm_unmap(helper *h, void *m, size_t bytes) {
-    if (m) munmap(m, bytes);
+/* Writes n bytes of src at off of the memfd; 0, or -1 with why. */
+static int shm_put(helper *h, const void *src, size_t n, size_t off, char *why, size_t len) {
+    for (size_t done = 0; done < n;) {
+        const ssize_t w = pwrite(h->shm, (const char *)src + done, n - done, (off_t)(off + done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            setwhy(why, len, "%s: cannot write %zu bytes into the shared region: %s", h->r->name, n,
+                   w < 0 ? strerror(errno) : "no progress");
+            return -1;
+        }
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads n bytes at offset 0 of the memfd into dst: 0, or -1 when the helper
+ * left it shorter than n (a claim of an output that is not there). */
+static int shm_get(helper *h, void *dst, size_t n, char *what, size_t len) {
+    struct stat sb;
+    if (fstat(h->shm, &sb) != 0) {
+        snprintf(what, len, "left a shared region that cannot be examined (%s)", strerror(errno));
+        return -1;
+    }
+    size_t done = 0;
+    while ((off_t)n <= sb.st_size && done < n) {
+        const ssize_t r = pread(h->shm, (char *)dst + done, n - done, (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break; /* shrunk after the fstat */
+        done += (size_t)r;
+    }
+    if (done == n) return 0;
+    if (fstat(h->shm, &sb) != 0) sb.st_size = (off_t)done;
+    snprintf(what, len,
+             "replied that its output was written but left the shared region at %lld bytes, "
+             "short of the output's %zu (a helper must not resize it)",
+             (long long)sb.st_size, n);
+    return -1;
+}
+
+/* Empties the memfd (it holds no memory between requests). */
+static void shm_empty(helper *h) {
     if (h->shm >= 0 && ftruncate(h->shm, 0) != 0) { /* keeps the pages: harmless */
     }
 }
@@ -552,11 +618,11 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
     const size_t qb = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim) * es;
     const size_t kb = (size_t)(p->batch * p->kv_heads * p->seq_kv * p->head_dim) * es;
     const size_t total = qb + 2 * kb;
-    char *m = shm_map(h, total, why, len);
-    if (!m) return NULL;
-    memcpy(m, q, qb);
-    memcpy(m + qb, k, kb);
-    memcpy(m + qb + kb, v, kb);
+    if (shm_size(h, total, why, len) != 0 || shm_put(h, q, qb, 0, why, len) != 0 ||
+        shm_put(h, k, kb, qb, why, len) != 0 || shm_put(h, v, kb, qb + kb, why, len) != 0) {
+        shm_empty(h);
+        return NULL;
+    }
     json_object *req = new_request("prepare");
     const struct {
         const char *key;
@@ -577,25 +643,24 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
         json_object_object_add(req, ints[i].key, json_object_new_int64(ints[i].val));
     json_object_object_add(req, "scale", json_object_new_double(mha_problem_scale(p)));
     json_object_object_add(req, "dtype", json_object_new_string(mha_dtype_name(p->dtype)));
-    json_object *reply;
-    const int rc = request(h, req, WAIT_PREPARE, &reply, why, len);
+    peer_reply r;
+    const int rc = request(h, req, WAIT_PREPARE, &r, NULL, why, len);
     json_object_put(req);
-    shm_unmap(h, m, total);
+    shm_empty(h);
     if (rc != 0) return NULL;
     peer_inst *pi = calloc(1, sizeof *pi);
-    const char *s = json_object_get_string(json_object_object_get(reply, "settings"));
-    if (pi) pi->settings = strdup(s ? s : "");
+    if (pi) pi->settings = strdup(r.text);
     if (!pi || !pi->settings) {
         free(pi);
-        json_object_put(reply);
         setwhy(why, len, "%s: out of memory", h->r->name);
         return NULL;
     }
     pi->h = h;
     pi->gen = h->gen;
-    pi->id = json_object_get_int64(json_object_object_get(reply, "id"));
+    pi->id = r.id;
     pi->out_bytes = qb;
-    json_object_put(reply);
+    pi->flops = mha_problem_flops(p);
+    pi->max_rate = peer_max_rate(p->dtype, threads);
     return pi;
 }
 
@@ -613,39 +678,69 @@ static json_object *inst_request(const peer_inst *pi, const char *op) {
     return req;
 }
 
+/* The deadline of one instance (a sweep row): its run requests may take
+ * ROW_SLACK_S (MHA_PEERS_ROW_S lowers it) plus ROW_RATIO times the time the
+ * helper claims for them. An honest helper's round trip adds tens of
+ * microseconds to a call; one whose claims are tiny against the round trip
+ * would keep a min-time loop asking forever. */
+static int over_deadline(peer_inst *pi, int64_t calls) {
+    const double slack = env_cap("MHA_PEERS_ROW_S", ROW_SLACK_S);
+    if (!(pi->wall > slack + ROW_RATIO * pi->claimed)) return 0;
+    snprintf(pi->failed, sizeof pi->failed,
+             "the %s helper, during run: past the row's deadline: %lld calls took %.3g s here "
+             "while it claimed %.3g s for them (allowed: %.0f s + %dx the claimed time)",
+             pi->h->r->name, (long long)calls, pi->wall, pi->claimed, slack, ROW_RATIO);
+    return 1;
+}
+
 static int py_run(peer_inst *pi, double *seconds, char *why, size_t len) {
     *seconds = -1;
-    if (inst_alive(pi, why, len) != 0) return -1;
-    json_object *req = inst_request(pi, "run"), *reply;
-    const int rc = request(pi->h, req, WAIT_RUN, &reply, why, len);
-    json_object_put(req);
-    if (rc != 0) return -1;
-    const double s = json_object_get_double(json_object_object_get(reply, "seconds"));
-    json_object_put(reply);
-    if (!(s > 0) || !isfinite(s)) {
-        setwhy(why, len, "%s run: the helper's time %g s is not a positive number", pi->h->r->name,
-               s);
+    if (pi->failed[0]) { /* a lie or a deadline is not retried */
+        setwhy(why, len, "%s", pi->failed);
         return -1;
     }
-    *seconds = s;
+    if (inst_alive(pi, why, len) != 0) return -1;
+    json_object *req = inst_request(pi, "run");
+    peer_reply r;
+    double wall = 0;
+    const int rc = request(pi->h, req, WAIT_RUN, &r, &wall, why, len);
+    json_object_put(req);
+    if (rc != 0) return -1;
+    char claim[512];
+    if (peer_claim_check(r.seconds, pi->flops, pi->max_rate, wall, claim, sizeof claim) != 0) {
+        snprintf(pi->failed, sizeof pi->failed, "the %s helper, during run: %s", pi->h->r->name,
+                 claim);
+        setwhy(why, len, "%s", pi->failed);
+        return -1;
+    }
+    pi->wall += wall;
+    pi->claimed += r.seconds;
+    pi->calls++;
+    if (over_deadline(pi, pi->calls)) {
+        setwhy(why, len, "%s", pi->failed);
+        return -1;
+    }
+    *seconds = r.seconds;
     return 0;
 }
 
 static int py_output(peer_inst *pi, void *out, char *why, size_t len) {
     if (inst_alive(pi, why, len) != 0) return -1;
     helper *h = pi->h;
-    char *m = shm_map(h, pi->out_bytes, why, len);
-    if (!m) return -1;
-    json_object *req = inst_request(pi, "output"), *reply;
+    if (shm_size(h, pi->out_bytes, why, len) != 0) return -1;
+    json_object *req = inst_request(pi, "output");
     json_object_object_add(req, "shm_bytes", json_object_new_int64((int64_t)pi->out_bytes));
     json_object_object_add(req, "offset", json_object_new_int64(0));
-    const int rc = request(h, req, WAIT_OUTPUT, &reply, why, len);
+    peer_reply r;
+    int rc = request(h, req, WAIT_OUTPUT, &r, NULL, why, len);
     json_object_put(req);
-    if (rc == 0) {
-        memcpy(out, m, pi->out_bytes);
-        json_object_put(reply);
+    char what[256];
+    if (rc == 0 && shm_get(h, out, pi->out_bytes, what, sizeof what) != 0) {
+        helper_fail(h, "output", what);
+        setwhy(why, len, "%s", h->why);
+        rc = -1;
     }
-    shm_unmap(h, m, pi->out_bytes);
+    shm_empty(h);
     return rc;
 }
 
@@ -657,8 +752,9 @@ static void py_release(peer_inst *pi) {
     if (!pi) return;
     char why[256];
     if (inst_alive(pi, why, sizeof why) == 0) {
-        json_object *req = inst_request(pi, "release"), *reply;
-        if (request(pi->h, req, WAIT_SMALL, &reply, why, sizeof why) == 0) json_object_put(reply);
+        json_object *req = inst_request(pi, "release");
+        peer_reply r;
+        (void)request(pi->h, req, WAIT_SMALL, &r, NULL, why, sizeof why);
         json_object_put(req);
     }
     free(pi->settings);

@@ -497,19 +497,25 @@ static int write_group(input *in, int n, int group, const char *out_path, dup_ru
     free(next_rep);
     free(total_rep);
     /* The context: the first file's, the shard keys replaced by what was
-     * merged, skips summed. */
+     * merged, skips counted once per run: every shard of a sweep records
+     * the skips of its whole list, files of separate runs their own. */
     json_object *ctx = NULL;
     json_object_deep_copy(in[first].ctx, &ctx, NULL);
     json_object_object_del(ctx, "mha_shard");
     json_object_object_del(ctx, "mha_shard_benchmarks");
-    long skipped = 0;
+    long skipped = 0, shard_skipped = 0;
     size_t plen = 1;
     for (int i = 0; i < n; i++)
         if (in[i].group == group) {
             const char *sk = ctx_str(in[i].ctx, "mha_skipped");
-            skipped += sk ? strtol(sk, NULL, 10) : 0;
+            const long v = sk ? strtol(sk, NULL, 10) : 0;
+            if (ctx_str(in[i].ctx, "mha_shard"))
+                shard_skipped = v > shard_skipped ? v : shard_skipped;
+            else
+                skipped += v;
             plen += strlen(in[i].path) + 2;
         }
+    skipped += shard_skipped;
     char *paths = xrealloc_or_exit(NULL, plen, 1, "merge"), num[32];
     paths[0] = '\0';
     for (int i = 0; i < n; i++)

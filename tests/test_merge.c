@@ -168,6 +168,18 @@ static void test_shards_cover_the_sweep(void **state) {
         assert_null(strstr(n3, pat));
     }
 
+    /* each shard records the skips of the whole list: counted once */
+    const char *k1 = tmp_path("k1.json"), *k2 = tmp_path("k2.json"), *k3 = tmp_path("k3.json");
+    set_context(s1, k1, "mha_skipped", "4");
+    set_context(s2, k2, "mha_skipped", "4");
+    set_context(s3, k3, "mha_skipped", "4");
+    EXPECT_EXIT(0, run_bench("merge", k1, k2, k3, "--out", m, NULL));
+    json_object *mr = json_object_from_file(m), *mc, *ms;
+    assert_non_null(mr);
+    assert_true(json_object_object_get_ex(mr, "context", &mc));
+    assert_true(json_object_object_get_ex(mc, "mha_skipped", &ms));
+    assert_string_equal(json_object_get_string(ms), "4");
+    json_object_put(mr);
     /* a missing shard: refused, named by index; written with --allow-partial */
     EXPECT_EXIT(2, run_bench("merge", s1, s3, "--out", m, NULL));
     EXPECT_IN(g_err, "shards missing: 2 of 3");

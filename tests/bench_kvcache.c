@@ -8,9 +8,10 @@
  * bandwidth of the level the working set fits is measured before and after
  * (harness/mach_info.c's probe). Pin the threads (README: unpinned, both
  * threads of a call sometimes share a vCPU). --also K adds K's rows to the
- * same rotation: each cache dtype K takes, with Q/O fp32 if K takes that,
- * else in the cache's dtype (decode.avx512bf16: bf16 Q/K/V/O), so a kernel
- * that takes only half types is timed against the fp32 row it must beat.
+ * same rotation. Each kernel gets each cache dtype it takes, with Q/O fp32 if
+ * it takes that, else in the cache's dtype (decode.avx512bf16: bf16
+ * Q/K/V/O), so a kernel that takes only half types is timed against the
+ * fp32 row it must beat.
  * A benchmark, not a test:
  *   OMP_PROC_BIND=true build/tests/bench_kvcache [--kernel decode.avx512] [--threads 2] [--reps 21]
  *                             [--kv-heads 32,8] [--seq-kv 4096] [--also decode.avx512bf16] */
@@ -75,7 +76,7 @@ static int run_shape(const mha_kernel *kern, const mha_kernel *also, int64_t H, 
         const mha_kernel *kk = t < NT ? kern : also;
         if (!kk) break;
         mha_problem pr = {1, H, G, 1, N, d, 0, 0.0f, MHA_F32, kt};
-        if (t >= NT && mha_kernel_takes(kk, &pr) != MHA_OK) {
+        if (mha_kernel_takes(kk, &pr) != MHA_OK) {
             pr.dtype = kt, pr.kv_dtype = MHA_F32; /* Q/O in the cache's dtype */
             if (kt == MHA_I8 || mha_kernel_takes(kk, &pr) != MHA_OK) continue;
         }
@@ -228,7 +229,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_kvcache: --reps must be 1..%d and --seq-kv >= 1\n", MAX_REPS);
         return 2;
     }
-    /* default: the decode kernel of the highest ISA that runs here */
+    /* default: the decode kernel of the highest ISA that runs here and takes
+     * fp32 Q/O, so every cache dtype has its row (decode.avx512bf16, bf16
+     * only, was the default on AVX512-BF16 CPUs and failed on the fp32 row) */
     const mha_kernel *kern = NULL;
     if (kname) {
         kern = mha_kernel_find(kname);
@@ -236,6 +239,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < mha_kernel_count(); i++) {
             const mha_kernel *k = mha_kernel_at(i);
             if ((mha_kernel_traits(k) & MHA_KT_DECODE) && mha_kernel_supported(k) == MHA_OK &&
+                (mha_kernel_dtypes(k) & MHA_DTYPE_BIT(MHA_F32)) &&
                 (!kern || mha_kernel_isa(k) > mha_kernel_isa(kern)))
                 kern = k;
         }

@@ -255,7 +255,21 @@ typedef struct {
 static int choose_kernel(const io_opts *o, const mha_problem *p, io_run *r) {
     r->opt = (mha_options){.threads = (int)o->threads};
     r->kern = resolve_kernel(o->kernel, p, &r->opt);
-    return r->kern ? 0 : -1;
+    if (!r->kern) return -1;
+    if (mha_kernel_takes(r->kern, p) != MHA_OK) {
+        /* a kernel of other dtypes (flash.avx512bf16 on float32 files): the
+         * option that makes it run, since float32 files are rounded on load */
+        const unsigned dts = mha_kernel_dtypes(r->kern);
+        int t = 0;
+        while (t < MHA_DTYPE_COUNT && !(dts & MHA_DTYPE_BIT(t))) t++;
+        if (t < MHA_DTYPE_COUNT && p->dtype == MHA_F32)
+            errorf("%s; pass --dtype %s (float32 files are rounded to it on load)",
+                   mha_last_error(), mha_dtype_name((mha_dtype)t));
+        else
+            errorf("%s", mha_last_error());
+        return -1;
+    }
+    return 0;
 }
 
 /* Allocates r->wbytes of workspace and an output of COUNT elements (room for
@@ -318,10 +332,10 @@ static void attend_usage(FILE *f) {
     fprintf(f,
             "usage: mhabench attend --kernel K --q Q.npy --k K.npy --v V.npy --out O.npy\n"
             "                       [--causal] [--scale S] [--threads T]\n"
-            "  Runs the attention core softmax(scale * q k^T + mask) v with kernel K.\n"
-            "  q: [B,H,Nq,d]; k, v: [B,G,Nkv,d] with G dividing H (grouped-query);\n"
             "                       [--dtype D] [--kv-dtype D] [--out-dtype D]\n"
             "                       [--k-scale KS.npy --v-scale VS.npy]\n"
+            "  Runs the attention core softmax(scale * q k^T + mask) v with kernel K.\n"
+            "  q: [B,H,Nq,d]; k, v: [B,G,Nkv,d] with G dividing H (grouped-query);\n"
             "  out: [B,H,Nq,d]. C-order .npy files: '<f4' float32, or a typed file\n"
             "  ('<f2' fp16, '<u2' holding bf16 bits, '|i1' int8) of the dtype asked for.\n"
             "  --dtype D     Q/O dtype: fp32 (default), bf16, fp16; float32 files are\n"

@@ -16,7 +16,7 @@
 
 static void usage(FILE *f) {
     fputs(
-        "usage: mhabench profile --kernel K [--batch B] [--heads H] [--kv-heads G] --seq N\n"
+        "usage: mhabench profile --kernel K|auto [--batch B] [--heads H] [--kv-heads G] --seq N\n"
         "                        [--seq-kv M] --head-dim D [--causal] [--threads T] [--seconds S]\n"
         "                        [--block-q BQ] [--block-kv BK] [--split 0|1|2] [--samples S]\n"
         "                        [--dtype fp32|bf16|fp16] [--layer]\n"
@@ -270,12 +270,13 @@ int cmd_profile(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (!check_isa_env()) return EXIT_USAGE;
-    const mha_kernel *k = lookup_kernel(kname);
+    const mha_problem p = {B, H, G ? G : H, N, M ? M : N, d, causal, 0.0f, dt, dt};
+    mha_options o = {.threads = (int)T, .block_q = (int)BQ, .block_kv = (int)BK, .split = (int)SP};
+    /* "auto" as everywhere else: mha_select's kernel and knobs for this shape */
+    const mha_kernel *k = resolve_kernel(kname, &p, &o);
     results_bind_threads(mha_resolve_threads(&(mha_options){.threads = (int)T})); /* as sweep */
     if (!k) return EXIT_USAGE;
-    const mha_problem p = {B, H, G ? G : H, N, M ? M : N, d, causal, 0.0f, dt, dt};
-    const mha_options o = {
-        .threads = (int)T, .block_q = (int)BQ, .block_kv = (int)BK, .split = (int)SP};
+    if (strcmp(kname, "auto") == 0) printf("auto: %s\n", mha_kernel_name(k));
     if (layer) return profile_layer(k, &p, &o, seconds);
     size_t ws_bytes;
     if (mha_workspace_size(k, &p, &o, &ws_bytes) != MHA_OK) {

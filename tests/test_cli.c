@@ -491,6 +491,56 @@ static const mha_kernel *typed_kernel(mha_dtype dt, mha_dtype kv) {
 
 /* --out-dtype converts the output; typed files are read only with the dtype
  * that names them; bad typed inputs and scales are exit 2 naming the file. */
+/* A new user's first errors point at the fix (issue: the first hour): a
+ * bf16-only kernel on float32 files names --dtype bf16; an int16 file (torch
+ * bf16 bits viewed as int16) names the uint16 view; `profile --kernel auto`
+ * runs mha_select's choice; attend's usage lines come before its text. */
+static void test_first_hour_hints(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const int64_t s[4] = {1, 2, 5, 8};
+    write_f4("hq.npy", s, 4);
+    write_f4("hk.npy", s, 4);
+    write_f4("hv.npy", s, 4);
+    const mha_kernel *bk = mha_kernel_find("flash.avx512bf16");
+    if (bk && mha_kernel_supported(bk) == MHA_OK) {
+        expect_error(attend_tmp("flash.avx512bf16", "hq.npy", "hk.npy", "hv.npy"), "fp32",
+                     "pass --dtype bf16", 1);
+    } else {
+        print_message("flash.avx512bf16 does not run here: its --dtype hint not checked\n");
+    }
+    /* '<i2' of the same shape: 80-byte header + 40 int16 */
+    char hdr[128];
+    const int hl = snprintf(hdr, sizeof hdr,
+                            "{'descr': '<i2', 'fortran_order': False, 'shape': (1, 2, 5, 8), }");
+    unsigned char file[256] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+    const int total = ((10 + hl + 1 + 63) / 64) * 64, hlen = total - 10;
+    file[8] = (unsigned char)(hlen & 0xff), file[9] = (unsigned char)(hlen >> 8);
+    memset(file + 10, ' ', (size_t)hlen);
+    memcpy(file + 10, hdr, (size_t)hl);
+    file[total - 1] = '\n';
+    unsigned char buf[256 + 80] = {0};
+    memcpy(buf, file, (size_t)total);
+    write_raw("hq_i2.npy", buf, (size_t)total + 80);
+    char q[512], k[512], v[512], out[512];
+    tmp_path(q, sizeof q, "hq_i2.npy");
+    tmp_path(k, sizeof k, "hk.npy");
+    tmp_path(v, sizeof v, "hv.npy");
+    tmp_path(out, sizeof out, "never.npy");
+    expect_error(run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, "--dtype",
+                           "bf16", "--out", out, NULL),
+                 "'<i2'", "view(np.uint16)", 0);
+    assert_int_equal(run_bench("profile", "--kernel", "auto", "--seq", "32", "--head-dim", "16",
+                               "--seconds", "0.05", NULL),
+                     0);
+    assert_non_null(strstr(g_out, "auto: "));
+    assert_int_equal(run_bench("attend", "--help", NULL), 0);
+    /* every line up to the description is a usage line */
+    const char *desc = strstr(g_out, "  Runs the attention core");
+    assert_non_null(desc);
+    assert_null(strstr(desc, "                       ["));
+}
+
 static void test_attend_dtypes(void **state) {
     (void)state;
     NEED_BENCH();
@@ -1559,6 +1609,7 @@ int main(void) {
         cmocka_unit_test(test_profile_alloc_failure),
         cmocka_unit_test(test_profile_samples),
         cmocka_unit_test(test_attend_dtypes),
+        cmocka_unit_test(test_first_hour_hints),
         cmocka_unit_test(test_forward_dtype),
         cmocka_unit_test(test_sweep_dtypes),
         cmocka_unit_test(test_sweep_peers),

@@ -262,7 +262,7 @@ static int choose_kernel(const io_opts *o, const mha_problem *p, io_run *r) {
         const unsigned dts = mha_kernel_dtypes(r->kern);
         int t = 0;
         while (t < MHA_DTYPE_COUNT && !(dts & MHA_DTYPE_BIT(t))) t++;
-        if (t < MHA_DTYPE_COUNT && p->dtype == MHA_F32)
+        if (t < MHA_DTYPE_COUNT && p->dtype == MHA_F32 && !(dts & MHA_DTYPE_BIT(MHA_F32)))
             errorf("%s; pass --dtype %s (float32 files are rounded to it on load)",
                    mha_last_error(), mha_dtype_name((mha_dtype)t));
         else

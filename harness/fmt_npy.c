@@ -268,8 +268,8 @@ static mha_status check_descr(const char *d, unsigned accept, mha_dtype *t, cons
     /* torch has no uint16 before 2.3: bf16 bits exported as int16 */
     if (strcmp(d, "<i2") == 0 && (accept & MHA_DTYPE_BIT(MHA_BF16)))
         return fail(err, errlen, MHA_EFORMAT, path,
-                    "dtype '%s' (int16) is not supported, expected %s; bf16 bits saved as "
-                    "int16? save them as uint16 (numpy: a.view(np.uint16); torch: "
+                    "dtype '%s' is not supported, expected %s; bf16 bits saved as int16? "
+                    "save them as uint16 (numpy: a.view(np.uint16); torch: "
                     "t.view(torch.int16).numpy().view(np.uint16))",
                     d, want);
     return fail(err, errlen, MHA_EFORMAT, path, "dtype '%s' is not supported, expected %s", d,

@@ -16,28 +16,42 @@
 
 extern char **environ;
 
+static const int STOP_SIGS[3] = {SIGINT, SIGTERM, SIGHUP};
+static volatile sig_atomic_t g_caught;
+
+static void on_stop(int sig) {
+    if (!g_caught) g_caught = sig;
+}
+
 void proc_signals_block(proc_signals *sg, const char *who) {
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-    sigemptyset(&sg->stop);
-    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
-        struct sigaction sa;
-        if (sigaction(sigs[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN)
-            sigaddset(&sg->stop, sigs[i]);
-    }
-    sg->wait = sg->stop;
-    sigaddset(&sg->wait, SIGCHLD);
+    g_caught = 0;
     sg->who = who;
-    sigprocmask(SIG_BLOCK, &sg->wait, &sg->old);
+    for (int i = 0; i < 3; i++) {
+        sg->handled[i] = 0;
+        if (sigaction(STOP_SIGS[i], NULL, &sg->old[i]) != 0 || sg->old[i].sa_handler == SIG_IGN)
+            continue;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        sg->handled[i] = sigaction(STOP_SIGS[i], &sa, NULL) == 0;
+    }
 }
 
 void proc_signals_restore(const proc_signals *sg) {
-    sigprocmask(SIG_SETMASK, &sg->old, NULL);
+    for (int i = 0; i < 3; i++)
+        if (sg->handled[i]) sigaction(STOP_SIGS[i], &sg->old[i], NULL);
 }
 
 int proc_signal_pending(const proc_signals *sg) {
-    const struct timespec zero = {0, 0};
-    const int sig = sigtimedwait(&sg->stop, NULL, &zero);
-    return sig > 0 ? sig : 0;
+    (void)sg;
+    return g_caught;
+}
+
+static void nap_ms(long ms) {
+    const struct timespec t = {0, ms * 1000 * 1000};
+    nanosleep(&t, NULL); /* a signal cuts it short: fine, the caller looks */
 }
 
 /* Stops the process group of a child with sig: waits up to PROC_STOP_GRACE_S
@@ -45,9 +59,6 @@ int proc_signal_pending(const proc_signals *sg) {
  * unreaped until then, keeps the group's id from being reused) and reaps it. */
 #define PROC_STOP_GRACE_S 5.0
 static void stop_child(pid_t pid, int sig) {
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
     (void)kill(-pid, sig);
     const double end = now_s() + PROC_STOP_GRACE_S;
     for (;;) {
@@ -55,8 +66,7 @@ static void stop_child(pid_t pid, int sig) {
         memset(&si, 0, sizeof si);
         const int r = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT);
         if ((r == 0 && si.si_pid == pid) || (r < 0 && errno != EINTR) || now_s() > end) break;
-        const struct timespec tick = {0, 50 * 1000 * 1000};
-        (void)sigtimedwait(&chld, NULL, &tick);
+        nap_ms(20);
     }
     (void)kill(-pid, SIGKILL);
     int status;
@@ -75,10 +85,9 @@ int proc_run(char *const *argv, const char *cwd, const char *out, const char *er
     else
         posix_spawn_file_actions_adddup2(&fa, 1, 2);
     if (cwd) posix_spawn_file_actions_addchdir_np(&fa, cwd);
-    posix_spawnattr_t at;
+    posix_spawnattr_t at; /* exec resets our handlers to the default; ignored stays ignored */
     posix_spawnattr_init(&at);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setsigmask(&at, &sg->old);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
     posix_spawnattr_setpgroup(&at, 0);
     pid_t pid;
     const int e = strchr(argv[0], '/') ? posix_spawn(&pid, argv[0], &fa, &at, argv, environ)
@@ -91,20 +100,19 @@ int proc_run(char *const *argv, const char *cwd, const char *out, const char *er
         return -1;
     }
     int status;
-    for (;;) {
+    for (long naps = 0;; naps++) { /* 2 ms, then 20 ms: quick children end quickly */
         const pid_t r = waitpid(pid, &status, WNOHANG);
         if (r == pid) break;
         if (r < 0 && errno != EINTR) {
             errorf_esc("%s: waiting for %s: %s", sg->who, argv[0], strerror(errno));
             return -1;
         }
-        /* Returns at once for a SIGCHLD that came after the waitpid above. */
-        const int sig = sigwaitinfo(&sg->wait, NULL);
-        if (sig > 0 && sig != SIGCHLD) {
-            stop_child(pid, sig);
-            *caught = sig;
+        if (g_caught) {
+            stop_child(pid, g_caught);
+            *caught = g_caught;
             return PROC_STOPPED;
         }
+        nap_ms(naps < 50 ? 2 : 20);
     }
     if (WIFSIGNALED(status)) {
         errorf_esc("%s: %s died from signal %d", sg->who, argv[0], WTERMSIG(status));
@@ -127,8 +135,8 @@ void proc_remove_tree(const char *dir, const char *who) {
 
 int proc_die_from(int sig, const proc_signals *sg) {
     fprintf(stderr, "mhabench: %s: stopped by signal %d (%s)\n", sg->who, sig, strsignal(sig));
-    signal(sig, SIG_DFL);
     proc_signals_restore(sg);
+    signal(sig, SIG_DFL);
     raise(sig);
     return 128 + sig;
 }

@@ -8,15 +8,17 @@
 
 #include <signal.h>
 
-/* The stopping signals (SIGINT, SIGTERM, SIGHUP) are blocked for the
- * caller's life and taken with sigwaitinfo, so none can slip in between two
- * checks; one ignored at the start (nohup, a background job of a script)
- * stays ignored. SIGCHLD is in the wait set to see a child end. */
+/* The stopping signals (SIGINT, SIGTERM, SIGHUP) get a handler that notes
+ * the first one; the wait for a child polls for it. Not blocking and
+ * sigwaitinfo: a process-directed signal goes to any thread that does not
+ * block it, and threads a library starts before main (OpenBLAS's pool) never
+ * saw our mask, so one of them took the default action about one time in
+ * six. A handler runs in whichever thread takes the signal. One ignored at
+ * the start (nohup, a background job of a script) stays ignored. */
 typedef struct {
-    sigset_t stop;   /* the stopping signals not ignored at the start */
-    sigset_t wait;   /* stop + SIGCHLD */
-    sigset_t old;    /* the mask before, restored for the children and at the end */
-    const char *who; /* "compare", "bisect": for messages */
+    struct sigaction old[3]; /* the actions before, restored at the end */
+    int handled[3];          /* which of the three got our handler */
+    const char *who;         /* "compare", "bisect": for messages */
 } proc_signals;
 
 void proc_signals_block(proc_signals *sg, const char *who);

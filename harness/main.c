@@ -35,11 +35,26 @@ static void usage(FILE *f) {
         f);
 }
 
+enum { MHA_KERNELS_MAX = 64 };
+
+static int imax(int a, int b) {
+    return a > b ? a : b;
+}
+
+/* "fp32,bf16,fp16" from a MHA_DTYPE_BIT mask. */
+static void dtype_list(unsigned mask, char *out, size_t len) {
+    out[0] = '\0';
+    for (int t = 0; t < MHA_DTYPE_COUNT; t++)
+        if (mask & MHA_DTYPE_BIT(t))
+            snprintf(out + strlen(out), len - strlen(out), "%s%s", out[0] ? "," : "",
+                     mha_dtype_name((mha_dtype)t));
+}
+
 int cmd_list(int argc, char **argv) {
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        puts("usage: mhabench list\nPrints every kernel: name, algorithm, ISA, whether it runs "
-             "here\n"
-             "(under the MHA_ISA cap), and a one-line summary.");
+        puts("usage: mhabench list\nPrints every kernel: name, algorithm, ISA, the dtypes it "
+             "takes for Q/O\nand for the K/V storage, whether it runs here (under the MHA_ISA "
+             "cap), and a\none-line summary.");
         return 0;
     }
     if (argc > 1) {
@@ -47,12 +62,28 @@ int cmd_list(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (!check_isa_env()) return EXIT_USAGE;
-    printf("%-16s %-10s %-10s %-9s %s\n", "kernel", "algorithm", "isa", "runs-here", "summary");
-    for (int i = 0; i < mha_kernel_count(); i++) {
+    /* Columns as wide as their longest entry (a fixed 16 misaligned
+     * decode.avx512bf16), the dtypes from the kernel list's columns. */
+    int wn = 6, wa = 9, wi = 3, wq = 3, wk = 3;
+    char q[MHA_KERNELS_MAX][48], kv[MHA_KERNELS_MAX][48];
+    const int nk = mha_kernel_count() < MHA_KERNELS_MAX ? mha_kernel_count() : MHA_KERNELS_MAX;
+    for (int i = 0; i < nk; i++) {
         const mha_kernel *k = mha_kernel_at(i);
-        printf("%-16s %-10s %-10s %-9s %s\n", mha_kernel_name(k), mha_kernel_algorithm(k),
-               mha_isa_name(mha_kernel_isa(k)), mha_kernel_supported(k) == MHA_OK ? "yes" : "no",
-               mha_kernel_summary(k));
+        dtype_list(mha_kernel_dtypes(k), q[i], sizeof q[i]);
+        dtype_list(mha_kernel_kv_dtypes(k), kv[i], sizeof kv[i]);
+        wn = imax(wn, (int)strlen(mha_kernel_name(k)));
+        wa = imax(wa, (int)strlen(mha_kernel_algorithm(k)));
+        wi = imax(wi, (int)strlen(mha_isa_name(mha_kernel_isa(k))));
+        wq = imax(wq, (int)strlen(q[i]));
+        wk = imax(wk, (int)strlen(kv[i]));
+    }
+    printf("%-*s %-*s %-*s %-*s %-*s %-9s %s\n", wn, "kernel", wa, "algorithm", wi, "isa", wq,
+           "q/o", wk, "k/v", "runs-here", "summary");
+    for (int i = 0; i < nk; i++) {
+        const mha_kernel *k = mha_kernel_at(i);
+        printf("%-*s %-*s %-*s %-*s %-*s %-9s %s\n", wn, mha_kernel_name(k), wa,
+               mha_kernel_algorithm(k), wi, mha_isa_name(mha_kernel_isa(k)), wq, q[i], wk, kv[i],
+               mha_kernel_supported(k) == MHA_OK ? "yes" : "no", mha_kernel_summary(k));
     }
     return 0;
 }

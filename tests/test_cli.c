@@ -97,7 +97,9 @@ static int run_bench(const char *first, ...) {
 }
 
 /* The kernels `mhabench list` marks runnable here: lines "<name> <algorithm> <isa>
- * <yes|no> ..." after a header line starting with "kernel"; those that take fp32. */
+ * <q/o dtypes> <k/v dtypes> <yes|no> ..." after a header line starting with
+ * "kernel", the dtype columns those of the kernel list and every column
+ * aligned with the header's; those that take fp32. */
 static void load_kernels(void) {
     if (g_nkernels >= 0) return;
     int rc = run_bench("list", NULL);
@@ -105,14 +107,33 @@ static void load_kernels(void) {
     assert_int_equal(rc, 0);
     g_nkernels = 0;
     int header = 0;
+    long runs_col = -1;
     for (char *line = strtok(g_out, "\n"); line; line = strtok(NULL, "\n")) {
-        char name[64], alg[64], isa[64], yes[16];
+        char name[64], alg[64], isa[64], qo[64], kv[64], yes[16];
         if (!header) {
             while (*line == ' ') line++;
             header = strncmp(line, "kernel", 6) == 0;
+            if (header) runs_col = strstr(line, "runs-here") - line;
             continue;
         }
-        if (sscanf(line, "%63s %63s %63s %15s", name, alg, isa, yes) != 4) continue;
+        if (sscanf(line, "%63s %63s %63s %63s %63s %15s", name, alg, isa, qo, kv, yes) != 6)
+            continue;
+        const char *at = strstr(line, strcmp(yes, "yes") ? " no " : " yes ");
+        assert_non_null(at);
+        assert_int_equal(at + 1 - line, runs_col); /* aligned, also for decode.avx512bf16 */
+        const mha_kernel *kl = mha_kernel_find(name);
+        assert_non_null(kl);
+        for (int t = 0; t < MHA_DTYPE_COUNT; t++) {
+            char want[16];
+            snprintf(want, sizeof want, "%s", mha_dtype_name((mha_dtype)t));
+            char lq[80], lk[80];
+            snprintf(lq, sizeof lq, ",%s,", qo);
+            snprintf(lk, sizeof lk, ",%s,", kv);
+            char pat[24];
+            snprintf(pat, sizeof pat, ",%s,", want);
+            assert_int_equal(!!strstr(lq, pat), !!(mha_kernel_dtypes(kl) & MHA_DTYPE_BIT(t)));
+            assert_int_equal(!!strstr(lk, pat), !!(mha_kernel_kv_dtypes(kl) & MHA_DTYPE_BIT(t)));
+        }
         /* the .npy files here are fp32: kernels that do not take fp32 are out */
         const mha_kernel *k = mha_kernel_find(name);
         if (strcmp(yes, "yes") == 0 && k && (mha_kernel_dtypes(k) & MHA_DTYPE_BIT(MHA_F32)) &&

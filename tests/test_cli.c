@@ -295,6 +295,21 @@ static void test_help(void **state) {
     assert_int_equal(run_bench("forward", "-h", NULL), 0);
     assert_non_null(strstr(g_out, "usage"));
     assert_non_null(strstr(g_out, "--weights"));
+    /* every sweep option is in its usage lines (--passes was not) */
+    assert_int_equal(run_bench("sweep", "--help", NULL), 0);
+    const char *text = strstr(g_out, "\nBenchmarks kernels");
+    assert_non_null(text);
+    static const char *const sweep_opts[] = {
+        "preset",   "kernels",     "seq",      "seq-q",  "seq-kv",  "heads",
+        "kv-heads", "head-dim",    "batch",    "causal", "threads", "max-seconds",
+        "min-time", "repetitions", "bind",     "out",    "seed",    "shard",
+        "passes",   "dtype",       "kv-dtype", "peers"};
+    for (size_t i = 0; i < sizeof sweep_opts / sizeof *sweep_opts; i++) {
+        char opt[40];
+        snprintf(opt, sizeof opt, "[--%s ", sweep_opts[i]);
+        const char *at = strstr(g_out, opt);
+        if (!at || at > text) fail_msg("sweep --help's usage lines lack %s", opt);
+    }
 }
 
 /* ---- malformed inputs --------------------------------------------------------------------- */

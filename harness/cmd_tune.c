@@ -562,18 +562,31 @@ static json_object *choice_json(const mha_kernel *k, const point *pt) {
 
 /* Serialises root into w and commits it (a reader sees the old table or the
  * new one, never half of one). Returns 1, or 0 with a message. */
-static int write_table(mha_out *w, json_object *root) {
+/* Writes the table. With base (the default target, no --force) a table
+ * already at base.json stays: the new one goes beside it as
+ * base-<stamp>.json (then -2, -3 ...), which the reader takes as the newer;
+ * path gets the name taken. */
+static int write_table(mha_out *w, json_object *root, const char *base, const char *stamp,
+                       char *path, size_t plen) {
     char why[1024];
     const char *s = json_object_to_json_string_ext(
         root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE);
-    if (mha_out_write(w, s, strlen(s), why, sizeof why) != MHA_OK ||
-        mha_out_write(w, "\n", 1, why, sizeof why) != MHA_OK ||
-        mha_out_commit(w, why, sizeof why) != MHA_OK) {
-        mha_out_abort(w);
-        errorf("tune: %s", why);
-        return 0;
+    int ok = mha_out_write(w, s, strlen(s), why, sizeof why) == MHA_OK &&
+             mha_out_write(w, "\n", 1, why, sizeof why) == MHA_OK;
+    for (int attempt = 0; ok && attempt < 1000; attempt++) {
+        if (attempt > 0) {
+            if (attempt == 1)
+                fmt(path, plen, "%s-%s.json", base, stamp);
+            else
+                fmt(path, plen, "%s-%s-%d.json", base, stamp, attempt);
+            if (mha_out_retarget(w, path, why, sizeof why) != MHA_OK) break;
+        }
+        if (mha_out_commit(w, why, sizeof why) == MHA_OK) return 1;
+        if (!w->exists || !base) break;
     }
-    return 1;
+    mha_out_abort(w);
+    errorf("tune: %s", why);
+    return 0;
 }
 
 /* Commits the log under dir/<key>-<stamp>.jsonl, or -2, -3 ... when that
@@ -618,7 +631,12 @@ static void usage_tune(FILE *f) {
             "                times those that take its dtype\n"
             "  --threads T   thread counts: 1 for the t1 classes, N > 1 for the tall ones\n"
             "                (default 1,<cores>)\n"
-            "  --out F       the table (default <results/tuning>/<cpu key>.json)\n"
+            "  --out F       the table (replaced if there; default: this CPU's table where\n"
+            "                mha_select reads first: MHA_TUNING_DIR, the installed\n"
+            "                <datadir>/mhabench/tuning, else the tree's results/tuning; a\n"
+            "                table already there is kept and the new one written beside it\n"
+            "                as <cpu key>-<UTC time>.json, which mha_select reads as newer)\n"
+            "  --force       replace this CPU's table there instead\n"
             "  --seed N      input data seed (default 1)\n"
             "  --shard I/N   tune every N-th class from the I-th (fleet mode: N hosts of one\n"
             "                CPU type; `scripts/fleet_report.py tuning` joins their tables)\n",
@@ -658,6 +676,7 @@ typedef enum {
 typedef struct {
     float budget;
     const char *set, *kernels, *threads, *out;
+    int force;       /* --force: replace this CPU's table instead of adding one beside it */
     unsigned dtypes; /* MHA_DTYPE_BIT mask of the class dtypes to tune */
     int64_t seed;
     shard_spec shard; /* --shard I/N; count 0: every class */
@@ -666,13 +685,24 @@ typedef struct {
 /* Parses argv into a. Returns TUNE_OK, TUNE_HELP, or TUNE_BAD_INPUT after
  * printing what was wrong. */
 static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
-    enum { O_BUDGET = 256, O_CLASSES, O_KERNELS, O_THREADS, O_OUT, O_SEED, O_SHARD, O_DTYPE };
+    enum {
+        O_BUDGET = 256,
+        O_CLASSES,
+        O_KERNELS,
+        O_THREADS,
+        O_OUT,
+        O_SEED,
+        O_SHARD,
+        O_DTYPE,
+        O_FORCE
+    };
     static const struct option longopts[] = {
         {"budget", required_argument, NULL, O_BUDGET},
         {"classes", required_argument, NULL, O_CLASSES},
         {"kernels", required_argument, NULL, O_KERNELS},
         {"threads", required_argument, NULL, O_THREADS},
         {"out", required_argument, NULL, O_OUT},
+        {"force", no_argument, NULL, O_FORCE},
         {"seed", required_argument, NULL, O_SEED},
         {"shard", required_argument, NULL, O_SHARD},
         {"dtype", required_argument, NULL, O_DTYPE},
@@ -706,6 +736,9 @@ static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
             break;
         case O_OUT:
             a->out = optarg;
+            break;
+        case O_FORCE:
+            a->force = 1;
             break;
         case O_SEED:
             if (!parse_i64("--seed", optarg, 0, INT64_MAX, &a->seed)) return TUNE_BAD_INPUT;
@@ -756,6 +789,8 @@ typedef struct {
     machine_info mi;
     mha_isa act;
     char key[96], out_path[4096], log_path[4200], logdir[4300];
+    char carry_path[4096]; /* the table read before (its classes carried over), or "" */
+    char base[4096];       /* default target without ".json": a new table beside gets a stamp */
     char stamp[32], created[32];
     mha_out table_out, log_out; /* unnamed until the run ends */
     tune_ctx tx;
@@ -939,10 +974,17 @@ static tune_status plan_run(tune_run *r) {
  * log. Returns TUNE_OK, or TUNE_BAD_INPUT (message printed, nothing left open). */
 static tune_status open_outputs(tune_run *r) {
     mha_cpu_key(r->key, sizeof r->key);
-    if (r->a.out)
+    /* The default: the folder mha_select reads first (MHA_TUNING_DIR, the
+     * installed tables, else the tree's), a table there kept unless --force */
+    if (r->a.out) {
         fmt(r->out_path, sizeof r->out_path, "%s", r->a.out);
-    else
-        mha_table_cpu_path(mha_table_write_dir(), r->out_path, sizeof r->out_path);
+        fmt(r->carry_path, sizeof r->carry_path, "%s", r->a.out);
+    } else {
+        mha_table_cpu_path(mha_table_write_dir(), r->carry_path, sizeof r->carry_path);
+        mha_table_cpu_base(mha_table_write_dir(), r->base, sizeof r->base);
+        fmt(r->out_path, sizeof r->out_path, "%s.json", r->base);
+    }
+    const int keep = !r->a.out && !r->a.force;
     char dir[4096], tmpd[4096];
     fmt(tmpd, sizeof tmpd, "%s", r->out_path);
     fmt(dir, sizeof dir, "%s", dirname(tmpd));
@@ -954,7 +996,8 @@ static tune_status open_outputs(tune_run *r) {
     fmt(r->log_path, sizeof r->log_path, "%s/log/%s-%s.jsonl", dir, r->key, r->stamp);
     fmt(r->logdir, sizeof r->logdir, "%s/log", dir);
     char why[1024];
-    if (mha_out_begin(&r->table_out, r->out_path, MHA_OUT_REPLACE | MHA_OUT_MKDIRS, why,
+    if (mha_out_begin(&r->table_out, r->out_path,
+                      (keep ? MHA_OUT_NOREPLACE : MHA_OUT_REPLACE) | MHA_OUT_MKDIRS, why,
                       sizeof why) != MHA_OK) {
         errorf("tune: --out: %s", why);
         return TUNE_BAD_INPUT;
@@ -1480,9 +1523,9 @@ static json_object *table_root(const tune_run *r, double elapsed) {
 static void carry_old_classes(tune_run *r) {
     char why[1024];
     mha_table old;
-    if (mha_table_load(r->out_path, &old, why, sizeof why) != MHA_OK) return;
+    if (mha_table_load(r->carry_path, &old, why, sizeof why) != MHA_OK) return;
     if (strcmp(old.cpu_key, r->key) == 0 && strcmp(old.isa_active, mha_isa_name(r->act)) == 0) {
-        json_object *oroot = json_object_from_file(r->out_path), *ocls;
+        json_object *oroot = json_object_from_file(r->carry_path), *ocls;
         if (oroot && json_object_object_get_ex(oroot, "classes", &ocls)) {
             const size_t n = json_object_array_length(ocls);
             int carried = 0;
@@ -1515,6 +1558,15 @@ static void carry_old_classes(tune_run *r) {
 static void print_summary(const tune_run *r, double elapsed) {
     printf("tune: %d measurements, %d verification failures; table %s\n", r->tx.measurements,
            r->tx.failures, r->out_path);
+    if (!r->a.out)
+        printf("tune: written where mha_select reads first (%s)%s%s%s\n", mha_table_write_dir(),
+               strcmp(r->carry_path, r->out_path) && access(r->carry_path, F_OK) == 0
+                   ? "; kept the older "
+                   : "",
+               strcmp(r->carry_path, r->out_path) && access(r->carry_path, F_OK) == 0
+                   ? r->carry_path
+                   : "",
+               r->a.force ? " (--force: replaced)" : "; the newest table of a CPU is the one read");
     printf("tune: %d samples retaken for interference evidence, %d kept disturbed (retakes ran "
            "out)\n",
            r->tx.retakes, r->tx.disturbed_kept);
@@ -1535,7 +1587,9 @@ static tune_status write_outputs(tune_run *r) {
     json_object *root = table_root(r, elapsed);
     carry_old_classes(r);
     json_object_object_add(root, "classes", r->jclasses);
-    if (!write_table(&r->table_out, root)) st = TUNE_BAD_INPUT;
+    if (!write_table(&r->table_out, root, r->a.out || r->a.force ? NULL : r->base, r->stamp,
+                     r->out_path, sizeof r->out_path))
+        st = TUNE_BAD_INPUT;
     json_object_put(root);
     print_summary(r, elapsed);
     return st;

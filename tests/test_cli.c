@@ -1300,6 +1300,48 @@ static void test_ab_signal(void **state) {
 
 /* tune checks its table path before measuring: a FIFO or folder is refused
  * at once and left as it was (the log is not created either). */
+/* Tables live where they are read: without --out, tune writes where
+ * mha_select reads first (here MHA_TUNING_DIR), never over a table that is
+ * there (a new one beside it, which recommend then reads), and replaces it
+ * only with --force. */
+static void test_tune_keeps_tables(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char d[512], before[4096], after[4096], key[96];
+    fresh_dir(d, sizeof d, "tune-keep");
+    setenv("MHA_TUNING_DIR", d, 1);
+    const char *tune[] = {"tune",    "--budget", "1",       "--threads", "1",
+                          "--dtype", "fp32",     "--shard", "3/16",      NULL};
+    int rc = run_bench(tune[0], tune[1], tune[2], tune[3], tune[4], tune[5], tune[6], tune[7],
+                       tune[8], NULL);
+    if (rc != 0) fail_msg("tune: exit %d: %s", rc, g_err);
+    assert_non_null(strstr(g_out, "written where mha_select reads first"));
+    mha_cpu_key(key, sizeof key);
+    char plain[1024];
+    snprintf(plain, sizeof plain, "%s/%s.json", d, key);
+    tu_slurp(plain, before, sizeof before);
+    assert_true(before[0] == '{');
+    sleep(1); /* a new UTC second: the next table's name */
+    rc = run_bench(tune[0], tune[1], tune[2], tune[3], tune[4], tune[5], tune[6], tune[7], tune[8],
+                   NULL);
+    if (rc != 0) fail_msg("tune: exit %d: %s", rc, g_err);
+    assert_non_null(strstr(g_out, "kept the older"));
+    tu_slurp(plain, after, sizeof after);
+    assert_string_equal(before, after);       /* the first table untouched */
+    assert_int_equal(tu_count_entries(d), 3); /* two tables and the log folder */
+    rc = run_bench("recommend", "--seq", "1024", "--heads", "8", "--head-dim", "64", NULL);
+    assert_int_equal(rc, 0);
+    char stamped[1100];
+    snprintf(stamped, sizeof stamped, "%s/%s-2", d, key); /* <key>-2026... */
+    if (!strstr(g_out, stamped)) fail_msg("recommend did not read the newer table: %s", g_out);
+    rc = run_bench(tune[0], tune[1], tune[2], tune[3], tune[4], tune[5], tune[6], tune[7], tune[8],
+                   "--force", NULL);
+    if (rc != 0) fail_msg("tune --force: exit %d: %s", rc, g_err);
+    assert_non_null(strstr(g_out, "--force: replaced"));
+    assert_int_equal(tu_count_entries(d), 3);
+    unsetenv("MHA_TUNING_DIR");
+}
+
 static void test_tune_bad_out(void **state) {
     (void)state;
     NEED_BENCH();
@@ -1635,6 +1677,7 @@ int main(void) {
         cmocka_unit_test(test_sweep_out_symlink),
         cmocka_unit_test(test_tuning_fifo),
         cmocka_unit_test(test_tune_bad_out),
+        cmocka_unit_test(test_tune_keeps_tables),
         cmocka_unit_test(test_tune_budget_dtypes),
         cmocka_unit_test(test_attend_special_files),
         cmocka_unit_test(test_out_keeps_mode),

@@ -352,6 +352,41 @@ static void test_table_match(void **state) {
     assert_string_equal(mha_kernel_name(s.kernel), "tiled.scalar");
 }
 
+/* tune never replaces a table: it adds <key>-<UTC time>[-n].json beside it,
+ * and the reader takes the newest of them (the plain name is the oldest;
+ * -n orders numerically; a name that only looks like one is ignored). */
+static void test_table_newest(void **state) {
+    (void)state;
+    setenv("MHA_TUNING_DIR", tmpdir, 1);
+    unsetenv("MHA_TUNING");
+    char base[512], path[600], want[600];
+    mha_table_cpu_base(mha_table_dir(), base, sizeof base);
+    mha_table_cpu_path(mha_table_dir(), path, sizeof path);
+    snprintf(want, sizeof want, "%s.json", base);
+    assert_string_equal(path, want); /* none yet: the plain name */
+    static const char *const names[] = {".json",
+                                        "-20261201T101010Z.json",
+                                        "-20261201T101010Z-2.json",
+                                        "-20261201T101010Z-10.json",
+                                        "-20251231T235959Z.json",
+                                        "-2026120xT101010Z.json",
+                                        "-cap-avx2.json"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(path, sizeof path, "%s%s", base, names[i]);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fclose(f);
+    }
+    mha_table_cpu_path(mha_table_dir(), path, sizeof path);
+    snprintf(want, sizeof want, "%s-20261201T101010Z-10.json", base);
+    assert_string_equal(path, want);
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(path, sizeof path, "%s%s", base, names[i]);
+        unlink(path);
+    }
+    unsetenv("MHA_TUNING_DIR");
+}
+
 /* Runs mha_select with stderr captured; returns what it printed. */
 static const char *select_captured(const mha_problem *p, mha_selection *s) {
     static char text[2048];
@@ -739,6 +774,7 @@ static void test_dtype_table_entries(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_blocks),
+        cmocka_unit_test(test_table_newest),
         cmocka_unit_test(test_default_kernel),
         cmocka_unit_test(test_workspace_resolves_defaults),
         cmocka_unit_test(test_cpu_key_agrees),

@@ -134,18 +134,23 @@ void mha_table_free(mha_table *t);
 mha_status mha_table_lookup(const char *path, const char *const *names, int nnames, mha_dtype dtype,
                             mha_dtype kv_dtype, mha_table_entry *entry, int *found, char *key,
                             size_t keylen, char *isa, size_t isalen, char *why, size_t len);
-/* This CPU's table in dir: <dir>/<cpu key>.json, or <cpu key>-cap-<isa>.json
- * when MHA_ISA caps the active ISA below the detected one (the fingerprint
- * holds both, so the capped table never stands in for the native one). */
+/* This CPU's table in dir: the newest of <base>.json and
+ * <base>-<UTC stamp>[-n].json (tune adds tables beside, never over, one that
+ * is there), where <base> (mha_table_cpu_base) is <dir>/<cpu key>, or
+ * <dir>/<cpu key>-cap-<isa> when MHA_ISA caps the active ISA below the
+ * detected one (the fingerprint holds both, so the capped table never
+ * stands in for the native one). <base>.json when there is none. */
 void mha_table_cpu_path(const char *dir, char *out, size_t len);
+void mha_table_cpu_base(const char *dir, char *out, size_t len);
 /* The table mha_select consults: MHA_TUNING, else mha_table_cpu_path in
  * mha_table_dir. */
 void mha_table_default_path(char *out, size_t len);
 /* Where mha_select reads tables: MHA_TUNING_DIR, else the installed
  * <datadir>/mhabench/tuning when it exists, else the source's results/tuning. */
 const char *mha_table_dir(void);
-/* Where `mhabench tune` writes: MHA_TUNING_DIR, else the source's
- * results/tuning (tables are committed there; `meson install` ships them). */
+/* Where `mhabench tune` writes: where mha_select reads (mha_table_dir), so
+ * an installed tune feeds the installed library and a build in the tree
+ * the tree's tables (committed there; `meson install` ships them). */
 const char *mha_table_write_dir(void);
 
 /* The kernel mha_select falls back to without a table (tune's "default"):

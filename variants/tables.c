@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include "fileio.h"
@@ -40,18 +41,66 @@ const char *mha_table_dir(void) {
 }
 
 const char *mha_table_write_dir(void) {
-    const char *dir = getenv("MHA_TUNING_DIR");
-    return dir && *dir ? dir : MHA_SOURCE_DIR "/results/tuning";
+    return mha_table_dir(); /* where the reader looks first, so a fresh table is the one read */
 }
 
-void mha_table_cpu_path(const char *dir, char *out, size_t len) {
+/* <dir>/<cpu key>, or <dir>/<cpu key>-cap-<isa> under an MHA_ISA cap: the
+ * name tables of this CPU and level share. */
+void mha_table_cpu_base(const char *dir, char *out, size_t len) {
     char key[96];
     mha_cpu_key(key, sizeof key);
     const mha_isa act = mha_isa_active();
     if (act == mha_isa_detected())
-        snprintf(out, len, "%s/%s.json", dir, key);
+        snprintf(out, len, "%s/%s", dir, key);
     else /* a table tuned under an MHA_ISA cap must not replace the native one */
-        snprintf(out, len, "%s/%s-cap-%s.json", dir, key, mha_isa_name(act));
+        snprintf(out, len, "%s/%s-cap-%s", dir, key, mha_isa_name(act));
+}
+
+/* "YYYYMMDDTHHMMSSZ", or with "-<n>": tune's never-replacing names; *num
+ * gets n (1 when absent). */
+static int stamp_part(const char *s, size_t n, long *num) {
+    if (n < 16) return 0;
+    for (int i = 0; i < 16; i++) {
+        const char c = s[i];
+        if (i == 8 ? c != 'T' : i == 15 ? c != 'Z' : !isdigit((unsigned char)c)) return 0;
+    }
+    *num = 1;
+    if (n == 16) return 1;
+    if (s[16] != '-' || n == 17) return 0;
+    for (size_t i = 17; i < n; i++)
+        if (!isdigit((unsigned char)s[i])) return 0;
+    *num = strtol(s + 17, NULL, 10);
+    return 1;
+}
+
+void mha_table_cpu_path(const char *dir, char *out, size_t len) {
+    char base[4096];
+    mha_table_cpu_base(dir, base, sizeof base);
+    snprintf(out, len, "%s.json", base);
+    /* the newest of <base>.json and <base>-<stamp>[-n].json: tune never
+     * replaces a table, it adds one beside it */
+    const char *name = strrchr(base, '/') + 1;
+    const size_t bl = strlen(name);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char best[64] = "";
+    long best_n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const char *f = e->d_name;
+        const size_t fl = strlen(f);
+        long n;
+        if (fl < bl + 6 || fl - bl - 6 >= sizeof best || strncmp(f, name, bl) != 0 ||
+            f[bl] != '-' || strcmp(f + fl - 5, ".json") != 0 ||
+            !stamp_part(f + bl + 1, fl - bl - 6, &n))
+            continue;
+        const int c = best[0] ? strncmp(f + bl + 1, best, 16) : 1;
+        if (c > 0 || (c == 0 && n > best_n)) {
+            snprintf(best, sizeof best, "%.*s", (int)(fl - bl - 6), f + bl + 1);
+            best_n = n;
+        }
+    }
+    closedir(d);
+    if (best[0]) snprintf(out, len, "%s-%s.json", base, best);
 }
 
 void mha_table_default_path(char *out, size_t len) {

@@ -242,7 +242,11 @@ const mha_kernel *resolve_kernel(const char *name, const mha_problem *p, mha_opt
 
 int check_isa_env(void) {
     if (mha_isa_env_status() != MHA_OK) {
-        errorf("MHA_ISA='%s' is not one of scalar, avx2, avx512, avx512bf16", getenv("MHA_ISA"));
+        char names[128] = "";
+        for (int i = 0; i < MHA_ISA_COUNT; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     mha_isa_name((mha_isa)i));
+        errorf("MHA_ISA='%s' is not one of %s", getenv("MHA_ISA"), names);
         return 0;
     }
     return 1;

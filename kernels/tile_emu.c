@@ -113,7 +113,7 @@ void mha_tile_emu_stored(int t, void *base, long stride) {
 static inline float daz(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+    u &= (u & 0x7f800000u) ? 0xffffffffu : 0x80000000u; /* branch-free: vectorises */
     memcpy(&x, &u, 4);
     return x;
 }
@@ -127,26 +127,36 @@ static inline float bf16_daz(uint16_t h) {
     return daz(x);
 }
 
-/* One output row: per element two fp32 chains (even and odd pair members),
- * each step one fused multiply-add rounded to nearest even, then C + (even +
- * odd). a: K pairs of row m of A; b: K rows of N pairs; c: N floats. */
-#define DP_ROW_BODY(FMA)                                                                           \
-    for (int n = 0; n < N; n++) {                                                                  \
-        float even = 0.0f, odd = 0.0f;                                                             \
+/* C[m][n] for every row: per element two fp32 chains (even and odd pair
+ * members), each step one fused multiply-add rounded to nearest even, then
+ * C + (even + odd). B's pairs are split once (be, bo: K x 16, DAZ applied)
+ * so that the loop over the 16 columns is plain vector code; columns past N
+ * read B's zeroed bytes and are not written back. */
+#define DP_BODY(FMA)                                                                               \
+    for (int m = 0; m < M; m++) {                                                                  \
+        float even[16] = {0}, odd[16] = {0};                                                       \
         for (int k = 0; k < K; k++) {                                                              \
-            even = ftz(FMA(bf16_daz(a[2 * k]), bf16_daz(b[k * 32 + 2 * n]), even));                \
-            odd = ftz(FMA(bf16_daz(a[2 * k + 1]), bf16_daz(b[k * 32 + 2 * n + 1]), odd));          \
+            const float ae = bf16_daz(a[m][2 * k]), ao = bf16_daz(a[m][2 * k + 1]);                \
+            for (int n = 0; n < 16; n++) {                                                         \
+                even[n] = ftz(FMA(ae, be[k][n], even[n]));                                         \
+                odd[n] = ftz(FMA(ao, bo[k][n], odd[n]));                                           \
+            }                                                                                      \
         }                                                                                          \
-        const float t = ftz(even + odd);                                                           \
-        c[n] = ftz(daz(c[n]) + t);                                                                 \
+        for (int n = 0; n < N; n++) {                                                              \
+            const float t = ftz(even[n] + odd[n]);                                                 \
+            c[m][n] = ftz(daz(c[m][n]) + t);                                                       \
+        }                                                                                          \
     }
 
-static void dp_row(int N, int K, const uint16_t *a, const uint16_t *b, float *c) {
-    DP_ROW_BODY(fmaf)
+typedef const uint16_t (*bf16_rows)[32];
+static void dp_all(int M, int N, int K, bf16_rows a, const float (*be)[16], const float (*bo)[16],
+                   float (*c)[16]) {
+    DP_BODY(fmaf)
 }
-__attribute__((target("fma"))) static void dp_row_fma(int N, int K, const uint16_t *a,
-                                                      const uint16_t *b, float *c) {
-    DP_ROW_BODY(__builtin_fmaf)
+__attribute__((target("avx2,fma"))) static void dp_all_fma(int M, int N, int K, bf16_rows a,
+                                                           const float (*be)[16],
+                                                           const float (*bo)[16], float (*c)[16]) {
+    DP_BODY(__builtin_fmaf)
 }
 
 void mha_tile_emu_dpbf16ps(int c, int a, int b) {
@@ -169,20 +179,24 @@ void mha_tile_emu_dpbf16ps(int c, int a, int b) {
     static int use_fma = -1; /* every thread finds the same answer */
     int fma = __atomic_load_n(&use_fma, __ATOMIC_RELAXED);
     if (fma < 0) {
-        fma = __builtin_cpu_supports("fma") ? 1 : 0;
+        fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
         __atomic_store_n(&use_fma, fma, __ATOMIC_RELAXED);
     }
-    const uint16_t *bp = (const uint16_t *)st.data[b];
+    float be[16][16], bo[16][16], cc[16][16];
+    const uint16_t(*bp)[32] = (const uint16_t(*)[32])st.data[b];
+    for (int k = 0; k < K; k++)
+        for (int n = 0; n < 16; n++) {
+            be[k][n] = bf16_daz(bp[k][2 * n]);
+            bo[k][n] = bf16_daz(bp[k][2 * n + 1]);
+        }
+    memcpy(cc, st.data[c], sizeof cc);
+    if (fma)
+        dp_all_fma(M, N, K, (bf16_rows)st.data[a], be, bo, cc);
+    else
+        dp_all(M, N, K, (bf16_rows)st.data[a], be, bo, cc);
     for (int m = 0; m < M; m++) {
-        const uint16_t *ap = (const uint16_t *)st.data[a][m];
-        float row[16];
-        memcpy(row, st.data[c][m], sizeof row);
-        if (fma)
-            dp_row_fma(N, K, ap, bp, row);
-        else
-            dp_row(N, K, ap, bp, row);
         memset(st.data[c][m], 0, MHA_TILE_MAX_COLSB); /* bytes beyond colsb */
-        memcpy(st.data[c][m], row, (size_t)N * 4);
+        memcpy(st.data[c][m], cc[m], (size_t)N * 4);
     }
     /* rows beyond C's are zero already (every write zeroes them) */
 }

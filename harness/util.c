@@ -156,8 +156,17 @@ static int kernel_item(void *ctx, const char *name) {
     kernel_list *l = ctx;
     const mha_kernel *k = NULL;
     if (!((l->flags & KL_AUTO) && strcmp(name, "auto") == 0)) {
-        if (!(k = mha_kernel_find(name)) ||
-            ((l->flags & KL_SUPPORTED) && mha_kernel_supported(k) != MHA_OK)) {
+        if (!(k = mha_kernel_find(name))) {
+            errorf("%s: %s", l->opt, mha_last_error());
+            return -1;
+        }
+        if ((l->flags & KL_TIMED) && (mha_kernel_traits(k) & MHA_KT_EMULATED)) {
+            errorf("%s: %s runs emulated instructions: a verification kernel, never timed "
+                   "(mhabench verify --kernels %s)",
+                   l->opt, name, name);
+            return -1;
+        }
+        if ((l->flags & KL_SUPPORTED) && mha_kernel_supported(k) != MHA_OK) {
             errorf("%s: %s", l->opt, mha_last_error());
             return -1;
         }

@@ -199,6 +199,9 @@ enum {
     MHA_KT_BASELINE = 1 << 4,     /* a library's attention (BLAS): the baseline to beat; its
                                      code follows the active ISA whatever its row's ISA */
     MHA_KT_REFERENCE = 1 << 5,    /* the seed's math: a yardstick, never selected or tuned */
+    MHA_KT_EMULATED = 1 << 6,     /* runs emulated instructions (flash.amxemu): a verification
+                                     kernel, listed and callable, never swept, tuned, selected
+                                     or anyone's twin */
 };
 MHA_API unsigned mha_kernel_traits(const mha_kernel *k);
 /* Preference among kernels that fit a shape (lower first; ties: higher ISA). */

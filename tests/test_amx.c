@@ -4,7 +4,10 @@
  * level, the same from racing threads, and shown by `mhabench info`; the
  * MHA_ISA=amx cap; the ops row of the level; and the self-check, emulated
  * (the code runs anywhere; a flipped bit is reported with its case and
- * element) and real where the tiles run (else a visible skip). */
+ * element) and real where the tiles run (else a visible skip); the rules of
+ * the emulated twin flash.amxemu (never selected, nobody's twin, refused by
+ * sweep and tune). Its numbers are test_bf16.c's (the grid, the bound and
+ * the NaN/Inf rows run it too) and verify's. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -168,6 +171,61 @@ static void test_selfcheck_real(void **state) {
     assert_int_equal(mha_ops_for(MHA_ISA_AMX)->tile_selfcheck(5, why, sizeof why), 0);
 }
 
+static void test_emulated_twin(void **state) {
+    (void)state;
+    const mha_kernel *emu = mha_kernel_find("flash.amxemu"), *amx = mha_kernel_find("flash.amx"),
+                     *bf = mha_kernel_find("flash.avx512bf16");
+    assert_true(emu && amx && bf);
+    assert_true(mha_kernel_traits(emu) & MHA_KT_EMULATED);
+    assert_false(mha_kernel_traits(amx) & MHA_KT_EMULATED);
+    assert_int_equal(mha_kernel_isa(emu), MHA_ISA_AVX512BF16);
+    assert_int_equal(mha_kernel_isa(amx), MHA_ISA_AMX);
+    assert_int_equal(mha_kernel_dtypes(emu), mha_kernel_dtypes(bf));
+    /* the same algorithm and dtypes at avx512bf16, yet nobody's twin */
+    assert_ptr_equal(mha_kernel_twin(bf, MHA_ISA_AVX512BF16), bf);
+    assert_ptr_equal(mha_kernel_twin(amx, MHA_ISA_AVX512BF16), bf);
+    assert_ptr_equal(mha_kernel_twin(bf, MHA_ISA_AMX), amx);
+    if (mha_kernel_supported(emu) != MHA_OK) {
+        print_message("skipping the selection check: %s\n", mha_last_error());
+        return;
+    }
+    /* a bf16 problem never defaults to it, whatever runs here */
+    const mha_dtype ts[2] = {MHA_BF16, MHA_F16};
+    for (int t = 0; t < 2; t++)
+        for (int seq = 1; seq <= 4096; seq *= 64) {
+            const mha_problem p = {1, 8, 8, seq, seq, 64, 1, 0.0f, ts[t], ts[t]};
+            const mha_kernel *k = mha_default_kernel(&p);
+            assert_non_null(k);
+            assert_ptr_not_equal(k, emu);
+        }
+    if (!mha_amx_status(NULL)) {
+        assert_int_equal(mha_kernel_supported(amx), MHA_EUNSUPPORTED);
+        assert_non_null(strstr(mha_last_error(), "needs amx"));
+    }
+}
+
+/* sweep and tune refuse to time it, naming it (exit 2). */
+static void test_emulated_not_timed(void **state) {
+    (void)state;
+    const char *bench = getenv("MHABENCH");
+    if (!bench || !*bench) {
+        print_message("skipping: MHABENCH unset\n");
+        skip();
+    }
+    char dir[256], out[4096], err[4096];
+    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "test_amx"), 0);
+    const char *sweep[] = {"sweep", "--kernels", "flash.amxemu,flash.avx512bf16",
+                           "--seq", "64",        NULL};
+    assert_int_equal(tu_run(bench, sweep, dir, out, sizeof out, err, sizeof err), 2);
+    if (!strstr(err, "sweep: --kernels: flash.amxemu runs emulated instructions"))
+        fail_msg("sweep's stderr: %s", err);
+    const char *tune[] = {"tune", "--kernels", "flash.amxemu", NULL};
+    assert_int_equal(tu_run(bench, tune, dir, out, sizeof out, err, sizeof err), 2);
+    if (!strstr(err, "tune: --kernels: flash.amxemu runs emulated instructions"))
+        fail_msg("tune's stderr: %s", err);
+    tu_rm_tree(dir);
+}
+
 /* `mhabench info` shows the same answer, in text and JSON. */
 static void test_info(void **state) {
     (void)state;
@@ -202,6 +260,8 @@ int main(void) {
         cmocka_unit_test(test_selfcheck_emulated),
         cmocka_unit_test(test_selfcheck_real),
         cmocka_unit_test(test_info),
+        cmocka_unit_test(test_emulated_twin),
+        cmocka_unit_test(test_emulated_not_timed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

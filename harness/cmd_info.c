@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mha_private.h"
+
 #include "commands.h"
 #include "mach_info.h"
 #include "util.h"
@@ -68,6 +70,9 @@ static void print_text(const machine_info *m, const char *key, const isa_peak *p
     printf("isa flags  %s\n", m->flags[0] ? m->flags : "(none)");
     printf("isa        detected %s, active %s (MHA_ISA %s%s)\n", mha_isa_name(mha_isa_detected()),
            mha_isa_name(mha_isa_active()), env && *env ? "=" : "unset", env && *env ? env : "");
+    const char *amx_why;
+    mha_amx_status(&amx_why);
+    printf("amx tiles  %s\n", amx_why);
     printf("topology   %d package(s), %d NUMA node(s), %d cores, %d PUs\n", m->packages,
            m->numa_nodes, m->cores, m->pus);
 
@@ -155,6 +160,11 @@ static void print_json(const machine_info *m, const char *key, const isa_peak *p
         json_str(env);
     else
         printf("null");
+    const char *amx_why;
+    const int amx = mha_amx_status(&amx_why);
+    printf(",\n  \"amx\": {\"runs\": %s, \"reason\": ", amx ? "true" : "false");
+    json_str(amx_why);
+    printf("}");
     printf(",\n  \"packages\": %d,\n  \"numa_nodes\": %d,\n  \"cores\": %d,\n  \"pus\": %d,\n",
            m->packages, m->numa_nodes, m->cores, m->pus);
     printf("  \"caches\": {\n");

@@ -1536,12 +1536,12 @@ static int check_peers(bench *benches, int nbench, note_list *skipped) {
 /* The kernels to sweep (NULL = auto); returns the count or -1. */
 static int choose_kernels(const sweep_args *a, const preset *pr, const mha_kernel **kernels) {
     if (a->kernel_list) /* "auto" (NULL here) is mha_select's choice per shape */
-        return parse_kernel_list("sweep: --kernels", a->kernel_list, KL_AUTO | KL_SUPPORTED,
-                                 kernels, MAX_KERNELS);
+        return parse_kernel_list("sweep: --kernels", a->kernel_list,
+                                 KL_AUTO | KL_SUPPORTED | KL_TIMED, kernels, MAX_KERNELS);
     int nk = 0;
     for (int i = 0; i < mha_kernel_count() && nk < MAX_KERNELS; i++) {
         const mha_kernel *k = mha_kernel_at(i);
-        if (mha_kernel_supported(k) != MHA_OK) continue;
+        if (mha_kernel_supported(k) != MHA_OK || (mha_kernel_traits(k) & MHA_KT_EMULATED)) continue;
         /* ci: the project's SIMD kernels only (no reference, no library
          * baseline). The baseline-ISA ones take most of the time and add
          * nothing a regression run needs. */

@@ -925,7 +925,7 @@ static tune_status choose_kernels(tune_run *r) {
     r->nk = 0;
     if (r->a.kernels) {
         const mha_kernel *ks[32];
-        r->nk = parse_kernel_list("tune: --kernels", r->a.kernels, KL_SUPPORTED, ks, 32);
+        r->nk = parse_kernel_list("tune: --kernels", r->a.kernels, KL_SUPPORTED | KL_TIMED, ks, 32);
         if (r->nk < 0) return TUNE_BAD_INPUT;
         for (int i = 0; i < r->nk; i++) r->kr[i] = (kernel_result){.k = ks[i]};
     } else {
@@ -936,7 +936,8 @@ static tune_status choose_kernels(tune_run *r) {
         for (int i = 0; i < mha_kernel_count(); i++) {
             const mha_kernel *k = mha_kernel_at(i);
             /* each class times those that take its dtypes (kernel_in_class) */
-            if (mha_kernel_supported(k) != MHA_OK || (mha_kernel_traits(k) & MHA_KT_REFERENCE))
+            if (mha_kernel_supported(k) != MHA_OK ||
+                (mha_kernel_traits(k) & (MHA_KT_REFERENCE | MHA_KT_EMULATED)))
                 continue;
             const int bw_bound =
                 (mha_kernel_traits(k) & MHA_KT_DECODE) && mha_kernel_isa(k) != MHA_ISA_SCALAR;

@@ -31,7 +31,7 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
     fputs(
-        "\nenvironment: MHA_ISA=scalar|avx2|avx512|avx512bf16 caps the dispatch; OMP_* as usual.\n",
+        "\nenvironment: MHA_ISA=scalar|avx2|avx512|avx512bf16|amx caps the dispatch; OMP_* as usual.\n",
         f);
 }
 

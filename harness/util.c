@@ -156,8 +156,17 @@ static int kernel_item(void *ctx, const char *name) {
     kernel_list *l = ctx;
     const mha_kernel *k = NULL;
     if (!((l->flags & KL_AUTO) && strcmp(name, "auto") == 0)) {
-        if (!(k = mha_kernel_find(name)) ||
-            ((l->flags & KL_SUPPORTED) && mha_kernel_supported(k) != MHA_OK)) {
+        if (!(k = mha_kernel_find(name))) {
+            errorf("%s: %s", l->opt, mha_last_error());
+            return -1;
+        }
+        if ((l->flags & KL_TIMED) && (mha_kernel_traits(k) & MHA_KT_EMULATED)) {
+            errorf("%s: %s runs emulated instructions: a verification kernel, never timed "
+                   "(mhabench verify --kernels %s)",
+                   l->opt, name, name);
+            return -1;
+        }
+        if ((l->flags & KL_SUPPORTED) && mha_kernel_supported(k) != MHA_OK) {
             errorf("%s: %s", l->opt, mha_last_error());
             return -1;
         }
@@ -242,7 +251,11 @@ const mha_kernel *resolve_kernel(const char *name, const mha_problem *p, mha_opt
 
 int check_isa_env(void) {
     if (mha_isa_env_status() != MHA_OK) {
-        errorf("MHA_ISA='%s' is not one of scalar, avx2, avx512, avx512bf16", getenv("MHA_ISA"));
+        char names[128] = "";
+        for (int i = 0; i < MHA_ISA_COUNT; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     mha_isa_name((mha_isa)i));
+        errorf("MHA_ISA='%s' is not one of %s", getenv("MHA_ISA"), names);
         return 0;
     }
     return 1;

@@ -51,7 +51,8 @@ int parse_i64_list_all(const char *opt, const char *s, int64_t lo, int64_t hi, i
  * caller to report as skipped). Repeats are dropped. An empty list, an empty
  * name or more than max kernels is an error. Returns the count (>= 1), or
  * -1 after a message naming the bad value. */
-enum { KL_AUTO = 1, KL_SUPPORTED = 2 };
+/* With KL_TIMED (sweep, tune) an emulated kernel (MHA_KT_EMULATED) is refused. */
+enum { KL_AUTO = 1, KL_SUPPORTED = 2, KL_TIMED = 4 };
 int parse_kernel_list(const char *opt, const char *s, int flags, const mha_kernel **out, int max);
 
 /* Parses a comma list of dtype names (mha_dtype_parse; int8 only with

@@ -41,16 +41,20 @@ MHA_API const char *mha_last_error(void);
 /* ---- instruction sets ---------------------------------------------------- */
 /* Each level includes the ones below it. AVX512BF16 is AVX-512 plus the bf16
  * dot product (vdpbf16ps) and conversions (Zen 4, Cooper Lake, Sapphire
- * Rapids): the fp32 kernels are AVX-512's, the bf16 ones use it. */
+ * Rapids): the fp32 kernels are AVX-512's, the bf16 ones use it. AMX is
+ * AVX512BF16 plus the tiles (AMX-TILE, AMX-BF16: Sapphire Rapids and later),
+ * detected only when the OS grants the tile state to this process and the
+ * tile products agree with the emulation (kernels/cpu.c). */
 typedef enum {
     MHA_ISA_SCALAR = 0,
     MHA_ISA_AVX2 = 1,
     MHA_ISA_AVX512 = 2,
-    MHA_ISA_AVX512BF16 = 3
+    MHA_ISA_AVX512BF16 = 3,
+    MHA_ISA_AMX = 4
 } mha_isa;
-#define MHA_ISA_COUNT 4
+#define MHA_ISA_COUNT 5
 
-MHA_API const char *mha_isa_name(mha_isa isa); /* "scalar", "avx2", "avx512", "avx512bf16" */
+MHA_API const char *mha_isa_name(mha_isa isa); /* "scalar", "avx2", ..., "avx512bf16", "amx" */
 MHA_API mha_status mha_isa_parse(const char *s, mha_isa *out);
 MHA_API mha_isa mha_isa_detected(void); /* best ISA the CPU + OS support */
 /* The active level: min(detected, MHA_ISA cap). A malformed MHA_ISA value caps
@@ -201,6 +205,9 @@ enum {
     MHA_KT_BASELINE = 1 << 4,     /* a library's attention (BLAS): the baseline to beat; its
                                      code follows the active ISA whatever its row's ISA */
     MHA_KT_REFERENCE = 1 << 5,    /* the seed's math: a yardstick, never selected or tuned */
+    MHA_KT_EMULATED = 1 << 6,     /* runs emulated instructions (flash.amxemu): a verification
+                                     kernel, listed and callable, never swept, tuned, selected
+                                     or anyone's twin */
 };
 MHA_API unsigned mha_kernel_traits(const mha_kernel *k);
 /* Preference among kernels that fit a shape (lower first; ties: higher ISA). */

@@ -48,6 +48,12 @@ typedef struct {
     /* The bf16 dot-product peak loop (vdpbf16ps; returns FLOPs, 2 per bf16
      * multiply-add), NULL at levels without one. */
     double (*bf16_peak_loop)(int64_t iters);
+    /* The tile self-check (kernels/tile_check.c): tile products on the real
+     * instructions compared bit for bit with the emulation; 1 if they agree,
+     * else 0 and why says where. flip >= 0 flips that bit of the real
+     * results first (a test's way to see a mismatch; -1 otherwise). Needs
+     * the tile permission (kernels/cpu.c asks first). NULL below amx. */
+    int (*tile_selfcheck)(int flip, char *why, size_t len);
 } mha_isa_ops;
 
 /* The table of ISA level isa, or NULL if none was built (or isa is out of

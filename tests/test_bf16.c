@@ -3,7 +3,10 @@
  * with a zero-padded pair), cross and decode shapes, GQA/MQA, causal, threads,
  * split, odd blocks and two layouts, with a tolerance derived below and shown
  * to be tight enough to catch a wrong answer; NaN/Inf rows; the MHA_ISA cap;
- * and default selection by dtype. Skips visibly without AVX512_BF16. */
+ * and default selection by dtype. The grid, the bound and the NaN/Inf rows
+ * also run flash.amxemu (flash.amx's source on the tile emulation: the same
+ * bound holds, its products are exact and its sums fp32). Skips visibly
+ * without AVX512_BF16. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,8 +20,21 @@
 #include "mha.h"
 #include "../variants/select.h"
 
+/* The kernel under test: flash.avx512bf16, or flash.amxemu in the tests set
+ * up by use_amxemu. */
+static const char *g_kernel = "flash.avx512bf16";
 static const mha_kernel *kernel(void) {
-    return mha_kernel_find("flash.avx512bf16");
+    return mha_kernel_find(g_kernel);
+}
+static int use_amxemu(void **state) {
+    (void)state;
+    g_kernel = "flash.amxemu";
+    return 0;
+}
+static int use_bf16(void **state) {
+    (void)state;
+    g_kernel = "flash.avx512bf16";
+    return 0;
 }
 
 static int skip_unless_bf16(void) {
@@ -475,9 +491,15 @@ static void test_default_by_dtype(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grid),    cmocka_unit_test(test_bound_catches),
-        cmocka_unit_test(test_nan_inf), cmocka_unit_test(test_subnormal_flush),
-        cmocka_unit_test(test_isa_cap), cmocka_unit_test(test_default_by_dtype),
+        cmocka_unit_test(test_grid),
+        cmocka_unit_test(test_bound_catches),
+        cmocka_unit_test(test_nan_inf),
+        cmocka_unit_test(test_subnormal_flush),
+        cmocka_unit_test(test_isa_cap),
+        cmocka_unit_test(test_default_by_dtype),
+        {"test_grid_amxemu", test_grid, use_amxemu, use_bf16, NULL},
+        {"test_bound_catches_amxemu", test_bound_catches, use_amxemu, use_bf16, NULL},
+        {"test_nan_inf_amxemu", test_nan_inf, use_amxemu, use_bf16, NULL},
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

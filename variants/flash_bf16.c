@@ -19,6 +19,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "bf16_pack.h"
 #include "internal.h"
 #include "phase.h"
 #include "ukernels.h"
@@ -71,79 +72,6 @@ size_t MHA_CAT(MHA_SYM(flash), _workspace)(const mha_problem *p, const mha_optio
 }
 
 /* ---- packing ---------------------------------------------------------------------------- */
-
-/* One element as bf16 bits: bf16 as is, fp16 rounded (RNE) through fp32. */
-static inline uint16_t elem_bf16(const uint16_t *src, mha_dtype t, int64_t i) {
-    return t == MHA_BF16 ? src[i] : mha_f32_to_bf16(mha_f16_to_f32(src[i]));
-}
-
-/* Qp[p * ld + i] = (Q[i][2p], Q[i][2p + 1]) for i < n, zero for the padding
- * queries up to ld and for the missing element of an odd head_dim. Once per
- * query block (O(bq d) against O(bq Nkv d) of work): plain code. */
-static void pack_q(int64_t n, int64_t d, const uint16_t *src, int64_t rs, mha_dtype t,
-                   uint32_t *dst, int64_t ld) {
-    const int64_t dh = (d + 1) / 2;
-    for (int64_t p = 0; p < dh; p++)
-        for (int64_t i = n; i < ld; i++) dst[p * ld + i] = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const uint16_t *row = src + i * rs;
-        for (int64_t p = 0; p < dh; p++) {
-            const uint32_t lo = elem_bf16(row, t, 2 * p);
-            const uint32_t hi = 2 * p + 1 < d ? elem_bf16(row, t, 2 * p + 1) : 0;
-            dst[p * ld + i] = lo | hi << 16;
-        }
-    }
-}
-
-/* Kp[r][0, 2 dh) = K row r as bf16, the odd head_dim's last pair padded with 0. */
-static void pack_k(int64_t rows, int64_t d, const uint16_t *src, int64_t rs, mha_dtype t,
-                   uint16_t *dst, int64_t ld) {
-    for (int64_t r = 0; r < rows; r++) {
-        const uint16_t *row = src + r * rs;
-        uint16_t *out = dst + r * ld;
-        if (t == MHA_BF16) {
-            for (int64_t c = 0; c < ld; c += 32) {
-                const int nl = (int)(d - c < 32 ? d - c : 32),
-                          ns = (int)(ld - c < 32 ? ld - c : 32);
-                const __m512i v =
-                    _mm512_maskz_loadu_epi16((__mmask32)(((uint64_t)1 << nl) - 1), row + c);
-                _mm512_mask_storeu_epi16(out + c, (__mmask32)(((uint64_t)1 << ns) - 1), v);
-            }
-        } else {
-            for (int64_t c = 0; c < ld; c += 16) {
-                const int nl = (int)(d - c < 16 ? d - c : 16),
-                          ns = (int)(ld - c < 16 ? ld - c : 16);
-                const __m256i v = vf_to_bf16(vf16_load_n(row + c, nl));
-                _mm256_mask_storeu_epi16(out + c, (__mmask16)((1u << ns) - 1u), v);
-            }
-        }
-    }
-}
-
-/* 16 columns [c, c + 16) of one row as bf16 (columns past d read 0). */
-static inline __m256i row16_bf16(const uint16_t *row, mha_dtype t, int64_t c, int64_t d) {
-    const int n = (int)(d - c < 16 ? d - c : 16);
-    if (t == MHA_BF16) return _mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1u), row + c);
-    return vf_to_bf16(vf16_load_n(row + c, n));
-}
-
-/* Vp[q][c][2] = (V[2q][c], V[2q + 1][c]) for q < ceil(rows / 2), c < dv:
- * zero past head_dim and for the missing key of an odd block, so the padded
- * pair meets P = 0 with a finite (zero) value. */
-static void pack_v(int64_t rows, int64_t d, int64_t dv, const uint16_t *src, int64_t rs,
-                   mha_dtype t, uint16_t *dst) {
-    for (int64_t q = 0; q < (rows + 1) / 2; q++) {
-        const uint16_t *a = src + 2 * q * rs, *b = a + rs;
-        const int has_b = 2 * q + 1 < rows;
-        uint16_t *out = dst + q * 2 * dv;
-        for (int64_t c = 0; c < dv; c += VW) {
-            const __m256i lo = row16_bf16(a, t, c, d);
-            const __m256i hi = has_b ? row16_bf16(b, t, c, d) : _mm256_setzero_si256();
-            const vbf both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-            _mm512_storeu_si512(out + 2 * c, vbf_interleave(both));
-        }
-    }
-}
 
 /* Pp[q][i] = (P^T[2q][i], P^T[2q + 1][i]) rounded to bf16, for i < ncols. */
 static void pack_p(int64_t rows, int64_t ncols, const float *st, int64_t ld, uint32_t *pp) {
@@ -324,21 +252,6 @@ static void pv(int64_t rows, int64_t kpairs, const uint32_t *pp, int64_t ldp, co
             const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
             pv_dispatch(r, nv, kpairs, pp + r0, ldp, vp + 2 * c0, dv, o + r0 * dv + c0, dv, init,
                         alpha + r0);
-        }
-    }
-}
-
-/* out[i] = O[i] / l[i] in the output dtype (RNE), zeros for the first
- * `blind` rows; l == 0 (every visible score -inf) or NaN gives NaN rows. */
-static void store_out(int64_t n, int64_t d, const float *o, int64_t ldo, const float *l,
-                      int64_t blind, uint16_t *out, int64_t rs, mha_dtype t) {
-    for (int64_t i = 0; i < n; i++) {
-        const vf inv = i < blind ? vzero() : vset1(1.0f / l[i]);
-        for (int64_t c = 0; c < d; c += VW) {
-            const int nc = (int)(d - c < VW ? d - c : VW);
-            const vf x = i < blind ? vzero() : vmul(vload(o + i * ldo + c), inv);
-            const __m256i h = t == MHA_BF16 ? vf_to_bf16(x) : vf_to_f16(x);
-            _mm256_mask_storeu_epi16(out + i * rs + c, (__mmask16)((1u << nc) - 1u), h);
         }
     }
 }

@@ -57,8 +57,9 @@ mha_isa mha_kernel_run_isa(const mha_kernel *k) {
 const mha_kernel *mha_kernel_twin(const mha_kernel *k, mha_isa isa) {
     if (k)
         for (int i = 0; i < n_kernels; i++)
-            if (kernels[i].isa == isa && strcmp(kernels[i].algorithm, k->algorithm) == 0 &&
-                kernels[i].dtypes == k->dtypes && kernels[i].kv_dtypes == k->kv_dtypes)
+            if (kernels[i].isa == isa && !(kernels[i].traits & MHA_KT_EMULATED) &&
+                strcmp(kernels[i].algorithm, k->algorithm) == 0 && kernels[i].dtypes == k->dtypes &&
+                kernels[i].kv_dtypes == k->kv_dtypes)
                 return &kernels[i];
     return NULL;
 }

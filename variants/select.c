@@ -81,6 +81,7 @@ const mha_kernel *mha_default_kernel(const mha_problem *p) {
     for (int i = 0; i < mha_kernel_count(); i++) {
         const mha_kernel *k = mha_kernel_at(i);
         if (mha_kernel_supported(k) != MHA_OK || mha_kernel_takes(k, p) != MHA_OK) continue;
+        if (k->traits & MHA_KT_EMULATED) continue; /* verification only */
         if (k->traits & MHA_KT_REFERENCE) {
             if (!reference) reference = k;
             continue;

@@ -1,0 +1,12 @@
+/* tile_check.h - the amx level's self-check (kernels/tile_check.c), built in
+ * the amx library (the real instructions) and in the emulated twin (the
+ * tests' way to run its code without AMX). See ops.h's tile_selfcheck. */
+#ifndef MHA_KERNELS_TILE_CHECK_H
+#define MHA_KERNELS_TILE_CHECK_H
+#include <stddef.h>
+
+#include "isa.h"
+
+int MHA_SYM(tile_selfcheck)(int flip, char *why, size_t len);
+
+#endif

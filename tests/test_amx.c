@@ -1,0 +1,267 @@
+/* test_amx.c - the amx level's detection (kernels/cpu.c): each of the four
+ * steps (CPUID bits, XCR0, a palette, the OS's permission) judged on given
+ * facts with its reason; this machine's answer consistent with the detected
+ * level, the same from racing threads, and shown by `mhabench info`; the
+ * MHA_ISA=amx cap; the ops row of the level; and the self-check, emulated
+ * (the code runs anywhere; a flipped bit is reported with its case and
+ * element) and real where the tiles run (else a visible skip); the rules of
+ * the emulated twin flash.amxemu (never selected, nobody's twin, refused by
+ * sweep and tune). Its numbers are test_bf16.c's (the grid, the bound and
+ * the NaN/Inf rows run it too) and verify's. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "mha_private.h"
+#include "testutil.h"
+
+static mha_amx_facts passing(void) {
+    mha_amx_facts f;
+    memset(&f, 0, sizeof f);
+    f.leaf7_edx = 1u << 24 | 1u << 22;
+    f.osxsave = 1;
+    f.xcr0 = 0x60007;
+    f.max_leaf = 0x20;
+    f.palettes = 1;
+    f.perm_asked = 1;
+    f.perm_granted = 0x60003;
+    return f;
+}
+
+static void expect_why(const mha_amx_facts *f, const char *want) {
+    char why[256] = "unchanged";
+    assert_int_equal(mha_amx_judge(f, why, sizeof why), 0);
+    if (strncmp(why, "does not run here: ", 19) != 0 || !strstr(why, want))
+        fail_msg("why '%s', expected 'does not run here: ...%s...'", why, want);
+}
+
+static void test_judge_steps(void **state) {
+    (void)state;
+    char why[256] = "x";
+    mha_amx_facts f = passing();
+    assert_int_equal(mha_amx_judge(&f, why, sizeof why), 1);
+    assert_string_equal(why, "");
+
+    f = passing(), f.leaf7_edx &= ~(1u << 24);
+    expect_why(&f, "bit 24 (AMX-TILE)");
+    f = passing(), f.leaf7_edx &= ~(1u << 22);
+    expect_why(&f, "bit 22 (AMX-BF16)");
+    f = passing(), f.osxsave = 0;
+    expect_why(&f, "OSXSAVE");
+    f = passing(), f.xcr0 &= ~(1ull << 18);
+    expect_why(&f, "XCR0 = 0x20007 lacks bit 17 (XTILECFG) or 18 (XTILEDATA)");
+    f = passing(), f.xcr0 &= ~(1ull << 17);
+    expect_why(&f, "XCR0 = 0x40007");
+    f = passing(), f.max_leaf = 0x1c;
+    expect_why(&f, "CPUID leaf 0x1D reports no tile palette");
+    f = passing(), f.palettes = 0;
+    expect_why(&f, "CPUID leaf 0x1D reports no tile palette");
+    f = passing(), f.perm_rc = -1, f.perm_errno = 22;
+    expect_why(&f, "arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) failed: Invalid argument");
+    f = passing(), f.perm_asked = 0;
+    expect_why(&f, "failed: not asked");
+    f = passing(), f.perm_granted = 0x3;
+    expect_why(&f, "ARCH_GET_XCOMP_PERM = 0x3 lacks bit 18");
+    /* the first failing step is the one named */
+    f = passing(), f.leaf7_edx = 0, f.palettes = 0, f.perm_rc = -1;
+    expect_why(&f, "AMX-TILE");
+}
+
+static void *ask(void *arg) {
+    const char **why = arg;
+    return (void *)(intptr_t)mha_amx_status(why);
+}
+
+static void test_this_machine(void **state) {
+    (void)state;
+    const char *why[4] = {NULL, NULL, NULL, NULL};
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) assert_int_equal(pthread_create(&th[i], NULL, ask, &why[i]), 0);
+    intptr_t runs[4];
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        assert_int_equal(pthread_join(th[i], &r), 0);
+        runs[i] = (intptr_t)r;
+    }
+    for (int i = 1; i < 4; i++) {
+        assert_int_equal(runs[i], runs[0]);
+        assert_ptr_equal(why[i], why[0]);
+    }
+    const char *w;
+    const int amx = mha_amx_status(&w);
+    assert_int_equal(amx, runs[0]);
+    print_message("amx tiles: %s\n", w);
+    if (amx) {
+        assert_string_equal(w, "runs here");
+        assert_int_equal(mha_isa_detected(), MHA_ISA_AMX);
+    } else {
+        assert_true(strncmp(w, "does not run here: ", 19) == 0 && strlen(w) > 19);
+        assert_true(mha_isa_detected() < MHA_ISA_AMX);
+    }
+}
+
+static void test_level_and_cap(void **state) {
+    (void)state;
+    assert_string_equal(mha_isa_name(MHA_ISA_AMX), "amx");
+    assert_int_equal(MHA_ISA_AMX, MHA_ISA_COUNT - 1);
+    mha_isa isa;
+    assert_int_equal(mha_isa_parse("AMX", &isa), MHA_OK);
+    assert_int_equal(isa, MHA_ISA_AMX);
+    const char *old = getenv("MHA_ISA");
+    char saved[64] = "";
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    setenv("MHA_ISA", "amx", 1);
+    assert_int_equal(mha_isa_env_status(), MHA_OK);
+    assert_int_equal(mha_isa_active(), mha_isa_detected()); /* the top cap changes nothing */
+    setenv("MHA_ISA", "avx512bf16", 1);
+    assert_true(mha_isa_active() <= MHA_ISA_AVX512BF16);
+    if (old)
+        setenv("MHA_ISA", saved, 1);
+    else
+        unsetenv("MHA_ISA");
+}
+
+static void test_ops_row(void **state) {
+    (void)state;
+    const mha_isa_ops *amx = mha_ops_for(MHA_ISA_AMX), *bf = mha_ops_for(MHA_ISA_AVX512BF16),
+                      *avx512 = mha_ops_for(MHA_ISA_AVX512);
+    assert_non_null(amx);
+    assert_int_equal(amx->isa, MHA_ISA_AMX);
+    assert_non_null(amx->tile_selfcheck);
+    for (int i = 0; i < MHA_ISA_AMX; i++) assert_null(mha_ops_for((mha_isa)i)->tile_selfcheck);
+    /* fp32 micro-kernels from avx512, probes and the bf16 layer from avx512bf16 */
+    assert_ptr_equal(amx->linear, avx512->linear);
+    assert_ptr_equal(amx->scores_exp, avx512->scores_exp);
+    assert_ptr_equal(amx->fma_peak_loop, bf->fma_peak_loop);
+    assert_ptr_equal(amx->bf16_peak_loop, bf->bf16_peak_loop);
+    assert_ptr_equal(amx->linear_half, bf->linear_half);
+    assert_int_equal(amx->lanes, avx512->lanes);
+}
+
+static void test_selfcheck_emulated(void **state) {
+    (void)state;
+    char why[256] = "x";
+    assert_int_equal(mha_tile_selfcheck__amxemu(-1, why, sizeof why), 1);
+    assert_string_equal(why, "");
+    assert_false(mha_tile_emu_configured()); /* it releases */
+    /* a flipped bit (element 3, bit 7) is found and named */
+    assert_int_equal(mha_tile_selfcheck__amxemu(3 * 32 + 7, why, sizeof why), 0);
+    if (!strstr(why, "the tile self-check differs from the emulation: random 16x16x16, C[0][3]"))
+        fail_msg("why '%s'", why);
+    /* the sign bit of element 17 */
+    assert_int_equal(mha_tile_selfcheck__amxemu(17 * 32 + 31, why, sizeof why), 0);
+    assert_non_null(strstr(why, "C[1][1]"));
+}
+
+static void test_selfcheck_real(void **state) {
+    (void)state;
+    const char *w;
+    if (!mha_amx_status(&w)) {
+        print_message("skipping the real self-check: amx %s\n", w);
+        skip();
+    }
+    char why[256];
+    assert_int_equal(mha_ops_for(MHA_ISA_AMX)->tile_selfcheck(-1, why, sizeof why), 1);
+    assert_int_equal(mha_ops_for(MHA_ISA_AMX)->tile_selfcheck(5, why, sizeof why), 0);
+}
+
+static void test_emulated_twin(void **state) {
+    (void)state;
+    const mha_kernel *emu = mha_kernel_find("flash.amxemu"), *amx = mha_kernel_find("flash.amx"),
+                     *bf = mha_kernel_find("flash.avx512bf16");
+    assert_true(emu && amx && bf);
+    assert_true(mha_kernel_traits(emu) & MHA_KT_EMULATED);
+    assert_false(mha_kernel_traits(amx) & MHA_KT_EMULATED);
+    assert_int_equal(mha_kernel_isa(emu), MHA_ISA_AVX512BF16);
+    assert_int_equal(mha_kernel_isa(amx), MHA_ISA_AMX);
+    assert_int_equal(mha_kernel_dtypes(emu), mha_kernel_dtypes(bf));
+    /* the same algorithm and dtypes at avx512bf16, yet nobody's twin */
+    assert_ptr_equal(mha_kernel_twin(bf, MHA_ISA_AVX512BF16), bf);
+    assert_ptr_equal(mha_kernel_twin(amx, MHA_ISA_AVX512BF16), bf);
+    assert_ptr_equal(mha_kernel_twin(bf, MHA_ISA_AMX), amx);
+    if (mha_kernel_supported(emu) != MHA_OK) {
+        print_message("skipping the selection check: %s\n", mha_last_error());
+        return;
+    }
+    /* a bf16 problem never defaults to it, whatever runs here */
+    const mha_dtype ts[2] = {MHA_BF16, MHA_F16};
+    for (int t = 0; t < 2; t++)
+        for (int seq = 1; seq <= 4096; seq *= 64) {
+            const mha_problem p = {1, 8, 8, seq, seq, 64, 1, 0.0f, ts[t], ts[t]};
+            const mha_kernel *k = mha_default_kernel(&p);
+            assert_non_null(k);
+            assert_ptr_not_equal(k, emu);
+        }
+    if (!mha_amx_status(NULL)) {
+        assert_int_equal(mha_kernel_supported(amx), MHA_EUNSUPPORTED);
+        assert_non_null(strstr(mha_last_error(), "needs amx"));
+    }
+}
+
+/* sweep and tune refuse to time it, naming it (exit 2). */
+static void test_emulated_not_timed(void **state) {
+    (void)state;
+    const char *bench = getenv("MHABENCH");
+    if (!bench || !*bench) {
+        print_message("skipping: MHABENCH unset\n");
+        skip();
+    }
+    char dir[256], out[4096], err[4096];
+    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "test_amx"), 0);
+    const char *sweep[] = {"sweep", "--kernels", "flash.amxemu,flash.avx512bf16",
+                           "--seq", "64",        NULL};
+    assert_int_equal(tu_run(bench, sweep, dir, out, sizeof out, err, sizeof err), 2);
+    if (!strstr(err, "sweep: --kernels: flash.amxemu runs emulated instructions"))
+        fail_msg("sweep's stderr: %s", err);
+    const char *tune[] = {"tune", "--kernels", "flash.amxemu", NULL};
+    assert_int_equal(tu_run(bench, tune, dir, out, sizeof out, err, sizeof err), 2);
+    if (!strstr(err, "tune: --kernels: flash.amxemu runs emulated instructions"))
+        fail_msg("tune's stderr: %s", err);
+    tu_rm_tree(dir);
+}
+
+/* `mhabench info` shows the same answer, in text and JSON. */
+static void test_info(void **state) {
+    (void)state;
+    const char *bench = getenv("MHABENCH");
+    if (!bench || !*bench) {
+        print_message("skipping: MHABENCH unset\n");
+        skip();
+    }
+    char dir[256], out[16384], err[4096];
+    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "test_amx"), 0);
+    const char *w;
+    const int amx = mha_amx_status(&w);
+    const char *text[] = {"info", "--quick", NULL};
+    assert_int_equal(tu_run(bench, text, dir, out, sizeof out, err, sizeof err), 0);
+    char line[512];
+    snprintf(line, sizeof line, "amx tiles  %s\n", w);
+    if (!strstr(out, line)) fail_msg("info lacks '%s':\n%s", line, out);
+    const char *json[] = {"info", "--quick", "--json", NULL};
+    assert_int_equal(tu_run(bench, json, dir, out, sizeof out, err, sizeof err), 0);
+    snprintf(line, sizeof line, "\"amx\": {\"runs\": %s, \"reason\": \"%s\"}",
+             amx ? "true" : "false", w);
+    if (!strstr(out, line)) fail_msg("info --json lacks '%s':\n%s", line, out);
+    tu_rm_tree(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_judge_steps),
+        cmocka_unit_test(test_this_machine),
+        cmocka_unit_test(test_level_and_cap),
+        cmocka_unit_test(test_ops_row),
+        cmocka_unit_test(test_selfcheck_emulated),
+        cmocka_unit_test(test_selfcheck_real),
+        cmocka_unit_test(test_info),
+        cmocka_unit_test(test_emulated_twin),
+        cmocka_unit_test(test_emulated_not_timed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -81,9 +81,11 @@ int cmd_list(int argc, char **argv) {
            "q/o", wk, "k/v", "runs-here", "summary");
     for (int i = 0; i < nk; i++) {
         const mha_kernel *k = mha_kernel_at(i);
-        printf("%-*s %-*s %-*s %-*s %-*s %-9s %s\n", wn, mha_kernel_name(k), wa,
+        const int runs = mha_kernel_supported(k) == MHA_OK;
+        printf("%-*s %-*s %-*s %-*s %-*s %-9s %s%s%s%s\n", wn, mha_kernel_name(k), wa,
                mha_kernel_algorithm(k), wi, mha_isa_name(mha_kernel_isa(k)), wq, q[i], wk, kv[i],
-               mha_kernel_supported(k) == MHA_OK ? "yes" : "no", mha_kernel_summary(k));
+               runs ? "yes" : "no", mha_kernel_summary(k), runs ? "" : " [",
+               runs ? "" : mha_last_error(), runs ? "" : "]"); /* why it does not run */
     }
     return 0;
 }

@@ -120,6 +120,7 @@ static void load_kernels(void) {
             continue;
         const char *at = strstr(line, strcmp(yes, "yes") ? " no " : " yes ");
         assert_non_null(at);
+        if (strcmp(yes, "yes") != 0) assert_non_null(strstr(line, "[kernel ")); /* says why */
         assert_int_equal(at + 1 - line, runs_col); /* aligned, also for decode.avx512bf16 */
         const mha_kernel *kl = mha_kernel_find(name);
         assert_non_null(kl);

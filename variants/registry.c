@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cpu.h"
 #include "internal.h"
 
 static const mha_kernel kernels[] = {
@@ -67,10 +68,15 @@ const mha_kernel *mha_kernel_twin(const mha_kernel *k, mha_isa isa) {
 mha_status mha_kernel_supported(const mha_kernel *k) {
     if (!k) return mha_set_error(MHA_EINVAL, "kernel is NULL");
     const mha_isa det = mha_isa_detected(), act = mha_isa_active();
-    if (k->isa > det)
+    if (k->isa > det) {
+        /* the tiles' detection has steps: name the one that failed */
+        const char *why = NULL;
+        if (k->isa == MHA_ISA_AMX) mha_amx_status(&why);
         return mha_set_error(MHA_EUNSUPPORTED,
-                             "kernel %s needs %s, which this CPU lacks (best: %s)", k->name,
-                             mha_isa_name(k->isa), mha_isa_name(det));
+                             "kernel %s needs %s, which this CPU lacks (best: %s)%s%s", k->name,
+                             mha_isa_name(k->isa), mha_isa_name(det), why ? "; " : "",
+                             why ? why : "");
+    }
     if (k->isa > act)
         return mha_set_error(MHA_EUNSUPPORTED,
                              "kernel %s needs %s, but MHA_ISA caps dispatch at %s%s", k->name,

@@ -364,14 +364,7 @@ static int parse_args(int argc, char **argv, bisect_ctx *c, char **good, char **
                                          {"keep", no_argument, 0, O_KEEP},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    int nargs = argc;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--") == 0) {
-            nargs = i;
-            c->sweep = argv + i + 1;
-            c->nsweep = argc - i - 1;
-            break;
-        }
+    const int nargs = split_at_dashes(argc, argv, &c->sweep, &c->nsweep);
     if (c->nsweep > MAX_ARGS) {
         errorf("bisect: more than %d sweep arguments", MAX_ARGS);
         return EXIT_USAGE;

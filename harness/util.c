@@ -297,3 +297,15 @@ int file_name_part_ok(const char *s) {
             return 0;
     return 1;
 }
+
+int split_at_dashes(int argc, char **argv, char ***rest, int *nrest) {
+    *rest = NULL;
+    *nrest = 0;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--") == 0) {
+            *rest = argv + i + 1;
+            *nrest = argc - i - 1;
+            return i;
+        }
+    return argc;
+}

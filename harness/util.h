@@ -75,6 +75,11 @@ const mha_kernel *resolve_kernel(const char *name, const mha_problem *p, mha_opt
  * in about N minutes" and returns 1; else 0. */
 int note_no_tuning_table(FILE *f);
 
+/* The arguments before a bare "--" (the count returned: what getopt sees)
+ * and those after it (*rest, *nrest: passed on untouched, e.g. to sweeps);
+ * *rest NULL and *nrest 0 without one. */
+int split_at_dashes(int argc, char **argv, char ***rest, int *nrest);
+
 /* Checks MHA_ISA; prints a message and returns 0 if it is malformed. */
 int check_isa_env(void);
 

@@ -111,15 +111,9 @@ int cmd_compare(int argc, char **argv) {
     const char *dir = DEFAULT_BASELINE_DIR;
 
     /* Everything after a bare "--" goes to the sweeps of --ab untouched. */
-    int nargs = argc, nsweep = 0;
+    int nsweep = 0;
     char **sweep_args = NULL;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--") == 0) {
-            nargs = i;
-            sweep_args = argv + i + 1;
-            nsweep = argc - i - 1;
-            break;
-        }
+    const int nargs = split_at_dashes(argc, argv, &sweep_args, &nsweep);
     optind = 1;
     for (int c; (c = getopt_long(nargs, argv, "h", opts, NULL)) != -1;) {
         switch (c) {

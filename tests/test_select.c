@@ -357,10 +357,13 @@ static void test_table_match(void **state) {
  * -n orders numerically; a name that only looks like one is ignored). */
 static void test_table_newest(void **state) {
     (void)state;
-    setenv("MHA_TUNING_DIR", tmpdir, 1);
+    char dir[256]; /* its own folder: the files below are made and removed */
+    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "test_select_newest"), 0);
+    setenv("MHA_TUNING_DIR", dir, 1);
     unsetenv("MHA_TUNING");
     char base[512], path[600], want[600];
     mha_table_cpu_base(mha_table_dir(), base, sizeof base);
+    assert_int_equal(strncmp(base, dir, strlen(dir)), 0); /* never the tree's tables */
     mha_table_cpu_path(mha_table_dir(), path, sizeof path);
     snprintf(want, sizeof want, "%s.json", base);
     assert_string_equal(path, want); /* none yet: the plain name */
@@ -380,11 +383,8 @@ static void test_table_newest(void **state) {
     mha_table_cpu_path(mha_table_dir(), path, sizeof path);
     snprintf(want, sizeof want, "%s-20261201T101010Z-10.json", base);
     assert_string_equal(path, want);
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        snprintf(path, sizeof path, "%s%s", base, names[i]);
-        unlink(path);
-    }
     unsetenv("MHA_TUNING_DIR");
+    tu_rm_tree(dir);
 }
 
 /* Runs mha_select with stderr captured; returns what it printed. */

@@ -31,7 +31,10 @@
 
 #else
 
-#if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)
+/* gcc names the features __AMX_TILE__ / __AMX_BF16__, clang (the fuzz
+ * build) __AMXTILE__ / __AMXBF16__ */
+#if !(defined(__AMX_TILE__) || defined(__AMXTILE__)) ||                                            \
+    !(defined(__AMX_BF16__) || defined(__AMXBF16__))
 #error "the real tile layer needs -mamx-tile -mamx-bf16 (or define MHA_TILE_EMU=1)"
 #endif
 #include <immintrin.h>

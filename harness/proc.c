@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <poll.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,32 +17,42 @@
 
 extern char **environ;
 
-static const int STOP_SIGS[3] = {SIGINT, SIGTERM, SIGHUP};
+/* SIGINT, SIGTERM, SIGHUP stop; SIGCHLD wakes the wait */
+static const int SIGS[4] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
 static volatile sig_atomic_t g_caught;
+static int g_wake[2] = {-1, -1}; /* the self-pipe: handlers write, the wait polls */
 
-static void on_stop(int sig) {
-    if (!g_caught) g_caught = sig;
+static void wake(void) {
+    const int e = errno;
+    if (g_wake[1] >= 0) (void)!write(g_wake[1], "", 1); /* full: a wake is pending anyway */
+    errno = e;
+}
+static void on_signal(int sig) {
+    if (sig != SIGCHLD && !g_caught) g_caught = sig;
+    wake();
 }
 
 void proc_signals_block(proc_signals *sg, const char *who) {
     g_caught = 0;
     sg->who = who;
-    for (int i = 0; i < 3; i++) {
+    if (g_wake[0] < 0 && pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0) g_wake[0] = g_wake[1] = -1;
+    for (int i = 0; i < 4; i++) {
         sg->handled[i] = 0;
-        if (sigaction(STOP_SIGS[i], NULL, &sg->old[i]) != 0 || sg->old[i].sa_handler == SIG_IGN)
+        if (sigaction(SIGS[i], NULL, &sg->old[i]) != 0 ||
+            (SIGS[i] != SIGCHLD && sg->old[i].sa_handler == SIG_IGN))
             continue;
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_stop;
+        sa.sa_handler = on_signal;
         sigemptyset(&sa.sa_mask);
-        sa.sa_flags = SA_RESTART;
-        sg->handled[i] = sigaction(STOP_SIGS[i], &sa, NULL) == 0;
+        sa.sa_flags = SA_RESTART | (SIGS[i] == SIGCHLD ? SA_NOCLDSTOP : 0);
+        sg->handled[i] = sigaction(SIGS[i], &sa, NULL) == 0;
     }
 }
 
 void proc_signals_restore(const proc_signals *sg) {
-    for (int i = 0; i < 3; i++)
-        if (sg->handled[i]) sigaction(STOP_SIGS[i], &sg->old[i], NULL);
+    for (int i = 0; i < 4; i++)
+        if (sg->handled[i]) sigaction(SIGS[i], &sg->old[i], NULL);
 }
 
 int proc_signal_pending(const proc_signals *sg) {
@@ -49,9 +60,19 @@ int proc_signal_pending(const proc_signals *sg) {
     return g_caught;
 }
 
-static void nap_ms(long ms) {
-    const struct timespec t = {0, ms * 1000 * 1000};
-    nanosleep(&t, NULL); /* a signal cuts it short: fine, the caller looks */
+/* Sleeps until a handler wrote to the pipe (a signal, a child's end) or ms
+ * pass (-1: no limit), then empties the pipe. Without a pipe: ms, or 50. */
+static void sleep_for_wake(int ms) {
+    if (g_wake[0] < 0) {
+        const struct timespec t = {0, (ms < 0 ? 50 : ms) * 1000L * 1000L};
+        nanosleep(&t, NULL);
+        return;
+    }
+    struct pollfd pf = {.fd = g_wake[0], .events = POLLIN};
+    (void)poll(&pf, 1, ms);
+    char buf[64];
+    while (read(g_wake[0], buf, sizeof buf) > 0) {
+    }
 }
 
 /* Stops the process group of a child with sig: waits up to PROC_STOP_GRACE_S
@@ -66,7 +87,7 @@ static void stop_child(pid_t pid, int sig) {
         memset(&si, 0, sizeof si);
         const int r = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT);
         if ((r == 0 && si.si_pid == pid) || (r < 0 && errno != EINTR) || now_s() > end) break;
-        nap_ms(20);
+        sleep_for_wake(50);
     }
     (void)kill(-pid, SIGKILL);
     int status;
@@ -100,7 +121,7 @@ int proc_run(char *const *argv, const char *cwd, const char *out, const char *er
         return -1;
     }
     int status;
-    for (long naps = 0;; naps++) { /* 2 ms, then 20 ms: quick children end quickly */
+    for (;;) {
         const pid_t r = waitpid(pid, &status, WNOHANG);
         if (r == pid) break;
         if (r < 0 && errno != EINTR) {
@@ -112,7 +133,9 @@ int proc_run(char *const *argv, const char *cwd, const char *out, const char *er
             *caught = g_caught;
             return PROC_STOPPED;
         }
-        nap_ms(naps < 50 ? 2 : 20);
+        /* a child that ended since the waitpid above left a byte: no sleep;
+         * the timeout only guards a handler that could not be installed */
+        sleep_for_wake(1000);
     }
     if (WIFSIGNALED(status)) {
         errorf_esc("%s: %s died from signal %d", sg->who, argv[0], WTERMSIG(status));

@@ -9,15 +9,18 @@
 #include <signal.h>
 
 /* The stopping signals (SIGINT, SIGTERM, SIGHUP) get a handler that notes
- * the first one; the wait for a child polls for it. Not blocking and
- * sigwaitinfo: a process-directed signal goes to any thread that does not
- * block it, and threads a library starts before main (OpenBLAS's pool) never
- * saw our mask, so one of them took the default action about one time in
- * six. A handler runs in whichever thread takes the signal. One ignored at
- * the start (nohup, a background job of a script) stays ignored. */
+ * the first one, and SIGCHLD one that says a child ended; both write a byte
+ * to a pipe the wait sleeps on (poll), so the wait neither spins nor misses
+ * one. Not a blocked mask and sigwaitinfo: a process-directed signal goes to
+ * any thread that does not block it, and threads a library starts before
+ * main (OpenBLAS's pool) never saw our mask, so one of them took the
+ * default action about one time in six. Not a timed poll either: waking
+ * every few ms preempted the sweep's threads, whose samples then read as
+ * disturbed. One ignored at the start (nohup, a background job of a
+ * script) stays ignored. */
 typedef struct {
-    struct sigaction old[3]; /* the actions before, restored at the end */
-    int handled[3];          /* which of the three got our handler */
+    struct sigaction old[4]; /* the actions before, restored at the end */
+    int handled[4];          /* which of SIGINT, SIGTERM, SIGHUP, SIGCHLD got ours */
     const char *who;         /* "compare", "bisect": for messages */
 } proc_signals;
 

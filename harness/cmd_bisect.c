@@ -516,7 +516,7 @@ int cmd_bisect(int argc, char **argv) {
         return EXIT_USAGE;
     }
     const double t0 = now_s();
-    proc_signals_block(&c.sg, "bisect");
+    proc_signals_catch(&c.sg, "bisect");
     int rc = bisect(&c, good, bad);
     printf("bisect: %.0f s\n", now_s() - t0);
     fflush(stdout);

@@ -32,7 +32,7 @@ static void on_signal(int sig) {
     wake();
 }
 
-void proc_signals_block(proc_signals *sg, const char *who) {
+void proc_signals_catch(proc_signals *sg, const char *who) {
     g_caught = 0;
     sg->who = who;
     if (g_wake[0] < 0 && pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0) g_wake[0] = g_wake[1] = -1;

@@ -24,7 +24,7 @@ typedef struct {
     const char *who;         /* "compare", "bisect": for messages */
 } proc_signals;
 
-void proc_signals_block(proc_signals *sg, const char *who);
+void proc_signals_catch(proc_signals *sg, const char *who);
 void proc_signals_restore(const proc_signals *sg);
 /* A stopping signal already pending (taken), or 0. */
 int proc_signal_pending(const proc_signals *sg);

@@ -50,7 +50,7 @@ int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget, 
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/mhabench-ab.XXXXXX", tmp && *tmp ? tmp : "/tmp");
     proc_signals sg;
-    proc_signals_block(&sg, "compare: --ab"); /* before the folder exists: no signal may leave it */
+    proc_signals_catch(&sg, "compare: --ab"); /* before the folder exists: no signal may leave it */
     if (!mkdtemp(dir)) {
         errorf_esc("compare: --ab: cannot create a temporary directory %s: %s", dir,
                    strerror(errno));

@@ -93,16 +93,6 @@ out:
     return rc;
 }
 
-/* A baseline file name, split for ordering: <key>.json is the first (plain);
- * later ones are <key>-<stamp>.json and <key>-<stamp>-<n>.json (n >= 2,
- * taken when the stamp's name was). */
-typedef struct {
-    char *file;
-    int plain;
-    char stamp[64];
-    long n;
-} baseline_name;
-
 static void baseline_name_parse(baseline_name *b, const char *file, size_t keylen) {
     b->file = xstrdup(file);
     b->plain = strlen(file) == keylen + 5;
@@ -129,10 +119,8 @@ static int cmp_baseline_desc(const void *pa, const void *pb) {
     return (b->n > a->n) - (b->n < a->n);
 }
 
-/* The baselines of one key in dir: <key>.json and <key>-<stamp>[-<n>].json,
- * newest first (see cmp_baseline_desc). Returns the count; -1 if dir cannot
- * be opened (errno set). */
-static int list_baselines(const char *dir, const char *key, baseline_name **out) {
+/* compare.h */
+int list_baselines(const char *dir, const char *key, baseline_name **out) {
     DIR *d = opendir(dir);
     if (!d) return -1;
     baseline_name *names = NULL;
@@ -220,7 +208,7 @@ int find_baseline(const char *dir, const result_set *nw, int force, result_set *
         errorf_esc("compare: %s: mha_cpu_key '%s' is not usable as a file name", nw->path, key);
         return EXIT_USAGE;
     }
-    char keys[MHA_ISA_COUNT][128], why[1024] = "", older[512] = "";
+    char keys[MHA_ISA_COUNT][128], why[1024] = "", older[1024] = "";
     const int nk = baseline_keys(key, keys);
     int total = 0, found = -1, k = 0;
     for (; k < nk && found < 0; k++) {

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <unistd.h>
 
 #include "compare.h"
@@ -154,7 +153,7 @@ int cmd_calibrate(char **files, int nfiles, int npairs_run, char **sweep_args, i
     char **made = NULL;
     proc_signals sg;
     int caught = 0, rc = EXIT_USAGE;
-    proc_signals_block(&sg, "compare: --calibrate");
+    proc_signals_catch(&sg, "compare: --calibrate");
     if (npairs_run > 0) {
         const char *tmp = getenv("TMPDIR");
         snprintf(scratch, sizeof scratch, "%s/mhabench-calibrate.XXXXXX",
@@ -313,34 +312,20 @@ out:
 int noise_find(const char *dir, const result_set *nw, noise_table *nt) {
     const char *key = nw->fp[0];
     if (!key) return 1;
-    DIR *d = opendir(dir);
-    if (!d) return 1;
-    /* <key>.noise.json is the first, <key>.noise-<stamp>[-n].json the later
-     * ones: the newest is a stamped one with the largest stamp part (".json"
-     * left off, so that <stamp>-2 follows <stamp>) */
-    char best[512] = "";
-    int have = 0, best_plain = 0;
-    const size_t kl = strlen(key);
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        const char *f = e->d_name;
-        const size_t fl = strlen(f);
-        if (fl >= sizeof best || fl < kl + 11 || strncmp(f, key, kl) != 0 ||
-            strncmp(f + kl, ".noise", 6) != 0 || strcmp(f + fl - 5, ".json") != 0)
-            continue;
-        const int plain = fl == kl + 11;
-        if (!plain && f[kl + 6] != '-') continue;
-        char part[512];
-        snprintf(part, sizeof part, "%.*s", (int)(fl - kl - 11), f + kl + 6);
-        if (!have || (best_plain && !plain) || (!plain && !best_plain && strcmp(part, best) > 0)) {
-            have = 1;
-            best_plain = plain;
-            snprintf(best, sizeof best, "%s", part);
-        }
+    /* the newest of <key>.noise.json and <key>.noise-<stamp>[-n].json, by
+     * the baselines' rule */
+    char nkey[160];
+    snprintf(nkey, sizeof nkey, "%s.noise", key);
+    baseline_name *names = NULL;
+    const int nn = list_baselines(dir, nkey, &names);
+    if (nn <= 0) {
+        free(names);
+        return 1;
     }
-    closedir(d);
-    if (!have) return 1;
     char path[4800];
-    snprintf(path, sizeof path, "%s/%s.noise%s.json", dir, key, best);
+    snprintf(path, sizeof path, "%s/%s", dir, names[0].file);
+    for (int i = 0; i < nn; i++) free(names[i].file);
+    free(names);
     if (noise_load(path, nt)) return EXIT_USAGE;
     for (int k = 1; k < FP_REQUIRED; k++)
         if (!nt->fp[k] || !nw->fp[k] || strcmp(nt->fp[k], nw->fp[k]) != 0) {

@@ -161,6 +161,21 @@ int compare_sets(const result_set *base, const result_set *new, const char *base
 
 /* ---- baselines (baselines.c) ---- */
 
+/* A baseline file name, split for ordering: <key>.json is the first (plain);
+ * later ones are <key>-<stamp>.json and <key>-<stamp>-<n>.json (n >= 2,
+ * taken when the stamp's name was). */
+typedef struct {
+    char *file;
+    int plain;
+    char stamp[64];
+    long n;
+} baseline_name;
+
+/* The files of one key in dir: <key>.json and <key>-<stamp>[-<n>].json,
+ * newest first (free each .file, then the array). The count; -1 if dir
+ * cannot be opened (errno set). Baselines use it, and so do calibrations
+ * (key "<cpu-key>.noise"). */
+int list_baselines(const char *dir, const char *key, baseline_name **out);
 int cmd_save_baseline(const char *path, const char *dir);
 /* The newest baseline in dir for nw's CPU (or its older keys) whose
  * fingerprint matches; 0, or EXIT_USAGE after a message. */

@@ -111,10 +111,9 @@ static void measure_rows(const result_set *base, const result_set *new, comparis
  * drift of row i, gidx[i] its group (-1: none kept). */
 static void fit_drift(const result_set *base, const comparison *c, const double *lr, gate_info *g,
                       double *gdrift, int *gidx, double *tmp) {
-    const int nr = c->nr;
-    for (int i = 0; i < nr; i++) gdrift[i] = 0, gidx[i] = -1;
-    int nc = group_changes(base, c->rows, lr, nr, -1, 0, tmp);
-    g->drift = nc >= STATS_DRIFT_MIN ? stats_common_drift(tmp, nc) : stats_common_drift(lr, nr);
+    const int nr = c->nr; /* gdrift and gidx come zeroed and -1 (compare_rows) */
+    int nc;
+    g->drift = c->common; /* the compute rows' median change, as compare_rows found it */
     g->normalized = 1;
     for (int i = 0; i < nr; i++) {
         const bench *bi = find_bench(base, c->rows[i].name);

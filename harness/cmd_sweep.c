@@ -24,6 +24,7 @@
 #include "fmt_results.h"
 #include "fmt_rows.h"
 #include "shard.h"
+#include "sweep/report.h"
 #include "stats.h"
 #include "util.h"
 
@@ -483,124 +484,6 @@ static double bench_stats(const bench *b, double *lo, double *hi) {
     }
     free(x);
     return med;
-}
-
-static double bench_median(bench *b) {
-    double lo, hi;
-    return bench_stats(b, &lo, &hi);
-}
-
-static void print_summary(bench *benches, int nbench, int ngroups) {
-    printf("\nsummary: the fastest kernel per shape (median GFLOP/s over the undisturbed "
-           "repetitions;\na tie when 95%% median intervals overlap)\n");
-    /* the fastest rate per group, to flag a thread count slower than 1 thread */
-    double *group_best =
-        xrealloc_or_exit(NULL, (size_t)(ngroups ? ngroups : 1), sizeof(double), "sweep");
-    int *group_one = xrealloc_or_exit(NULL, (size_t)(ngroups ? ngroups : 1), sizeof(int), "sweep");
-    for (int g = 0; g < ngroups; g++) group_best[g] = 0, group_one[g] = -1;
-    for (int i = 0; i < nbench; i++) {
-        const bench *b = &benches[i];
-        if (b->nres && !b->is_auto && !b->peer && bench_median((bench *)b) > group_best[b->group])
-            group_best[b->group] = bench_median((bench *)b);
-    }
-    for (int i = 0; i < nbench; i++) /* the 1-thread group of the same shape */
-        for (int j = 0; j < nbench; j++)
-            if (benches[j].threads == 1 && benches[i].threads > 1 &&
-                memcmp(&benches[j].s, &benches[i].s, sizeof(shape)) == 0)
-                group_one[benches[i].group] = benches[j].group;
-    printf("%-44s %7s  %-14s %9s %7s %9s %9s\n", "shape", "threads", "fastest", "GFLOP/s", "%peak",
-           "vs naive", "vs blas");
-    /* `auto` (mha_select per shape) is not a candidate: its rate is shown as a
-     * share of the fastest kernel's. */
-    for (int g = 0; g < ngroups; g++) {
-        bench *best = NULL, *naive = NULL, *blas = NULL, *any = NULL, *autob = NULL, *peer = NULL;
-        double best_gf = 0, peer_gf = 0;
-        for (int i = 0; i < nbench; i++) {
-            bench *b = &benches[i];
-            if (b->group != g) continue;
-            any = b;
-            if (b->nres == 0) continue;
-            const double gf = bench_median(b);
-            if (b->is_auto) { /* compared with the fastest, not a candidate */
-                autob = b;
-                continue;
-            }
-            if (b->peer) { /* the best peer: what ours is compared with */
-                if (!peer || gf > peer_gf) peer = b, peer_gf = gf;
-                continue;
-            }
-            if (mha_kernel_traits(b->k) & MHA_KT_REFERENCE) naive = b;
-            if (mha_kernel_traits(b->k) & MHA_KT_BASELINE) blas = b;
-            if (!best || gf > best_gf) {
-                best = b;
-                best_gf = gf;
-            }
-        }
-        if (!any) continue;
-        char shp[128];
-        shape_text(&any->s, shp, sizeof shp);
-        if (!best) {
-            printf("%-44s %7d  %-14s", shp, any->threads, "(none ran)");
-            if (peer) printf("  best peer %s %.1f", peer->kname, peer_gf);
-            printf("\n");
-            continue;
-        }
-        char vn[16] = "n/a", vb[16] = "n/a";
-        if (naive) snprintf(vn, sizeof vn, "%.1fx", best_gf / bench_median(naive));
-        if (blas) snprintf(vb, sizeof vb, "%.2fx", best_gf / bench_median(blas));
-        /* Percentages of the median, not the mean of percentages. */
-        const double pct = best->peak > 0 ? 100.0 * best_gf / best->peak : 0;
-        printf("%-44s %7d  %-14s %9.1f %6.1f%% %9s %9s", shp, best->threads, best->kname, best_gf,
-               pct, vn, vb);
-        if (best->s.nq == 1 && best->bw > 0 && best->flops > 0)
-            printf("  (%.1f%% of %s bw)", 100.0 * best_gf * best->kv_bytes / best->flops / best->bw,
-                   machine_level_name(best->level));
-        /* Ties: kernels whose median interval overlaps the fastest's. */
-        double blo, bhi;
-        bench_stats(best, &blo, &bhi);
-        int nties = 0;
-        for (int i = 0; i < nbench; i++) {
-            bench *b = &benches[i];
-            if (b->group != g || b == best || b->is_auto || b->peer || b->nres == 0) continue;
-            double lo, hi;
-            bench_stats(b, &lo, &hi);
-            if (intervals_order(blo, bhi, lo, hi) == STATS_TIE) {
-                printf("%s%s", nties++ ? ", " : "  tie with ", b->kname);
-            }
-        }
-        if (nties) printf(" (intervals overlap)");
-        if (autob) {
-            double alo, ahi;
-            const double agf = bench_stats(autob, &alo, &ahi);
-            if (intervals_order(blo, bhi, alo, ahi) == STATS_TIE)
-                printf("  auto ties with it [%s]", autob->label);
-            else
-                printf("  auto %.1f%% of it [%s]", 100.0 * agf / best_gf, autob->label);
-        }
-        for (int i = 0; i < nbench && !autob; i++) {
-            const bench *b = &benches[i];
-            if (b->group != g || !b->auto_same) continue;
-            if (b == best)
-                printf("  auto = this row [%s]", b->auto_label);
-            else if (b->nres)
-                printf("  auto = the %s row, %.1f%% of it [%s]", b->kname,
-                       100.0 * bench_median((bench *)b) / best_gf, b->auto_label);
-        }
-        const int one = group_one[g];
-        if (one >= 0 && group_best[one] > 0 && bhi < group_best[one])
-            printf("  SLOWER than 1 thread (%.1f GFLOP/s, beyond the interval)", group_best[one]);
-        if (peer) {
-            double plo, phi;
-            bench_stats(peer, &plo, &phi);
-            printf("  best peer %s %.1f: ours/peer %.2fx%s", peer->kname, peer_gf,
-                   best_gf / peer_gf,
-                   intervals_order(blo, bhi, plo, phi) == STATS_TIE ? " (tie: intervals overlap)"
-                                                                    : "");
-        }
-        printf("\n");
-    }
-    free(group_best);
-    free(group_one);
 }
 
 /* ---- option parsing --------------------------------------------------------- */
@@ -1090,42 +973,28 @@ static int register_benches(bench *benches, int nbench, int interleaved, int by_
     return 0;
 }
 
-/* The closing report: the summary, what was skipped and what failed, and
- * the run's totals. Returns the number of failed runs. */
-static int report_sweep(bench *benches, int nbench, int ngroups, const note_list *skipped, int done,
-                        double t0, const char *path) {
-    print_summary(benches, nbench, ngroups);
+/* The closing report: what was skipped and what failed, then the summary
+ * and the verdict read back from the committed file (sweep/report.c: one
+ * rule for every tool), and the run's totals. Returns the number of failed
+ * runs (or 1 when the file cannot be read back). */
+static int report_sweep(bench *benches, int nbench, const note_list *skipped, int done, double t0,
+                        const char *path, report_mode mode, int verbose) {
     int nerr = 0;
     for (int i = 0; i < nbench; i++) nerr += benches[i].errors;
-    if (skipped->n) {
+    if (skipped->n && verbose) {
         printf("\nskipped (%d):\n", skipped->n);
         for (int i = 0; i < skipped->n; i++) printf("  %s\n", skipped->items[i].text);
+    } else if (skipped->n) {
+        printf("\nskipped %d combination%s (estimated too slow, not taken by a kernel or peer, "
+               "...): --verbose lists them\n",
+               skipped->n, skipped->n == 1 ? "" : "s");
     }
     if (nerr) {
         printf("\nfailed (%d):\n", nerr);
         for (int i = 0; i < nbench; i++)
             if (benches[i].errors) printf("  %s\n", benches[i].name);
     }
-    /* How much of the run the interference evidence rejected: on a busy host
-     * retakes find it busy too, and the reader should know before trusting
-     * a figure (README, "Interference evidence"). */
-    int reps = 0, dist = 0, thin = 0;
-    for (int i = 0; i < nbench; i++) {
-        const int clean = bench_clean(&benches[i]);
-        reps += benches[i].nres;
-        dist += benches[i].nres - clean;
-        thin += benches[i].nres > 0 && clean < 3;
-    }
-    if (dist) {
-        printf("\ninterference: %d of %d repetitions disturbed (%.0f%%), retaken where the passes "
-               "allowed;\n%d benchmark%s with fewer than 3 undisturbed repetitions (none: the "
-               "disturbed ones' median)",
-               dist, reps, 100.0 * dist / reps, thin, thin == 1 ? "" : "s");
-        if (4 * dist > reps)
-            printf(".\nThe host was busy for much of the run: rerun in a quieter hour before "
-                   "keeping these figures");
-        printf("\n");
-    }
+    if (report_file(path, mode, stdout) != 0) return nerr ? nerr : 1;
     printf("\n%d run%s in %.1f s; results: %s\n", done, done == 1 ? "" : "s", now_s() - t0, path);
     return nerr;
 }
@@ -1953,7 +1822,7 @@ int cmd_sweep(int argc, char **argv) {
         goto done;
     }
     snprintf(path, sizeof path, "%s", out.target);
-    if (report_sweep(benches, nbench, ngroups, &skipped, rs.runs, t0, path) > 0)
+    if (report_sweep(benches, nbench, &skipped, rs.runs, t0, path, REPORT_SHORT, 0) > 0)
         exit_code = EXIT_CHECK_FAILED;
 
 done:

@@ -18,6 +18,7 @@ static const struct {
     {"attend", cmd_attend, "attention core on .npy tensors"},
     {"forward", cmd_forward, "the full MHA layer on .npy inputs and weights"},
     {"sweep", cmd_sweep, "benchmark sweep through Google Benchmark (default preset: quick)"},
+    {"report", cmd_report, "a sweep's summary and verdict from its result file"},
     {"compare", cmd_compare, "statistical comparison of two result files"},
     {"bisect", cmd_bisect, "the commit between GOOD and BAD that made benchmarks slower"},
     {"tune", cmd_tune, "search block sizes and splits per shape class, write the tuning table"},

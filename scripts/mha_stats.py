@@ -45,3 +45,61 @@ def decide(kernels):
     lo_w = stats[win][1]
     ties = sorted(k for k in stats if k != win and stats[k][2] >= lo_w)
     return win, ties, stats[win][0]
+
+
+def is_iteration(row):
+    """A repetition row (not an aggregate), as harness/fmt_results.c decides."""
+    t = row.get("run_type")
+    return t == "iteration" if t is not None else "aggregate_name" not in row
+
+
+def split_name(name):
+    """(kernel, group) of a sweep row's name: the group is the name without
+    its kernel part ("layer/<kernel>/..." keeps "layer/"), as
+    harness/sweep/report.c groups rows."""
+    parts = name.split("/")
+    if parts[0] == "layer" and len(parts) > 2:
+        return parts[1], "layer/" + "/".join(parts[2:])
+    if len(parts) < 2:
+        return None, None
+    return parts[0], "/".join(parts[1:])
+
+
+def is_candidate(kernel):
+    """Ours: the fastest is chosen among these (not auto, not a peer)."""
+    return kernel != "auto" and not kernel.startswith("peer.")
+
+
+def group_samples(doc):
+    """{group: {kernel: [the repetitions' GFLOP/s that count]}} in the order
+    the groups first appear, from a result file's parsed JSON."""
+    raw = {}
+    for b in doc.get("benchmarks", []):
+        if not isinstance(b, dict) or not is_iteration(b) or b.get("error_occurred"):
+            continue
+        kernel, group = split_name(b.get("name", ""))
+        if kernel is None:
+            continue
+        raw.setdefault(group, {}).setdefault(kernel, []).append(
+            (float(b.get("GFLOPS", 0.0) or 0.0), bool(b.get("disturbed", 0))))
+    return {g: {k: counted(v) for k, v in ks.items()} for g, ks in raw.items()}
+
+
+def group_decisions(doc):
+    """{group: (fastest, [tied, sorted], its median)} over our kernels, the
+    one rule of the sweep's summary (`mhabench report --decisions`)."""
+    out = {}
+    for g, ks in group_samples(doc).items():
+        ours = {k: v for k, v in ks.items() if is_candidate(k) and v}
+        if ours:
+            out[g] = decide(ours)
+    return out
+
+
+def print_decisions(decs, file=None):
+    """The `mhabench report --decisions` format: group TAB fastest TAB tied,...|-
+    sorted by group."""
+    import sys
+    for g in sorted(decs):
+        win, ties, _ = decs[g]
+        print(f"{g}\t{win}\t{','.join(ties) or '-'}", file=file or sys.stdout)

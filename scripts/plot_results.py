@@ -28,13 +28,16 @@ import re
 import statistics
 import sys
 
-from mha_stats import counted, median_interval  # scripts/: shared with the other tools
+from mha_stats import counted, group_decisions, group_samples, median_interval, print_decisions  # scripts/: shared with the other tools
 
-import matplotlib
+try:  # only drawing needs it: --decisions runs without (CI does not install it)
+    import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: E402
+    from matplotlib.patches import Patch  # noqa: E402
+except ImportError:
+    plt = None
 
 NAME_RE = re.compile(
     r"^(?P<kernel>[^/]+)/B:(?P<b>\d+)/H:(?P<h>\d+)/KV:(?P<kv>\d+)/Nq:(?P<nq>\d+)"
@@ -62,13 +65,16 @@ def load(path):
         key = (kernel, tuple(int(m[a]) for a in AXES))
         r = rows.setdefault(key, {"gflops": [], "pct_peak": [], "disturbed": []})
         r["gflops"].append(float(b["GFLOPS"]))
-        r["pct_peak"].append(float(b.get("pct_peak", 0.0)))
+        # a repetition above its peak is a measurement error, never efficiency
+        r["pct_peak"].append(float("nan") if b.get("peak_exceeded") else float(b.get("pct_peak", 0.0)))
         r["disturbed"].append(bool(b.get("disturbed", 0)))
     out = {}
     for k, v in rows.items():
         e = {}
         for m in ("gflops", "pct_peak"):
-            xs = counted(zip(v[m], v["disturbed"]))  # the repetitions that count
+            xs = [x for x in counted(zip(v[m], v["disturbed"])) if x == x]  # those that count
+            if not xs:
+                xs = [float("nan")]
             lo, hi = median_interval(xs)
             e[m], e[m + "_lo"], e[m + "_hi"] = statistics.median(xs), lo, hi
         out[k] = e
@@ -207,56 +213,74 @@ def plot_lines(results, ctx, metric, ylabel, path):
     return True
 
 
-def row_label(rk):
-    """A map row: the shape without Nkv and threads (Nq only when it differs)."""
-    b, h, kv, nq, d, causal = rk
-    kvs = f" KV{kv}" if kv != h else ""
-    q = f" Nq{nq}" if nq != -1 else ""
-    return f"B{b} H{h}{kvs}{q} d{d} causal={causal}"
+def group_label(group):
+    """A map row: the group's shape without threads, as the sweep's summary
+    writes it (B1 H8 N128 d64 causal bf16)."""
+    f = dict(p.split(":", 1) for p in group.split("/") if ":" in p)
+    layer = group.startswith("layer/")
+    dt = (" " + f["dtype"] if "dtype" in f else "") + (" kv:" + f["kv_dtype"] if "kv_dtype" in f else "")
+    causal = " causal" if f.get("causal") == "1" else ""
+    if layer:
+        return f"layer B{f.get('B')} N{f.get('N')} dm{f.get('dm')} H{f.get('H')}{causal}{dt}"
+    kvs = f" KV{f['KV']}" if f.get("KV") != f.get("H") else ""
+    seq = f"N{f.get('Nq')}" if f.get("Nq") == f.get("Nkv") else f"Nq{f.get('Nq')} Nkv{f.get('Nkv')}"
+    return f"B{f.get('B')} H{f.get('H')}{kvs} {seq} d{f.get('d')}{causal}{dt}"
 
 
-def plot_fastest(results, ctx, path):
-    # best kernel of ours per full shape (incl. threads), and the best peer's rate
-    best, peer = {}, {}
-    for (kernel, s), r in results.items():
-        if is_peer(kernel):
-            if s not in peer or r["gflops"] > peer[s][1]:
-                peer[s] = (kernel, r["gflops"])
-        elif s not in best or r["gflops"] > best[s][1]:
-            best[s] = (kernel, r["gflops"], r["pct_peak"])
-    if not best:
+def fastest_cells(doc):
+    """{(row label, threads): (fastest, ties, median, best peer, its median)} for
+    every group of the file, decided by mha_stats.group_decisions: the rule of
+    the sweep's summary (auto and peers are never the fastest)."""
+    decs = group_decisions(doc)
+    samples = group_samples(doc)
+    cells = {}
+    for g, (win, ties, med) in decs.items():
+        base, _, t = g.rpartition("/threads:")
+        peers = {k: statistics.median(v) for k, v in samples[g].items() if is_peer(k) and v}
+        bp = max(peers, key=lambda k: (peers[k], k)) if peers else None
+        cells[(group_label(base), int(t or 0))] = (win, ties, med, bp, peers.get(bp))
+    return decs, cells
+
+
+def plot_fastest(doc, results, ctx, path):
+    decs, cells = fastest_cells(doc)
+    if not cells:
         return False
-    kernels = kernel_order({v[0] for v in best.values()})
-    colors = kernel_colors(kernel_order({k for k, _ in results}))
-    # rows: the shape without Nkv and threads; columns: (Nkv, threads)
-    rows = sorted({(s[0], s[1], s[2], s[3] if s[3] != s[4] else -1, s[5], s[6]) for s in best})
-    cols = sorted({(s[4], s[7]) for s in best})
-    fig, ax = plt.subplots(figsize=(1.25 * len(cols) + 2.8, 0.42 * len(rows) + 1.9))
-    for i, rk in enumerate(rows):
-        for j, (nkv, threads) in enumerate(cols):
-            b, h, kv, nqk, d, causal = rk
-            s = (b, h, kv, nkv if nqk == -1 else nqk, nkv, d, causal, threads)
-            if s not in best:
+    # the % of peak of the fastest: the row's median pct_peak (typed rows are
+    # their own series in results, keyed "kernel dtype")
+    pct = {}
+    for (kernel, s), r in results.items():
+        pct[(kernel.split(" ")[0], s)] = r["pct_peak"]
+    kernels = kernel_order({c[0] for c in cells.values()})
+    colors = kernel_colors(kernel_order({c[0] for c in cells.values()} | {k.split(" ")[0] for k, _ in results}))
+    rows = []
+    for g in decs:  # in the file's order of first appearance
+        lab = group_label(g.rpartition("/threads:")[0])
+        if lab not in rows:
+            rows.append(lab)
+    cols = sorted({t for _, t in cells})
+    fig, ax = plt.subplots(figsize=(1.6 * len(cols) + 3.2, 0.42 * len(rows) + 1.9))
+    for i, lab in enumerate(rows):
+        for j, t in enumerate(cols):
+            if (lab, t) not in cells:
                 continue
-            kernel, gf, pct = best[s]
+            kernel, ties, gf, bp, bpm = cells[(lab, t)]
             ax.add_patch(plt.Rectangle((j, i), 1, 1, color=colors[kernel], alpha=0.85))
-            vs = ""
-            if s in peer and peer[s][1] > 0:  # ours / the best peer
-                vs = f"\n{gf / peer[s][1]:.2f}x {peer[s][0][5:]}"
-            ax.text(j + 0.5, i + 0.5, f"{kernel}\n{gf:.0f} GF/s {pct:.0f}%{vs}", ha="center",
+            tie = f" +{len(ties)} tied" if ties else ""
+            vs = f"\n{gf / bpm:.2f}x {bp[5:]}" if bp and bpm else ""
+            ax.text(j + 0.5, i + 0.5, f"{kernel}{tie}\n{gf:.0f} GF/s{vs}", ha="center",
                     va="center", fontsize=5.5)
     ax.set_xlim(0, len(cols))
     ax.set_ylim(len(rows), 0)
     ax.set_xticks([j + 0.5 for j in range(len(cols))])
-    ax.set_xticklabels([f"Nkv {n}\nt={t}" for n, t in cols], fontsize=7)
+    ax.set_xticklabels([f"threads {t}" for t in cols], fontsize=7)
     ax.set_yticks([i + 0.5 for i in range(len(rows))])
-    labels = [row_label(rk) for rk in rows]
-    ax.set_yticklabels(labels, fontsize=7)
+    ax.set_yticklabels(rows, fontsize=7)
     ax.tick_params(length=0)
     ax.legend(handles=[Patch(color=colors[k], label=k) for k in kernels], fontsize=7,
               loc="upper left", bbox_to_anchor=(1.01, 1))
-    what = "fastest kernel per shape (GFLOP/s, % of peak"
-    what += ", ours / best peer)" if peer else ")"
+    what = "fastest of our kernels per shape (median GFLOP/s; +N tied: 95% median intervals overlap"
+    what += "; ours / best peer)" if any(c[3] for c in cells.values()) else ")"
     ax.set_title(title_of(ctx, what), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -268,11 +292,24 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", help="an mhabench sweep result file (Google Benchmark JSON)")
     ap.add_argument("-o", "--out-dir", default=None, help="where to write the PNGs")
+    ap.add_argument("--decisions", action="store_true",
+                    help="print the fastest-kernel map's decisions (as mhabench report "
+                    "--decisions) instead of drawing")
     args = ap.parse_args(argv)
     try:
         results, ctx = load(args.results)
+        with open(args.results) as f:
+            doc = json.load(f)
     except (OSError, ValueError) as e:
         print(f"plot_results: cannot read {args.results}: {e}", file=sys.stderr)
+        return 2
+    if args.decisions:
+        decs, _ = fastest_cells(doc)
+        print_decisions(decs)
+        return 0
+    if plt is None:
+        print("plot_results: drawing needs Debian's python3-matplotlib (apt-get install "
+              "python3-matplotlib; run with /usr/bin/python3)", file=sys.stderr)
         return 2
     if not results:
         print(f"plot_results: {args.results} has no sweep rows (kernel/B:../...)",
@@ -285,7 +322,7 @@ def main(argv):
     for name, ok in (
         ("gflops", lambda p: plot_lines(results, ctx, "gflops", "GFLOP/s", p)),
         ("pct_peak", lambda p: plot_lines(results, ctx, "pct_peak", "% of FMA peak", p)),
-        ("fastest", lambda p: plot_fastest(results, ctx, p)),
+        ("fastest", lambda p: plot_fastest(doc, results, ctx, p)),
     ):
         path = os.path.join(out_dir, f"{stem}-{name}.png")
         if ok(path):

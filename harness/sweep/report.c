@@ -1,0 +1,710 @@
+/* report.c - the summary of a sweep's result file and its verdict, read
+ * from the file alone (the sweep prints it from the file it committed, and
+ * `mhabench report FILE` prints the same), so every tool that reads a file
+ * gives one answer. The rule (scripts/mha_stats.py is its Python twin):
+ * - a row's samples are its repetitions the interference evidence did not
+ *   mark disturbed, or all of them when every one was;
+ * - per (shape, threads) group the fastest of our kernels (not auto, not a
+ *   peer) is the highest median GFLOP/s (equal medians: the larger name),
+ *   and tied with it is every other whose 95% median interval (stats.c's
+ *   order statistics) reaches the fastest's lower end;
+ * - auto agrees where its row (or the row it is an alias of) is the
+ *   fastest, tied with it, or within 5% of its median. */
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report.h"
+
+#include "fmt_results.h"
+#include "stats.h"
+#include "util.h"
+
+#define AUTO_WITHIN 0.95 /* auto within 5% of the fastest agrees */
+
+typedef struct {
+    char *name, *kernel;
+    int group;
+    double *gf, *peak, *pbw;
+    unsigned char *dist;
+    int n, cap;
+    int above; /* repetitions flagged above their peak (peak_exceeded) */
+    char label[200];
+} rrow;
+
+typedef struct {
+    char *key, *shape; /* the name without the kernel; ... and without threads */
+    int threads, order;
+    /* the decision */
+    int win, nties, *ties;
+    double med, lo, hi;
+    int auto_row, auto_ok; /* -1: no auto */
+    double auto_share;
+    int peer;
+    double peer_med;
+    int peer_tie;
+} rgroup;
+
+typedef struct {
+    rrow *r;
+    int nr, capr;
+    rgroup *g;
+    int ng, capg;
+    int reps, disturbed, above;
+} rfile;
+
+#define grow(p, n, cap)                                                                            \
+    do {                                                                                           \
+        if ((n) == (cap)) {                                                                        \
+            (cap) = (cap) ? 2 * (cap) : 16;                                                        \
+            (p) = xrealloc_or_exit((p), (size_t)(cap), sizeof *(p), "report");                     \
+        }                                                                                          \
+    } while (0)
+
+static int is_candidate(const char *kernel) {
+    return strcmp(kernel, "auto") != 0 && strncmp(kernel, "peer.", 5) != 0;
+}
+
+static double num(json_object *row, const char *key, double dflt) {
+    json_object *v;
+    if (!json_object_object_get_ex(row, key, &v) ||
+        !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
+        return dflt;
+    return json_object_get_double(v);
+}
+
+static int group_of(rfile *f, const char *key) {
+    for (int i = 0; i < f->ng; i++)
+        if (strcmp(f->g[i].key, key) == 0) return i;
+    grow(f->g, f->ng, f->capg);
+    rgroup *g = &f->g[f->ng];
+    memset(g, 0, sizeof *g);
+    g->key = xstrdup_or_exit(key, "report");
+    g->shape = xstrdup_or_exit(key, "report");
+    char *t = strstr(g->shape, "/threads:");
+    g->threads = t ? atoi(t + 9) : 1;
+    if (t) *t = '\0';
+    g->order = f->ng;
+    for (int i = 0; i < f->ng; i++) /* groups of a shape share its first one's place */
+        if (strcmp(f->g[i].shape, g->shape) == 0) {
+            g->order = f->g[i].order;
+            break;
+        }
+    g->win = g->auto_row = g->peer = -1;
+    return f->ng++;
+}
+
+static rrow *row_of(rfile *f, const char *name) {
+    for (int i = 0; i < f->nr; i++)
+        if (strcmp(f->r[i].name, name) == 0) return &f->r[i];
+    /* kernel: the first part, or the second of a layer row */
+    const int layer = strncmp(name, "layer/", 6) == 0;
+    const char *k = layer ? name + 6 : name;
+    const char *slash = strchr(k, '/');
+    if (!slash) return NULL;
+    char key[512];
+    snprintf(key, sizeof key, "%s%s", layer ? "layer/" : "", slash + 1);
+    const int g = group_of(f, key);
+    grow(f->r, f->nr, f->capr);
+    rrow *r = &f->r[f->nr++];
+    memset(r, 0, sizeof *r);
+    r->name = xstrdup_or_exit(name, "report");
+    r->kernel = xstrdup_or_exit(k, "report");
+    r->kernel[slash - k] = '\0';
+    r->group = g;
+    return r;
+}
+
+static void add_sample(rrow *r, json_object *row) {
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 8;
+        r->gf = xrealloc_or_exit(r->gf, (size_t)r->cap, sizeof *r->gf, "report");
+        r->peak = xrealloc_or_exit(r->peak, (size_t)r->cap, sizeof *r->peak, "report");
+        r->pbw = xrealloc_or_exit(r->pbw, (size_t)r->cap, sizeof *r->pbw, "report");
+        r->dist = xrealloc_or_exit(r->dist, (size_t)r->cap, sizeof *r->dist, "report");
+    }
+    const double gf = num(row, "GFLOPS", 0), pp = num(row, "pct_peak", 0);
+    r->gf[r->n] = gf;
+    r->peak[r->n] = num(row, "peak", pp > 0 ? 100.0 * gf / pp : 0);
+    r->pbw[r->n] = num(row, "pct_bw", -1);
+    r->dist[r->n] = num(row, "disturbed", 0) > 0;
+    r->above += num(row, "peak_exceeded", 0) > 0;
+    r->n++;
+}
+
+/* The values of x (one per repetition of r) that count, sorted into out. */
+static int counted(const rrow *r, const double *x, double *out) {
+    int clean = 0, n = 0;
+    for (int i = 0; i < r->n; i++) clean += !r->dist[i];
+    for (int i = 0; i < r->n; i++)
+        if (!r->dist[i] || clean == 0) out[n++] = x[i];
+    median_inplace(out, n);
+    return n;
+}
+
+static double row_stats(const rrow *r, const double *x, double *lo, double *hi) {
+    double *s = xrealloc_or_exit(NULL, (size_t)(r->n ? r->n : 1), sizeof *s, "report");
+    const int n = counted(r, x, s);
+    double med = 0, l = 0, h = 0;
+    if (n > 0) {
+        med = median_sorted(s, n);
+        median_interval(s, n, 0.95, &l, &h);
+    }
+    free(s);
+    if (lo) *lo = l;
+    if (hi) *hi = h;
+    return med;
+}
+
+static double row_med(const rrow *r) {
+    return row_stats(r, r->gf, NULL, NULL);
+}
+
+/* "auto/<...> = <row>; ..." (the context's mha_auto_rows): auto rows not
+ * measured twice, each an alias of the row it equals. */
+static void read_aliases(rfile *f, json_object *ctx) {
+    json_object *v;
+    if (!ctx || !json_object_object_get_ex(ctx, "mha_auto_rows", &v) ||
+        !json_object_is_type(v, json_type_string))
+        return;
+    const char *s = json_object_get_string(v);
+    while (s && *s) {
+        const char *end = strstr(s, "; ");
+        const size_t len = end ? (size_t)(end - s) : strlen(s);
+        char item[700];
+        snprintf(item, sizeof item, "%.*s", (int)len, s);
+        char *eq = strstr(item, " = ");
+        if (eq) {
+            *eq = '\0';
+            for (int i = 0; i < f->nr; i++)
+                if (strcmp(f->r[i].name, eq + 3) == 0) {
+                    rgroup *g = &f->g[f->r[i].group];
+                    if (g->auto_row < 0) g->auto_row = i;
+                }
+        }
+        s = end ? end + 2 : NULL;
+    }
+}
+
+static void decide(rfile *f, rgroup *g) {
+    const int gi = (int)(g - f->g);
+    for (int i = 0; i < f->nr; i++) {
+        const rrow *r = &f->r[i];
+        if (r->group != gi || r->n == 0 || !is_candidate(r->kernel)) continue;
+        const double m = row_med(r);
+        if (g->win < 0 || m > g->med || (m == g->med && strcmp(r->kernel, f->r[g->win].kernel) > 0))
+            g->win = i, g->med = m;
+    }
+    g->ties = xrealloc_or_exit(NULL, (size_t)(f->nr ? f->nr : 1), sizeof(int), "report");
+    if (g->win < 0) return;
+    row_stats(&f->r[g->win], f->r[g->win].gf, &g->lo, &g->hi);
+    for (int i = 0; i < f->nr; i++) {
+        const rrow *r = &f->r[i];
+        if (r->group != gi || r->n == 0 || i == g->win) continue;
+        double lo, hi;
+        const double m = row_stats(r, r->gf, &lo, &hi);
+        if (is_candidate(r->kernel)) {
+            if (hi >= g->lo) g->ties[g->nties++] = i;
+        } else if (strcmp(r->kernel, "auto") == 0) {
+            g->auto_row = i;
+        } else if (g->peer < 0 || m > g->peer_med) {
+            g->peer = i, g->peer_med = m,
+            g->peer_tie = intervals_order(g->lo, g->hi, lo, hi) == STATS_TIE;
+        }
+    }
+    if (g->auto_row >= 0) {
+        const rrow *a = &f->r[g->auto_row];
+        double lo, hi;
+        const double m = row_stats(a, a->gf, &lo, &hi);
+        int tied = g->auto_row == g->win;
+        for (int t = 0; t < g->nties; t++) tied |= g->ties[t] == g->auto_row;
+        g->auto_share = g->med > 0 ? m / g->med : 0;
+        g->auto_ok = tied || hi >= g->lo || g->auto_share >= AUTO_WITHIN;
+    }
+}
+
+static void free_file(rfile *f) {
+    for (int i = 0; i < f->nr; i++) {
+        free(f->r[i].name);
+        free(f->r[i].kernel);
+        free(f->r[i].gf);
+        free(f->r[i].peak);
+        free(f->r[i].pbw);
+        free(f->r[i].dist);
+    }
+    for (int i = 0; i < f->ng; i++) {
+        free(f->g[i].key);
+        free(f->g[i].shape);
+        free(f->g[i].ties);
+    }
+    free(f->r);
+    free(f->g);
+}
+
+/* Loads path into f. Returns 0, or 2 after a message. */
+static int load(const char *path, rfile *f) {
+    json_object *root = results_load_json("report", path), *rows, *ctx = NULL;
+    if (!root) return EXIT_USAGE;
+    if (!json_object_is_type(root, json_type_object) ||
+        !json_object_object_get_ex(root, "benchmarks", &rows) ||
+        !json_object_is_type(rows, json_type_array)) {
+        errorf_esc("report: %s: no \"benchmarks\" array (not a Google Benchmark result file)",
+                   path);
+        json_object_put(root);
+        return EXIT_USAGE;
+    }
+    json_object_object_get_ex(root, "context", &ctx);
+    const size_t n = json_object_array_length(rows);
+    for (size_t i = 0; i < n; i++) {
+        json_object *row = json_object_array_get_idx(rows, i), *v;
+        if (!json_object_is_type(row, json_type_object) || !results_row_is_iteration(row)) continue;
+        if (json_object_object_get_ex(row, "error_occurred", &v) && json_object_get_boolean(v))
+            continue;
+        const char *name = results_row_str(row, "name");
+        rrow *r = name ? row_of(f, name) : NULL;
+        if (!r) continue;
+        add_sample(r, row);
+        const char *label = results_row_str(row, "label");
+        if (label) snprintf(r->label, sizeof r->label, "%s", label);
+        f->reps++;
+        f->disturbed += r->dist[r->n - 1];
+        f->above += num(row, "peak_exceeded", 0) > 0;
+    }
+    read_aliases(f, json_object_is_type(ctx, json_type_object) ? ctx : NULL);
+    json_object_put(root);
+    for (int i = 0; i < f->ng; i++) decide(f, &f->g[i]);
+    return 0;
+}
+
+/* ---- text ------------------------------------------------------------------------ */
+
+/* "B:1/H:8/KV:8/Nq:128/Nkv:128/d:64/causal:0/dtype:bf16" -> "B1 H8 N128 d64 bf16" */
+static void shape_short(const char *key, char *out, size_t len) {
+    long long b = 0, h = 0, kv = 0, nq = 0, nkv = 0, d = 0, n = 0, dm = 0;
+    int causal = 0;
+    char dt[16] = "", kvdt[16] = "";
+    const int layer = strncmp(key, "layer/", 6) == 0;
+    for (const char *p = key + (layer ? 6 : 0); *p;) {
+        const char *end = strchr(p, '/');
+        const size_t l = end ? (size_t)(end - p) : strlen(p);
+        char part[64];
+        snprintf(part, sizeof part, "%.*s", (int)(l < 63 ? l : 63), p);
+        char *c = strchr(part, ':');
+        if (c) {
+            *c++ = '\0';
+            if (!strcmp(part, "B")) b = atoll(c);
+            if (!strcmp(part, "H")) h = atoll(c);
+            if (!strcmp(part, "KV")) kv = atoll(c);
+            if (!strcmp(part, "Nq")) nq = atoll(c);
+            if (!strcmp(part, "Nkv")) nkv = atoll(c);
+            if (!strcmp(part, "N")) n = atoll(c);
+            if (!strcmp(part, "dm")) dm = atoll(c);
+            if (!strcmp(part, "d")) d = atoll(c);
+            if (!strcmp(part, "causal")) causal = atoi(c);
+            if (!strcmp(part, "dtype")) snprintf(dt, sizeof dt, " %s", c);
+            if (!strcmp(part, "kv_dtype")) snprintf(kvdt, sizeof kvdt, " kv:%s", c);
+        }
+        p += l + (end ? 1 : 0);
+    }
+    if (layer) {
+        snprintf(out, len, "layer B%lld N%lld dm%lld H%lld%s%s", b, n, dm, h,
+                 causal ? " causal" : "", dt);
+        return;
+    }
+    char kvs[24] = "", seq[48];
+    if (kv && kv != h) snprintf(kvs, sizeof kvs, " KV%lld", kv);
+    if (nq == nkv)
+        snprintf(seq, sizeof seq, "N%lld", nq);
+    else
+        snprintf(seq, sizeof seq, "Nq%lld Nkv%lld", nq, nkv);
+    snprintf(out, len, "B%lld H%lld%s %s d%lld%s%s%s", b, h, kvs, seq, d, causal ? " causal" : "",
+             dt, kvdt);
+}
+
+/* The family a group's shape belongs to, for the verdict, and its dtypes. */
+static void family(const char *key, char *out, size_t len) {
+    const char *fam = "prefill";
+    if (strncmp(key, "layer/", 6) == 0)
+        fam = "the layer";
+    else if (strstr(key, "/Nq:1/"))
+        fam = "decode";
+    else if (strstr(key, "/causal:1"))
+        fam = "causal prefill";
+    const char *nq = strstr(key, "/Nq:"), *nkv = strstr(key, "/Nkv:");
+    if (nq && nkv && strcmp(fam, "decode") != 0 && atoll(nq + 4) != atoll(nkv + 5))
+        fam = "cross-attention";
+    const char *dt = strstr(key, "/dtype:"), *kvdt = strstr(key, "/kv_dtype:");
+    char dts[32] = "fp32", kvs[32] = "";
+    if (dt) snprintf(dts, sizeof dts, "%.*s", (int)strcspn(dt + 7, "/"), dt + 7);
+    if (kvdt) snprintf(kvs, sizeof kvs, " kv:%.*s", (int)strcspn(kvdt + 10, "/"), kvdt + 10);
+    snprintf(out, len, "%s %s%s", fam, dts, kvs);
+}
+
+/* The %-of-roof text of a row: of its compute peak, or of its read
+ * bandwidth (decode rows, marked b). */
+static void roof_text(const rrow *r, char *out, size_t len) {
+    if (r->n && r->pbw[0] >= 0) {
+        snprintf(out, len, "%.0f%%b", row_stats(r, r->pbw, NULL, NULL));
+        return;
+    }
+    const double pk = row_stats(r, r->peak, NULL, NULL);
+    snprintf(out, len, "%.0f%%", pk > 0 ? 100.0 * row_med(r) / pk : 0);
+}
+
+static int cmp_group(const void *a, const void *b) {
+    const rgroup *x = *(rgroup *const *)a, *y = *(rgroup *const *)b;
+    if (x->order != y->order) return x->order < y->order ? -1 : 1;
+    return x->threads - y->threads;
+}
+
+static int cmp_key(const void *a, const void *b) {
+    return strcmp((*(rgroup *const *)a)->key, (*(rgroup *const *)b)->key);
+}
+
+static void block(const rfile *f, const rgroup *g, int peers, FILE *o) {
+    if (g->win < 0) {
+        fprintf(o, "  %-16s %7s %5s %3s", "(none ran)", "", "", "");
+    } else {
+        char roof[16], tie[8] = "";
+        roof_text(&f->r[g->win], roof, sizeof roof);
+        if (g->nties) snprintf(tie, sizeof tie, "+%d", g->nties);
+        fprintf(o, "  %-16s %7.1f %5s %3s", f->r[g->win].kernel, g->med, roof, tie);
+    }
+    if (peers) {
+        if (g->peer >= 0 && g->win >= 0 && g->peer_med > 0)
+            fprintf(o, " %5.2fx%s", g->med / g->peer_med, g->peer_tie ? "~" : " ");
+        else
+            fprintf(o, " %7s", "-");
+    }
+}
+
+static void verbose_row(const rfile *f, const rgroup *g, FILE *o) {
+    char shp[96];
+    shape_short(g->shape, shp, sizeof shp);
+    fprintf(o, "%s threads=%d:", shp, g->threads);
+    if (g->win < 0) {
+        fprintf(o, " none of ours ran\n");
+        return;
+    }
+    fprintf(o, " %s %.1f GFLOP/s [%.1f, %.1f]", f->r[g->win].kernel, g->med, g->lo, g->hi);
+    for (int t = 0; t < g->nties; t++)
+        fprintf(o, "%s%s", t ? ", " : "; tied: ", f->r[g->ties[t]].kernel);
+    const int gi = (int)(g - f->g);
+    for (int i = 0; i < f->nr; i++) {
+        const rrow *r = &f->r[i];
+        if (r->group != gi || r->n == 0 || i == g->win) continue;
+        if (!strcmp(r->kernel, "naive") || !strncmp(r->kernel, "blas.", 5))
+            fprintf(o, "; vs %s %.2fx", r->kernel, g->med / row_med(r));
+    }
+    if (g->auto_row >= 0) {
+        const rrow *a = &f->r[g->auto_row];
+        fprintf(o, "; auto %s [%s] %.0f%%", strcmp(a->kernel, "auto") ? a->kernel : "row",
+                a->label[0] ? a->label : "", 100.0 * g->auto_share);
+    }
+    if (g->peer >= 0)
+        fprintf(o, "; best peer %s %.1f (ours/peer %.2fx%s)", f->r[g->peer].kernel, g->peer_med,
+                g->med / g->peer_med, g->peer_tie ? ", tie" : "");
+    fprintf(o, "\n");
+}
+
+/* The table: a row per shape, a block per thread count side by side when
+ * there are at most two and no peers (else a line per group). */
+static void print_table(const rfile *f, rgroup **sorted, int peers, int verbose, FILE *o) {
+    int th[2] = {0, 0}, nth = 0, many = 0;
+    for (int i = 0; i < f->ng; i++) {
+        int seen = 0;
+        for (int t = 0; t < nth; t++) seen |= th[t] == f->g[i].threads;
+        if (seen) continue;
+        if (nth == 2)
+            many = 1;
+        else
+            th[nth++] = f->g[i].threads;
+    }
+    if (th[0] > th[1] && nth == 2) th[0] ^= th[1], th[1] ^= th[0], th[0] ^= th[1];
+    fprintf(o,
+            "\nsummary: the fastest of our kernels per shape (median GFLOP/s over the "
+            "undisturbed repetitions;\n%%: of the compute peak, %%b: of the read bandwidth; "
+            "+N: N more tied, 95%% median intervals overlapping%s)\n",
+            peers ? ";\nvs peer: ours / the best peer, ~ a tie" : "");
+    if (verbose) {
+        for (int i = 0; i < f->ng; i++) verbose_row(f, sorted[i], o);
+        return;
+    }
+    const int side = !many && !peers && nth == 2;
+    if (side) {
+        char t0[32], t1[32];
+        snprintf(t0, sizeof t0, "%d thread%s", th[0], th[0] == 1 ? "" : "s");
+        snprintf(t1, sizeof t1, "%d threads", th[1]);
+        fprintf(o, "%-27s  %-36s%s\n", "", t0, t1);
+        fprintf(o, "%-27s  %-16s %7s %5s %3s  %-16s %7s %5s %3s\n", "shape", "fastest", "GFLOP/s",
+                "%", "tie", "fastest", "GFLOP/s", "%", "tie");
+    } else {
+        fprintf(o, "%-27s %3s  %-16s %7s %5s %3s%s\n", "shape", "thr", "fastest", "GFLOP/s", "%",
+                "tie", peers ? " vs peer" : "");
+    }
+    for (int i = 0; i < f->ng;) {
+        char shp[96];
+        shape_short(sorted[i]->shape, shp, sizeof shp);
+        if (side) {
+            fprintf(o, "%-27s", shp);
+            const rgroup *b[2] = {NULL, NULL};
+            int j = i;
+            for (; j < f->ng && strcmp(sorted[j]->shape, sorted[i]->shape) == 0; j++)
+                b[sorted[j]->threads == th[1]] = sorted[j];
+            for (int t = 0; t < 2; t++) {
+                if (b[t])
+                    block(f, b[t], 0, o);
+                else
+                    fprintf(o, "  %-16s %7s %5s %3s", "-", "", "", "");
+            }
+            fprintf(o, "\n");
+            i = j;
+        } else {
+            const int first = i == 0 || strcmp(sorted[i - 1]->shape, sorted[i]->shape) != 0;
+            fprintf(o, "%-27s %3d", first ? shp : "", sorted[i]->threads);
+            block(f, sorted[i], peers, o);
+            fprintf(o, "\n");
+            i++;
+        }
+    }
+}
+
+/* The verdict: per family of shapes and dtype, the kernel that is fastest
+ * or tied in most of its groups; whether auto agrees; how disturbed the run
+ * was; rows above their peak. */
+static void print_verdict(const rfile *f, rgroup **sorted, FILE *o) {
+    fprintf(o, "\nverdict:\n");
+    char(*fams)[64] = xrealloc_or_exit(NULL, (size_t)(f->ng ? f->ng : 1), 64, "report");
+    int nf = 0;
+    for (int i = 0; i < f->ng; i++) {
+        char fam[64];
+        family(sorted[i]->key, fam, sizeof fam);
+        int seen = 0;
+        for (int j = 0; j < nf; j++) seen |= !strcmp(fams[j], fam);
+        if (!seen) snprintf(fams[nf++], 64, "%s", fam);
+    }
+    int *good = xrealloc_or_exit(NULL, (size_t)(f->nr ? f->nr : 1), sizeof(int), "report");
+    int *wins = xrealloc_or_exit(NULL, (size_t)(f->nr ? f->nr : 1), sizeof(int), "report");
+    for (int j = 0; j < nf; j++) {
+        memset(good, 0, (size_t)f->nr * sizeof(int));
+        memset(wins, 0, (size_t)f->nr * sizeof(int));
+        int total = 0;
+        /* counted per kernel name: the first row of each name holds its count */
+        for (int i = 0; i < f->ng; i++) {
+            char fam[64];
+            family(f->g[i].key, fam, sizeof fam);
+            if (strcmp(fam, fams[j]) != 0 || f->g[i].win < 0) continue;
+            total++;
+            for (int t = -1; t < f->g[i].nties; t++) {
+                const char *k = f->r[t < 0 ? f->g[i].win : f->g[i].ties[t]].kernel;
+                for (int r = 0; r < f->nr; r++)
+                    if (!strcmp(f->r[r].kernel, k)) {
+                        good[r]++;
+                        wins[r] += t < 0;
+                        break;
+                    }
+            }
+        }
+        if (!total) continue;
+        int best = -1;
+        for (int r = 0; r < f->nr; r++)
+            if (good[r] && (best < 0 || good[r] > good[best] ||
+                            (good[r] == good[best] && wins[r] > wins[best])))
+                best = r;
+        fprintf(o, "  %-24s use %s (fastest or tied in %d of %d shape%s x threads", fams[j],
+                f->r[best].kernel, good[best], total, total == 1 ? "" : "s");
+        if (good[best] < total) { /* the kernel of the other shapes */
+            int other = -1;
+            for (int r = 0; r < f->nr; r++)
+                if (good[r] && r != best && (other < 0 || good[r] > good[other])) other = r;
+            if (other >= 0)
+                fprintf(o, "; %s in %d", f->r[other].kernel, good[other]);
+            else
+                fprintf(o, "; not in %d", total - good[best]);
+        }
+        fprintf(o, ")\n");
+    }
+    free(good);
+    free(wins);
+    free(fams);
+    int with_auto = 0, bad = 0;
+    for (int i = 0; i < f->ng; i++) {
+        if (sorted[i]->auto_row < 0 || sorted[i]->win < 0) continue;
+        with_auto++;
+        bad += !sorted[i]->auto_ok;
+    }
+    if (with_auto && !bad)
+        fprintf(o, "  auto agrees: fastest, tied or within 5%% in %s %d shape%s x threads\n",
+                with_auto == 1 ? "the" : "all", with_auto, with_auto == 1 ? "" : "s");
+    else if (with_auto) {
+        fprintf(o,
+                "  auto is more than 5%% slower than the fastest in %d of %d (run `mhabench "
+                "tune` to refit this CPU's table):\n",
+                bad, with_auto);
+        int shown = 0;
+        for (int i = 0; i < f->ng && shown < 5; i++) {
+            const rgroup *g = sorted[i];
+            if (g->auto_row < 0 || g->win < 0 || g->auto_ok) continue;
+            char shp[96];
+            shape_short(g->shape, shp, sizeof shp);
+            const rrow *a = &f->r[g->auto_row];
+            fprintf(o, "    %s threads=%d: auto ran %s at %.0f%% of %s\n", shp, g->threads,
+                    strcmp(a->kernel, "auto") ? a->kernel : (a->label[0] ? a->label : "?"),
+                    100.0 * g->auto_share, f->r[g->win].kernel);
+            shown++;
+        }
+        if (bad > shown)
+            fprintf(o, "    ... (%d more: `mhabench report --verbose`)\n", bad - shown);
+    }
+    /* peers: the spread of ours / the best peer, and which peer is best most often */
+    int np = 0, ptie = 0,
+        *pcount = xrealloc_or_exit(NULL, (size_t)(f->nr ? f->nr : 1), sizeof(int), "report");
+    double pmin = 0, pmax = 0;
+    memset(pcount, 0, (size_t)f->nr * sizeof(int));
+    for (int i = 0; i < f->ng; i++) {
+        const rgroup *g = &f->g[i];
+        if (g->peer < 0 || g->win < 0 || g->peer_med <= 0) continue;
+        const double x = g->med / g->peer_med;
+        pmin = np == 0 || x < pmin ? x : pmin;
+        pmax = np == 0 || x > pmax ? x : pmax;
+        np++;
+        ptie += g->peer_tie;
+        for (int r = 0; r < f->nr; r++)
+            if (!strcmp(f->r[r].kernel, f->r[g->peer].kernel)) {
+                pcount[r]++;
+                break;
+            }
+    }
+    if (np) {
+        int top = 0;
+        for (int r = 1; r < f->nr; r++) top = pcount[r] > pcount[top] ? r : top;
+        fprintf(o,
+                "  against the best peer: ours %.2fx to %.2fx in %d shape%s x threads (%d "
+                "tied); the best peer most often: %s (%d)\n",
+                pmin, pmax, np, np == 1 ? "" : "s", ptie, f->r[top].kernel, pcount[top]);
+    }
+    free(pcount);
+    /* 1 thread against more: a thread count slower than one thread */
+    for (int i = 0; i < f->ng; i++) {
+        const rgroup *g = sorted[i];
+        if (g->threads <= 1 || g->win < 0) continue;
+        for (int j = 0; j < f->ng; j++) {
+            const rgroup *h = &f->g[j];
+            if (h->threads == 1 && h->win >= 0 && !strcmp(h->shape, g->shape) && g->hi < h->med) {
+                char shp[96];
+                shape_short(g->shape, shp, sizeof shp);
+                fprintf(o, "  %s: %d threads SLOWER than 1 (%.1f against %.1f GFLOP/s)\n", shp,
+                        g->threads, g->med, h->med);
+            }
+        }
+    }
+    const double share = f->reps ? (double)f->disturbed / f->reps : 0;
+    if (share < 0.1)
+        fprintf(o, "  a quiet run: %d of %d repetitions disturbed (%.0f%%); the figures stand\n",
+                f->disturbed, f->reps, 100 * share);
+    else if (share <= 0.25)
+        fprintf(o,
+                "  a partly busy run: %d of %d repetitions disturbed (%.0f%%), left out of "
+                "the medians; ties are wider than on a quiet host\n",
+                f->disturbed, f->reps, 100 * share);
+    else
+        fprintf(o,
+                "  a BUSY host: %d of %d repetitions disturbed (%.0f%%); the choices above "
+                "hold where they are not ties, the figures do not: rerun in a quieter hour "
+                "before keeping them\n",
+                f->disturbed, f->reps, 100 * share);
+    if (f->above)
+        fprintf(o,
+                "  %d repetition%s read above the peak measured for %s even after the peak "
+                "was retaken: a measurement error, flagged peak_exceeded in the file\n",
+                f->above, f->above == 1 ? "" : "s", f->above == 1 ? "it" : "them");
+}
+
+int report_file(const char *path, report_mode mode, FILE *o) {
+    rfile f;
+    memset(&f, 0, sizeof f);
+    const int rc = load(path, &f);
+    if (rc != 0) {
+        free_file(&f);
+        return rc;
+    }
+    rgroup **sorted = xrealloc_or_exit(NULL, (size_t)(f.ng ? f.ng : 1), sizeof *sorted, "report");
+    for (int i = 0; i < f.ng; i++) sorted[i] = &f.g[i];
+    qsort(sorted, (size_t)f.ng, sizeof *sorted, cmp_group);
+    int peers = 0;
+    for (int i = 0; i < f.ng; i++) peers |= f.g[i].peer >= 0;
+    if (mode == REPORT_DECISIONS) { /* sorted by group, as the scripts print them */
+        qsort(sorted, (size_t)f.ng, sizeof *sorted, cmp_key);
+        for (int i = 0; i < f.ng; i++) {
+            const rgroup *g = sorted[i];
+            if (g->win < 0) continue;
+            fprintf(o, "%s\t%s\t", g->key, f.r[g->win].kernel);
+            /* the tied ones sorted by name, as the scripts print them */
+            const char **names =
+                xrealloc_or_exit(NULL, (size_t)(g->nties ? g->nties : 1), sizeof *names, "report");
+            for (int t = 0; t < g->nties; t++) names[t] = f.r[g->ties[t]].kernel;
+            for (int a = 1; a < g->nties; a++)
+                for (int b = a; b > 0 && strcmp(names[b - 1], names[b]) > 0; b--) {
+                    const char *s = names[b];
+                    names[b] = names[b - 1];
+                    names[b - 1] = s;
+                }
+            for (int t = 0; t < g->nties; t++) fprintf(o, "%s%s", t ? "," : "", names[t]);
+            fprintf(o, "%s\n", g->nties ? "" : "-");
+            free(names);
+        }
+    } else {
+        print_table(&f, sorted, peers, mode == REPORT_VERBOSE, o);
+        print_verdict(&f, sorted, o);
+    }
+    free(sorted);
+    free_file(&f);
+    return 0;
+}
+
+static void report_usage(FILE *f) {
+    fputs("usage: mhabench report [--verbose | --decisions] RESULTS.json\n"
+          "The summary `mhabench sweep` prints at its end, from a result file: per shape and\n"
+          "thread count the fastest of our kernels (median GFLOP/s over the undisturbed\n"
+          "repetitions), how many are tied with it (95% median intervals overlapping), and the\n"
+          "verdict: the kernel to use per family of shapes and dtype, whether auto agrees,\n"
+          "how disturbed the run was.\n"
+          "  --verbose    a line per shape and thread count with the tied kernels, auto's\n"
+          "               choice, the ratio to naive / blas and to the best peer\n"
+          "  --decisions  one line per group: <shape/threads> TAB <fastest> TAB <tied,...|->\n"
+          "               (what scripts/summarize.py --decisions and plot_results.py\n"
+          "               --decisions print for the same file)\n"
+          "Exit status: 0 ok, 2 usage or input error.\n",
+          f);
+}
+
+int cmd_report(int argc, char **argv) {
+    report_mode mode = REPORT_SHORT;
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            report_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--verbose")) {
+            mode = REPORT_VERBOSE;
+        } else if (!strcmp(argv[i], "--decisions")) {
+            mode = REPORT_DECISIONS;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            errorf("report: unknown option '%s'", argv[i]);
+            report_usage(stderr);
+            return EXIT_USAGE;
+        } else if (path) {
+            errorf("report: one result file, not '%s' and '%s'", path, argv[i]);
+            return EXIT_USAGE;
+        } else {
+            path = argv[i];
+        }
+    }
+    if (!path) {
+        errorf("report: which result file? (usage: mhabench report RESULTS.json)");
+        return EXIT_USAGE;
+    }
+    return report_file(path, mode, stdout);
+}

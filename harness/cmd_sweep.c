@@ -24,6 +24,7 @@
 #include "fmt_results.h"
 #include "fmt_rows.h"
 #include "shard.h"
+#include "sweep/progress.h"
 #include "sweep/report.h"
 #include "stats.h"
 #include "util.h"
@@ -52,7 +53,8 @@ static void usage(FILE *f) {
         "                      [--passes N] [--bind cores|none]\n"
         "                      [--dtype fp32,bf16,fp16] [--kv-dtype bf16,fp16,int8]\n"
         "                      [--peers torch,onnxruntime,openvino,onednn,libxsmm|all]\n"
-        "                      [--out F.json] [--seed N] [-- GOOGLE_BENCHMARK_FLAGS...]\n"
+        "                      [--out F.json] [--seed N] [--quiet | --verbose]\n"
+        "                      [-- GOOGLE_BENCHMARK_FLAGS...]\n"
         "Benchmarks kernels over shapes through Google Benchmark; writes Google Benchmark\n"
         "JSON (context extended with the machine fingerprint) to --out, by default\n"
         "results/runs/<host>-<UTC time>.json, and prints a summary of the fastest kernel\n"
@@ -104,6 +106,10 @@ static void usage(FILE *f) {
         "  --shard I/N    run only part I of N of the benchmark list (fleet mode: N machines\n"
         "                 of one type run the N parts; `mhabench merge` joins their files;\n"
         "                 a part with no benchmark writes its file with no rows)\n"
+        "  --quiet        no progress while it runs: the summary and the verdict only\n"
+        "  --verbose      a line per repetition (and per skip), every tie and auto's choice\n"
+        "                 in the summary (default: a line per finished shape and thread count,\n"
+        "                 or a progress bar on a terminal)\n"
         "  after --       flags for Google Benchmark (--benchmark_filter=REGEX, ...)\n"
         "Exit status: 0 ok, 1 a benchmark failed, 2 usage or input error.\n",
         f);
@@ -250,6 +256,7 @@ typedef struct {
     int threads;
     char name[256];
     double flops, kv_bytes;
+    double cost;         /* estimated seconds per repetition (progress and the estimate) */
     double peak;         /* GFLOP/s: single-thread peak of the kernel's ISA x threads */
     double bw;           /* GB/s read bandwidth of its level at this thread count */
     machine_level level; /* where its K/V working set fits (decode rows) */
@@ -369,6 +376,8 @@ typedef struct {
     int done, total; /* this pass's rows */
     int interleaved;
     int runs; /* every pass's rows */
+    int ngroups;
+    progress prog; /* sweep/progress.c: lines, bar, the time left */
 } run_state;
 
 static void shape_text(const shape *s, char *buf, size_t len) {
@@ -397,6 +406,29 @@ static void shape_text(const shape *s, char *buf, size_t len) {
     }
 }
 
+static double bench_stats(const bench *b, double *lo, double *hi);
+
+/* The line of a finished (shape, threads) group: the progress, the shape,
+ * and the fastest of our kernels so far (the summary decides at the end). */
+static void group_line(const run_state *rs, const bench *of) {
+    const bench *best = NULL;
+    double best_gf = 0, lo, hi;
+    for (int i = 0; i < rs->nbench; i++) {
+        const bench *b = &rs->benches[i];
+        if (b->group != of->group || b->is_auto || b->peer || b->nres == 0) continue;
+        const double gf = bench_stats(b, &lo, &hi);
+        if (!best || gf > best_gf) best = b, best_gf = gf;
+    }
+    char pre[128], shp[128];
+    progress_prefix(&rs->prog, pre, sizeof pre);
+    shape_text(&of->s, shp, sizeof shp);
+    if (best)
+        printf("%s  %s threads=%d: %s %.1f GFLOP/s\n", pre, shp, of->threads, best->kname, best_gf);
+    else
+        printf("%s  %s threads=%d\n", pre, shp, of->threads);
+    fflush(stdout);
+}
+
 static void on_report(const mha_gbench_result *r, void *user) {
     run_state *rs = user;
     if (r->aggregate) return;
@@ -415,13 +447,16 @@ static void on_report(const mha_gbench_result *r, void *user) {
         snprintf(count, sizeof count, "[%d/%d]", rs->done, rs->total);
     else
         snprintf(count, sizeof count, "[%d]", rs->done);
+    const int verbose = rs->prog.mode == PROGRESS_VERBOSE;
     if (!b) {
-        printf("%s %s (not in this sweep's list)\n", count, r->name);
+        if (verbose) printf("%s %s (not in this sweep's list)\n", count, r->name);
         fflush(stdout);
         return;
     }
     if (r->error) {
         b->errors++;
+        progress_row(&rs->prog, b->group, b->cost, 0);
+        if (rs->prog.tty && rs->prog.mode == PROGRESS_NORMAL) printf("\n");
         printf("%s %s %s threads=%d%s ... ERROR: %s\n", count, b->kname, shp, b->threads, reps,
                r->error_message);
         fflush(stdout);
@@ -448,9 +483,13 @@ static void on_report(const mha_gbench_result *r, void *user) {
         snprintf(kdisp, sizeof kdisp, "auto [%s]", b->label);
     else
         snprintf(kdisp, sizeof kdisp, "%s", b->kname);
-    printf("%s %s %s threads=%d%s ... %.1f GFLOP/s (%.1f%% of peak%s)%s\n", count, kdisp, shp,
-           b->threads, reps, gf, pp, bw, disturbed ? " [disturbed: retaken]" : "");
-    fflush(stdout);
+    if (verbose) {
+        printf("%s %s %s threads=%d%s ... %.1f GFLOP/s (%.1f%% of peak%s)%s\n", count, kdisp, shp,
+               b->threads, reps, gf, pp, bw, disturbed ? " [disturbed: retaken]" : "");
+        fflush(stdout);
+    } else if (progress_row(&rs->prog, b->group, b->cost, disturbed)) {
+        group_line(rs, b);
+    }
 }
 
 /* How many of b's repetitions the evidence left undisturbed. */
@@ -531,7 +570,8 @@ static void ctx_emit(const char *key, const char *value, void *user) {
 /* How many of the names Google Benchmark's filter selects (for the progress
  * denominator only; Google Benchmark does the real selection). -1 when the
  * filter is not a POSIX extended regex. */
-static int count_filtered(const bench *benches, int n, const char *filter) {
+static int count_filtered(const bench *benches, int n, const char *filter, unsigned char *match) {
+    if (match) memset(match, 1, (size_t)n);
     if (!filter || !*filter || strcmp(filter, "all") == 0) return n;
     int negate = filter[0] == '-';
     regex_t re;
@@ -540,8 +580,9 @@ static int count_filtered(const bench *benches, int n, const char *filter) {
     for (int i = 0; i < n; i++) {
         char full[300];
         snprintf(full, sizeof full, "%s/real_time", benches[i].name);
-        const int match = regexec(&re, full, 0, NULL, 0) == 0;
-        count += match != negate;
+        const int hit = (regexec(&re, full, 0, NULL, 0) == 0) != negate;
+        if (match) match[i] = (unsigned char)hit;
+        count += hit;
     }
     regfree(&re);
     return count;
@@ -607,6 +648,7 @@ typedef struct {
     double max_seconds, min_time;
     const peer_ops *const *peers; /* --peers that run here */
     int npeers;
+    int verbose; /* --verbose: each skip said as it is planned */
 } bench_plan;
 
 /* The benchmarks, grouped by (shape, threads), estimated and maybe skipped
@@ -703,7 +745,8 @@ static int plan_peer(const bench_plan *pl, const peer_ops *peer, const shape *s,
              (long long)s->nkv, (long long)s->d, s->causal, dtype_part(&p, dtp, sizeof dtp),
              threads);
     bench_roofline(pl, b, results_machine_peak(pl->rm, p.dtype));
-    b->warmed = 1; /* prepare made one untimed call */
+    b->warmed = 1;              /* prepare made one untimed call */
+    b->cost = 2 * pl->min_time; /* and the helper's round trips */
     return 1;
 }
 
@@ -805,7 +848,7 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
                     char msg[64];
                     snprintf(msg, sizeof msg, "estimated %.1f s per call > --max-seconds %g", est,
                              pl->max_seconds);
-                    printf("skip %s (%s)\n", b->name, msg);
+                    if (pl->verbose) printf("skip %s (%s)\n", b->name, msg);
                     note_add(skipped, "%s (%s)", b->name, msg);
                     continue;
                 }
@@ -814,6 +857,10 @@ static bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshape
                  * run, its inputs are shared with the kernels before it and the
                  * workspace is touched, so a cold start is a small part of it. */
                 b->warmed = est >= pl->min_time;
+                /* one repetition: Google Benchmark's iterations up to the min
+                 * time (about 1.7 x it, measured on the quick preset), or one
+                 * call when that is longer */
+                b->cost = est >= pl->min_time ? est : 1.7 * pl->min_time;
                 nbench++;
             }
             for (int pi = 0; pi < pl->npeers; pi++)
@@ -1016,9 +1063,10 @@ typedef struct {
     uint64_t seed;
     char **pass; /* after "--": Google Benchmark's */
     int npass;
-    const char *filter; /* read from pass */
-    shard_spec shard;   /* --shard I/N; count 0 when not given */
-    int passes;         /* --passes: 1 + follow-up passes at most */
+    const char *filter;     /* read from pass */
+    shard_spec shard;       /* --shard I/N; count 0 when not given */
+    int passes;             /* --passes: 1 + follow-up passes at most */
+    progress_mode progress; /* --quiet, --verbose */
 } sweep_args;
 
 /* --peers: names of peer_names() or "all", into a (each once). 0, or -1
@@ -1076,6 +1124,8 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         O_DTYPE,
         O_KV_DTYPE,
         O_PEERS,
+        O_QUIET,
+        O_VERBOSE,
     };
     static const struct option opts[] = {
         {"preset", required_argument, 0, O_PRESET},
@@ -1100,6 +1150,8 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         {"dtype", required_argument, 0, O_DTYPE},
         {"kv-dtype", required_argument, 0, O_KV_DTYPE},
         {"peers", required_argument, 0, O_PEERS},
+        {"quiet", no_argument, 0, O_QUIET},
+        {"verbose", no_argument, 0, O_VERBOSE},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -1129,6 +1181,14 @@ static int parse_sweep_args(int argc, char **argv, sweep_args *a) {
             break;
         case O_KERNELS:
             a->kernel_list = optarg;
+            break;
+        case O_QUIET:
+        case O_VERBOSE:
+            if (a->progress && a->progress != (c == O_QUIET ? PROGRESS_QUIET : PROGRESS_VERBOSE)) {
+                errorf("sweep: --quiet and --verbose both given; use one");
+                return -1;
+            }
+            a->progress = c == O_QUIET ? PROGRESS_QUIET : PROGRESS_VERBOSE;
             break;
         case O_SEQ:
             a->seq = optarg;
@@ -1586,25 +1646,41 @@ static int run_pass(const sweep_args *a, bench *benches, int nbench, double min_
             free(want);
             return -1;
         }
-    for (int i = 0; i < nbench; i++) benches[i].extra += want[i];
+    int *extra0 = sweep_realloc(NULL, (size_t)nbench, sizeof *extra0);
+    for (int i = 0; i < nbench; i++) {
+        extra0[i] = benches[i].extra;
+        benches[i].extra += want[i];
+    }
     free(order);
     free(want);
     char why[1024], path[4200];
     snprintf(path, sizeof path, "%s.pass%d", out->target, p);
     if (mha_out_begin(pass, path, MHA_OUT_REPLACE, why, sizeof why) != MHA_OK) {
         errorf("sweep: pass %d: %s", p + 1, why);
+        free(extra0);
         return -1;
     }
     char a_min[64];
     snprintf(a_min, sizeof a_min, "--benchmark_min_time=%g", min_time);
     char *gargv[] = {(char *)"mhabench", a_min, (char *)"--benchmark_repetitions=1", NULL};
-    printf("\npass %d: %d more repetition%s of %d benchmark%s (disturbed ones retaken, "
-           "intervals wider than %.0f%% narrowed)\n",
-           p + 1, nreg, nreg == 1 ? "" : "s", nb, nb == 1 ? "" : "s", 100 * SWEEP_TARGET_HALFWIDTH);
-    fflush(stdout);
+    if (rs->prog.mode != PROGRESS_QUIET) {
+        printf("\npass %d: %d more repetition%s of %d benchmark%s (disturbed ones retaken, "
+               "intervals wider than %.0f%% narrowed)\n",
+               p + 1, nreg, nreg == 1 ? "" : "s", nb, nb == 1 ? "" : "s",
+               100 * SWEEP_TARGET_HALFWIDTH);
+        fflush(stdout);
+    }
     rs->done = 0;
     rs->total = nreg;
+    const progress_mode mode = rs->prog.mode;
+    progress_begin(&rs->prog, mode, rs->ngroups);
+    rs->prog.quiet_lines = 1;
+    for (int i = 0; i < nbench; i++)
+        for (int r = 0; r < benches[i].extra - extra0[i]; r++)
+            progress_plan(&rs->prog, benches[i].group, benches[i].cost);
+    free(extra0);
     const int rc = mha_gbench_run(3, gargv, pass->name, on_report, rs);
+    progress_end(&rs->prog);
     if (rc != 0 || results_json_fix_nonfinite(pass, why, sizeof why) != MHA_OK) {
         errorf("sweep: pass %d failed%s%s", p + 1, rc ? "" : ": ", rc ? "" : why);
         mha_out_abort(pass);
@@ -1613,9 +1689,9 @@ static int run_pass(const sweep_args *a, bench *benches, int nbench, double min_
     return 0;
 }
 
-static int run_and_commit(const sweep_args *a, bench *benches, int nbench, int interleaved,
-                          int repetitions, double min_time, int nskipped, mha_out *out,
-                          time_t started, run_state *rs, double *t0) {
+static int run_and_commit(const sweep_args *a, bench *benches, int nbench, int ngroups,
+                          int interleaved, int repetitions, double min_time, int nskipped,
+                          mha_out *out, time_t started, run_state *rs, double *t0) {
     /* Google Benchmark's argv: ours first, the pass-through ones after (so
      * they win). */
     char a_min[64], a_reps[64], why[1024];
@@ -1632,19 +1708,32 @@ static int run_and_commit(const sweep_args *a, bench *benches, int nbench, int i
             gargv[gargc++] = a->pass[i];
     gargv[gargc] = NULL;
 
-    const int filtered = count_filtered(benches, nbench, a->filter);
+    unsigned char *match = sweep_realloc(NULL, (size_t)(nbench ? nbench : 1), 1);
+    const int filtered = count_filtered(benches, nbench, a->filter, match);
     const int rows_per = repetitions;
     int rows = 0; /* interleaved: each benchmark's own count (baseline kernels fewer) */
     for (int i = 0; i < nbench; i++) rows += interleaved ? benches[i].reps : rows_per;
-    *rs = (run_state){benches,     nbench, 0, filtered == nbench ? rows : filtered * rows_per,
-                      interleaved, 0};
+    memset(rs, 0, sizeof *rs);
+    rs->benches = benches;
+    rs->nbench = nbench;
+    rs->total = filtered == nbench ? rows : filtered * rows_per;
+    rs->interleaved = interleaved;
+    rs->ngroups = ngroups;
     if (filtered < 0) rs->total = -1;
-    printf("%d benchmark%s x %d repetition%s (%s), min time %g s, %d skipped\n", nbench,
+    progress_begin(&rs->prog, a->progress, ngroups);
+    for (int i = 0; i < nbench; i++)
+        for (int r = 0; r < (interleaved ? benches[i].reps : rows_per) && match[i]; r++)
+            progress_plan(&rs->prog, benches[i].group, benches[i].cost);
+    free(match);
+    char est[48];
+    progress_duration(rs->prog.cost_total * (a->passes > 1 ? 1.25 : 1.0), est, sizeof est);
+    printf("%d benchmark%s x %d repetition%s (%s), min time %g s, %d skipped; %s\n", nbench,
            nbench == 1 ? "" : "s", rows_per, rows_per == 1 ? "" : "s",
-           interleaved ? "interleaved" : "grouped", min_time, nskipped);
+           interleaved ? "interleaved" : "grouped", min_time, nskipped, est);
     fflush(stdout);
     *t0 = now_s();
     const int rc = mha_gbench_run(gargc, gargv, out->name, on_report, rs);
+    progress_end(&rs->prog);
     free(gargv);
     if (rc == MHA_GBENCH_NO_MATCH) {
         errorf("sweep: no benchmark matched --benchmark_filter=%s; nothing written",
@@ -1758,9 +1847,19 @@ int cmd_sweep(int argc, char **argv) {
     const int npeers = choose_peers(&a, peers, &skipped);
     shape *shapes = build_shapes(&a, &pr, &x, &notes, &nshapes);
     shapes = expand_dtypes(shapes, &nshapes, a.dtypes, a.kv_dtypes);
-    const bench_plan plan = {
-        &pr, kernels,       rate,     nk,    x.threads, x.nthreads, a.kernel_list != NULL,
-        &rm, a.max_seconds, min_time, peers, npeers};
+    const bench_plan plan = {&pr,
+                             kernels,
+                             rate,
+                             nk,
+                             x.threads,
+                             x.nthreads,
+                             a.kernel_list != NULL,
+                             &rm,
+                             a.max_seconds,
+                             min_time,
+                             peers,
+                             npeers,
+                             a.progress == PROGRESS_VERBOSE};
     bench *benches = plan_benches(&plan, shapes, nshapes, &skipped, &aliases, &nbench, &ngroups);
     free(shapes);
     for (int i = 0; i < notes.n; i++) printf("note: %s\n", notes.items[i].text);
@@ -1816,13 +1915,15 @@ int cmd_sweep(int argc, char **argv) {
     }
     run_state rs;
     double t0;
-    if (run_and_commit(&a, benches, nbench, interleaved, repetitions, min_time, skipped.n, &out,
-                       started, &rs, &t0) != 0) {
+    if (run_and_commit(&a, benches, nbench, ngroups, interleaved, repetitions, min_time, skipped.n,
+                       &out, started, &rs, &t0) != 0) {
         exit_code = EXIT_USAGE;
         goto done;
     }
     snprintf(path, sizeof path, "%s", out.target);
-    if (report_sweep(benches, nbench, &skipped, rs.runs, t0, path, REPORT_SHORT, 0) > 0)
+    if (report_sweep(benches, nbench, &skipped, rs.runs, t0, path,
+                     a.progress == PROGRESS_VERBOSE ? REPORT_VERBOSE : REPORT_SHORT,
+                     a.progress == PROGRESS_VERBOSE) > 0)
         exit_code = EXIT_CHECK_FAILED;
 
 done:

@@ -139,19 +139,50 @@ double results_level_bw(const results_machine *rm, machine_level level, int thre
     return one + f * (all - one);
 }
 
+enum { BW_CACHE = 32 };
+typedef struct {
+    double bytes, gbs;
+    int threads;
+} bw_at;
+static bw_at bw_cache[BW_CACHE];
+static int bw_n;
+
 double results_read_bw_at(double bytes, int threads) {
-    enum { CACHE = 32 };
-    typedef struct {
-        double bytes, gbs;
-        int threads;
-    } bw_at;
-    static bw_at cache[CACHE];
-    static int n;
-    for (int i = 0; i < n; i++)
-        if (cache[i].bytes == bytes && cache[i].threads == threads) return cache[i].gbs;
+    for (int i = 0; i < bw_n; i++)
+        if (bw_cache[i].bytes == bytes && bw_cache[i].threads == threads) return bw_cache[i].gbs;
     const double gbs = machine_read_bandwidth_bytes(threads, (size_t)bytes, 0.1);
-    if (n < CACHE) cache[n++] = (bw_at){bytes, gbs, threads};
+    if (bw_n < BW_CACHE) bw_cache[bw_n++] = (bw_at){bytes, gbs, threads};
     return gbs;
+}
+
+double results_read_bw_retake(double bytes, int threads) {
+    const double again = machine_read_bandwidth_bytes(threads, (size_t)bytes, 0.1);
+    for (int i = 0; i < bw_n; i++)
+        if (bw_cache[i].bytes == bytes && bw_cache[i].threads == threads) {
+            if (again > bw_cache[i].gbs) bw_cache[i].gbs = again;
+            return bw_cache[i].gbs;
+        }
+    if (bw_n < BW_CACHE) bw_cache[bw_n++] = (bw_at){bytes, again, threads};
+    return again;
+}
+
+void results_retake_peaks(results_machine *rm, int isa, int all_cores, double budget_s) {
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        machine_peak p;
+        if ((isa >= 0 && i != isa) || rm->peak_gflops[i] <= 0 ||
+            machine_fma_peak((mha_isa)i, budget_s, &p) != MHA_OK)
+            continue;
+        rm->peak_gflops[i] = max2(rm->peak_gflops[i], p.gflops);
+        rm->bf16_peak_gflops[i] = max2(rm->bf16_peak_gflops[i], p.bf16_gflops);
+    }
+    if (all_cores && rm->bw_threads_all > 1)
+        for (int i = MHA_ISA_COUNT - 1; i >= 0; i--)
+            if (rm->peak_gflops[i] > 0) {
+                const double c = machine_fma_ceiling((mha_isa)i, rm->bw_threads_all, budget_s);
+                rm->fma_ceiling_all = max2(rm->fma_ceiling_all, c);
+                break;
+            }
+    rm->peak_takes++;
 }
 
 int results_bind_threads(int threads) {

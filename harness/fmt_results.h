@@ -32,6 +32,7 @@ typedef struct {
     int bw_threads_all;              /* the thread count of read_bw_all */
     double level_bw[MACH_LEVELS][2]; /* GB/s per level (mach_info.h), [0] 1 thread, [1] all */
     int measure_tries;               /* 1, or 2 when the all-core figures were retaken */
+    int peak_takes;                  /* peak retakes since (results_retake_peaks) */
     int disturbed;                   /* the best of the tries still looked disturbed */
 } results_machine;
 
@@ -42,6 +43,17 @@ typedef struct {
  * of each. Bind threads first so the all-core bandwidth runs pinned like the
  * benchmarks. */
 void results_measure_machine(results_machine *rm, double budget_s, int retake);
+
+/* The peaks measured again, each kept at the best of its takes (a
+ * disturbance only ever lowers a peak): the single-thread FMA and BF16
+ * peaks of ISA isa (-1: every ISA that runs here) and, with all_cores, the
+ * all-core ceiling. The sweep calls it before each
+ * follow-up pass and whenever a row comes within 3% of its peak, so no row
+ * reads above 100% of a peak that one disturbed take set too low. */
+void results_retake_peaks(results_machine *rm, int isa, int all_cores, double budget_s);
+/* results_read_bw_at's figure for (bytes, threads) measured again, the
+ * better of the takes kept (and returned). */
+double results_read_bw_retake(double bytes, int threads);
 
 /* Single-thread peak (GFLOP/s) of the ISA whose code k runs (mha_kernel_run_isa:
  * its own, or the active one for the BLAS baseline). */

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # Regenerate with: python3 tests/data/gen_torch_bf16.py   (from the repository root; needs
-# torch >= 2.5 and numpy; the README names the version the committed files came from)
+# torch >= 2.5 and numpy; docs/verification.md names the version the committed files came from)
 # Writes the bf16 fixtures of tests/test_torch_bf16.c: one folder bf16_<case>/ per shape with
 # q/k/v as bf16 bits ('<u2'), the float64 reference computed from those bf16 values
 # (ref.npy, '<f8'), PyTorch's own bf16 SDPA output (torch.npy, bf16 bits) and, in meta.json,

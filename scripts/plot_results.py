@@ -66,7 +66,9 @@ def load(path):
         r = rows.setdefault(key, {"gflops": [], "pct_peak": [], "disturbed": []})
         r["gflops"].append(float(b["GFLOPS"]))
         # a repetition above its peak is a measurement error, never efficiency
-        r["pct_peak"].append(float("nan") if b.get("peak_exceeded") else float(b.get("pct_peak", 0.0)))
+        # a repetition above its peak is a measurement error (of the peak), never efficiency
+        pp = float(b.get("pct_peak", 0.0))
+        r["pct_peak"].append(float("nan") if b.get("peak_exceeded") or pp > 100 else pp)
         r["disturbed"].append(bool(b.get("disturbed", 0)))
     out = {}
     for k, v in rows.items():

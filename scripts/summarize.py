@@ -5,7 +5,9 @@ over the repetitions that count (the undisturbed ones, or all when every one
 was disturbed) and its % of peak (and % of bandwidth for decode shapes), and
 the fastest of our kernels with the number tied with it, decided by the rule
 of the sweep's own summary (scripts/mha_stats.py, the twin of
-harness/sweep/report.c). --decisions prints the decisions in the format of
+harness/sweep/report.c); a percentage above 100 is marked ! (the peak or
+bandwidth it is of was measured too low: a measurement error, not
+efficiency). --decisions prints the decisions in the format of
 `mhabench report --decisions` instead. Used for issue notes and the docs."""
 import argparse
 import json
@@ -73,9 +75,12 @@ def main():
             gf = statistics.median(counted((x[0], x[3]) for x in v))
             pp = statistics.median(counted((x[1], x[3]) for x in v))
             bw = [x for x in v if x[2] is not None]
-            cell = f"{gf:.1f} ({pp:.1f}%)"
+            # above 100%: the peak or bandwidth was measured too low (a
+            # measurement error, marked !), never efficiency
+            cell = f"{gf:.1f} ({pp:.1f}%{'!' if pp > 100 else ''})"
             if bw:
-                cell += f" {statistics.median(counted((x[2], x[3]) for x in bw)):.0f}% bw"
+                pb = statistics.median(counted((x[2], x[3]) for x in bw))
+                cell += f" {pb:.0f}% bw{'!' if pb > 100 else ''}"
             cells.append(cell)
         win = "-"
         if group in decs:

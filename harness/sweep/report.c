@@ -345,12 +345,19 @@ static void family(const char *key, char *out, size_t len) {
 /* The %-of-roof text of a row: of its compute peak, or of its read
  * bandwidth (decode rows, marked b). */
 static void roof_text(const rrow *r, char *out, size_t len) {
-    if (r->n && r->pbw[0] >= 0) {
-        snprintf(out, len, "%.0f%%b", row_stats(r, r->pbw, NULL, NULL));
-        return;
-    }
+    const int bw = r->n && r->pbw[0] >= 0;
     const double pk = row_stats(r, r->peak, NULL, NULL);
-    snprintf(out, len, "%.0f%%", pk > 0 ? 100.0 * row_med(r) / pk : 0);
+    const double pct = bw ? row_stats(r, r->pbw, NULL, NULL) : pk > 0 ? 100.0 * row_med(r) / pk : 0;
+    /* above 100%: the figure it is of was measured too low (files written
+     * before the peaks were retaken, or flagged peak_exceeded) */
+    snprintf(out, len, "%.0f%%%s%s", pct, bw ? "b" : "", pct > 100 || r->above ? "!" : "");
+}
+
+/* Whether a row reads above its roof (or was flagged so). */
+static int above_roof(const rrow *r) {
+    char t[32];
+    roof_text(r, t, sizeof t);
+    return strchr(t, '!') != NULL;
 }
 
 static int cmp_group(const void *a, const void *b) {

@@ -622,11 +622,14 @@ static void print_verdict(const rfile *f, rgroup **sorted, FILE *o) {
                 "hold where they are not ties, the figures do not: rerun in a quieter hour "
                 "before keeping them\n",
                 f->disturbed, f->reps, 100 * share);
-    if (f->above)
+    int nabove = 0;
+    for (int i = 0; i < f->ng; i++) nabove += f->g[i].win >= 0 && above_roof(&f->r[f->g[i].win]);
+    if (nabove)
         fprintf(o,
-                "  %d repetition%s read above the peak measured for %s even after the peak "
-                "was retaken: a measurement error, flagged peak_exceeded in the file\n",
-                f->above, f->above == 1 ? "" : "s", f->above == 1 ? "it" : "them");
+                "  %d of the fastest rows (marked !) read above the peak or bandwidth they are "
+                "judged against: a measurement error of that figure (taken too low), not "
+                "efficiency\n",
+                nabove);
 }
 
 int report_file(const char *path, report_mode mode, FILE *o) {

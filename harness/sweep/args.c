@@ -1,0 +1,388 @@
+/* args.c - the sweep's command line: its options and the grid's axes. */
+#include "sweep.h"
+
+void sweep_usage(FILE *f) {
+    fputs(
+        "usage: mhabench sweep [--preset quick|full|ci|roofline] [--kernels a,b] [--seq N,..]\n"
+        "                      [--seq-q N,..] [--seq-kv N,..] [--heads H,..] [--kv-heads G,..]\n"
+        "                      [--head-dim D,..] [--batch B,..] [--causal 0,1] [--threads "
+        "T,..|all]\n"
+        "                      [--shard I/N] [--max-seconds S] [--min-time S] [--repetitions N]\n"
+        "                      [--passes N] [--bind cores|none]\n"
+        "                      [--dtype fp32,bf16,fp16] [--kv-dtype bf16,fp16,int8]\n"
+        "                      [--peers torch,onnxruntime,openvino,onednn,libxsmm|all]\n"
+        "                      [--out F.json] [--seed N] [--quiet | --verbose]\n"
+        "                      [-- GOOGLE_BENCHMARK_FLAGS...]\n"
+        "Benchmarks kernels over shapes through Google Benchmark; writes Google Benchmark\n"
+        "JSON (context extended with the machine fingerprint) to --out, by default\n"
+        "results/runs/<host>-<UTC time>.json, and prints a summary of the fastest kernel\n"
+        "per shape with its speedup over naive and over blas.cblas.\n"
+        "\n"
+        "presets (the axis options below replace the preset's values):\n"
+        "  quick  (default) seq 128,512,2048; heads 8,12; head-dim 64,128; causal 0,1;\n"
+        "         threads 1,all; plus decode Nq=1 Nkv=4096 H=32 d=128 and the layer\n"
+        "         (mha_forward) of BERT-base (N=512) and GPT-2 (N=1024 causal), d_model 768;\n"
+        "         3 repetitions of 0.02 s shuffled within each shape (1 for naive and the\n"
+        "         *.scalar kernels), one follow-up pass\n"
+        "  full   seq 64..8192 (powers of two) and 197; heads 1,4,8,12,16,32; head-dim\n"
+        "         32,64,80,128; batch 1,4; causal 0,1; threads 1..all; plus decode shapes\n"
+        "  ci     the SIMD flash.* and tiled.* on B1 H8 N512 d64 and B1 H12 N1024 d64 causal,\n"
+        "         the SIMD decode.* on decode Nq=1 Nkv=4096 H=32 d=128; threads 1,all; 9\n"
+        "         repetitions in a seeded random interleaved order (for mhabench compare)\n"
+        "  roofline  the roofline targets' shapes (prefill, decode MHA/GQA, BERT/GPT-2 layers),\n"
+        "         5 repetitions of 0.3 s, shuffled within each shape; threads 1,all\n"
+        "  The preset's decode and layer shapes are dropped when a shape axis (--seq, --seq-q, "
+        "--seq-kv,\n"
+        "  --heads, --kv-heads, --head-dim, --batch) is given.\n"
+        "\n"
+        "  --kernels      comma list; 'auto' = mha_select's choice per shape (default: every\n"
+        "                 kernel that runs here, and auto except for ci)\n"
+        "  --seq          self-attention lengths (Nq = Nkv)\n"
+        "  --seq-q/-kv    cross-attention: every (Nq, Nkv) pair (the other defaults to --seq)\n"
+        "  --kv-heads     KV head counts (GQA/MQA); values not dividing a head count are\n"
+        "                 skipped for it (default: equal to heads)\n"
+        "  --threads      thread counts; 'all' = every core (default 1,all)\n"
+        "  --dtype        Q/O dtypes (default fp32; a layer's weights, inputs and output);\n"
+        "                 each kernel runs the dtypes it takes\n"
+        "  --kv-dtype     K/V storage of the decode rows (Nq = 1; default: the --dtype);\n"
+        "                 the other rows store K/V in the --dtype\n"
+        "  --max-seconds  skip a benchmark whose estimated time per call exceeds S (default 2);\n"
+        "                 the estimate is each kernel's rate measured on B1 H1 N256 d64 at start\n"
+        "  --min-time     Google Benchmark's minimum time per benchmark (quick 0.02, full 0.2,\n"
+        "                 ci 0.05)\n"
+        "  --repetitions  repetitions per benchmark (quick: 3, roofline: 5, interleaved within\n"
+        "                 each shape; ci: 9, interleaved; given, every kernel gets them)\n"
+        "  --bind         cores: pin OpenMP threads one per core through hwloc (default); none\n"
+        "  --seed         seed for inputs and the interleaved order (default 1)\n"
+        "  --passes N     at most N passes (default 4, quick 2): after the first, disturbed\n"
+        "                 repetitions are retaken and multi-repetition benchmarks whose\n"
+        "                 median interval is wider than 2% get more; 1: none\n"
+        "  --peers        other libraries' attention as rows peer.<name>/<shape> of the same\n"
+        "                 sweep (harness/peers; the Python ones need scripts/peers/setup-venv.sh\n"
+        "                 or MHA_PEERS_PYTHON); each is checked against the float64 oracle\n"
+        "                 before it is timed, and one that fails is reported, not timed\n"
+        "  --shard I/N    run only part I of N of the benchmark list (fleet mode: N machines\n"
+        "                 of one type run the N parts; `mhabench merge` joins their files;\n"
+        "                 a part with no benchmark writes its file with no rows)\n"
+        "  --quiet        no progress while it runs: the summary and the verdict only\n"
+        "  --verbose      a line per repetition (and per skip), every tie and auto's choice\n"
+        "                 in the summary (default: a line per finished shape and thread count,\n"
+        "                 or a progress bar on a terminal)\n"
+        "  after --       flags for Google Benchmark (--benchmark_filter=REGEX, ...)\n"
+        "Exit status: 0 ok, 1 a benchmark failed, 2 usage or input error.\n",
+        f);
+}
+
+/* ---- option parsing --------------------------------------------------------- */
+
+/* Removes duplicates, keeping the first occurrence. */
+int dedupe(int64_t *v, int n) {
+    int o = 0;
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int j = 0; j < o; j++) seen |= v[j] == v[i];
+        if (!seen) v[o++] = v[i];
+    }
+    return o;
+}
+
+/* --peers: names of peer_names() or "all", into a (each once). 0, or -1
+ * after a message naming the bad one. */
+int parse_peers(const char *list, sweep_args *a) {
+    int nnames;
+    const char *const *names = peer_names(&nnames);
+    if (nnames > MAX_PEERS) nnames = MAX_PEERS;
+    a->npeer_names = 0;
+    if (strcmp(list, "all") == 0) {
+        for (int i = 0; i < nnames; i++) a->peer_names[a->npeer_names++] = names[i];
+        return 0;
+    }
+    for (const char *p = list;;) {
+        const size_t len = strcspn(p, ",");
+        int found = -1;
+        for (int i = 0; i < nnames; i++)
+            if (strlen(names[i]) == len && strncmp(names[i], p, len) == 0) found = i;
+        if (found < 0) {
+            errorf("sweep: --peers '%.*s': unknown peer (expected torch, onnxruntime, openvino, "
+                   "onednn, libxsmm or all)",
+                   (int)len, p);
+            return -1;
+        }
+        int dup = 0;
+        for (int i = 0; i < a->npeer_names; i++) dup |= a->peer_names[i] == names[found];
+        if (!dup) a->peer_names[a->npeer_names++] = names[found];
+        if (!p[len]) return 0;
+        p += len + 1;
+    }
+}
+
+/* Returns 0, 1 when --help was printed, or -1. */
+int parse_sweep_args(int argc, char **argv, sweep_args *a) {
+    enum {
+        O_PRESET = 256,
+        O_KERNELS,
+        O_SEQ,
+        O_SEQ_Q,
+        O_SEQ_KV,
+        O_HEADS,
+        O_KV_HEADS,
+        O_HEAD_DIM,
+        O_BATCH,
+        O_CAUSAL,
+        O_THREADS,
+        O_MAX_SECONDS,
+        O_MIN_TIME,
+        O_REPS,
+        O_BIND,
+        O_OUT,
+        O_SEED,
+        O_SHARD,
+        O_PASSES,
+        O_DTYPE,
+        O_KV_DTYPE,
+        O_PEERS,
+        O_QUIET,
+        O_VERBOSE,
+    };
+    static const struct option opts[] = {
+        {"preset", required_argument, 0, O_PRESET},
+        {"kernels", required_argument, 0, O_KERNELS},
+        {"seq", required_argument, 0, O_SEQ},
+        {"seq-q", required_argument, 0, O_SEQ_Q},
+        {"seq-kv", required_argument, 0, O_SEQ_KV},
+        {"heads", required_argument, 0, O_HEADS},
+        {"kv-heads", required_argument, 0, O_KV_HEADS},
+        {"head-dim", required_argument, 0, O_HEAD_DIM},
+        {"batch", required_argument, 0, O_BATCH},
+        {"causal", required_argument, 0, O_CAUSAL},
+        {"threads", required_argument, 0, O_THREADS},
+        {"max-seconds", required_argument, 0, O_MAX_SECONDS},
+        {"min-time", required_argument, 0, O_MIN_TIME},
+        {"repetitions", required_argument, 0, O_REPS},
+        {"bind", required_argument, 0, O_BIND},
+        {"out", required_argument, 0, O_OUT},
+        {"seed", required_argument, 0, O_SEED},
+        {"shard", required_argument, 0, O_SHARD},
+        {"passes", required_argument, 0, O_PASSES},
+        {"dtype", required_argument, 0, O_DTYPE},
+        {"kv-dtype", required_argument, 0, O_KV_DTYPE},
+        {"peers", required_argument, 0, O_PEERS},
+        {"quiet", no_argument, 0, O_QUIET},
+        {"verbose", no_argument, 0, O_VERBOSE},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    *a = (sweep_args){.passes = 0, /* the preset's */
+                      .preset_name = "quick",
+                      .max_seconds = 2.0,
+                      .min_time = -1,
+                      .bind = 1,
+                      .seed = 1,
+                      .dtypes = MHA_DTYPE_BIT(MHA_F32)};
+    int64_t v;
+    optind = 1;
+    opterr = 0;
+    for (int c; (c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1;) {
+        switch (c) {
+        case O_PRESET:
+            a->preset_name = optarg;
+            break;
+        case O_DTYPE:
+            if (!(a->dtypes = parse_dtype_list("sweep: --dtype", optarg, 0))) return -1;
+            break;
+        case O_KV_DTYPE:
+            if (!(a->kv_dtypes = parse_dtype_list("sweep: --kv-dtype", optarg, 1))) return -1;
+            break;
+        case O_PEERS:
+            if (parse_peers(optarg, a) != 0) return -1;
+            break;
+        case O_KERNELS:
+            a->kernel_list = optarg;
+            break;
+        case O_QUIET:
+        case O_VERBOSE:
+            if (a->progress && a->progress != (c == O_QUIET ? PROGRESS_QUIET : PROGRESS_VERBOSE)) {
+                errorf("sweep: --quiet and --verbose both given; use one");
+                return -1;
+            }
+            a->progress = c == O_QUIET ? PROGRESS_QUIET : PROGRESS_VERBOSE;
+            break;
+        case O_SEQ:
+            a->seq = optarg;
+            break;
+        case O_SEQ_Q:
+            a->seq_q = optarg;
+            break;
+        case O_SEQ_KV:
+            a->seq_kv = optarg;
+            break;
+        case O_HEADS:
+            a->heads = optarg;
+            break;
+        case O_KV_HEADS:
+            a->kv = optarg;
+            break;
+        case O_HEAD_DIM:
+            a->dims = optarg;
+            break;
+        case O_BATCH:
+            a->batch = optarg;
+            break;
+        case O_CAUSAL:
+            a->causal = optarg;
+            break;
+        case O_THREADS:
+            a->threads = optarg;
+            break;
+        case O_MAX_SECONDS:
+            if (!parse_double("--max-seconds", optarg, 1e-6, 86400, 0, &a->max_seconds)) return -1;
+            break;
+        case O_MIN_TIME:
+            if (!parse_double("--min-time", optarg, 1e-6, 86400, 0, &a->min_time)) return -1;
+            break;
+        case O_REPS:
+            if (!parse_i64("--repetitions", optarg, 1, MAX_REPS, &a->reps)) return -1;
+            break;
+        case O_BIND:
+            if (strcmp(optarg, "cores") == 0)
+                a->bind = 1;
+            else if (strcmp(optarg, "none") == 0)
+                a->bind = 0;
+            else {
+                errorf("sweep: --bind '%s': expected cores or none", optarg);
+                return -1;
+            }
+            break;
+        case O_OUT:
+            a->out_path = optarg;
+            break;
+        case O_SEED:
+            if (!parse_i64("--seed", optarg, 0, INT64_MAX, &v)) return -1;
+            a->seed = (uint64_t)v;
+            break;
+        case O_SHARD:
+            if (shard_parse(optarg, &a->shard) != 0) return -1;
+            break;
+        case O_PASSES:
+            if (!parse_i64("--passes", optarg, 1, SWEEP_MAX_PASSES, &v)) return -1;
+            a->passes = (int)v;
+            break;
+        case 'h':
+            sweep_usage(stdout);
+            return 1;
+        case ':':
+            errorf("sweep: option '%s' needs a value", argv[optind - 1]);
+            return -1;
+        default:
+            errorf("sweep: unknown option '%s' (Google Benchmark flags go after --)",
+                   argv[optind - 1]);
+            sweep_usage(stderr);
+            return -1;
+        }
+    }
+    /* Everything after "--" is for Google Benchmark. */
+    if (optind < argc) {
+        if (strcmp(argv[optind - 1], "--") != 0) {
+            errorf("sweep: unexpected argument '%s' (Google Benchmark flags go after --)",
+                   argv[optind]);
+            return -1;
+        }
+        a->pass = argv + optind;
+        a->npass = argc - optind;
+    }
+    /* The Google Benchmark flags we read ourselves. */
+    for (int i = 0; i < a->npass; i++) {
+        const char *g = a->pass[i];
+        if (strncmp(g, "--benchmark_filter=", 19) == 0) a->filter = g + 19;
+        if (strncmp(g, "--benchmark_repetitions=", 24) == 0) {
+            /* The same request as --repetitions, and honoured as it: an
+             * interleaved preset runs one repetition per registration, so
+             * passing the flag through would have been overridden (issue:
+             * 9 asked, 3 and 5 came out). */
+            int64_t r;
+            if (!parse_i64("--benchmark_repetitions", g + 24, 1, MAX_REPS, &r)) return -1;
+            if (a->reps > 0 && a->reps != r) {
+                errorf("sweep: --repetitions %lld and %s disagree; give one", (long long)a->reps,
+                       g);
+                return -1;
+            }
+            a->reps = r;
+        }
+        if (strncmp(g, "--benchmark_out=", 16) == 0) {
+            if (a->out_path) {
+                errorf("sweep: both --out and --benchmark_out given; use one");
+                return -1;
+            }
+            a->out_path = g + 16;
+        }
+        if (strncmp(g, "--benchmark_out_format=", 23) == 0 && strcmp(g + 23, "json") != 0) {
+            errorf("sweep: '%s': result files are always Google Benchmark JSON", g);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int build_axes(const sweep_args *a, const preset *pr, int all, sweep_axes *x) {
+    memset(x, 0, sizeof *x);
+    x->nseq = pr->nseq, x->nheads = pr->nheads, x->ndims = pr->ndims, x->nbatch = pr->nbatch;
+    x->ncausal = pr->ncausal;
+    memcpy(x->seq, pr->seq, sizeof pr->seq);
+    memcpy(x->heads, pr->heads, sizeof pr->heads);
+    memcpy(x->dims, pr->dims, sizeof pr->dims);
+    memcpy(x->batch, pr->batch, sizeof pr->batch);
+    x->causal[0] = 0;
+    x->causal[1] = 1;
+    const int64_t big = (int64_t)1 << 24;
+    if ((a->seq && (x->nseq = parse_i64_list("--seq", a->seq, 1, big, x->seq, MAX_LIST)) < 0) ||
+        (a->seq_q &&
+         (x->nsq = parse_i64_list("--seq-q", a->seq_q, 1, big, x->seq_q, MAX_LIST)) < 0) ||
+        (a->seq_kv &&
+         (x->nskv = parse_i64_list("--seq-kv", a->seq_kv, 1, big, x->seq_kv, MAX_LIST)) < 0) ||
+        (a->heads &&
+         (x->nheads = parse_i64_list("--heads", a->heads, 1, 4096, x->heads, MAX_LIST)) < 0) ||
+        (a->kv && (x->nkv = parse_i64_list("--kv-heads", a->kv, 1, 4096, x->kvh, MAX_LIST)) < 0) ||
+        (a->dims &&
+         (x->ndims = parse_i64_list("--head-dim", a->dims, 1, 65536, x->dims, MAX_LIST)) < 0) ||
+        (a->batch &&
+         (x->nbatch = parse_i64_list("--batch", a->batch, 1, 65536, x->batch, MAX_LIST)) < 0) ||
+        (a->causal &&
+         (x->ncausal = parse_i64_list("--causal", a->causal, 0, 1, x->causal, MAX_LIST)) < 0))
+        return -1;
+    if (a->threads) {
+        if ((x->nthreads = parse_i64_list_all("--threads", a->threads, 1, 1024, all, x->threads,
+                                              MAX_LIST)) < 0)
+            return -1;
+    } else if (pr->threads_full_range) {
+        for (int t = 1; t <= all && x->nthreads < MAX_LIST; t++) x->threads[x->nthreads++] = t;
+    } else {
+        x->threads[x->nthreads++] = 1;
+        x->threads[x->nthreads++] = all;
+    }
+    x->nseq = dedupe(x->seq, x->nseq);
+    x->nsq = dedupe(x->seq_q, x->nsq);
+    x->nskv = dedupe(x->seq_kv, x->nskv);
+    x->nheads = dedupe(x->heads, x->nheads);
+    x->nkv = dedupe(x->kvh, x->nkv);
+    x->ndims = dedupe(x->dims, x->ndims);
+    x->nbatch = dedupe(x->batch, x->nbatch);
+    x->ncausal = dedupe(x->causal, x->ncausal);
+    x->nthreads = dedupe(x->threads, x->nthreads);
+    x->shape_axes_given =
+        a->seq || a->seq_q || a->seq_kv || a->heads || a->kv || a->dims || a->batch;
+    if (pr->extra_only && x->shape_axes_given && !a->seq && !a->seq_q && !a->seq_kv) {
+        /* ci with e.g. --heads only: use the ci lengths as a grid. */
+        x->seq[0] = 512;
+        x->seq[1] = 1024;
+        x->nseq = 2;
+    }
+    if (pr->extra_only && x->shape_axes_given && !a->heads) {
+        x->heads[0] = 8;
+        x->nheads = 1;
+    }
+    if (pr->extra_only && x->shape_axes_given && !a->dims) {
+        x->dims[0] = 64;
+        x->ndims = 1;
+    }
+    return 0;
+}

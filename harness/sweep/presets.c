@@ -1,0 +1,106 @@
+/* presets.c - the sweep's presets as data: `--preset NAME` is a row of PRESETS. */
+#include "sweep.h"
+
+/* An axis of a preset: the values and their count (field and n<field>). */
+#define AXIS(field, ...)                                                                           \
+    .field = {__VA_ARGS__}, .n##field = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t))
+
+#define DECODE                                                                                     \
+    { 1, 32, 32, 1, 4096, 128, 0, 0 }
+/* The layer shapes of issue 6: BERT-base and GPT-2 (causal), d_model 768. */
+#define BERT                                                                                       \
+    { 1, 12, 12, 512, 512, 64, 0, 1 }
+#define GPT2                                                                                       \
+    { 1, 12, 12, 1024, 1024, 64, 1, 1 }
+
+/* The presets, as data: `--preset NAME` is a row of this table. */
+static const preset PRESETS[] = {
+    {
+        .name = "quick",
+        AXIS(seq, 128, 512, 2048),
+        AXIS(heads, 8, 12),
+        AXIS(dims, 64, 128),
+        AXIS(batch, 1),
+        AXIS(causal, 0, 1),
+        .extra = {DECODE, BERT, GPT2},
+        .nextra = 3,
+        /* Three repetitions of 0.02 s, shuffled within each shape, so every
+         * row has a median interval and the summary can call ties (issue 13:
+         * with one repetition two runs disagreed on close kernels); the
+         * baseline-ISA kernels once (they are never the fastest, and their
+         * long calls would triple the time); one follow-up pass at most. */
+        .min_time = 0.02,
+        .repetitions = 3,
+        .baseline_reps = 1,
+        .passes = 2,
+        .interleaved = 1,
+        .by_shape = 1,
+    },
+    {
+        .name = "full",
+        AXIS(seq, 64, 128, 197, 256, 512, 1024, 2048, 4096, 8192),
+        AXIS(heads, 1, 4, 8, 12, 16, 32),
+        AXIS(dims, 32, 64, 80, 128),
+        AXIS(batch, 1, 4),
+        AXIS(causal, 0, 1),
+        .threads_full_range = 1,
+        .extra = {DECODE,
+                  {1, 32, 8, 1, 4096, 128, 0, 0},
+                  {1, 32, 32, 1, 16384, 128, 0, 0},
+                  {4, 32, 8, 1, 16384, 128, 0, 0},
+                  BERT,
+                  GPT2},
+        .nextra = 6,
+        .min_time = 0.2,
+        .repetitions = 1,
+    },
+    {
+        /* The shapes of the roofline targets (issue 6): prefill, decode with
+         * MHA and GQA caches, and the BERT-base / GPT-2 layers. */
+        .name = "roofline",
+        AXIS(batch, 1),
+        AXIS(causal, 0, 1),
+        .extra = {{1, 8, 8, 4096, 4096, 64, 0, 0},
+                  {1, 12, 12, 512, 512, 64, 0, 0},
+                  {1, 8, 8, 512, 512, 64, 0, 0},
+                  {1, 32, 32, 2048, 2048, 128, 0, 0},
+                  {1, 32, 32, 2048, 2048, 128, 1, 0},
+                  {1, 12, 12, 1024, 1024, 64, 1, 0},
+                  {1, 12, 12, 197, 197, 64, 0, 0},
+                  {1, 12, 12, 128, 128, 64, 0, 0},
+                  DECODE,
+                  {1, 32, 8, 1, 4096, 128, 0, 0},
+                  BERT,
+                  GPT2},
+        .nextra = 12,
+        .extra_only = 1,
+        .min_time = 0.3,
+        .repetitions = 5,
+        .interleaved = 1, /* a burst of host load hits every kernel of a shape alike */
+        .by_shape = 1,
+    },
+    {
+        .name = "ci",
+        AXIS(batch, 1),
+        AXIS(causal, 0, 1),
+        .extra = {{1, 8, 8, 512, 512, 64, 0, 0}, {1, 12, 12, 1024, 1024, 64, 1, 0}, DECODE},
+        .nextra = 3,
+        .extra_only = 1,
+        .min_time = 0.05,
+        .repetitions = 9,
+        .interleaved = 1,
+        .ci_kernels = 1,
+    },
+};
+
+#undef AXIS
+#undef DECODE
+#undef BERT
+#undef GPT2
+
+/* The preset called name, or NULL. */
+const preset *preset_find(const char *name) {
+    for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
+        if (strcmp(PRESETS[i].name, name) == 0) return &PRESETS[i];
+    return NULL;
+}

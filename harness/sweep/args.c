@@ -2,35 +2,31 @@
 #include "sweep.h"
 
 void sweep_usage(FILE *f) {
+    char presets[128], peers[160];
+    presets_join(presets, sizeof presets, "|", NULL);
+    peers_join(peers, sizeof peers, ",", NULL);
+    fprintf(f,
+            "usage: mhabench sweep [--preset %s] [--kernels a,b] [--seq N,..]\n"
+            "                      [--seq-q N,..] [--seq-kv N,..] [--heads H,..] [--kv-heads "
+            "G,..]\n"
+            "                      [--head-dim D,..] [--batch B,..] [--causal 0,1] [--threads "
+            "T,..|all]\n"
+            "                      [--shard I/N] [--max-seconds S] [--min-time S] [--repetitions "
+            "N]\n"
+            "                      [--passes N] [--bind cores|none]\n"
+            "                      [--dtype fp32,bf16,fp16] [--kv-dtype bf16,fp16,int8]\n"
+            "                      [--peers %s|all]\n"
+            "                      [--out F.json] [--seed N] [--quiet | --verbose]\n"
+            "                      [-- GOOGLE_BENCHMARK_FLAGS...]\n"
+            "Benchmarks kernels over shapes through Google Benchmark; writes Google Benchmark\n"
+            "JSON (context extended with the machine fingerprint) to --out, by default\n"
+            "results/runs/<host>-<UTC time>.json, and prints a summary of the fastest kernel\n"
+            "per shape and a verdict (`mhabench report` prints them again from the file).\n"
+            "\n"
+            "presets (the axis options below replace the preset's values):\n",
+            presets, peers);
+    presets_help(f);
     fputs(
-        "usage: mhabench sweep [--preset quick|full|ci|roofline] [--kernels a,b] [--seq N,..]\n"
-        "                      [--seq-q N,..] [--seq-kv N,..] [--heads H,..] [--kv-heads G,..]\n"
-        "                      [--head-dim D,..] [--batch B,..] [--causal 0,1] [--threads "
-        "T,..|all]\n"
-        "                      [--shard I/N] [--max-seconds S] [--min-time S] [--repetitions N]\n"
-        "                      [--passes N] [--bind cores|none]\n"
-        "                      [--dtype fp32,bf16,fp16] [--kv-dtype bf16,fp16,int8]\n"
-        "                      [--peers torch,onnxruntime,openvino,onednn,libxsmm|all]\n"
-        "                      [--out F.json] [--seed N] [--quiet | --verbose]\n"
-        "                      [-- GOOGLE_BENCHMARK_FLAGS...]\n"
-        "Benchmarks kernels over shapes through Google Benchmark; writes Google Benchmark\n"
-        "JSON (context extended with the machine fingerprint) to --out, by default\n"
-        "results/runs/<host>-<UTC time>.json, and prints a summary of the fastest kernel\n"
-        "per shape with its speedup over naive and over blas.cblas.\n"
-        "\n"
-        "presets (the axis options below replace the preset's values):\n"
-        "  quick  (default) seq 128,512,2048; heads 8,12; head-dim 64,128; causal 0,1;\n"
-        "         threads 1,all; plus decode Nq=1 Nkv=4096 H=32 d=128 and the layer\n"
-        "         (mha_forward) of BERT-base (N=512) and GPT-2 (N=1024 causal), d_model 768;\n"
-        "         3 repetitions of 0.02 s shuffled within each shape (1 for naive and the\n"
-        "         *.scalar kernels), one follow-up pass\n"
-        "  full   seq 64..8192 (powers of two) and 197; heads 1,4,8,12,16,32; head-dim\n"
-        "         32,64,80,128; batch 1,4; causal 0,1; threads 1..all; plus decode shapes\n"
-        "  ci     the SIMD flash.* and tiled.* on B1 H8 N512 d64 and B1 H12 N1024 d64 causal,\n"
-        "         the SIMD decode.* on decode Nq=1 Nkv=4096 H=32 d=128; threads 1,all; 9\n"
-        "         repetitions in a seeded random interleaved order (for mhabench compare)\n"
-        "  roofline  the roofline targets' shapes (prefill, decode MHA/GQA, BERT/GPT-2 layers),\n"
-        "         5 repetitions of 0.3 s, shuffled within each shape; threads 1,all\n"
         "  The preset's decode and layer shapes are dropped when a shape axis (--seq, --seq-q, "
         "--seq-kv,\n"
         "  --heads, --kv-heads, --head-dim, --batch) is given.\n"
@@ -103,9 +99,9 @@ int parse_peers(const char *list, sweep_args *a) {
         for (int i = 0; i < nnames; i++)
             if (strlen(names[i]) == len && strncmp(names[i], p, len) == 0) found = i;
         if (found < 0) {
-            errorf("sweep: --peers '%.*s': unknown peer (expected torch, onnxruntime, openvino, "
-                   "onednn, libxsmm or all)",
-                   (int)len, p);
+            char known[160];
+            peers_join(known, sizeof known, ", ", ", ");
+            errorf("sweep: --peers '%.*s': unknown peer (expected %s or all)", (int)len, p, known);
             return -1;
         }
         int dup = 0;

@@ -185,7 +185,9 @@ int cmd_sweep(int argc, char **argv) {
     if (!check_isa_env()) return EXIT_USAGE;
     const preset *prp = preset_find(a.preset_name);
     if (!prp) {
-        errorf("sweep: --preset '%s': expected quick, full, ci or roofline", a.preset_name);
+        char known[128];
+        presets_join(known, sizeof known, ", ", " or ");
+        errorf("sweep: --preset '%s': expected %s", a.preset_name, known);
         return EXIT_USAGE;
     }
     const preset pr = *prp;

@@ -17,6 +17,11 @@
 static const preset PRESETS[] = {
     {
         .name = "quick",
+        .help = "(default) seq 128,512,2048; heads 8,12; head-dim 64,128; causal 0,1;\n"
+                "threads 1,all; plus decode Nq=1 Nkv=4096 H=32 d=128 and the layer\n"
+                "(mha_forward) of BERT-base (N=512) and GPT-2 (N=1024 causal), d_model 768;\n"
+                "3 repetitions of 0.02 s shuffled within each shape (1 for naive and the\n"
+                "*.scalar kernels), one follow-up pass",
         AXIS(seq, 128, 512, 2048),
         AXIS(heads, 8, 12),
         AXIS(dims, 64, 128),
@@ -38,6 +43,8 @@ static const preset PRESETS[] = {
     },
     {
         .name = "full",
+        .help = "seq 64..8192 (powers of two) and 197; heads 1,4,8,12,16,32; head-dim\n"
+                "32,64,80,128; batch 1,4; causal 0,1; threads 1..all; plus decode shapes",
         AXIS(seq, 64, 128, 197, 256, 512, 1024, 2048, 4096, 8192),
         AXIS(heads, 1, 4, 8, 12, 16, 32),
         AXIS(dims, 32, 64, 80, 128),
@@ -58,6 +65,8 @@ static const preset PRESETS[] = {
         /* The shapes of the roofline targets (issue 6): prefill, decode with
          * MHA and GQA caches, and the BERT-base / GPT-2 layers. */
         .name = "roofline",
+        .help = "the roofline targets' shapes (prefill, decode MHA/GQA, BERT/GPT-2 layers),\n"
+                "5 repetitions of 0.3 s, shuffled within each shape; threads 1,all",
         AXIS(batch, 1),
         AXIS(causal, 0, 1),
         .extra = {{1, 8, 8, 4096, 4096, 64, 0, 0},
@@ -81,6 +90,9 @@ static const preset PRESETS[] = {
     },
     {
         .name = "ci",
+        .help = "the SIMD flash.* and tiled.* on B1 H8 N512 d64 and B1 H12 N1024 d64 causal,\n"
+                "the SIMD decode.* on decode Nq=1 Nkv=4096 H=32 d=128; threads 1,all; 9\n"
+                "repetitions in a seeded random interleaved order (for mhabench compare)",
         AXIS(batch, 1),
         AXIS(causal, 0, 1),
         .extra = {{1, 8, 8, 512, 512, 64, 0, 0}, {1, 12, 12, 1024, 1024, 64, 1, 0}, DECODE},
@@ -103,4 +115,40 @@ const preset *preset_find(const char *name) {
     for (size_t i = 0; i < sizeof PRESETS / sizeof PRESETS[0]; i++)
         if (strcmp(PRESETS[i].name, name) == 0) return &PRESETS[i];
     return NULL;
+}
+
+enum { NPRESETS = (int)(sizeof PRESETS / sizeof PRESETS[0]) };
+
+static void join(char *buf, size_t len, const char *const *names, int n, const char *sep,
+                 const char *last) {
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && o < len; i++) {
+        const char *s = i == 0 ? "" : (last && i == n - 1 ? last : sep);
+        o += (size_t)snprintf(buf + o, len - o, "%s%s", s, names[i]);
+    }
+}
+
+void presets_join(char *buf, size_t len, const char *sep, const char *last) {
+    const char *names[NPRESETS];
+    for (int i = 0; i < NPRESETS; i++) names[i] = PRESETS[i].name;
+    join(buf, len, names, NPRESETS, sep, last);
+}
+
+void peers_join(char *buf, size_t len, const char *sep, const char *last) {
+    int n;
+    const char *const *names = peer_names(&n);
+    join(buf, len, names, n, sep, last);
+}
+
+void presets_help(FILE *f) {
+    for (int i = 0; i < NPRESETS; i++) {
+        const char *h = PRESETS[i].help;
+        fprintf(f, "  %-9s", PRESETS[i].name);
+        for (int first = 1; *h; first = 0) { /* each line indented under the first */
+            const size_t n = strcspn(h, "\n");
+            fprintf(f, "%s%.*s\n", first ? "" : "           ", (int)n, h);
+            h += n + (h[n] == '\n');
+        }
+    }
 }

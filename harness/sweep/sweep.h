@@ -55,6 +55,7 @@ typedef meas_shape shape; /* meas_core.h: attention core or the full layer */
 
 typedef struct {
     const char *name;
+    const char *help; /* `sweep --help`'s lines for it (presets_help) */
     int64_t seq[16], heads[16], dims[16], batch[16], causal[2];
     int nseq, nheads, ndims, nbatch, ncausal;
     int threads_full_range; /* 1..all instead of 1,all */
@@ -188,7 +189,13 @@ extern int sweep_nbench;
 
 /* ---- functions, by file ------------------------------------------------------------- */
 
-const preset *preset_find(const char *name); /* presets.c */
+/* presets.c: the row called name, or NULL; the names joined ("a|b|c" with
+ * sep "|" and last NULL, "a, b or c" with ", " and " or "); the help lines. */
+const preset *preset_find(const char *name);
+void presets_join(char *buf, size_t len, const char *sep, const char *last);
+void presets_help(FILE *f);
+/* The peers' names joined likewise (peers.c's list). */
+void peers_join(char *buf, size_t len, const char *sep, const char *last);
 void sweep_usage(FILE *f);
 double bench_peak(const results_machine *rm, const bench *b);
 void refresh_peaks(void);

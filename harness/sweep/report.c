@@ -17,266 +17,11 @@
 #include <string.h>
 
 #include "report.h"
+#include "report_int.h"
 
 #include "fmt_results.h"
 #include "stats.h"
 #include "util.h"
-
-#define AUTO_WITHIN 0.95 /* auto within 5% of the fastest agrees */
-
-typedef struct {
-    char *name, *kernel;
-    int group;
-    double *gf, *peak, *pbw;
-    unsigned char *dist;
-    int n, cap;
-    int above; /* repetitions flagged above their peak (peak_exceeded) */
-    char label[200];
-} rrow;
-
-typedef struct {
-    char *key, *shape; /* the name without the kernel; ... and without threads */
-    int threads, order;
-    /* the decision */
-    int win, nties, *ties;
-    double med, lo, hi;
-    int auto_row, auto_ok; /* -1: no auto */
-    double auto_share;
-    int peer;
-    double peer_med;
-    int peer_tie;
-} rgroup;
-
-typedef struct {
-    rrow *r;
-    int nr, capr;
-    rgroup *g;
-    int ng, capg;
-    int reps, disturbed, above;
-} rfile;
-
-#define grow(p, n, cap)                                                                            \
-    do {                                                                                           \
-        if ((n) == (cap)) {                                                                        \
-            (cap) = (cap) ? 2 * (cap) : 16;                                                        \
-            (p) = xrealloc_or_exit((p), (size_t)(cap), sizeof *(p), "report");                     \
-        }                                                                                          \
-    } while (0)
-
-static int is_candidate(const char *kernel) {
-    return strcmp(kernel, "auto") != 0 && strncmp(kernel, "peer.", 5) != 0;
-}
-
-static double num(json_object *row, const char *key, double dflt) {
-    json_object *v;
-    if (!json_object_object_get_ex(row, key, &v) ||
-        !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
-        return dflt;
-    return json_object_get_double(v);
-}
-
-static int group_of(rfile *f, const char *key) {
-    for (int i = 0; i < f->ng; i++)
-        if (strcmp(f->g[i].key, key) == 0) return i;
-    grow(f->g, f->ng, f->capg);
-    rgroup *g = &f->g[f->ng];
-    memset(g, 0, sizeof *g);
-    g->key = xstrdup_or_exit(key, "report");
-    g->shape = xstrdup_or_exit(key, "report");
-    char *t = strstr(g->shape, "/threads:");
-    g->threads = t ? atoi(t + 9) : 1;
-    if (t) *t = '\0';
-    g->order = f->ng;
-    for (int i = 0; i < f->ng; i++) /* groups of a shape share its first one's place */
-        if (strcmp(f->g[i].shape, g->shape) == 0) {
-            g->order = f->g[i].order;
-            break;
-        }
-    g->win = g->auto_row = g->peer = -1;
-    return f->ng++;
-}
-
-static rrow *row_of(rfile *f, const char *name) {
-    for (int i = 0; i < f->nr; i++)
-        if (strcmp(f->r[i].name, name) == 0) return &f->r[i];
-    /* kernel: the first part, or the second of a layer row */
-    const int layer = strncmp(name, "layer/", 6) == 0;
-    const char *k = layer ? name + 6 : name;
-    const char *slash = strchr(k, '/');
-    if (!slash) return NULL;
-    char key[512];
-    snprintf(key, sizeof key, "%s%s", layer ? "layer/" : "", slash + 1);
-    const int g = group_of(f, key);
-    grow(f->r, f->nr, f->capr);
-    rrow *r = &f->r[f->nr++];
-    memset(r, 0, sizeof *r);
-    r->name = xstrdup_or_exit(name, "report");
-    r->kernel = xstrdup_or_exit(k, "report");
-    r->kernel[slash - k] = '\0';
-    r->group = g;
-    return r;
-}
-
-static void add_sample(rrow *r, json_object *row) {
-    if (r->n == r->cap) {
-        r->cap = r->cap ? 2 * r->cap : 8;
-        r->gf = xrealloc_or_exit(r->gf, (size_t)r->cap, sizeof *r->gf, "report");
-        r->peak = xrealloc_or_exit(r->peak, (size_t)r->cap, sizeof *r->peak, "report");
-        r->pbw = xrealloc_or_exit(r->pbw, (size_t)r->cap, sizeof *r->pbw, "report");
-        r->dist = xrealloc_or_exit(r->dist, (size_t)r->cap, sizeof *r->dist, "report");
-    }
-    const double gf = num(row, "GFLOPS", 0), pp = num(row, "pct_peak", 0);
-    r->gf[r->n] = gf;
-    r->peak[r->n] = num(row, "peak", pp > 0 ? 100.0 * gf / pp : 0);
-    r->pbw[r->n] = num(row, "pct_bw", -1);
-    r->dist[r->n] = num(row, "disturbed", 0) > 0;
-    r->above += num(row, "peak_exceeded", 0) > 0;
-    r->n++;
-}
-
-/* The values of x (one per repetition of r) that count, sorted into out. */
-static int counted(const rrow *r, const double *x, double *out) {
-    int clean = 0, n = 0;
-    for (int i = 0; i < r->n; i++) clean += !r->dist[i];
-    for (int i = 0; i < r->n; i++)
-        if (!r->dist[i] || clean == 0) out[n++] = x[i];
-    median_inplace(out, n);
-    return n;
-}
-
-static double row_stats(const rrow *r, const double *x, double *lo, double *hi) {
-    double *s = xrealloc_or_exit(NULL, (size_t)(r->n ? r->n : 1), sizeof *s, "report");
-    const int n = counted(r, x, s);
-    double med = 0, l = 0, h = 0;
-    if (n > 0) {
-        med = median_sorted(s, n);
-        median_interval(s, n, 0.95, &l, &h);
-    }
-    free(s);
-    if (lo) *lo = l;
-    if (hi) *hi = h;
-    return med;
-}
-
-static double row_med(const rrow *r) {
-    return row_stats(r, r->gf, NULL, NULL);
-}
-
-/* "auto/<...> = <row>; ..." (the context's mha_auto_rows): auto rows not
- * measured twice, each an alias of the row it equals. */
-static void read_aliases(rfile *f, json_object *ctx) {
-    json_object *v;
-    if (!ctx || !json_object_object_get_ex(ctx, "mha_auto_rows", &v) ||
-        !json_object_is_type(v, json_type_string))
-        return;
-    const char *s = json_object_get_string(v);
-    while (s && *s) {
-        const char *end = strstr(s, "; ");
-        const size_t len = end ? (size_t)(end - s) : strlen(s);
-        char item[700];
-        snprintf(item, sizeof item, "%.*s", (int)len, s);
-        char *eq = strstr(item, " = ");
-        if (eq) {
-            *eq = '\0';
-            for (int i = 0; i < f->nr; i++)
-                if (strcmp(f->r[i].name, eq + 3) == 0) {
-                    rgroup *g = &f->g[f->r[i].group];
-                    if (g->auto_row < 0) g->auto_row = i;
-                }
-        }
-        s = end ? end + 2 : NULL;
-    }
-}
-
-static void decide(rfile *f, rgroup *g) {
-    const int gi = (int)(g - f->g);
-    for (int i = 0; i < f->nr; i++) {
-        const rrow *r = &f->r[i];
-        if (r->group != gi || r->n == 0 || !is_candidate(r->kernel)) continue;
-        const double m = row_med(r);
-        if (g->win < 0 || m > g->med || (m == g->med && strcmp(r->kernel, f->r[g->win].kernel) > 0))
-            g->win = i, g->med = m;
-    }
-    g->ties = xrealloc_or_exit(NULL, (size_t)(f->nr ? f->nr : 1), sizeof(int), "report");
-    if (g->win < 0) return;
-    row_stats(&f->r[g->win], f->r[g->win].gf, &g->lo, &g->hi);
-    for (int i = 0; i < f->nr; i++) {
-        const rrow *r = &f->r[i];
-        if (r->group != gi || r->n == 0 || i == g->win) continue;
-        double lo, hi;
-        const double m = row_stats(r, r->gf, &lo, &hi);
-        if (is_candidate(r->kernel)) {
-            if (hi >= g->lo) g->ties[g->nties++] = i;
-        } else if (strcmp(r->kernel, "auto") == 0) {
-            g->auto_row = i;
-        } else if (g->peer < 0 || m > g->peer_med) {
-            g->peer = i, g->peer_med = m,
-            g->peer_tie = intervals_order(g->lo, g->hi, lo, hi) == STATS_TIE;
-        }
-    }
-    if (g->auto_row >= 0) {
-        const rrow *a = &f->r[g->auto_row];
-        double lo, hi;
-        const double m = row_stats(a, a->gf, &lo, &hi);
-        int tied = g->auto_row == g->win;
-        for (int t = 0; t < g->nties; t++) tied |= g->ties[t] == g->auto_row;
-        g->auto_share = g->med > 0 ? m / g->med : 0;
-        g->auto_ok = tied || hi >= g->lo || g->auto_share >= AUTO_WITHIN;
-    }
-}
-
-static void free_file(rfile *f) {
-    for (int i = 0; i < f->nr; i++) {
-        free(f->r[i].name);
-        free(f->r[i].kernel);
-        free(f->r[i].gf);
-        free(f->r[i].peak);
-        free(f->r[i].pbw);
-        free(f->r[i].dist);
-    }
-    for (int i = 0; i < f->ng; i++) {
-        free(f->g[i].key);
-        free(f->g[i].shape);
-        free(f->g[i].ties);
-    }
-    free(f->r);
-    free(f->g);
-}
-
-/* Loads path into f. Returns 0, or 2 after a message. */
-static int load(const char *path, rfile *f) {
-    json_object *root = results_load_json("report", path), *rows, *ctx = NULL;
-    if (!root) return EXIT_USAGE;
-    if (!json_object_is_type(root, json_type_object) ||
-        !json_object_object_get_ex(root, "benchmarks", &rows) ||
-        !json_object_is_type(rows, json_type_array)) {
-        errorf_esc("report: %s: no \"benchmarks\" array (not a Google Benchmark result file)",
-                   path);
-        json_object_put(root);
-        return EXIT_USAGE;
-    }
-    json_object_object_get_ex(root, "context", &ctx);
-    const size_t n = json_object_array_length(rows);
-    for (size_t i = 0; i < n; i++) {
-        json_object *row = json_object_array_get_idx(rows, i), *v;
-        if (!json_object_is_type(row, json_type_object) || !results_row_is_iteration(row)) continue;
-        if (json_object_object_get_ex(row, "error_occurred", &v) && json_object_get_boolean(v))
-            continue;
-        const char *name = results_row_str(row, "name");
-        rrow *r = name ? row_of(f, name) : NULL;
-        if (!r) continue;
-        add_sample(r, row);
-        const char *label = results_row_str(row, "label");
-        if (label) snprintf(r->label, sizeof r->label, "%s", label);
-        f->reps++;
-        f->disturbed += r->dist[r->n - 1];
-        f->above += num(row, "peak_exceeded", 0) > 0;
-    }
-    read_aliases(f, json_object_is_type(ctx, json_type_object) ? ctx : NULL);
-    json_object_put(root);
-    for (int i = 0; i < f->ng; i++) decide(f, &f->g[i]);
-    return 0;
-}
 
 /* ---- text ------------------------------------------------------------------------ */
 
@@ -433,7 +178,7 @@ static void print_table(const rfile *f, rgroup **sorted, int peers, int verbose,
     fprintf(o,
             "\nsummary: the fastest of our kernels per shape (median GFLOP/s over the "
             "undisturbed repetitions;\n%%: of the compute peak, %%b: of the read bandwidth; "
-            "+N: N more tied, 95%% median intervals overlapping%s)\n",
+            "+N: N more tied (95%% intervals overlap)%s)\n",
             peers ? ";\nvs peer: ours / the best peer, ~ a tie" : "");
     if (verbose) {
         for (int i = 0; i < f->ng; i++) verbose_row(f, sorted[i], o);
@@ -481,8 +226,8 @@ static void print_table(const rfile *f, rgroup **sorted, int peers, int verbose,
 /* The verdict: per family of shapes and dtype, the kernel that is fastest
  * or tied in most of its groups; whether auto agrees; how disturbed the run
  * was; rows above their peak. */
-static void print_verdict(const rfile *f, rgroup **sorted, FILE *o) {
-    fprintf(o, "\nverdict:\n");
+/* Per family of shapes and dtype: the kernel fastest or tied in most groups. */
+static void verdict_families(const rfile *f, rgroup **sorted, FILE *o) {
     char(*fams)[64] = xrealloc_or_exit(NULL, (size_t)(f->ng ? f->ng : 1), 64, "report");
     int nf = 0;
     for (int i = 0; i < f->ng; i++) {
@@ -520,8 +265,8 @@ static void print_verdict(const rfile *f, rgroup **sorted, FILE *o) {
             if (good[r] && (best < 0 || good[r] > good[best] ||
                             (good[r] == good[best] && wins[r] > wins[best])))
                 best = r;
-        fprintf(o, "  %-24s use %s (fastest or tied in %d of %d shape%s x threads", fams[j],
-                f->r[best].kernel, good[best], total, total == 1 ? "" : "s");
+        fprintf(o, "  %-20s %s: fastest or tied in %d of %d (shape, threads)", fams[j],
+                f->r[best].kernel, good[best], total);
         if (good[best] < total) { /* the kernel of the other shapes */
             int other = -1;
             for (int r = 0; r < f->nr; r++)
@@ -531,11 +276,15 @@ static void print_verdict(const rfile *f, rgroup **sorted, FILE *o) {
             else
                 fprintf(o, "; not in %d", total - good[best]);
         }
-        fprintf(o, ")\n");
+        fprintf(o, "\n");
     }
     free(good);
     free(wins);
     free(fams);
+}
+
+/* Whether auto agrees, and where it does not. */
+static void verdict_auto(const rfile *f, rgroup **sorted, FILE *o) {
     int with_auto = 0, bad = 0;
     for (int i = 0; i < f->ng; i++) {
         if (sorted[i]->auto_row < 0 || sorted[i]->win < 0) continue;
@@ -543,12 +292,12 @@ static void print_verdict(const rfile *f, rgroup **sorted, FILE *o) {
         bad += !sorted[i]->auto_ok;
     }
     if (with_auto && !bad)
-        fprintf(o, "  auto agrees: fastest, tied or within 5%% in %s %d shape%s x threads\n",
-                with_auto == 1 ? "the" : "all", with_auto, with_auto == 1 ? "" : "s");
+        fprintf(o, "  auto agrees: fastest, tied or within 5%% in %s %d (shape, threads)\n",
+                with_auto == 1 ? "the" : "all", with_auto);
     else if (with_auto) {
         fprintf(o,
-                "  auto is more than 5%% slower than the fastest in %d of %d (run `mhabench "
-                "tune` to refit this CPU's table):\n",
+                "  auto is more than 5%% slower than the fastest in %d of %d (shape, threads);\n"
+                "    run `mhabench tune` to refit this CPU's table:\n",
                 bad, with_auto);
         int shown = 0;
         for (int i = 0; i < f->ng && shown < 5; i++) {
@@ -557,15 +306,18 @@ static void print_verdict(const rfile *f, rgroup **sorted, FILE *o) {
             char shp[96];
             shape_short(g->shape, shp, sizeof shp);
             const rrow *a = &f->r[g->auto_row];
-            fprintf(o, "    %s threads=%d: auto ran %s at %.0f%% of %s\n", shp, g->threads,
-                    strcmp(a->kernel, "auto") ? a->kernel : (a->label[0] ? a->label : "?"),
-                    100.0 * g->auto_share, f->r[g->win].kernel);
+            fprintf(o, "    %s threads=%d: %.0f%% of %s [%s]\n", shp, g->threads,
+                    100.0 * g->auto_share, f->r[g->win].kernel,
+                    strcmp(a->kernel, "auto") ? a->kernel : (a->label[0] ? a->label : "?"));
             shown++;
         }
         if (bad > shown)
             fprintf(o, "    ... (%d more: `mhabench report --verbose`)\n", bad - shown);
     }
-    /* peers: the spread of ours / the best peer, and which peer is best most often */
+}
+
+/* The spread of ours / the best peer, and which peer is best most often. */
+static void verdict_peers(const rfile *f, FILE *o) {
     int np = 0, ptie = 0,
         *pcount = xrealloc_or_exit(NULL, (size_t)(f->nr ? f->nr : 1), sizeof(int), "report");
     double pmin = 0, pmax = 0;
@@ -588,12 +340,16 @@ static void print_verdict(const rfile *f, rgroup **sorted, FILE *o) {
         int top = 0;
         for (int r = 1; r < f->nr; r++) top = pcount[r] > pcount[top] ? r : top;
         fprintf(o,
-                "  against the best peer: ours %.2fx to %.2fx in %d shape%s x threads (%d "
-                "tied); the best peer most often: %s (%d)\n",
-                pmin, pmax, np, np == 1 ? "" : "s", ptie, f->r[top].kernel, pcount[top]);
+                "  against the best peer: ours %.2fx to %.2fx in %d (shape, threads)%s (%d "
+                "tied);\n    the best peer most often: %s (%d)\n",
+                pmin, pmax, np, "", ptie, f->r[top].kernel, pcount[top]);
     }
     free(pcount);
-    /* 1 thread against more: a thread count slower than one thread */
+}
+
+/* A thread count slower than one thread; how disturbed the run was; the
+ * figures above their roof. */
+static void verdict_host(const rfile *f, rgroup **sorted, FILE *o) {
     for (int i = 0; i < f->ng; i++) {
         const rgroup *g = sorted[i];
         if (g->threads <= 1 || g->win < 0) continue;
@@ -613,31 +369,38 @@ static void print_verdict(const rfile *f, rgroup **sorted, FILE *o) {
                 f->disturbed, f->reps, 100 * share);
     else if (share <= 0.25)
         fprintf(o,
-                "  a partly busy run: %d of %d repetitions disturbed (%.0f%%), left out of "
-                "the medians; ties are wider than on a quiet host\n",
+                "  a partly busy run: %d of %d repetitions disturbed (%.0f%%), left out of\n"
+                "    the medians; ties are wider than on a quiet host\n",
                 f->disturbed, f->reps, 100 * share);
     else
         fprintf(o,
-                "  a BUSY host: %d of %d repetitions disturbed (%.0f%%); the choices above "
-                "hold where they are not ties, the figures do not: rerun in a quieter hour "
-                "before keeping them\n",
+                "  a BUSY host: %d of %d repetitions disturbed (%.0f%%): the choices above\n"
+                "    hold where they are not ties, the figures do not; rerun in a quieter hour\n"
+                "    before keeping them\n",
                 f->disturbed, f->reps, 100 * share);
     int nabove = 0;
     for (int i = 0; i < f->ng; i++) nabove += f->g[i].win >= 0 && above_roof(&f->r[f->g[i].win]);
     if (nabove)
         fprintf(o,
-                "  %d of the fastest rows (marked !) read above the peak or bandwidth they are "
-                "judged against: a measurement error of that figure (taken too low), not "
-                "efficiency\n",
+                "  %d of the fastest rows (marked !) read above the peak or bandwidth they are\n"
+                "    judged against: that figure was measured too low, it is not efficiency\n",
                 nabove);
+}
+
+static void print_verdict(const rfile *f, rgroup **sorted, FILE *o) {
+    fprintf(o, "\nverdict:\n");
+    verdict_families(f, sorted, o);
+    verdict_auto(f, sorted, o);
+    verdict_peers(f, o);
+    verdict_host(f, sorted, o);
 }
 
 int report_file(const char *path, report_mode mode, FILE *o) {
     rfile f;
     memset(&f, 0, sizeof f);
-    const int rc = load(path, &f);
+    const int rc = report_load(path, &f);
     if (rc != 0) {
-        free_file(&f);
+        report_free(&f);
         return rc;
     }
     rgroup **sorted = xrealloc_or_exit(NULL, (size_t)(f.ng ? f.ng : 1), sizeof *sorted, "report");
@@ -670,7 +433,7 @@ int report_file(const char *path, report_mode mode, FILE *o) {
         print_verdict(&f, sorted, o);
     }
     free(sorted);
-    free_file(&f);
+    report_free(&f);
     return 0;
 }
 

@@ -533,67 +533,6 @@ mha_status results_json_fix_nonfinite(mha_out *w, char *why, size_t len) {
     return st;
 }
 
-/* The value of part "/<key>:" in name (up to the next '/'), or dflt. */
-static void name_part(const char *name, size_t n, const char *key, const char *dflt, char *out,
-                      size_t len) {
-    const size_t kl = strlen(key);
-    for (size_t i = 0; i + kl <= n; i++)
-        if (memcmp(name + i, key, kl) == 0) {
-            size_t e = i + kl;
-            while (e < n && name[e] != '/') e++;
-            snprintf(out, len, "%.*s", (int)(e - i - kl), name + i + kl);
-            return;
-        }
-    snprintf(out, len, "%s", dflt);
-}
-
-mha_status results_json_add_dtypes(mha_out *w, char *why, size_t len) {
-    const int fd = w->fd;
-    size_t n;
-    char *in = results_out_read(w, &n, why, len);
-    if (!in) return MHA_EIO;
-    /* rows: every "name": "..." after the "benchmarks" key */
-    const char *bench = strstr(in, "\"benchmarks\"");
-    size_t rows = 0;
-    for (const char *p = bench; p && (p = strstr(p, "\"name\":")); p++) rows++;
-    const size_t extra = 96, cap = n + rows * extra + 1;
-    char *out = malloc(cap);
-    if (!out) {
-        free(in);
-        snprintf(why, len, "out of memory rewriting the result file");
-        return MHA_ENOMEM;
-    }
-    size_t o = 0, i = 0;
-    for (const char *p = bench; p && (p = strstr(p, "\"name\":"));) {
-        const char *q = strchr(p + 7, '"'); /* the value's opening quote */
-        if (!q) break;
-        const char *e = q + 1;
-        while (*e && *e != '"') e += *e == '\\' && e[1] ? 2 : 1;
-        if (!*e) break;
-        char dt[24], kv[24];
-        name_part(q + 1, (size_t)(e - q - 1), "/dtype:", "fp32", dt, sizeof dt);
-        name_part(q + 1, (size_t)(e - q - 1), "/kv_dtype:", dt, kv, sizeof kv);
-        const size_t upto = (size_t)(e + 1 - in);
-        memcpy(out + o, in + i, upto - i);
-        o += upto - i;
-        o += (size_t)snprintf(out + o, extra,
-                              ",\n      \"dtype\": \"%s\",\n      \"kv_dtype\": \"%s\"", dt, kv);
-        i = upto;
-        p = e + 1;
-    }
-    memcpy(out + o, in + i, n - i);
-    o += n - i;
-    mha_status st = MHA_OK;
-    if (lseek(fd, 0, SEEK_SET) != 0 || (st = mha_out_write(w, out, o, why, len)) != MHA_OK ||
-        ftruncate(fd, (off_t)o) != 0) {
-        if (st == MHA_OK) snprintf(why, len, "cannot rewrite the result file: %s", strerror(errno));
-        st = MHA_EIO;
-    }
-    free(in);
-    free(out);
-    return st;
-}
-
 json_object *results_json_double(double v) {
     return isfinite(v) ? json_object_new_double(v) : NULL;
 }

@@ -135,11 +135,6 @@ char *results_read_file(const char *path, size_t *len, char *why, size_t wlen);
  * L, column C (json-c)" and returns NULL. */
 struct json_object *results_load_json(const char *who, const char *path);
 
-/* Gives every benchmark row of w's file (from its start) "dtype" and
- * "kv_dtype" fields after its "name", read from the name's "/dtype:X" and
- * "/kv_dtype:Y" parts (fp32 and the row's dtype when absent). Returns MHA_OK,
- * or MHA_EIO / MHA_ENOMEM with a reason. */
-mha_status results_json_add_dtypes(mha_out *w, char *why, size_t len);
 /* A Google Benchmark row's string field key, or NULL when absent or not a
  * string. */
 const char *results_row_str(struct json_object *row, const char *key);

@@ -1,5 +1,6 @@
-/* fmt_rows.c - follow-up passes appended to a sweep's result file and the
- * per-benchmark summary (fmt_rows.h). */
+/* fmt_rows.c - the sweep's result file, written once by one writer: the
+ * context, every row as Google Benchmark reported it with the sweep's fields,
+ * follow-up passes appended, and the per-benchmark summary (fmt_rows.h). */
 #include "fmt_rows.h"
 
 #include <errno.h>
@@ -13,24 +14,9 @@
 #include <json-c/json.h>
 
 #include "fmt_results.h"
+#include "meas_gbench.h"
 #include "stats.h"
 #include "util.h"
-
-static json_object *parse_out(const mha_out *w, char *why, size_t len) {
-    size_t n;
-    char *text = results_out_read(w, &n, why, len);
-    if (!text) return NULL;
-    json_object *root = json_tokener_parse(text);
-    free(text);
-    json_object *rows;
-    if (!root || !json_object_object_get_ex(root, "benchmarks", &rows) ||
-        !json_object_is_type(rows, json_type_array)) {
-        json_object_put(root);
-        snprintf(why, len, "a pass's result file is not Google Benchmark JSON");
-        return NULL;
-    }
-    return root;
-}
 
 static double num_of(json_object *o, const char *key, double dflt) {
     json_object *v;
@@ -104,64 +90,106 @@ static json_object *summary(const acc *x, const unsigned char *dist) {
     return o;
 }
 
-mha_status rows_finish(mha_out *main, mha_out *passes, int npasses, char *why, size_t len) {
-    json_object *root = parse_out(main, why, len), *rows;
-    if (!root) return MHA_EFORMAT;
-    json_object_object_get_ex(root, "benchmarks", &rows);
-    /* names that got rows in a later pass lose their aggregates (stale) */
-    json_object *out = json_object_new_array();
-    json_object **pr = xrealloc_or_exit(NULL, (size_t)(npasses ? npasses : 1), sizeof *pr, "sweep");
-    for (int p = 0; p < npasses; p++) {
-        pr[p] = parse_out(&passes[p], why, len);
-        if (!pr[p]) {
-            for (int q = 0; q < p; q++) json_object_put(pr[q]);
-            free(pr);
-            json_object_put(root);
-            json_object_put(out);
-            return MHA_EFORMAT;
+mha_status rows_begin(rows_file *f, char *why, size_t len) {
+    memset(f, 0, sizeof *f);
+    char *text = mha_gbench_context_json();
+    if (!text) {
+        snprintf(why, len, "Google Benchmark gave no context");
+        return MHA_EIO;
+    }
+    f->root = json_tokener_parse(text);
+    free(text);
+    json_object *ctx;
+    if (!f->root || !json_object_object_get_ex(f->root, "context", &ctx)) {
+        json_object_put(f->root);
+        f->root = NULL;
+        snprintf(why, len, "Google Benchmark's context is not JSON");
+        return MHA_EFORMAT;
+    }
+    f->rows = json_object_new_array();
+    json_object_object_add(f->root, "benchmarks", f->rows);
+    return MHA_OK;
+}
+
+void rows_context(rows_file *f, const char *key, const char *value) {
+    json_object *ctx;
+    if (f->root && json_object_object_get_ex(f->root, "context", &ctx))
+        json_object_object_add(ctx, key, json_object_new_string(value));
+}
+
+mha_status rows_add(rows_file *f, const char *json, int pass, const char *dtype,
+                    const char *kv_dtype, char *why, size_t len) {
+    json_object *row = json ? json_tokener_parse(json) : NULL;
+    if (!row || !json_object_is_type(row, json_type_object)) {
+        json_object_put(row);
+        snprintf(why, len, "a row Google Benchmark reported is not a JSON object");
+        return MHA_EFORMAT;
+    }
+    /* the benchmark's own fields, right after its name */
+    json_object *out = json_object_new_object();
+    json_object_object_foreach(row, key, val) {
+        json_object_object_add(out, key, json_object_get(val));
+        if (strcmp(key, "name") == 0 && dtype) {
+            json_object_object_add(out, "dtype", json_object_new_string(dtype));
+            json_object_object_add(out, "kv_dtype",
+                                   json_object_new_string(kv_dtype ? kv_dtype : dtype));
         }
     }
+    json_object_put(row);
+    json_object_array_add(f->rows, out);
+    if (f->n == f->cap) {
+        f->cap = f->cap ? 2 * f->cap : 64;
+        f->pass = xrealloc_or_exit(f->pass, (size_t)f->cap, sizeof *f->pass, "sweep");
+    }
+    f->pass[f->n++] = pass;
+    return MHA_OK;
+}
+
+void rows_free(rows_file *f) {
+    json_object_put(f->root);
+    free(f->pass);
+    memset(f, 0, sizeof *f);
+}
+
+mha_status rows_commit(rows_file *f, mha_out *w, char *why, size_t len) {
+    json_object *rows = f->rows;
+    /* iteration rows in the order reported (every pass's after the first's),
+     * then the first pass's aggregates of names no later pass added to */
+    json_object *out = json_object_new_array();
     acc *a = NULL;
     int na = 0;
     unsigned char **dist = NULL;
-    /* every iteration row, main's first, then each pass's, into out */
-    for (int p = -1; p < npasses; p++) {
-        json_object *src;
-        json_object_object_get_ex(p < 0 ? root : pr[p], "benchmarks", &src);
-        const size_t n = json_object_array_length(src);
-        for (size_t i = 0; i < n; i++) {
-            json_object *row = json_object_array_get_idx(src, i);
-            const char *name = results_row_str(row, "name");
-            if (!name || !results_row_is_iteration(row)) continue;
-            const int before = na;
-            acc *x = acc_find(&a, &na, name);
-            const int k = (int)(x - a);
-            if (na > before) {
-                dist = xrealloc_or_exit(dist, (size_t)na, sizeof *dist, "sweep");
-                dist[k] = NULL;
-            }
-            if (x->n == x->cap) {
-                x->cap = x->cap ? 2 * x->cap : 8;
-                x->ns = xrealloc_or_exit(x->ns, (size_t)x->cap, sizeof *x->ns, "sweep");
-                x->gf = xrealloc_or_exit(x->gf, (size_t)x->cap, sizeof *x->gf, "sweep");
-                dist[k] = xrealloc_or_exit(dist[k], (size_t)x->cap, 1, "sweep");
-            }
-            json_object *err;
-            const int failed = json_object_object_get_ex(row, "error_occurred", &err) &&
-                               json_object_get_boolean(err);
-            if (!failed) {
-                x->ns[x->n] = num_of(row, "real_time", 0) *
-                              results_unit_ns(results_row_str(row, "time_unit"));
-                x->gf[x->n] = num_of(row, "GFLOPS", 0);
-                dist[k][x->n] = num_of(row, "disturbed", 0) > 0;
-                x->disturbed += dist[k][x->n];
-                x->extra += p >= 0;
-                x->n++;
-            }
-            json_object *copy = NULL;
-            json_object_deep_copy(row, &copy, NULL);
-            json_object_array_add(out, copy);
+    const size_t n = json_object_array_length(rows);
+    for (size_t i = 0; i < n; i++) {
+        json_object *row = json_object_array_get_idx(rows, i);
+        const char *name = results_row_str(row, "name");
+        if (!name || !results_row_is_iteration(row)) continue;
+        const int before = na;
+        acc *x = acc_find(&a, &na, name);
+        const int k = (int)(x - a);
+        if (na > before) {
+            dist = xrealloc_or_exit(dist, (size_t)na, sizeof *dist, "sweep");
+            dist[k] = NULL;
         }
+        if (x->n == x->cap) {
+            x->cap = x->cap ? 2 * x->cap : 8;
+            x->ns = xrealloc_or_exit(x->ns, (size_t)x->cap, sizeof *x->ns, "sweep");
+            x->gf = xrealloc_or_exit(x->gf, (size_t)x->cap, sizeof *x->gf, "sweep");
+            dist[k] = xrealloc_or_exit(dist[k], (size_t)x->cap, 1, "sweep");
+        }
+        json_object *err;
+        const int failed =
+            json_object_object_get_ex(row, "error_occurred", &err) && json_object_get_boolean(err);
+        if (!failed) {
+            x->ns[x->n] =
+                num_of(row, "real_time", 0) * results_unit_ns(results_row_str(row, "time_unit"));
+            x->gf[x->n] = num_of(row, "GFLOPS", 0);
+            dist[k][x->n] = num_of(row, "disturbed", 0) > 0;
+            x->disturbed += dist[k][x->n];
+            x->extra += f->pass[i] > 0;
+            x->n++;
+        }
+        json_object_array_add(out, json_object_get(row));
     }
     /* renumber repetitions per name over all passes */
     int *seen = xrealloc_or_exit(NULL, (size_t)(na ? na : 1), sizeof *seen, "sweep");
@@ -180,33 +208,28 @@ mha_status rows_finish(mha_out *main, mha_out *passes, int npasses, char *why, s
         json_object_object_add(row, "repetition_index", json_object_new_int(seen[x - a]++));
         json_object_object_add(row, "repetitions", json_object_new_int(total[x - a]));
     }
-    /* aggregates of names without extra rows stay (they still describe them) */
-    const size_t nmain = json_object_array_length(rows);
-    for (size_t i = 0; i < nmain; i++) {
+    for (size_t i = 0; i < n; i++) { /* aggregates of names without extra rows */
         json_object *row = json_object_array_get_idx(rows, i);
-        if (results_row_is_iteration(row)) continue;
+        if (results_row_is_iteration(row) || f->pass[i] > 0) continue;
         const char *rn = results_row_str(row, "run_name");
         int stale = 0;
         for (int k = 0; k < na && rn; k++)
             if (!strcmp(a[k].name, rn)) stale = a[k].extra > 0;
-        if (stale) continue;
-        json_object *copy = NULL;
-        json_object_deep_copy(row, &copy, NULL);
-        json_object_array_add(out, copy);
+        if (!stale) json_object_array_add(out, json_object_get(row));
     }
     json_object *sum = json_object_new_array();
     for (int k = 0; k < na; k++) json_object_array_add(sum, summary(&a[k], dist[k]));
-    json_object_object_add(root, "benchmarks", out);
-    json_object_object_add(root, "mha_rows", sum);
-    const char *text = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
-                                                                JSON_C_TO_STRING_NOSLASHESCAPE);
+    json_object_object_add(f->root, "benchmarks", out);
+    f->rows = out;
+    json_object_object_add(f->root, "mha_rows", sum);
+    const char *text =
+        json_object_to_json_string_ext(f->root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+                                                    JSON_C_TO_STRING_NOSLASHESCAPE);
     const size_t tl = strlen(text);
     mha_status st = MHA_OK;
-    if (lseek(main->fd, 0, SEEK_SET) != 0 ||
-        (st = mha_out_write(main, text, tl, why, len)) != MHA_OK ||
-        mha_out_write(main, "\n", 1, why, len) != MHA_OK ||
-        ftruncate(main->fd, (off_t)tl + 1) != 0) {
-        if (st == MHA_OK) snprintf(why, len, "cannot rewrite the result file: %s", strerror(errno));
+    if (lseek(w->fd, 0, SEEK_SET) != 0 || (st = mha_out_write(w, text, tl, why, len)) != MHA_OK ||
+        mha_out_write(w, "\n", 1, why, len) != MHA_OK || ftruncate(w->fd, (off_t)tl + 1) != 0) {
+        if (st == MHA_OK) snprintf(why, len, "cannot write the result file: %s", strerror(errno));
         st = MHA_EIO;
     }
     for (int k = 0; k < na; k++) {
@@ -219,8 +242,5 @@ mha_status rows_finish(mha_out *main, mha_out *passes, int npasses, char *why, s
     free(dist);
     free(seen);
     free(total);
-    for (int p = 0; p < npasses; p++) json_object_put(pr[p]);
-    free(pr);
-    json_object_put(root);
     return st;
 }

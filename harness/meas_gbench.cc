@@ -8,13 +8,16 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -137,6 +140,67 @@ class json_file_reporter : public benchmark::JSONReporter {
     run_fixer fixer_;
 };
 
+// Google Benchmark's JSON writes a non-finite double as a bare NaN, Infinity
+// or -Infinity, which is not JSON: each such token (outside strings) becomes
+// null.
+std::string json_nonfinite_null(const std::string &in) {
+    std::string out;
+    out.reserve(in.size());
+    static const char *const words[] = {"-Infinity", "Infinity", "NaN", "-nan", "nan", "-inf",
+                                        "inf"};
+    bool str = false;
+    for (size_t i = 0; i < in.size();) {
+        const char c = in[i];
+        if (str) {
+            out += c;
+            if (c == '\\' && i + 1 < in.size()) out += in[++i];
+            else if (c == '"') str = false;
+            i++;
+            continue;
+        }
+        if (c == '"') str = true;
+        size_t wl = 0;
+        const bool boundary = i == 0 || !std::isalnum((unsigned char)in[i - 1]);
+        for (const char *w : words) {
+            const size_t l = std::strlen(w);
+            if (boundary && !wl && in.compare(i, l, w) == 0 &&
+                (i + l == in.size() || !std::isalnum((unsigned char)in[i + l])))
+                wl = l;
+        }
+        if (wl) {
+            out += "null";
+            i += wl;
+            continue;
+        }
+        out += c;
+        i++;
+    }
+    return out;
+}
+
+// One row as Google Benchmark's own JSON reporter writes it (the same
+// fields, names and formatting as its --benchmark_out file), non-finite
+// numbers as null: the text the C side stores (mha_gbench_result.json).
+class row_json {
+  public:
+    row_json() {
+        rep_.SetOutputStream(&os_);
+        rep_.SetErrorStream(&std::cerr);
+    }
+    std::string of(const benchmark::BenchmarkReporter::Run &r) {
+        os_.str("");
+        os_.clear();
+        rep_.ReportRuns(std::vector<benchmark::BenchmarkReporter::Run>{r});
+        std::string t = os_.str();
+        const size_t b = t.find('{'); // after the ",\n" between reports
+        return json_nonfinite_null(b == std::string::npos ? t : t.substr(b));
+    }
+
+  private:
+    std::ostringstream os_;
+    benchmark::JSONReporter rep_;
+};
+
 // The display side: forwards fixed rows to an inner reporter (console, or the
 // --benchmark_format one) when there is one, and to the C callback.
 class display_reporter : public benchmark::BenchmarkReporter {
@@ -177,6 +241,8 @@ class display_reporter : public benchmark::BenchmarkReporter {
             res.ncounters = (int)names.size();
             res.counter_names = names.data();
             res.counter_values = values.data();
+            const std::string json = json_.of(r);
+            res.json = json.c_str();
             fn_(&res, user_);
         }
     }
@@ -190,6 +256,7 @@ class display_reporter : public benchmark::BenchmarkReporter {
     mha_gbench_report_fn fn_;
     void *user_;
     run_fixer fixer_;
+    row_json json_;
 };
 
 bool has_flag(int argc, char **argv, const char *prefix) {
@@ -326,35 +393,30 @@ extern "C" int mha_gbench_run(int argc, char **argv, const char *json_out,
     return 2;
 }
 
-// An empty shard's file: Google Benchmark writes a file only around runs, so
-// its JSON reporter is driven here directly, context and an empty list.
-extern "C" int mha_gbench_write_context(const char *json_out) {
+// The context a result file opens with, as Google Benchmark's JSON reporter
+// writes it (its keys and the custom ones added so far), driven directly:
+// the C side writes the whole file itself (harness/fmt_rows.c).
+extern "C" char *mha_gbench_context_json(void) {
     try {
         // Initialize sets the executable name the context reports.
         std::string prog = "mhabench";
         char *argv[] = {&prog[0], nullptr};
         int argc = 1;
         benchmark::Initialize(&argc, argv);
-        std::ofstream f(json_out, std::ios::out | std::ios::trunc);
-        if (!f) {
-            std::fprintf(stderr, "mhabench: cannot write '%s'\n", json_out);
-            return 2;
-        }
+        std::ostringstream os;
         benchmark::JSONReporter rep;
-        rep.SetOutputStream(&f);
+        rep.SetOutputStream(&os);
         rep.SetErrorStream(&std::cerr);
-        if (!rep.ReportContext(benchmark::BenchmarkReporter::Context())) return 2;
-        rep.Finalize();
-        f.flush();
-        if (!f) {
-            std::fprintf(stderr, "mhabench: cannot write '%s'\n", json_out);
-            return 2;
-        }
-        return 0;
+        if (!rep.ReportContext(benchmark::BenchmarkReporter::Context())) return nullptr;
+        rep.Finalize(); // closes the (empty) benchmarks list and the object
+        const std::string t = json_nonfinite_null(os.str());
+        char *out = (char *)std::malloc(t.size() + 1);
+        if (out) std::memcpy(out, t.c_str(), t.size() + 1);
+        return out;
     } catch (const std::exception &e) {
         std::fprintf(stderr, "mhabench: Google Benchmark failed: %s\n", e.what());
     } catch (...) {
         std::fprintf(stderr, "mhabench: Google Benchmark failed (unknown exception)\n");
     }
-    return 2;
+    return nullptr;
 }

@@ -88,6 +88,10 @@ typedef struct {
     int ncounters;
     const char *const *counter_names;
     const double *counter_values;
+    /* The row as Google Benchmark's JSON reporter writes it (one object, its
+     * fields and formatting), non-finite numbers as null: what a result file
+     * stores (harness/fmt_rows.c writes it once, with the sweep's fields). */
+    const char *json;
 } mha_gbench_result;
 
 /* The value of a counter in r, or fallback when absent. */
@@ -108,11 +112,11 @@ enum { MHA_GBENCH_NO_MATCH = 3 };
 int mha_gbench_run(int argc, char **argv, const char *json_out, mha_gbench_report_fn report,
                    void *user);
 
-/* Writes what mha_gbench_run's JSON file would hold if no benchmark ran:
- * the context (Google Benchmark's and the custom keys) and an empty
- * "benchmarks" list (an empty shard of a sweep). Returns 0, or 2 after a
- * message. */
-int mha_gbench_write_context(const char *json_out);
+/* The JSON a result file would hold if no benchmark ran: the context
+ * (Google Benchmark's keys and the custom ones added so far) and an empty
+ * "benchmarks" list, non-finite numbers as null; malloc'd (free it), or
+ * NULL after a message. */
+char *mha_gbench_context_json(void);
 
 /* Drops every registration (for a second run in one process). Custom context
  * stays: Google Benchmark 1.7.1 has no way to remove it, and adding a key

@@ -1540,6 +1540,67 @@ static void test_gbench_shim_errors(void **state) {
     mha_gbench_clear();
 }
 
+/* The row the shim hands over (mha_gbench_result.json) is Google
+ * Benchmark's own JSON for it with non-finite numbers as null: the one
+ * writer (harness/fmt_rows.c) stores it as is, nothing patches the file. */
+static void nonfinite(mha_gbench_state *st, void *user) {
+    (void)user;
+    while (mha_gbench_keep_running(st)) {
+    }
+    mha_gbench_counter(st, "nan", 0.0 / 0.0, MHA_GBENCH_PLAIN);
+    mha_gbench_counter(st, "inf", 1.0 / 0.0, MHA_GBENCH_PLAIN);
+    mha_gbench_counter(st, "ninf", -1.0 / 0.0, MHA_GBENCH_PLAIN);
+    mha_gbench_counter(st, "GFLOPS", 2.5, MHA_GBENCH_PLAIN);
+    mha_gbench_set_label(st, "a \"label\" NaN Infinity");
+}
+
+typedef struct {
+    int rows;
+    char json[4096];
+} row_capture;
+
+static void capture_row(const mha_gbench_result *r, void *user) {
+    row_capture *c = user;
+    if (r->aggregate) return;
+    c->rows++;
+    snprintf(c->json, sizeof c->json, "%s", r->json ? r->json : "");
+}
+
+static void test_gbench_row_json(void **state) {
+    (void)state;
+    mha_gbench_clear();
+    mha_gbench_def d = {0};
+    d.name = "shim/nonfinite";
+    d.run = nonfinite;
+    d.iterations = 1;
+    assert_int_equal(mha_gbench_register(&d), 0);
+    /* Google Benchmark's flags outlive a run in one process: the filter set */
+    char a0[] = "test", a1[] = "--benchmark_filter=shim/nonfinite",
+         a2[] = "--benchmark_repetitions=1";
+    char *argv[] = {a0, a1, a2, NULL};
+    row_capture c = {0};
+    assert_int_equal(mha_gbench_run(3, argv, NULL, capture_row, &c), 0);
+    assert_int_equal(c.rows, 1);
+    print_message("  row: %s\n", c.json);
+    json_object *o = json_tokener_parse(c.json);
+    assert_non_null(o); /* valid JSON: no bare NaN or Infinity */
+    json_object *v;
+    assert_true(json_object_object_get_ex(o, "nan", &v));
+    assert_null(v);
+    assert_true(json_object_object_get_ex(o, "inf", &v));
+    assert_null(v);
+    assert_true(json_object_object_get_ex(o, "ninf", &v));
+    assert_null(v);
+    assert_true(json_object_object_get_ex(o, "GFLOPS", &v));
+    assert_true(json_object_get_double(v) == 2.5);
+    assert_true(json_object_object_get_ex(o, "label", &v));
+    assert_string_equal(json_object_get_string(v), "a \"label\" NaN Infinity");
+    assert_true(json_object_object_get_ex(o, "name", &v));
+    assert_string_equal(json_object_get_string(v), "shim/nonfinite");
+    json_object_put(o);
+    mha_gbench_clear();
+}
+
 /* MHA_TUNING naming a FIFO is reported (and, like any unusable table,
  * ignored) at once instead of blocking in open. */
 static void test_tuning_fifo(void **state) {
@@ -1684,6 +1745,7 @@ int main(void) {
         cmocka_unit_test(test_out_keeps_mode),
         cmocka_unit_test(test_ab_signal),
         cmocka_unit_test(test_gbench_shim_errors),
+        cmocka_unit_test(test_gbench_row_json),
         cmocka_unit_test(test_verify_kernel_list),
         cmocka_unit_test(test_profile_seconds),
         cmocka_unit_test(test_profile_alloc_failure),

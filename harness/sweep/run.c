@@ -144,10 +144,22 @@ void group_line(const run_state *rs, const bench *of) {
 
 void on_report(const mha_gbench_result *r, void *user) {
     run_state *rs = user;
-    if (r->aggregate) return;
     bench *b = NULL;
     for (int i = 0; i < rs->nbench && !b; i++)
         if (strcmp(rs->benches[i].name, r->name) == 0) b = &rs->benches[i];
+    /* the row, with the fields its benchmark was registered with */
+    char why[256];
+    const char *dt = NULL, *kvdt = NULL;
+    if (b) {
+        const mha_problem p = meas_problem(&b->s);
+        dt = mha_dtype_name(p.dtype);
+        kvdt = mha_dtype_name(b->s.layer ? p.dtype : mha_problem_kv_dtype(&p));
+    }
+    if (rows_add(&rs->rows, r->json, rs->pass, dt, kvdt, why, sizeof why) != MHA_OK) {
+        errorf("sweep: %s: %s", r->name, why);
+        rs->row_error = 1;
+    }
+    if (r->aggregate) return;
     rs->done++;
     rs->runs++;
     char shp[128], reps[64] = "";
@@ -351,10 +363,10 @@ int wanted(bench *b, int repetitions) {
     return retake + more;
 }
 
-/* One follow-up pass into *pass (an unnamed file beside out). Returns 0
+/* One follow-up pass, its rows into rs->rows. Returns 0
  * when it ran, 1 when nothing needed it, -1 on an error (printed). */
 int run_pass(const sweep_args *a, bench *benches, int nbench, double min_time, int p,
-             const mha_out *out, mha_out *pass, run_state *rs) {
+             run_state *rs) {
     int *want = sweep_realloc(NULL, (size_t)nbench, sizeof *want), nreg = 0, nb = 0;
     for (int i = 0; i < nbench; i++) {
         want[i] = wanted(&benches[i], benches[i].reps);
@@ -383,13 +395,6 @@ int run_pass(const sweep_args *a, bench *benches, int nbench, double min_time, i
     }
     free(order);
     free(want);
-    char why[1024], path[4200];
-    snprintf(path, sizeof path, "%s.pass%d", out->target, p);
-    if (mha_out_begin(pass, path, MHA_OUT_REPLACE, why, sizeof why) != MHA_OK) {
-        errorf("sweep: pass %d: %s", p + 1, why);
-        free(extra0);
-        return -1;
-    }
     char a_min[64];
     snprintf(a_min, sizeof a_min, "--benchmark_min_time=%g", min_time);
     char *gargv[] = {(char *)"mhabench", a_min, (char *)"--benchmark_repetitions=1", NULL};
@@ -414,14 +419,38 @@ int run_pass(const sweep_args *a, bench *benches, int nbench, double min_time, i
         for (int r = 0; r < benches[i].extra - extra0[i]; r++)
             progress_plan(&rs->prog, benches[i].group, benches[i].cost);
     free(extra0);
-    const int rc = mha_gbench_run(3, gargv, pass->name, on_report, rs);
+    rs->pass = p;
+    const int rc = mha_gbench_run(3, gargv, NULL, on_report, rs);
     progress_end(&rs->prog);
-    if (rc != 0 || results_json_fix_nonfinite(pass, why, sizeof why) != MHA_OK) {
-        errorf("sweep: pass %d failed%s%s", p + 1, rc ? "" : ": ", rc ? "" : why);
-        mha_out_abort(pass);
+    if (rc != 0 || rs->row_error) {
+        errorf("sweep: pass %d failed", p + 1);
         return -1;
     }
     return 0;
+}
+
+/* What is known only at the end, for the file's context: how often the
+ * peaks were retaken, and how loaded the host was (the share of repetitions
+ * the evidence marked disturbed, and the median CPU time stolen per
+ * repetition). */
+static void run_facts(run_state *rs, const bench *benches, int nbench) {
+    char buf[256];
+    if (sweep_rm) {
+        snprintf(buf, sizeof buf, "%d", sweep_rm->peak_takes);
+        rows_context(&rs->rows, "mha_peak_takes", buf);
+    }
+    int reps = 0, dist = 0;
+    for (int i = 0; i < nbench; i++) {
+        reps += benches[i].nres;
+        dist += benches[i].nres - bench_clean(&benches[i]);
+    }
+    const double share = reps ? (double)dist / reps : 0;
+    snprintf(buf, sizeof buf, "%s: %d of %d repetitions disturbed (%.0f%%)",
+             share < 0.1     ? "quiet"
+             : share <= 0.25 ? "partly busy"
+                             : "busy",
+             dist, reps, 100 * share);
+    rows_context(&rs->rows, "mha_load", buf);
 }
 
 int run_and_commit(const sweep_args *a, bench *benches, int nbench, int ngroups, int interleaved,
@@ -449,6 +478,12 @@ int run_and_commit(const sweep_args *a, bench *benches, int nbench, int ngroups,
     int rows = 0; /* interleaved: each benchmark's own count (baseline kernels fewer) */
     for (int i = 0; i < nbench; i++) rows += interleaved ? benches[i].reps : rows_per;
     memset(rs, 0, sizeof *rs);
+    if (rows_begin(&rs->rows, why, sizeof why) != MHA_OK) {
+        errorf("sweep: %s", why);
+        free(match);
+        free(gargv);
+        return -1;
+    }
     rs->benches = benches;
     rs->nbench = nbench;
     rs->total = filtered == nbench ? rows : filtered * rows_per;
@@ -467,40 +502,28 @@ int run_and_commit(const sweep_args *a, bench *benches, int nbench, int ngroups,
            interleaved ? "interleaved" : "grouped", min_time, nskipped, est);
     fflush(stdout);
     *t0 = now_s();
-    const int rc = mha_gbench_run(gargc, gargv, out->name, on_report, rs);
+    const int rc = mha_gbench_run(gargc, gargv, NULL, on_report, rs);
     progress_end(&rs->prog);
     free(gargv);
     if (rc == MHA_GBENCH_NO_MATCH) {
         errorf("sweep: no benchmark matched --benchmark_filter=%s; nothing written",
                a->filter ? a->filter : "");
+        rows_free(&rs->rows);
         return -1;
     }
-    if (rc != 0) return -1;
-    struct stat sb;
-    if (fstat(out->fd, &sb) != 0 || sb.st_size == 0) {
-        errorf("sweep: Google Benchmark wrote no results to '%s'; nothing committed", out->target);
-        return -1;
-    }
-    if (results_json_fix_nonfinite(out, why, sizeof why) != MHA_OK) {
-        errorf("sweep: %s", why);
+    if (rc != 0 || rs->row_error) {
+        rows_free(&rs->rows);
         return -1;
     }
     /* Follow-up passes: disturbed repetitions retaken, wide intervals
-     * narrowed; their rows join the file (fmt_rows.c). */
-    mha_out passes[SWEEP_MAX_PASSES];
-    int npasses = 0;
+     * narrowed; their rows join the file's (fmt_rows.c). */
     const double pass1 = now_s() - *t0;
-    for (int p = 1; p < a->passes && now_s() - *t0 < 3 * pass1; p++) { /* a->passes: resolved */
-        if (run_pass(a, benches, nbench, min_time, p, out, &passes[npasses], rs) != 0) break;
-        npasses++;
-    }
-    const mha_status fst = rows_finish(out, passes, npasses, why, sizeof why);
-    for (int p = 0; p < npasses; p++) mha_out_abort(&passes[p]);
-    if (fst != MHA_OK) {
-        errorf("sweep: %s", why);
-        return -1;
-    }
-    if (results_json_add_dtypes(out, why, sizeof why) != MHA_OK ||
+    for (int p = 1; p < a->passes && now_s() - *t0 < 3 * pass1; p++) /* a->passes: resolved */
+        if (run_pass(a, benches, nbench, min_time, p, rs) != 0) break;
+    run_facts(rs, benches, nbench);
+    const mha_status st = rows_commit(&rs->rows, out, why, sizeof why);
+    rows_free(&rs->rows);
+    if (st != MHA_OK ||
         (a->out_path ? mha_out_commit(out, why, sizeof why)
                      : results_commit_run(out, RUNS_DIR, started, why, sizeof why)) != MHA_OK) {
         errorf("sweep: %s", why);
@@ -513,8 +536,14 @@ int run_and_commit(const sweep_args *a, bench *benches, int nbench, int ngroups,
  * list, shard) and no rows, so merge sees every index of a complete run. */
 int write_empty_shard(const sweep_args *a, mha_out *out, time_t started) {
     char why[1024];
-    if (mha_gbench_write_context(out->name) != 0) return EXIT_USAGE;
-    if (results_json_fix_nonfinite(out, why, sizeof why) != MHA_OK ||
+    rows_file rows;
+    if (rows_begin(&rows, why, sizeof why) != MHA_OK) {
+        errorf("sweep: %s", why);
+        return EXIT_USAGE;
+    }
+    const mha_status st = rows_commit(&rows, out, why, sizeof why);
+    rows_free(&rows);
+    if (st != MHA_OK ||
         (a->out_path ? mha_out_commit(out, why, sizeof why)
                      : results_commit_run(out, RUNS_DIR, started, why, sizeof why)) != MHA_OK) {
         errorf("sweep: %s", why);

@@ -123,7 +123,10 @@ typedef struct {
     int interleaved;
     int runs; /* every pass's rows */
     int ngroups;
-    progress prog; /* sweep/progress.c: lines, bar, the time left */
+    progress prog;  /* sweep/progress.c: lines, bar, the time left */
+    rows_file rows; /* the result file's rows, written once at the end (fmt_rows.c) */
+    int pass;       /* the pass running: 0 the first */
+    int row_error;  /* a row the writer refused (its message printed) */
 } run_state;
 
 typedef struct {
@@ -241,7 +244,7 @@ shape *build_shapes(const sweep_args *a, const preset *pr, const sweep_axes *x, 
                     int *count);
 int wanted(bench *b, int repetitions);
 int run_pass(const sweep_args *a, bench *benches, int nbench, double min_time, int p,
-             const mha_out *out, mha_out *pass, run_state *rs);
+             run_state *rs);
 int run_and_commit(const sweep_args *a, bench *benches, int nbench, int ngroups, int interleaved,
                    int repetitions, double min_time, int nskipped, mha_out *out, time_t started,
                    run_state *rs, double *t0);

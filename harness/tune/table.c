@@ -2,9 +2,11 @@
  * when the run ends, never over another), a class's entry, the table's
  * header, the classes carried from the table before, the closing lines. */
 #include <errno.h>
+#include <limits.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -263,20 +265,39 @@ static void carry_old_classes(tune_run *r) {
     mha_table_free(&old);
 }
 
-/* The closing lines: counts, time, the table, and a warning when classes were
- * measured on a busy machine. */
-static void print_summary(const tune_run *r, double elapsed) {
+/* Whether paths a and b name one file (both resolved; else as written). */
+static int same_path(const char *a, const char *b) {
+    char ra[PATH_MAX], rb[PATH_MAX];
+    if (realpath(a, ra) && realpath(b, rb)) return strcmp(ra, rb) == 0;
+    return strcmp(a, b) == 0;
+}
+
+/* Where the table went and why there; a note when mha_select reads another
+ * file (MHA_TUNING set, or --out elsewhere): the run's table is then not
+ * what `--kernel auto` and the library use. */
+static void print_where(const tune_run *r) {
     printf("tune: %d measurements, %d verification failures; table %s\n", r->tx.measurements,
            r->tx.failures, r->out_path);
+    const int kept = strcmp(r->carry_path, r->out_path) && access(r->carry_path, F_OK) == 0;
+    char dwhy[512];
+    mha_table_dir_why(dwhy, sizeof dwhy);
     if (!r->a.out)
-        printf("tune: written where mha_select reads first (%s)%s%s%s\n", mha_table_write_dir(),
-               strcmp(r->carry_path, r->out_path) && access(r->carry_path, F_OK) == 0
-                   ? "; kept the older "
-                   : "",
-               strcmp(r->carry_path, r->out_path) && access(r->carry_path, F_OK) == 0
-                   ? r->carry_path
-                   : "",
+        printf("tune: written where mha_select reads first (%s: %s)%s%s%s\n", mha_table_write_dir(),
+               dwhy, kept ? "; kept the older " : "", kept ? r->carry_path : "",
                r->a.force ? " (--force: replaced)" : "; the newest table of a CPU is the one read");
+    char reads[4096];
+    mha_table_default_path(reads, sizeof reads);
+    if (!same_path(reads, r->out_path))
+        printf("tune: note: mha_select reads %s%s, not this table; MHA_TUNING=%s makes it read "
+               "this one\n",
+               reads, getenv("MHA_TUNING") && *getenv("MHA_TUNING") ? " (MHA_TUNING)" : "",
+               r->out_path);
+}
+
+/* The closing lines: where the table went, counts, time, and a warning when
+ * classes were measured on a busy machine. */
+static void print_summary(const tune_run *r, double elapsed) {
+    print_where(r);
     printf("tune: %d samples retaken for interference evidence, %d kept disturbed (retakes ran "
            "out)\n",
            r->tx.retakes, r->tx.disturbed_kept);

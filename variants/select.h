@@ -160,6 +160,10 @@ void mha_table_dir_why(char *why, size_t len);
  * an installed tune feeds the installed library and a build in the tree
  * the tree's tables (committed there; `meson install` ships them). */
 const char *mha_table_write_dir(void);
+/* What path would replace when it is in a folder of shipped tables (this
+ * build's installed tables, the source tree's results/tuning), else NULL:
+ * tune replaces those only with --force. */
+const char *mha_table_shipped(const char *path);
 
 /* The kernel mha_select falls back to without a table (tune's "default"):
  * the best-ranked kernel that runs here and takes p's dtypes, of the decode

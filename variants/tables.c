@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <json-c/json.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,6 +62,27 @@ void mha_table_dir_why(char *why, size_t len) {
                  "the source tree's tables (MHA_TUNING_DIR is unset, and " MHA_DATA_DIR
                  "/tuning is absent: not installed)");
     }
+}
+
+/* Whether path's folder is the resolved folder dir. */
+static int in_folder(const char *path, const char *dir) {
+    char buf[4096], rp[PATH_MAX], rd[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    char *slash = strrchr(buf, '/');
+    if (slash == buf)
+        buf[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(buf, sizeof buf, ".");
+    return realpath(buf, rp) && realpath(dir, rd) && strcmp(rp, rd) == 0;
+}
+
+const char *mha_table_shipped(const char *path) {
+    if (in_folder(path, MHA_DATA_DIR "/tuning")) return "an installed table";
+    if (in_folder(path, MHA_SOURCE_DIR "/results/tuning"))
+        return "a table of the source tree's results/tuning (committed ones live there)";
+    return NULL;
 }
 
 const char *mha_table_write_dir(void) {

@@ -34,7 +34,8 @@ static void usage_tune(FILE *f) {
             "                <datadir>/mhabench/tuning, else the tree's results/tuning; a\n"
             "                table already there is kept and the new one written beside it\n"
             "                as <cpu key>-<UTC time>.json, which mha_select reads as newer)\n"
-            "  --force       replace this CPU's table there instead\n"
+            "  --force       replace this CPU's table there instead (and let --out replace\n"
+            "                an installed table or one in the tree's results/tuning)\n"
             "  --seed N      input data seed (default 1)\n"
             "  --shard I/N   tune every N-th class from the I-th (fleet mode: N hosts of one\n"
             "                CPU type; `scripts/fleet_report.py tuning` joins their tables)\n",

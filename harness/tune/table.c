@@ -99,6 +99,13 @@ tune_status open_outputs(tune_run *r) {
         fmt(r->out_path, sizeof r->out_path, "%s.json", r->base);
     }
     const int keep = !r->a.out && !r->a.force;
+    const char *shipped = r->a.out ? mha_table_shipped(r->a.out) : NULL;
+    if (shipped && !r->a.force && access(r->a.out, F_OK) == 0) {
+        errorf("tune: --out %s is %s: --force replaces it, or without --out tune adds a new "
+               "table beside it (which mha_select reads as the newer)",
+               r->a.out, shipped);
+        return TUNE_BAD_INPUT;
+    }
     char dir[4096], tmpd[4096];
     fmt(tmpd, sizeof tmpd, "%s", r->out_path);
     fmt(dir, sizeof dir, "%s", dirname(tmpd));

@@ -2,7 +2,8 @@
 # run_install_test.sh SOURCE_ROOT - the installed program and library use one
 # fresh table (issue 26): a build of SOURCE_ROOT configured with --prefix in a
 # scratch folder is installed there; its `mhabench tune` (one cheap class)
-# must write beside the installed tables, its `recommend` and a C program
+# must write beside the installed tables (and `tune --out` onto one is refused
+# without --force), its `recommend` and a C program
 # built against the installed mha.pc (mha_select) must name that same file,
 # the installed copy of the committed table must stay as it was, and the
 # source tree's results/ must be untouched. About 30-60 s (most of it the build).
@@ -43,6 +44,19 @@ libdir=$(dirname "$(dirname "$pc")")
 # the installed tables before tune: each must keep its bytes
 (cd "$tables" && find . -maxdepth 1 -name '*.json' -print0 | sort -z | xargs -0 -r sha256sum) \
     >"$tmp/installed.sum"
+
+echo "== installed tune --out onto an installed table, without --force: refused"
+shipped=$(awk 'NR == 1 {print $2}' "$tmp/installed.sum")
+[ -n "$shipped" ] || fail "no table installed in $tables"
+set +e
+"$bench" tune --budget 1 --threads 1 --dtype fp32 --shard 3/16 --out "$tables/${shipped#./}" \
+    >"$tmp/refused.out" 2>&1
+rc=$?
+set -e
+cat "$tmp/refused.out"
+[ "$rc" = 2 ] || fail "tune --out onto the installed $shipped: exit $rc, not 2"
+grep -q "is an installed table: --force replaces it" "$tmp/refused.out" ||
+    fail "tune --out onto an installed table: no message saying why"
 
 echo "== installed tune (one cheap class, d64-kv1024-t1)"
 "$bench" tune --budget 1 --threads 1 --dtype fp32 --shard 3/16 >"$tmp/tune.out" 2>&1 ||

@@ -19,8 +19,8 @@ int cmd_sweep(int argc, char **argv);     /* sweep/cmd.c */
 int cmd_report(int argc, char **argv);    /* sweep/report.c */
 int cmd_compare(int argc, char **argv);   /* compare/cmd.c */
 int cmd_bisect(int argc, char **argv);    /* cmd_bisect.c */
-int cmd_tune(int argc, char **argv);      /* cmd_tune.c */
-int cmd_recommend(int argc, char **argv); /* cmd_tune.c */
+int cmd_tune(int argc, char **argv);      /* tune/cmd.c */
+int cmd_recommend(int argc, char **argv); /* tune/recommend.c */
 int cmd_profile(int argc, char **argv);   /* cmd_profile.c */
 int cmd_merge(int argc, char **argv);     /* cmd_merge.c */
 

@@ -271,7 +271,7 @@ void errorf_esc(const char *fmt, ...) {
     errorf("%s", esc);
 }
 
-/* How long `mhabench tune` takes at its default budget (cmd_tune.c's
+/* How long `mhabench tune` takes at its default budget (harness/tune/tune.h's
  * DEFAULT_BUDGET_S, 120 s): the run keeps it within about 5%, verification
  * included. */
 #define TUNE_MINUTES "2"

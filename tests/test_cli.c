@@ -1302,24 +1302,45 @@ static void test_ab_signal(void **state) {
 /* tune checks its table path before measuring: a FIFO or folder is refused
  * at once and left as it was (the log is not created either). */
 /* Tables live where they are read: without --out, tune writes where
- * mha_select reads first (here MHA_TUNING_DIR), never over a table that is
- * there (a new one beside it, which recommend then reads), and replaces it
- * only with --force. */
+ * mha_select reads first (here MHA_TUNING_DIR), says where and why, never
+ * writes over a table that is there (a new one beside it, which recommend
+ * then reads), and replaces it only with --force; it notes when mha_select
+ * reads another file. recommend names the table it read and why that one
+ * (the folder, the file), or says there is none and what decided instead. */
 static void test_tune_keeps_tables(void **state) {
     (void)state;
     NEED_BENCH();
     char d[512], before[4096], after[4096], key[96];
     fresh_dir(d, sizeof d, "tune-keep");
     setenv("MHA_TUNING_DIR", d, 1);
+    unsetenv("MHA_TUNING");
+    mha_cpu_key(key, sizeof key);
+    char plain[1024], line[2200];
+    snprintf(plain, sizeof plain, "%s/%s.json", d, key);
+    /* no table yet: recommend says so, where it looked, and what decided */
+    int rc = run_bench("recommend", "--seq", "1024", "--heads", "8", "--head-dim", "64", NULL);
+    assert_int_equal(rc, 0);
+    snprintf(line, sizeof line, "\ntable     none for this CPU: no %s,", plain);
+    if (!strstr(g_out, line)) fail_msg("recommend without a table: %s", g_out);
+    snprintf(line, sizeof line, "\nfolder    %s: MHA_TUNING_DIR names it\n", d);
+    if (!strstr(g_out, line)) fail_msg("recommend does not say why that folder: %s", g_out);
+    assert_non_null(strstr(g_out, "\nfile      none: no "));
+    assert_non_null(strstr(g_out, "\ninstead   the cache model: "));
     const char *tune[] = {"tune",    "--budget", "1",       "--threads", "1",
                           "--dtype", "fp32",     "--shard", "3/16",      NULL};
-    int rc = run_bench(tune[0], tune[1], tune[2], tune[3], tune[4], tune[5], tune[6], tune[7],
-                       tune[8], NULL);
+    rc = run_bench(tune[0], tune[1], tune[2], tune[3], tune[4], tune[5], tune[6], tune[7], tune[8],
+                   NULL);
     if (rc != 0) fail_msg("tune: exit %d: %s", rc, g_err);
-    assert_non_null(strstr(g_out, "written where mha_select reads first"));
-    mha_cpu_key(key, sizeof key);
-    char plain[1024];
-    snprintf(plain, sizeof plain, "%s/%s.json", d, key);
+    snprintf(line, sizeof line,
+             "written where mha_select reads first (%s: MHA_TUNING_DIR names it)", d);
+    if (!strstr(g_out, line)) fail_msg("tune does not say where and why: %s", g_out);
+    assert_null(strstr(g_out, "tune: note: mha_select reads"));
+    rc = run_bench("recommend", "--seq", "1024", "--heads", "8", "--head-dim", "64", NULL);
+    assert_int_equal(rc, 0);
+    snprintf(line, sizeof line, "\ntable     %s\n", plain);
+    if (!strstr(g_out, line)) fail_msg("recommend does not name the table: %s", g_out);
+    snprintf(line, sizeof line, "\nfile      this CPU's table %s.json (no newer one", key);
+    if (!strstr(g_out, line)) fail_msg("recommend does not say why that file: %s", g_out);
     tu_slurp(plain, before, sizeof before);
     assert_true(before[0] == '{');
     sleep(1); /* a new UTC second: the next table's name */
@@ -1333,8 +1354,26 @@ static void test_tune_keeps_tables(void **state) {
     rc = run_bench("recommend", "--seq", "1024", "--heads", "8", "--head-dim", "64", NULL);
     assert_int_equal(rc, 0);
     char stamped[1100];
-    snprintf(stamped, sizeof stamped, "%s/%s-2", d, key); /* <key>-2026... */
+    snprintf(stamped, sizeof stamped, "\ntable     %s/%s-2", d, key); /* <key>-2026... */
     if (!strstr(g_out, stamped)) fail_msg("recommend did not read the newer table: %s", g_out);
+    assert_non_null(strstr(g_out, "\nfile      the newest of this CPU's 2 tables there"));
+    /* MHA_TUNING elsewhere: tune says the library reads that file, not its table */
+    snprintf(line, sizeof line, "%s/other.json", d);
+    setenv("MHA_TUNING", line, 1);
+    rc = run_bench(tune[0], tune[1], tune[2], tune[3], tune[4], tune[5], tune[6], tune[7], tune[8],
+                   "--out", line, NULL);
+    unsetenv("MHA_TUNING");
+    if (rc != 0) fail_msg("tune --out: exit %d: %s", rc, g_err);
+    assert_null(strstr(g_out, "tune: note: mha_select reads"));
+    snprintf(line, sizeof line, "%s/elsewhere.json", d);
+    rc = run_bench(tune[0], tune[1], tune[2], tune[3], tune[4], tune[5], tune[6], tune[7], tune[8],
+                   "--out", line, NULL);
+    if (rc != 0) fail_msg("tune --out: exit %d: %s", rc, g_err);
+    assert_non_null(strstr(g_out, "tune: note: mha_select reads "));
+    assert_non_null(strstr(g_out, "makes it read this one"));
+    assert_int_equal(unlink(line), 0);
+    snprintf(line, sizeof line, "%s/other.json", d);
+    assert_int_equal(unlink(line), 0);
     rc = run_bench(tune[0], tune[1], tune[2], tune[3], tune[4], tune[5], tune[6], tune[7], tune[8],
                    "--force", NULL);
     if (rc != 0) fail_msg("tune --force: exit %d: %s", rc, g_err);

@@ -145,13 +145,25 @@ void mha_table_cpu_base(const char *dir, char *out, size_t len);
 /* The table mha_select consults: MHA_TUNING, else mha_table_cpu_path in
  * mha_table_dir. */
 void mha_table_default_path(char *out, size_t len);
+/* mha_table_default_path, and how that file was found, in words (either why
+ * may be NULL): in dir_why the folder and why that one (mha_table_dir_why),
+ * or the MHA_TUNING override; in file_why which of this CPU's tables there
+ * (the newest; the MHA_ISA cap's name), or that there is none. */
+void mha_table_locate(char *out, size_t len, char *dir_why, size_t dlen, char *file_why,
+                      size_t flen);
 /* Where mha_select reads tables: MHA_TUNING_DIR, else the installed
  * <datadir>/mhabench/tuning when it exists, else the source's results/tuning. */
 const char *mha_table_dir(void);
+/* Why mha_table_dir is that folder, in words. */
+void mha_table_dir_why(char *why, size_t len);
 /* Where `mhabench tune` writes: where mha_select reads (mha_table_dir), so
  * an installed tune feeds the installed library and a build in the tree
  * the tree's tables (committed there; `meson install` ships them). */
 const char *mha_table_write_dir(void);
+/* What path would replace when it is in a folder of shipped tables (this
+ * build's installed tables, the source tree's results/tuning), else NULL:
+ * tune replaces those only with --force. */
+const char *mha_table_shipped(const char *path);
 
 /* The kernel mha_select falls back to without a table (tune's "default"):
  * the best-ranked kernel that runs here and takes p's dtypes, of the decode

@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <json-c/json.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,13 +32,57 @@ static int is_dir(const char *path) {
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-const char *mha_table_dir(void) {
+/* Where mha_table_dir's answer comes from: 0 MHA_TUNING_DIR, 1 the installed
+ * tables, 2 the source tree's. */
+static int table_dir_origin(void) {
     const char *dir = getenv("MHA_TUNING_DIR");
-    if (dir && *dir) return dir;
+    if (dir && *dir) return 0;
     /* An installed library reads the tables meson installed; a build that
      * was never installed reads the source tree's. */
-    return is_dir(MHA_DATA_DIR "/tuning") ? MHA_DATA_DIR "/tuning"
-                                          : MHA_SOURCE_DIR "/results/tuning";
+    return is_dir(MHA_DATA_DIR "/tuning") ? 1 : 2;
+}
+
+const char *mha_table_dir(void) {
+    static const char *const dirs[] = {NULL, MHA_DATA_DIR "/tuning",
+                                       MHA_SOURCE_DIR "/results/tuning"};
+    const int origin = table_dir_origin();
+    return origin == 0 ? getenv("MHA_TUNING_DIR") : dirs[origin];
+}
+
+void mha_table_dir_why(char *why, size_t len) {
+    switch (table_dir_origin()) {
+    case 0:
+        snprintf(why, len, "MHA_TUNING_DIR names it");
+        break;
+    case 1:
+        snprintf(why, len, "this installation's tables (MHA_TUNING_DIR is unset)");
+        break;
+    default:
+        snprintf(why, len,
+                 "the source tree's tables (MHA_TUNING_DIR is unset, and " MHA_DATA_DIR
+                 "/tuning is absent: not installed)");
+    }
+}
+
+/* Whether path's folder is the resolved folder dir. */
+static int in_folder(const char *path, const char *dir) {
+    char buf[4096], rp[PATH_MAX], rd[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    char *slash = strrchr(buf, '/');
+    if (slash == buf)
+        buf[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(buf, sizeof buf, ".");
+    return realpath(buf, rp) && realpath(dir, rd) && strcmp(rp, rd) == 0;
+}
+
+const char *mha_table_shipped(const char *path) {
+    if (in_folder(path, MHA_DATA_DIR "/tuning")) return "an installed table";
+    if (in_folder(path, MHA_SOURCE_DIR "/results/tuning"))
+        return "a table of the source tree's results/tuning (committed ones live there)";
+    return NULL;
 }
 
 const char *mha_table_write_dir(void) {
@@ -73,42 +118,87 @@ static int stamp_part(const char *s, size_t n, long *num) {
     return 1;
 }
 
-void mha_table_cpu_path(const char *dir, char *out, size_t len) {
-    char base[4096];
+/* The newest stamp part among <name>-<stamp>[-n].json in dir (best, "" when
+ * none); *count gets the number of such tables. */
+static void newest_stamped(const char *dir, const char *name, char *best, size_t blen, int *count) {
+    const size_t bl = strlen(name);
+    long best_n = 0;
+    best[0] = '\0';
+    *count = 0;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const char *f = e->d_name;
+        const size_t fl = strlen(f);
+        long n;
+        if (fl < bl + 6 || fl - bl - 6 >= blen || strncmp(f, name, bl) != 0 || f[bl] != '-' ||
+            strcmp(f + fl - 5, ".json") != 0 || !stamp_part(f + bl + 1, fl - bl - 6, &n))
+            continue;
+        ++*count;
+        const int c = best[0] ? strncmp(f + bl + 1, best, 16) : 1;
+        if (c > 0 || (c == 0 && n > best_n)) {
+            snprintf(best, blen, "%.*s", (int)(fl - bl - 6), f + bl + 1);
+            best_n = n;
+        }
+    }
+    closedir(d);
+}
+
+/* mha_table_cpu_path, and in why (when not NULL) how the file was picked. */
+static void cpu_path_why(const char *dir, char *out, size_t len, char *why, size_t wlen) {
+    char base[4096], best[64];
     mha_table_cpu_base(dir, base, sizeof base);
     snprintf(out, len, "%s.json", base);
     /* the newest of <base>.json and <base>-<stamp>[-n].json: tune never
      * replaces a table, it adds one beside it */
     const char *name = strrchr(base, '/') + 1;
-    const size_t bl = strlen(name);
-    DIR *d = opendir(dir);
-    if (!d) return;
-    char best[64] = "";
-    long best_n = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        const char *f = e->d_name;
-        const size_t fl = strlen(f);
-        long n;
-        if (fl < bl + 6 || fl - bl - 6 >= sizeof best || strncmp(f, name, bl) != 0 ||
-            f[bl] != '-' || strcmp(f + fl - 5, ".json") != 0 ||
-            !stamp_part(f + bl + 1, fl - bl - 6, &n))
-            continue;
-        const int c = best[0] ? strncmp(f + bl + 1, best, 16) : 1;
-        if (c > 0 || (c == 0 && n > best_n)) {
-            snprintf(best, sizeof best, "%.*s", (int)(fl - bl - 6), f + bl + 1);
-            best_n = n;
-        }
-    }
-    closedir(d);
+    int stamped = 0;
+    newest_stamped(dir, name, best, sizeof best, &stamped);
     if (best[0]) snprintf(out, len, "%s-%s.json", base, best);
+    if (!why) return;
+    struct stat sb;
+    char plain[4200];
+    snprintf(plain, sizeof plain, "%s.json", base);
+    const int have_plain = stat(plain, &sb) == 0;
+    char cap[96] = "";
+    if (mha_isa_active() != mha_isa_detected())
+        snprintf(cap, sizeof cap, "; the name under the MHA_ISA cap %s",
+                 mha_isa_name(mha_isa_active()));
+    if (best[0])
+        snprintf(why, wlen,
+                 "the newest of this CPU's %d tables there (%s.json and the %s-<UTC time>.json "
+                 "tune adds beside it)%s",
+                 stamped + have_plain, name, name, cap);
+    else if (have_plain)
+        snprintf(why, wlen, "this CPU's table %s.json (no newer one beside it)%s", name, cap);
+    else
+        snprintf(why, wlen, "none: no %s.json or %s-<UTC time>.json there%s", name, name, cap);
+}
+
+void mha_table_cpu_path(const char *dir, char *out, size_t len) {
+    cpu_path_why(dir, out, len, NULL, 0);
+}
+
+void mha_table_locate(char *out, size_t len, char *dir_why, size_t dlen, char *file_why,
+                      size_t flen) {
+    const char *file = getenv("MHA_TUNING");
+    if (file && *file) {
+        snprintf(out, len, "%s", file);
+        if (dir_why) snprintf(dir_why, dlen, "none searched: MHA_TUNING names the file");
+        if (file_why) snprintf(file_why, flen, "MHA_TUNING=%s", file);
+        return;
+    }
+    const char *dir = mha_table_dir();
+    if (dir_why) {
+        char why[512];
+        mha_table_dir_why(why, sizeof why);
+        snprintf(dir_why, dlen, "%s: %s", dir, why);
+    }
+    cpu_path_why(dir, out, len, file_why, flen);
 }
 
 void mha_table_default_path(char *out, size_t len) {
-    const char *file = getenv("MHA_TUNING");
-    if (file && *file)
-        snprintf(out, len, "%s", file);
-    else
-        mha_table_cpu_path(mha_table_dir(), out, len);
+    mha_table_locate(out, len, NULL, 0, NULL, 0);
 }
 
 void mha_table_free(mha_table *t) {

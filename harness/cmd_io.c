@@ -110,17 +110,6 @@ typedef struct {
     int have_out_dtype;
 } io_opts;
 
-/* --dtype / --out-dtype / --kv-dtype VALUE: one dtype name, int8 only where
- * allowed; 0 after a message. */
-static int parse_one_dtype(const char *opt, const char *s, int allow_i8, mha_dtype *out) {
-    if (mha_dtype_parse(s, out) != MHA_OK || (*out == MHA_I8 && !allow_i8)) {
-        errorf("%s '%s': expected %s", opt, s,
-               allow_i8 ? "fp32, bf16, fp16 or int8" : "fp32, bf16 or fp16 (int8 is a K/V dtype)");
-        return 0;
-    }
-    return 1;
-}
-
 /* One of a command's own options; each takes a value, kept as given. */
 typedef struct {
     const char *name;   /* "q" for --q */
@@ -197,10 +186,10 @@ static int parse_io_opts(const io_cmd *cmd, int argc, char **argv, io_opts *o) {
             if (!parse_i64("--threads", optarg, 0, 65536, &o->threads)) return -1;
             break;
         case O_DTYPE:
-            if (!parse_one_dtype("--dtype", optarg, 0, &o->dtype)) return -1;
+            if (!dtype_named("--dtype", optarg, 0, &o->dtype)) return -1;
             break;
         case O_OUT_DTYPE:
-            if (!parse_one_dtype("--out-dtype", optarg, 0, &o->out_dtype)) return -1;
+            if (!dtype_named("--out-dtype", optarg, 0, &o->out_dtype)) return -1;
             o->have_out_dtype = 1;
             break;
         case 'h':
@@ -504,7 +493,7 @@ static int load_attend_inputs(const io_opts *o, attend_inputs *in) {
     in->dt = o->dtype;
     in->kv = o->dtype;
     if (in->kv_dtype_s) {
-        if (!parse_one_dtype("--kv-dtype", in->kv_dtype_s, 1, &in->kv)) return -1;
+        if (!dtype_named("--kv-dtype", in->kv_dtype_s, 1, &in->kv)) return -1;
         if (in->dt != MHA_F32 && in->kv == MHA_F32) {
             errorf("--kv-dtype fp32 with --dtype %s: an fp32 cache under %s queries is not "
                    "offered (use --kv-dtype %s, or --dtype fp32)",

@@ -250,10 +250,7 @@ int cmd_profile(int argc, char **argv) {
             ok = parse_i64("--samples", optarg, 1, 100000, &NS);
             break;
         case 'T':
-            if (mha_dtype_parse(optarg, &dt) != MHA_OK || dt == MHA_I8) {
-                errorf("profile: --dtype '%s': expected fp32, bf16 or fp16", optarg);
-                ok = 0;
-            }
+            ok = dtype_named("profile: --dtype", optarg, 0, &dt);
             break;
         case 'h':
             usage(stdout);

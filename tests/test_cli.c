@@ -1614,6 +1614,86 @@ static void test_verify_kernel_list(void **state) {
     assert_non_null(strstr(g_out, "1 passed, 0 failed"));
 }
 
+/* An unknown name is exit 2 with a "did you mean" when one is close, an
+ * algorithm's name lists its kernels (from the registry), and a far name
+ * gets no guess; for every command that takes kernel, dtype or ISA names. */
+static void test_unknown_names(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char out[512];
+    tmp_path(out, sizeof out, "never.npy");
+    expect_usage(run_bench("verify", "--kernels", "naive,flash.avx51", NULL),
+                 "verify: --kernels: unknown kernel 'flash.avx51' (did you mean flash.avx512?)");
+    expect_usage(run_bench("sweep", "--kernels", "decode.avx2,flash.avx51", "--out", out, NULL),
+                 "unknown kernel 'flash.avx51' (did you mean flash.avx512?)");
+    expect_usage(run_bench("tune", "--kernels", "tiled.av2", NULL),
+                 "unknown kernel 'tiled.av2' (did you mean tiled.avx2?)");
+    expect_usage(run_bench("attend", "--kernel", "flash.avx51", "--q", "q.npy", "--k", "k.npy",
+                           "--v", "v.npy", "--out", out, NULL),
+                 "--kernel: unknown kernel 'flash.avx51' (did you mean flash.avx512?)");
+    expect_usage(run_bench("profile", "--kernel", "atuo", "--seq", "8", "--head-dim", "8", NULL),
+                 "unknown kernel 'atuo' (did you mean auto?)");
+    /* "auto" is a candidate only where it is accepted */
+    expect_usage(run_bench("verify", "--kernels", "atuo", NULL), "unknown kernel 'atuo' (see");
+    /* a far name: no guess */
+    expect_usage(run_bench("verify", "--kernels", "no_such_kernel", NULL),
+                 "unknown kernel 'no_such_kernel' (see `mhabench list`)");
+    assert_null(strstr(g_err, "did you mean"));
+    /* an algorithm: its kernels, every one the registry has */
+    static const char *const fams[] = {"flash", "decode", "tiled"};
+    for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
+        char want[128];
+        snprintf(want, sizeof want, "'%s' is an algorithm, not a kernel; its kernels: %s.", fams[f],
+                 fams[f]);
+        expect_usage(run_bench("verify", "--kernels", fams[f], NULL), want);
+        char line[4096];
+        snprintf(line, sizeof line, "%s", g_err);
+        assert_int_equal(run_bench("list", NULL), 0);
+        int listed = 0;
+        for (char *l = strtok(g_out, "\n"); l; l = strtok(NULL, "\n")) {
+            char name[64], alg[64];
+            if (sscanf(l, "%63s %63s", name, alg) != 2 || strcmp(alg, fams[f]) != 0) continue;
+            listed++;
+            char item[80];
+            snprintf(item, sizeof item, " %s", name);
+            if (!strstr(line, item)) fail_msg("'%s' lacks %s: %s", fams[f], name, line);
+        }
+        assert_true(listed >= 2);
+    }
+    expect_usage(run_bench("attend", "--kernel", "decode", "--q", "q.npy", "--k", "k.npy", "--v",
+                           "v.npy", "--out", out, NULL),
+                 "'decode' is an algorithm, not a kernel; its kernels: decode.scalar");
+    /* dtypes */
+    expect_usage(run_bench("verify", "--dtype", "fp23", NULL),
+                 "verify: --dtype: unknown dtype 'fp23' (did you mean fp32?)");
+    expect_usage(run_bench("profile", "--kernel", "naive", "--seq", "8", "--head-dim", "8",
+                           "--dtype", "bf61", NULL),
+                 "profile: --dtype: unknown dtype 'bf61' (did you mean bf16?)");
+    expect_usage(run_bench("attend", "--kernel", "naive", "--q", "q.npy", "--k", "k.npy", "--v",
+                           "v.npy", "--out", out, "--out-dtype", "fp61", NULL),
+                 "--out-dtype: unknown dtype 'fp61' (did you mean fp16?)");
+    expect_usage(run_bench("verify", "--kv-dtype", "xyz", NULL),
+                 "unknown dtype 'xyz' (expected fp32, bf16, fp16 or int8)");
+    /* the ISA cap */
+    const char *old = getenv("MHA_ISA");
+    char saved[64];
+    snprintf(saved, sizeof saved, "%s", old ? old : "");
+    setenv("MHA_ISA", "avx51", 1);
+    const int rc = run_bench("list", NULL);
+    setenv("MHA_ISA", "bogus", 1);
+    char first[4096];
+    snprintf(first, sizeof first, "%s", g_err);
+    const int rc2 = run_bench("info", "--quick", NULL);
+    if (old)
+        setenv("MHA_ISA", saved, 1);
+    else
+        unsetenv("MHA_ISA");
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(first, "MHA_ISA: unknown ISA 'avx51' (did you mean avx512?)"));
+    expect_usage(rc2, "MHA_ISA: unknown ISA 'bogus' (expected scalar, avx2, avx512, avx512bf16 "
+                      "or amx)");
+}
+
 static void test_profile_seconds(void **state) {
     (void)state;
     NEED_BENCH();
@@ -1685,6 +1765,7 @@ int main(void) {
         cmocka_unit_test(test_ab_signal),
         cmocka_unit_test(test_gbench_shim_errors),
         cmocka_unit_test(test_verify_kernel_list),
+        cmocka_unit_test(test_unknown_names),
         cmocka_unit_test(test_profile_seconds),
         cmocka_unit_test(test_profile_alloc_failure),
         cmocka_unit_test(test_profile_samples),

@@ -313,6 +313,125 @@ static void test_help(void **state) {
     }
 }
 
+/* Every option of every command but sweep, tune and recommend (their own
+ * tests): "name=" takes a value. Each is in the command's --help, in the
+ * usage lines (but --help itself) and the options section, and the parser
+ * accepts it; and the options section lists nothing else. The help and
+ * the parser are made from one table (harness/opts.h), so this is what the
+ * table gives; a new option is added here too. */
+static void expect_usage(int rc, const char *want); /* below, with verify's cases */
+
+typedef struct {
+    const char *cmd;
+    int usage_lists_all; /* compare's usage lines are its forms, not every option */
+    const char *opts[24];
+} cmd_opts;
+
+static const cmd_opts ALL_OPTS[] = {
+    {"verify",
+     1,
+     {"kernels=", "seed=", "quick", "threads=", "dtype=", "kv-dtype=", "case=", "verbose", "help"}},
+    {"attend",
+     1,
+     {"kernel=", "q=", "k=", "v=", "out=", "causal",
+      "scale=", "threads=", "dtype=", "kv-dtype=", "out-dtype=", "k-scale=", "v-scale=", "help"}},
+    {"forward",
+     1,
+     {"kernel=", "query=", "key=", "value=", "heads=", "kv-heads=", "weights=", "out=", "causal",
+      "scale=", "threads=", "dtype=", "out-dtype=", "help"}},
+    {"profile",
+     1,
+     {"kernel=", "batch=", "heads=", "kv-heads=", "seq=", "seq-kv=", "head-dim=", "causal",
+      "threads=", "seconds=", "block-q=", "block-kv=", "split=", "samples=", "dtype=", "layer",
+      "help"}},
+    {"info", 1, {"quick", "json", "help"}},
+    {"list", 1, {"help"}},
+    {"merge", 1, {"out=", "out-dir=", "duplicates=", "allow-partial", "force", "help"}},
+    {"bisect",
+     1,
+     {"repo=", "build=", "binary=", "rounds=", "max-rounds=", "alpha=", "keep", "help"}},
+    {"compare",
+     0,
+     {"threshold=", "no-normalize", "max-drift=", "alpha=", "json", "force", "baseline",
+      "save-baseline", "baseline-dir=", "ab", "budget=", "rounds=", "calibrate",
+      "run=", "out=", "noise=", "help"}},
+};
+
+static void test_help_lists_options(void **state) {
+    (void)state;
+    NEED_BENCH();
+    for (size_t c = 0; c < sizeof ALL_OPTS / sizeof *ALL_OPTS; c++) {
+        const cmd_opts *co = &ALL_OPTS[c];
+        print_message("%s --help\n", co->cmd);
+        if (run_bench(co->cmd, "--help", NULL) != 0) fail_msg("%s --help: %s", co->cmd, g_err);
+        assert_string_equal(g_err, "");
+        char want[64];
+        snprintf(want, sizeof want, "usage: mhabench %s", co->cmd);
+        if (strncmp(g_out, want, strlen(want)) != 0) fail_msg("%s --help: %.80s", co->cmd, g_out);
+        /* the usage lines: the first and those indented under it */
+        const char *end = g_out;
+        do end = strchr(end, '\n') + 1;
+        while (strncmp(end, "        ", 8) == 0 || strncmp(end, "usage: ", 7) == 0 ||
+               strncmp(end, "       mhabench", 15) == 0);
+        const char *section = strstr(g_out, "\noptions:\n");
+        if (!section) fail_msg("%s --help has no options section", co->cmd);
+        int n = 0;
+        for (; co->opts[n]; n++) {
+            char name[40], item[48];
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(co->opts[n], "="), co->opts[n]);
+            snprintf(item, sizeof item, "--%s%s", name, strchr(co->opts[n], '=') ? " " : "]");
+            const char *at = strstr(g_out, item);
+            if (co->usage_lists_all && strcmp(name, "help") != 0 && (!at || at >= end))
+                fail_msg("%s --help's usage lines lack %s", co->cmd, item);
+            snprintf(item, sizeof item, "\n  --%s", name);
+            char shorter[48];
+            snprintf(shorter, sizeof shorter, ", --%s", name);
+            if (!strstr(section, item) && !strstr(section, shorter))
+                fail_msg("%s --help's options section lacks --%s", co->cmd, name);
+        }
+        /* the section lists only these */
+        char copy[sizeof g_out];
+        snprintf(copy, sizeof copy, "%s", section + 1);
+        for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) {
+            char *dd = strncmp(line, "  --", 4) == 0       ? line + 4
+                       : strncmp(line + 4, ", --", 4) == 0 ? line + 8
+                                                           : NULL;
+            if (!dd || line[2] == ' ') continue;
+            const size_t len = strcspn(dd, " ");
+            int known = 0;
+            for (int i = 0; i < n; i++)
+                known |= strncmp(co->opts[i], dd, len) == 0 &&
+                         (co->opts[i][len] == '\0' || co->opts[i][len] == '=');
+            if (!known) fail_msg("%s --help lists --%.*s: add it here", co->cmd, (int)len, dd);
+        }
+        /* the parser takes each: --name=x is a value or "takes no value",
+         * never an unknown option (and never a run: each exits 2 at once) */
+        for (int i = 0; i < n; i++) {
+            char name[40], arg[48];
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(co->opts[i], "="), co->opts[i]);
+            if (strcmp(name, "help") == 0) continue;
+            snprintf(arg, sizeof arg, "--%s=x", name);
+            const int rc = run_bench(co->cmd, arg, NULL);
+            if (rc != 2) fail_msg("%s %s: exit %d: %s", co->cmd, arg, rc, g_err);
+            if (strstr(g_err, "unknown option") || strstr(g_err, "unrecognized"))
+                fail_msg("%s does not take --%s: %s", co->cmd, name, g_err);
+            char says[80];
+            snprintf(says, sizeof says, "option '--%s' takes no value", name);
+            if (!strchr(co->opts[i], '=') && !strstr(g_err, says))
+                fail_msg("%s %s: %s", co->cmd, arg, g_err);
+        }
+        /* and refuses a near miss, naming the option meant */
+        if (n > 1) {
+            char typo[48], says[96], name[40];
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(co->opts[0], "="), co->opts[0]);
+            snprintf(typo, sizeof typo, "--%sx", name);
+            expect_usage(run_bench(co->cmd, typo, NULL), typo);
+            snprintf(says, sizeof says, "(did you mean --%s?)", name);
+            if (!strstr(g_err, says)) fail_msg("%s %s: %s", co->cmd, typo, g_err);
+        }
+    }
+}
+
 /* ---- malformed inputs --------------------------------------------------------------------- */
 
 /* The run failed with exit 2, the first stderr line is "mhabench: ..." and names the
@@ -1747,6 +1866,7 @@ static void test_profile_samples(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
+        cmocka_unit_test(test_help_lists_options),
         cmocka_unit_test(test_attend_torch),
         cmocka_unit_test(test_forward_torch),
         cmocka_unit_test(test_attend_bad_inputs),

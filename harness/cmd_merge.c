@@ -590,18 +590,13 @@ int cmd_merge(int argc, char **argv) {
         case O_OUT_DIR:
             out_dir = optarg;
             break;
-        case O_DUP:
-            if (!strcmp(optarg, "refuse"))
-                dup = DUP_REFUSE;
-            else if (!strcmp(optarg, "pool"))
-                dup = DUP_POOL;
-            else if (!strcmp(optarg, "first"))
-                dup = DUP_FIRST;
-            else {
-                errorf_esc("merge: --duplicates '%s': expected refuse, pool or first", optarg);
-                return EXIT_USAGE;
-            }
+        case O_DUP: { /* in dup_rule's order */
+            static const char *const rules[] = {"refuse", "pool", "first"};
+            const int r = name_index_or_say("merge: --duplicates", "rule", optarg, rules, 3, NULL);
+            if (r < 0) return EXIT_USAGE;
+            dup = (dup_rule)r;
             break;
+        }
         case O_PARTIAL:
             allow_partial = 1;
             break;

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "opts.h"
+#include "suggest.h"
 #include "util.h"
 
 static const struct {
@@ -117,7 +118,12 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
-    errorf("unknown command '%s'", argv[1]);
+    enum { NCMD = sizeof commands / sizeof commands[0] };
+    const char *names[NCMD];
+    for (int i = 0; i < NCMD; i++) names[i] = commands[i].name;
+    char msg[512];
+    errorf("%s",
+           suggest_unknown(msg, sizeof msg, "command", argv[1], names, NCMD, "see the list below"));
     usage(stderr);
     return EXIT_USAGE;
 }

@@ -12,6 +12,7 @@ enum { COLUMNS = 80, HELP_COL_MAX = 24 };
 
 void opts_init(opts_parser *p, const char *cmd, const opt_row *rows, int n) {
     assert(n <= OPTS_MAX);
+    if (n > OPTS_MAX) n = OPTS_MAX; /* release builds: a longer table loses its tail rows */
     memset(p, 0, sizeof *p);
     p->cmd = cmd;
     p->rows = rows;
@@ -76,11 +77,9 @@ static void say_bad(const opts_parser *p, int c, int argc, char **argv) {
         snprintf(cand[i], sizeof cand[i], "--%s", p->rows[i].name);
         cands[i] = cand[i];
     }
-    char cmdopt[64];
-    snprintf(cmdopt, sizeof cmdopt, "%s", p->cmd);
     char tail[128];
     snprintf(tail, sizeof tail, "see `mhabench %s --help`", p->cmd);
-    say_unknown(cmdopt, "option", name, cands, p->n, tail);
+    say_unknown(p->cmd, "option", name, cands, p->n, tail);
 }
 
 int opts_next(opts_parser *p, int argc, char **argv) {

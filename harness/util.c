@@ -150,7 +150,7 @@ int parse_i64_list_all(const char *opt, const char *s, int64_t lo, int64_t hi, i
 void say_unknown(const char *opt, const char *what, const char *name, const char *const *cands,
                  int n, const char *otherwise) {
     char msg[2048];
-    errorf("%s: %s", opt, suggest_unknown(msg, sizeof msg, what, name, cands, n, otherwise));
+    errorf_esc("%s: %s", opt, suggest_unknown(msg, sizeof msg, what, name, cands, n, otherwise));
 }
 
 int name_index_or_say(const char *opt, const char *what, const char *name, const char *const *cands,

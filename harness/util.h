@@ -47,7 +47,8 @@ int parse_i64_list_all(const char *opt, const char *s, int64_t lo, int64_t hi, i
 
 /* Every unknown name the harness reports goes through these: "OPT: unknown
  * WHAT 'NAME' (did you mean X?)" when a candidate is close (suggest.h), else
- * "(OTHERWISE)", OTHERWISE NULL listing the candidates ("expected a, b or c").
+ * "(OTHERWISE)", OTHERWISE NULL listing the candidates ("expected a, b or c");
+ * escaped (errorf_esc), as the name may hold anything.
  * name_index_or_say returns NAME's index in cands, or -1 after that message. */
 void say_unknown(const char *opt, const char *what, const char *name, const char *const *cands,
                  int n, const char *otherwise);

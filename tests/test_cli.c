@@ -1793,6 +1793,14 @@ static void test_unknown_names(void **state) {
                  "--out-dtype: unknown dtype 'fp61' (did you mean fp16?)");
     expect_usage(run_bench("verify", "--kv-dtype", "xyz", NULL),
                  "unknown dtype 'xyz' (expected fp32, bf16, fp16 or int8)");
+    /* other names */
+    expect_usage(run_bench("merge", "a.json", "--out", out, "--duplicates", "pol", NULL),
+                 "merge: --duplicates: unknown rule 'pol' (did you mean pool?)");
+    expect_usage(run_bench("merge", "a.json", "--out", out, "--duplicates", "keep", NULL),
+                 "unknown rule 'keep' (expected refuse, pool or first)");
+    /* commands */
+    expect_usage(run_bench("verfy", NULL), "unknown command 'verfy' (did you mean verify?)");
+    expect_usage(run_bench("frobnicate", NULL), "unknown command 'frobnicate' (see the list");
     /* the ISA cap */
     const char *old = getenv("MHA_ISA");
     char saved[64];

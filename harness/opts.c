@@ -39,36 +39,49 @@ static void long_name(const char *arg, char *buf, size_t len) {
     snprintf(buf, len, "%.*s", (int)n, arg);
 }
 
+/* The row of id, when arg ("--name" or "--name=value") names it or a
+ * prefix of it, else NULL. */
+static const opt_row *row_named(const opts_parser *p, int id, const char *arg) {
+    if (strncmp(arg, "--", 2) != 0) return NULL;
+    const size_t n = strcspn(arg + 2, "=");
+    for (int i = 0; i < p->n; i++)
+        if (p->rows[i].id == id && n && strncmp(p->rows[i].name, arg + 2, n) == 0)
+            return &p->rows[i];
+    return NULL;
+}
+
+/* The message for getopt_long's ':' or '?'. glibc sets optopt to the
+ * option's id for a long option missing its value or given one it does not
+ * take, to the character for a short one, and to 0 for an unknown or
+ * ambiguous long one; argv[optind - 1] is the argument when getopt has
+ * moved past it (not inside a group of short options, hence row_named). */
 static void say_bad(const opts_parser *p, int c, int argc, char **argv) {
     const char *arg = optind >= 1 && optind - 1 < argc ? argv[optind - 1] : "";
     char name[256];
-    if (strncmp(arg, "--", 2) != 0) { /* a short option */
-        if (c == ':')
-            errorf("%s: option '-%c' needs a value", p->cmd, optopt);
-        else
-            errorf("%s: unknown option '-%c'", p->cmd, optopt);
-        return;
-    }
     long_name(arg, name, sizeof name);
-    if (c == ':') {
-        errorf("%s: option '%s' needs a value", p->cmd, name);
-        return;
-    }
-    if (optopt) { /* glibc: a known option given "=value" it does not take */
-        errorf("%s: option '%s' takes no value", p->cmd, name);
+    if (optopt) {
+        const opt_row *r = row_named(p, optopt, arg);
+        if (r && c == ':')
+            errorf_esc("%s: option '%s' needs a value", p->cmd, name);
+        else if (r && strchr(arg, '='))
+            errorf_esc("%s: option '%s' takes no value", p->cmd, name);
+        else if (c == ':')
+            errorf_esc("%s: option '-%c' needs a value", p->cmd, optopt);
+        else
+            errorf_esc("%s: unknown option '-%c'", p->cmd, optopt);
         return;
     }
     /* a prefix of several names (getopt_long takes an unambiguous prefix) */
     char which[1024] = "";
     int nmatch = 0;
-    for (int i = 0; i < p->n; i++)
+    for (int i = 0; i < p->n && name[0] == '-' && name[1] == '-' && name[2]; i++)
         if (strncmp(p->rows[i].name, name + 2, strlen(name + 2)) == 0) {
             snprintf(which + strlen(which), sizeof which - strlen(which), "%s--%s",
                      nmatch ? ", " : "", p->rows[i].name);
             nmatch++;
         }
-    if (nmatch > 1 && name[2]) {
-        errorf("%s: option '%s' is ambiguous (%s)", p->cmd, name, which);
+    if (nmatch > 1) {
+        errorf_esc("%s: option '%s' is ambiguous (%s)", p->cmd, name, which);
         return;
     }
     char cand[OPTS_MAX][64];

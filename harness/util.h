@@ -78,8 +78,9 @@ int parse_kernel_list(const char *opt, const char *s, int flags, const mha_kerne
  * Returns the mask, or 0 after a message naming the bad value. */
 unsigned parse_dtype_list(const char *opt, const char *s, int allow_i8);
 
-/* Finds a kernel by name ("auto" is not handled here), checks it runs on this
- * CPU; prints a message and returns NULL otherwise. */
+/* Finds a kernel by name for --kernel ("auto" is not handled here, but is
+ * suggested for a near miss: every --kernel takes it), checks it runs on
+ * this CPU; prints a message and returns NULL otherwise. */
 const mha_kernel *lookup_kernel(const char *name);
 
 /* The kernel for --kernel NAME on problem p: "auto" is mha_select's choice

@@ -8,7 +8,6 @@
  * decision within --max-rounds ends the search "inconclusive between X and
  * Y" (exit 3), never with a guess. */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +21,7 @@
 #include "fmt_results.h"
 #include "proc.h"
 #include "stats.h"
+#include "opts.h"
 #include "util.h"
 
 #define DEFAULT_BUILD                                                                              \
@@ -327,11 +327,25 @@ static int pick_mid(bisect_ctx *c, rev *revs, int lo, int hi) {
     return -1;
 }
 
+enum { O_REPO = 1000, O_BUILD, O_BINARY, O_ROUNDS, O_MAX_ROUNDS, O_ALPHA, O_KEEP };
+static const opt_row ROWS[] = {
+    {"repo", required_argument, O_REPO, 0, "DIR", 0, "the git tree (default .)"},
+    {"build", required_argument, O_BUILD, 0, "CMD", 0,
+     "run by sh in each checkout (default: " DEFAULT_BUILD ")"},
+    {"binary", required_argument, O_BINARY, 0, "PATH", 0,
+     "the mhabench it builds, relative to the checkout (default " DEFAULT_BINARY ")"},
+    {"rounds", required_argument, O_ROUNDS, 0, "R", 0, "A/B rounds of a first test (default 2)"},
+    {"max-rounds", required_argument, O_MAX_ROUNDS, 0, "R", 0,
+     "rounds are doubled up to R while a test decides nothing (default 8)"},
+    {"alpha", required_argument, O_ALPHA, 0, "A", 0, "significance per test (default 0.001)"},
+    {"keep", no_argument, O_KEEP, 0, NULL, 0, "keep the scratch folder (builds, logs, reports)"},
+    OPTS_HELP,
+};
+enum { NROWS = sizeof ROWS / sizeof ROWS[0] };
+
 static void usage(FILE *f) {
-    fputs("usage: mhabench bisect GOOD BAD [--repo DIR] [--build CMD] [--binary PATH]\n"
-          "                      [--rounds R] [--max-rounds R] [--alpha A] [--keep]\n"
-          "                      [-- sweep args]\n"
-          "Finds the first commit between GOOD and BAD (git revisions of the tree DIR, on\n"
+    opts_usage(f, "bisect", "GOOD BAD", ROWS, NROWS, "[-- sweep args]");
+    fputs("Finds the first commit between GOOD and BAD (git revisions of the tree DIR, on\n"
           "BAD's first-parent line) that made benchmarks slower. Each revision is checked\n"
           "out (git archive) into a scratch folder and built with CMD; an interleaved A/B\n"
           "(`mhabench compare --ab`, ci preset sweeps restricted by the sweep args) first\n"
@@ -341,37 +355,21 @@ static void usage(FILE *f) {
           "not build is skipped.\n"
           "Exit 0 the first bad commit found, 3 inconclusive (no slowdown between GOOD and\n"
           "BAD, or a step without a decision: the range is printed), 2 usage or a build of\n"
-          "GOOD or BAD failing.\n"
-          "  --repo DIR       the git tree (default .)\n"
-          "  --build CMD      run by sh in each checkout (default: " DEFAULT_BUILD ")\n"
-          "  --binary PATH    the mhabench it builds, relative to the checkout "
-          "(default " DEFAULT_BINARY ")\n"
-          "  --rounds R       A/B rounds of a first test (default 2)\n"
-          "  --max-rounds R   rounds are doubled up to R while a test decides nothing (default 8)\n"
-          "  --alpha A        significance per test (default 0.001)\n"
-          "  --keep           keep the scratch folder (builds, logs, reports)\n",
+          "GOOD or BAD failing.\n",
           f);
+    opts_print(f, ROWS, NROWS);
 }
 
 static int parse_args(int argc, char **argv, bisect_ctx *c, char **good, char **bad) {
-    enum { O_REPO = 1000, O_BUILD, O_BINARY, O_ROUNDS, O_MAX_ROUNDS, O_ALPHA, O_KEEP };
-    static const struct option opts[] = {{"repo", required_argument, 0, O_REPO},
-                                         {"build", required_argument, 0, O_BUILD},
-                                         {"binary", required_argument, 0, O_BINARY},
-                                         {"rounds", required_argument, 0, O_ROUNDS},
-                                         {"max-rounds", required_argument, 0, O_MAX_ROUNDS},
-                                         {"alpha", required_argument, 0, O_ALPHA},
-                                         {"keep", no_argument, 0, O_KEEP},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const int nargs = split_at_dashes(argc, argv, &c->sweep, &c->nsweep);
     if (c->nsweep > MAX_ARGS) {
         errorf("bisect: more than %d sweep arguments", MAX_ARGS);
         return EXIT_USAGE;
     }
     int64_t v;
-    optind = 1;
-    for (int o; (o = getopt_long(nargs, argv, "h", opts, NULL)) != -1;) {
+    opts_parser op;
+    opts_init(&op, "bisect", ROWS, NROWS);
+    for (int o; (o = opts_next(&op, nargs, argv)) != -1;) {
         switch (o) {
         case O_REPO:
             c->repo = optarg;

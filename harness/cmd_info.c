@@ -2,7 +2,6 @@
  * topology and caches (raw and clamped), the measured single-thread FP32 FMA
  * peak of each ISA against its nominal figure, and memory read bandwidth.
  * Text for people, --json for scripts; the facts come from machine.c. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,20 +10,28 @@
 
 #include "commands.h"
 #include "mach_info.h"
+#include "opts.h"
 #include "util.h"
 
+static const opt_row ROWS[] = {
+    {"quick", no_argument, 'q', 0, NULL, 0,
+     "short measurements (about 0.05 s per figure instead of 0.4 s)"},
+    {"json", no_argument, 'j', 0, NULL, 0, "print the same facts as one JSON object"},
+    OPTS_HELP,
+};
+enum { NROWS = sizeof ROWS / sizeof ROWS[0] };
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: mhabench info [--quick] [--json]\n"
-               "\n"
-               "Prints the CPU model, vendor/family/model/stepping, ISA flags, the detected\n"
-               "and active ISA (MHA_ISA caps it), cores and caches from hwloc (raw and\n"
-               "clamped), the measured single-thread FP32 FMA peak of each ISA against\n"
-               "nominal (2 FMA pipes x lanes x 2 FLOP x measured GHz), and memory read\n"
-               "bandwidth with 1 thread and with all cores.\n"
-               "\n"
-               "  --quick   short measurements (about 0.05 s per figure instead of 0.4 s)\n"
-               "  --json    print the same facts as one JSON object\n"
-               "  --help    print this text\n");
+    opts_usage(f, "info", NULL, ROWS, NROWS, NULL);
+    fputs("\n"
+          "Prints the CPU model, vendor/family/model/stepping, ISA flags, the detected\n"
+          "and active ISA (MHA_ISA caps it), cores and caches from hwloc (raw and\n"
+          "clamped), the measured single-thread FP32 FMA peak of each ISA against\n"
+          "nominal (2 FMA pipes x lanes x 2 FLOP x measured GHz), and memory read\n"
+          "bandwidth with 1 thread and with all cores.\n"
+          "\n",
+          f);
+    opts_print(f, ROWS, NROWS);
 }
 
 /* One ISA's line of the peak table. */
@@ -206,16 +213,10 @@ static void print_json(const machine_info *m, const char *key, const isa_peak *p
 }
 
 int cmd_info(int argc, char **argv) {
-    static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {"quick", no_argument, NULL, 'q'},
-        {"json", no_argument, NULL, 'j'},
-        {NULL, 0, NULL, 0},
-    };
     int quick = 0, json = 0;
-    optind = 1;
-    opterr = 0;
-    for (int c; (c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1;) {
+    opts_parser op;
+    opts_init(&op, "info", ROWS, NROWS);
+    for (int c; (c = opts_next(&op, argc, argv)) != -1;) {
         switch (c) {
         case 'h':
             usage(stdout);
@@ -227,7 +228,6 @@ int cmd_info(int argc, char **argv) {
             json = 1;
             break;
         default:
-            errorf("info: unknown option '%s'", argv[optind - 1]);
             usage(stderr);
             return EXIT_USAGE;
         }

@@ -5,7 +5,6 @@
  * parser and the run; steps return 0 or -1 and only cmd_* make exit statuses. */
 #include <assert.h>
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "mha_private.h"
 #include "fmt_npy.h"
 #include "meas_core.h"
+#include "opts.h"
 #include "util.h"
 
 /* --out is checked before any input is read or computed: a folder, FIFO or
@@ -86,18 +86,6 @@ static void round_on_load(const npy_array *a, mha_dtype want, void **conv) {
     mha_convert_from_f32(want, a->data, *conv, a->count);
 }
 
-/* Shared getopt error handling: optstring starts with ':' so a missing argument
- * is ':' and an unknown option '?'. */
-static void bad_option(const char *cmd, int c, char **argv) {
-    const char *arg = argv[optind - 1];
-    if (c == ':')
-        errorf("%s: option '%s' needs a value", cmd, arg);
-    else if (optopt)
-        errorf("%s: unknown option '-%c'", cmd, optopt);
-    else
-        errorf("%s: unknown option '%s'", cmd, arg);
-}
-
 /* The options attend and forward share. */
 typedef struct {
     const char *kernel;  /* --kernel: a name from `mhabench list`, or "auto" */
@@ -110,31 +98,8 @@ typedef struct {
     int have_out_dtype;
 } io_opts;
 
-/* --dtype / --out-dtype / --kv-dtype VALUE: one dtype name, int8 only where
- * allowed; 0 after a message. */
-static int parse_one_dtype(const char *opt, const char *s, int allow_i8, mha_dtype *out) {
-    if (mha_dtype_parse(s, out) != MHA_OK || (*out == MHA_I8 && !allow_i8)) {
-        errorf("%s '%s': expected %s", opt, s,
-               allow_i8 ? "fp32, bf16, fp16 or int8" : "fp32, bf16 or fp16 (int8 is a K/V dtype)");
-        return 0;
-    }
-    return 1;
-}
-
-/* One of a command's own options; each takes a value, kept as given. */
-typedef struct {
-    const char *name;   /* "q" for --q */
-    const char **value; /* where the argument goes; the caller sets it to NULL */
-    int required;
-} own_opt;
-
-typedef struct {
-    const char *name; /* "attend", for messages */
-    void (*usage)(FILE *f);
-    const own_opt *own; /* in the order missing ones are named, after --kernel */
-    int n_own;
-} io_cmd;
-
+/* A command: its option table (the common rows below and its own) and
+ * where each of its own options' values go. */
 enum {
     O_KERNEL = 256,
     O_OUT,
@@ -143,41 +108,47 @@ enum {
     O_THREADS,
     O_DTYPE,
     O_OUT_DTYPE,
-    O_OWN = 512,
+    O_OWN = 512, /* O_OWN + i: the command's own option i, a value kept as given */
     MAX_OWN = 8
 };
+typedef struct {
+    const char *name; /* "attend", for messages */
+    void (*usage)(FILE *f);
+    const opt_row *rows;
+    int n;
+    const char **own[MAX_OWN]; /* where O_OWN + i's value goes; the caller sets it to NULL */
+} io_cmd;
+
+/* The rows attend and forward share (the help texts are the command's). */
+#define IO_KERNEL(help)                                                                            \
+    { "kernel", required_argument, O_KERNEL, 0, "K", OPT_REQUIRED, help }
+#define IO_OUT(arg, help)                                                                          \
+    { "out", required_argument, O_OUT, 0, arg, OPT_REQUIRED, help }
+#define IO_CAUSAL(help)                                                                            \
+    { "causal", no_argument, O_CAUSAL, 0, NULL, 0, help }
+#define IO_SCALE(help)                                                                             \
+    { "scale", required_argument, O_SCALE, 0, "S", 0, help }
+#define IO_THREADS                                                                                 \
+    { "threads", required_argument, O_THREADS, 0, "T", 0, "threads (0 = all cores, default 1)" }
+#define IO_DTYPE(help)                                                                             \
+    { "dtype", required_argument, O_DTYPE, 0, "D", 0, help }
+#define IO_OUT_DTYPE                                                                               \
+    {                                                                                              \
+        "out-dtype", required_argument, O_OUT_DTYPE, 0, "D", 0,                                    \
+            "the file written: fp32, bf16 ('<u2'), fp16 (default: --dtype)"                        \
+    }
 
 /* Parses argv into *o and cmd's own options. Returns 0 to go on, 1 when --help
  * has been printed, -1 after a message (and the usage where the command line
- * is malformed). A missing option is named in the order --kernel, the
- * required own options, --out. */
+ * is malformed). A missing option is named in the table's order. */
 static int parse_io_opts(const io_cmd *cmd, int argc, char **argv, io_opts *o) {
-    static const struct option common[] = {
-        {"kernel", required_argument, NULL, O_KERNEL},
-        {"out", required_argument, NULL, O_OUT},
-        {"causal", no_argument, NULL, O_CAUSAL},
-        {"scale", required_argument, NULL, O_SCALE},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"dtype", required_argument, NULL, O_DTYPE},
-        {"out-dtype", required_argument, NULL, O_OUT_DTYPE},
-        {"help", no_argument, NULL, 'h'},
-    };
-    enum { N_COMMON = sizeof common / sizeof common[0] };
-    struct option longopts[N_COMMON + MAX_OWN + 1];
-    memcpy(longopts, common, sizeof common);
-    assert(cmd->n_own <= MAX_OWN);
-    for (int i = 0; i < cmd->n_own; i++)
-        longopts[N_COMMON + i] =
-            (struct option){cmd->own[i].name, required_argument, NULL, O_OWN + i};
-    longopts[N_COMMON + cmd->n_own] = (struct option){NULL, 0, NULL, 0};
     *o = (io_opts){.threads = 1};
-
-    optind = 0; /* glibc: full re-initialisation (main.c may have parsed already) */
-    opterr = 0;
+    opts_parser op;
+    opts_init(&op, cmd->name, cmd->rows, cmd->n);
     int c;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if (c >= O_OWN) {
-            *cmd->own[c - O_OWN].value = optarg;
+    while ((c = opts_next(&op, argc, argv)) != -1) {
+        if (c >= O_OWN && c < O_OWN + MAX_OWN) {
+            *cmd->own[c - O_OWN] = optarg;
             continue;
         }
         switch (c) {
@@ -197,17 +168,16 @@ static int parse_io_opts(const io_cmd *cmd, int argc, char **argv, io_opts *o) {
             if (!parse_i64("--threads", optarg, 0, 65536, &o->threads)) return -1;
             break;
         case O_DTYPE:
-            if (!parse_one_dtype("--dtype", optarg, 0, &o->dtype)) return -1;
+            if (!dtype_named("--dtype", optarg, 0, &o->dtype)) return -1;
             break;
         case O_OUT_DTYPE:
-            if (!parse_one_dtype("--out-dtype", optarg, 0, &o->out_dtype)) return -1;
+            if (!dtype_named("--out-dtype", optarg, 0, &o->out_dtype)) return -1;
             o->have_out_dtype = 1;
             break;
         case 'h':
             cmd->usage(stdout);
             return 1;
         default:
-            bad_option(cmd->name, c, argv);
             cmd->usage(stderr);
             return -1;
         }
@@ -217,12 +187,9 @@ static int parse_io_opts(const io_cmd *cmd, int argc, char **argv, io_opts *o) {
         cmd->usage(stderr);
         return -1;
     }
-    const char *missing = o->kernel ? NULL : "kernel";
-    for (int i = 0; !missing && i < cmd->n_own; i++)
-        if (cmd->own[i].required && !*cmd->own[i].value) missing = cmd->own[i].name;
-    if (!missing && !o->out) missing = "out";
+    const opt_row *missing = opts_missing(&op);
     if (missing) {
-        errorf("%s: missing required option --%s", cmd->name, missing);
+        errorf("%s: missing required option --%s", cmd->name, missing->name);
         cmd->usage(stderr);
         return -1;
     }
@@ -328,26 +295,37 @@ static void free_run(io_run *r) {
 
 /* ---- attend -------------------------------------------------------------------------- */
 
+enum { A_Q = O_OWN, A_K, A_V, A_KV_DTYPE, A_K_SCALE, A_V_SCALE };
+static const opt_row ATTEND_ROWS[] = {
+    IO_KERNEL("a kernel from `mhabench list`, or auto (mha_select's choice)"),
+    {"q", required_argument, A_Q, 0, "Q.npy", OPT_REQUIRED, "queries [B,H,Nq,d]"},
+    {"k", required_argument, A_K, 0, "K.npy", OPT_REQUIRED, "keys [B,G,Nkv,d]"},
+    {"v", required_argument, A_V, 0, "V.npy", OPT_REQUIRED, "values [B,G,Nkv,d]"},
+    IO_OUT("O.npy", "the output [B,H,Nq,d]"),
+    IO_CAUSAL("bottom-right aligned mask: query i sees key j iff j <= i + Nkv - Nq"),
+    IO_SCALE("softmax scale (default 1/sqrt(d))"),
+    IO_THREADS,
+    IO_DTYPE("Q/O dtype: fp32 (default), bf16, fp16; float32 files are rounded to it on load "
+             "(nearest even)"),
+    {"kv-dtype", required_argument, A_KV_DTYPE, 0, "D", 0,
+     "K/V storage: bf16, fp16 or int8 (default: --dtype); int8 quantises float32 files per (b, "
+     "head, token) row on load"},
+    IO_OUT_DTYPE,
+    {"k-scale", required_argument, A_K_SCALE, 0, "KS.npy", 0,
+     "the '<f4' [B,G,Nkv] row scales of an int8 K file"},
+    {"v-scale", required_argument, A_V_SCALE, 0, "VS.npy", 0,
+     "the '<f4' [B,G,Nkv] row scales of an int8 V file"},
+    OPTS_HELP,
+};
+
 static void attend_usage(FILE *f) {
-    fprintf(f,
-            "usage: mhabench attend --kernel K --q Q.npy --k K.npy --v V.npy --out O.npy\n"
-            "                       [--causal] [--scale S] [--threads T]\n"
-            "                       [--dtype D] [--kv-dtype D] [--out-dtype D]\n"
-            "                       [--k-scale KS.npy --v-scale VS.npy]\n"
-            "  Runs the attention core softmax(scale * q k^T + mask) v with kernel K.\n"
-            "  q: [B,H,Nq,d]; k, v: [B,G,Nkv,d] with G dividing H (grouped-query);\n"
-            "  out: [B,H,Nq,d]. C-order .npy files: '<f4' float32, or a typed file\n"
-            "  ('<f2' fp16, '<u2' holding bf16 bits, '|i1' int8) of the dtype asked for.\n"
-            "  --dtype D     Q/O dtype: fp32 (default), bf16, fp16; float32 files are\n"
-            "                rounded to it on load (nearest even)\n"
-            "  --kv-dtype D  K/V storage: bf16, fp16 or int8 (default: --dtype); int8\n"
-            "                quantises float32 files per (b, head, token) row on load\n"
-            "  --k-scale F, --v-scale F  the '<f4' [B,G,Nkv] row scales of an int8 K, V file\n"
-            "  --out-dtype D the file written: fp32, bf16 ('<u2'), fp16 (default: --dtype)\n"
-            "  --causal      bottom-right aligned mask: query i sees key j iff j <= i + Nkv - Nq\n"
-            "  --scale S     softmax scale (default 1/sqrt(d))\n"
-            "  --threads T   threads (0 = all cores, default 1)\n"
-            "  --kernel K    a kernel from `mhabench list`, or auto (mha_select's choice)\n");
+    opts_usage(f, "attend", NULL, ATTEND_ROWS, sizeof ATTEND_ROWS / sizeof *ATTEND_ROWS, NULL);
+    fputs("  Runs the attention core softmax(scale * q k^T + mask) v with kernel K.\n"
+          "  q: [B,H,Nq,d]; k, v: [B,G,Nkv,d] with G dividing H (grouped-query);\n"
+          "  out: [B,H,Nq,d]. C-order .npy files: '<f4' float32, or a typed file\n"
+          "  ('<f2' fp16, '<u2' holding bf16 bits, '|i1' int8) of the dtype asked for.\n",
+          f);
+    opts_print(f, ATTEND_ROWS, sizeof ATTEND_ROWS / sizeof *ATTEND_ROWS);
 }
 
 /* attend's tensors: q, k and v, in the order they are read. */
@@ -504,7 +482,7 @@ static int load_attend_inputs(const io_opts *o, attend_inputs *in) {
     in->dt = o->dtype;
     in->kv = o->dtype;
     if (in->kv_dtype_s) {
-        if (!parse_one_dtype("--kv-dtype", in->kv_dtype_s, 1, &in->kv)) return -1;
+        if (!dtype_named("--kv-dtype", in->kv_dtype_s, 1, &in->kv)) return -1;
         if (in->dt != MHA_F32 && in->kv == MHA_F32) {
             errorf("--kv-dtype fp32 with --dtype %s: an fp32 cache under %s queries is not "
                    "offered (use --kv-dtype %s, or --dtype fp32)",
@@ -568,13 +546,12 @@ static int run_attend(const io_opts *o, const attend_inputs *in, io_run *r) {
 int cmd_attend(int argc, char **argv) {
     io_opts o;
     attend_inputs in = {0};
-    const own_opt own[] = {{"q", &in.path[0], 1},
-                           {"k", &in.path[1], 1},
-                           {"v", &in.path[2], 1},
-                           {"kv-dtype", &in.kv_dtype_s, 0},
-                           {"k-scale", &in.scale_path[0], 0},
-                           {"v-scale", &in.scale_path[1], 0}};
-    const io_cmd cmd = {"attend", attend_usage, own, sizeof own / sizeof own[0]};
+    const io_cmd cmd = {"attend",
+                        attend_usage,
+                        ATTEND_ROWS,
+                        sizeof ATTEND_ROWS / sizeof *ATTEND_ROWS,
+                        {&in.path[0], &in.path[1], &in.path[2], &in.kv_dtype_s, &in.scale_path[0],
+                         &in.scale_path[1]}};
     int parsed = parse_io_opts(&cmd, argc, argv, &o);
     if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
     if (check_before_inputs(&o) != 0) return EXIT_USAGE;
@@ -588,25 +565,41 @@ int cmd_attend(int argc, char **argv) {
 
 /* ---- forward ------------------------------------------------------------------------- */
 
+enum { F_QUERY = O_OWN, F_KEY, F_VALUE, F_HEADS, F_KV_HEADS, F_WEIGHTS };
+static const opt_row FORWARD_ROWS[] = {
+    IO_KERNEL("the attention kernel, from `mhabench list`, or auto"),
+    {"query", required_argument, F_QUERY, 0, "X.npy", OPT_REQUIRED,
+     "the query input [B,Nq,d_model]"},
+    {"key", required_argument, F_KEY, 0, "X2.npy", 0,
+     "the key input [B,Nkv,d_model] (with --value; default: the query)"},
+    {"value", required_argument, F_VALUE, 0, "X3.npy", 0,
+     "the value input [B,Nkv,d_model] (with --key; default: the query)"},
+    {"heads", required_argument, F_HEADS, 0, "H", OPT_REQUIRED, "query heads, dividing d_model"},
+    {"kv-heads", required_argument, F_KV_HEADS, 0, "G", 0,
+     "key/value heads, dividing H (default H)"},
+    {"weights", required_argument, F_WEIGHTS, 0, "DIR", OPT_REQUIRED,
+     "the folder of the weights and biases (see above)"},
+    IO_OUT("Y.npy", "the output [B,Nq,d_model]"),
+    IO_CAUSAL("bottom-right aligned causal mask"),
+    IO_SCALE("softmax scale (default 1/sqrt(d_model/H))"),
+    IO_THREADS,
+    IO_DTYPE("the layer's dtype: fp32 (default), bf16, fp16; weights, biases and inputs are "
+             "float32 files rounded on load (RNE) or files of that dtype ('<u2' bf16 bits, "
+             "'<f2')"),
+    IO_OUT_DTYPE,
+    OPTS_HELP,
+};
+
 static void forward_usage(FILE *f) {
-    fprintf(f, "usage: mhabench forward --kernel K --query X.npy [--key X2.npy --value X3.npy]\n"
-               "                        --heads H [--kv-heads G] --weights DIR --out Y.npy\n"
-               "                        [--causal] [--scale S] [--threads T]\n"
-               "  The full multi-head attention layer (as torch.nn.MultiheadAttention).\n"
-               "  query: [B,Nq,d_model]; key, value: [B,Nkv,d_model] (both or neither;\n"
-               "  default self-attention: query is also key and value); out: [B,Nq,d_model].\n"
-               "  DIR holds w_q.npy w_k.npy w_v.npy w_o.npy and optional b_q.npy b_k.npy\n"
-               "  b_v.npy b_o.npy in nn.Linear layout: w_q, w_o [d_model,d_model];\n"
-               "  w_k, w_v [G*d_model/H, d_model]; biases 1-D.\n"
-               "  --kv-heads G  key/value heads, dividing H (default H)\n"
-               "  --causal      bottom-right aligned causal mask\n"
-               "  --scale S     softmax scale (default 1/sqrt(d_model/H))\n"
-               "  --threads T   threads (0 = all cores, default 1)\n"
-               "  --kernel K    the attention kernel, from `mhabench list`, or auto\n"
-               "  --dtype D     the layer's dtype: fp32 (default), bf16, fp16; weights,\n"
-               "                biases and inputs are float32 files rounded on load (RNE)\n"
-               "                or files of that dtype ('<u2' bf16 bits, '<f2')\n"
-               "  --out-dtype D the file written: fp32, bf16 ('<u2'), fp16 (default: --dtype)\n");
+    opts_usage(f, "forward", NULL, FORWARD_ROWS, sizeof FORWARD_ROWS / sizeof *FORWARD_ROWS, NULL);
+    fputs("  The full multi-head attention layer (as torch.nn.MultiheadAttention).\n"
+          "  query: [B,Nq,d_model]; key, value: [B,Nkv,d_model] (both or neither;\n"
+          "  default self-attention: query is also key and value); out: [B,Nq,d_model].\n"
+          "  DIR holds w_q.npy w_k.npy w_v.npy w_o.npy and optional b_q.npy b_k.npy\n"
+          "  b_v.npy b_o.npy in nn.Linear layout: w_q, w_o [d_model,d_model];\n"
+          "  w_k, w_v [G*d_model/H, d_model]; biases 1-D.\n",
+          f);
+    opts_print(f, FORWARD_ROWS, sizeof FORWARD_ROWS / sizeof *FORWARD_ROWS);
 }
 
 typedef struct {
@@ -684,10 +677,11 @@ static int check_weights_dir(const char *dir) {
 static int parse_forward(int argc, char **argv, forward_args *a) {
     const char *heads_s = NULL, *kvheads_s = NULL;
     *a = (forward_args){0};
-    const own_opt own[] = {{"query", &a->query, 1},     {"key", &a->key, 0},
-                           {"value", &a->value, 0},     {"heads", &heads_s, 1},
-                           {"kv-heads", &kvheads_s, 0}, {"weights", &a->weights, 1}};
-    const io_cmd cmd = {"forward", forward_usage, own, sizeof own / sizeof own[0]};
+    const io_cmd cmd = {"forward",
+                        forward_usage,
+                        FORWARD_ROWS,
+                        sizeof FORWARD_ROWS / sizeof *FORWARD_ROWS,
+                        {&a->query, &a->key, &a->value, &heads_s, &kvheads_s, &a->weights}};
     int parsed = parse_io_opts(&cmd, argc, argv, &a->o);
     if (parsed != 0) return parsed;
     if (!a->key != !a->value) {

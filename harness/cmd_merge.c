@@ -5,7 +5,6 @@
  * different benchmark lists, a shard missing or given twice, the same
  * benchmark measured in two files (unless told how to join those), one run
  * given twice, a row whose time is not a number. */
-#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -19,6 +18,7 @@
 #include "fmt_results.h"
 #include "mha_private.h"
 #include "shard.h"
+#include "opts.h"
 #include "util.h"
 
 /* The context keys that name a machine: files are merged per fingerprint. */
@@ -38,25 +38,35 @@ typedef struct {
     uint64_t rows_hash; /* json_hash(rows): files holding the same rows */
 } input;
 
+enum { O_OUT = 1000, O_OUT_DIR, O_DUP, O_PARTIAL, O_FORCE };
+static const opt_row ROWS[] = {
+    {"out", required_argument, O_OUT, 0, "F", 0, "the merged file (all inputs of one fingerprint)"},
+    {"out-dir", required_argument, O_OUT_DIR, 0, "DIR", 0,
+     "one DIR/<cpu-key>-<isa>-c<cores>.json per fingerprint"},
+    {"duplicates", required_argument, O_DUP, 0, "R", 0,
+     "a benchmark name in two files: refuse (default), pool their repetitions (runs of one "
+     "build on hosts of one type), or keep the first file's"},
+    {"allow-partial", no_argument, O_PARTIAL, 0, NULL, 0,
+     "write even when shards are missing (they are still reported)"},
+    {"force", no_argument, O_FORCE, 0, NULL, 0,
+     "merge files of different builds (mha_git_revision)"},
+    OPTS_HELP,
+};
+enum { NROWS = sizeof ROWS / sizeof ROWS[0] };
+
 static void usage(FILE *f) {
-    fputs("usage: mhabench merge FILES... (--out F.json | --out-dir DIR)\n"
-          "                      [--duplicates refuse|pool|first] [--allow-partial] [--force]\n"
-          "Joins Google Benchmark result files written by `mhabench sweep` into one file\n"
+    opts_usage(f, "merge", "FILES...", ROWS, NROWS, NULL);
+    fputs("Joins Google Benchmark result files written by `mhabench sweep` into one file\n"
           "per machine fingerprint (mha_cpu_key, mha_isa_active, mha_cores): the shards of\n"
-          "a `sweep --shard I/N` run on N machines, or runs of one machine type.\n"
-          "  --out F          the merged file (all inputs of one fingerprint)\n"
-          "  --out-dir DIR    one DIR/<cpu-key>-<isa>-c<cores>.json per fingerprint\n"
-          "  --duplicates R   a benchmark name in two files: refuse (default), pool their\n"
-          "                   repetitions (runs of one build on hosts of one type), or keep\n"
-          "                   the first file's\n"
-          "  --allow-partial  write even when shards are missing (they are still reported)\n"
-          "  --force          merge files of different builds (mha_git_revision)\n"
+          "a `sweep --shard I/N` run on N machines, or runs of one machine type. One of\n"
+          "--out and --out-dir is required.\n"
           "A run given twice (two files with the same rows, every field alike) is\n"
           "refused in every mode, as is a row whose real_time or cpu_time is not a\n"
           "finite number >= 0. An empty shard's file (no rows) counts as its shard.\n"
           "Exit 0 merged, 2 usage or input error (each refusal names the files and\n"
           "values, missing and doubled shards by index).\n",
           f);
+    opts_print(f, ROWS, NROWS);
 }
 
 static const char *ctx_str(json_object *ctx, const char *key) {
@@ -567,19 +577,12 @@ out:
 }
 
 int cmd_merge(int argc, char **argv) {
-    enum { O_OUT = 1000, O_OUT_DIR, O_DUP, O_PARTIAL, O_FORCE };
-    static const struct option opts[] = {{"out", required_argument, 0, O_OUT},
-                                         {"out-dir", required_argument, 0, O_OUT_DIR},
-                                         {"duplicates", required_argument, 0, O_DUP},
-                                         {"allow-partial", no_argument, 0, O_PARTIAL},
-                                         {"force", no_argument, 0, O_FORCE},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *out = NULL, *out_dir = NULL;
     dup_rule dup = DUP_REFUSE;
     int allow_partial = 0, force = 0;
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+    opts_parser op;
+    opts_init(&op, "merge", ROWS, NROWS);
+    for (int c; (c = opts_next(&op, argc, argv)) != -1;) {
         switch (c) {
         case O_OUT:
             out = optarg;
@@ -587,18 +590,13 @@ int cmd_merge(int argc, char **argv) {
         case O_OUT_DIR:
             out_dir = optarg;
             break;
-        case O_DUP:
-            if (!strcmp(optarg, "refuse"))
-                dup = DUP_REFUSE;
-            else if (!strcmp(optarg, "pool"))
-                dup = DUP_POOL;
-            else if (!strcmp(optarg, "first"))
-                dup = DUP_FIRST;
-            else {
-                errorf_esc("merge: --duplicates '%s': expected refuse, pool or first", optarg);
-                return EXIT_USAGE;
-            }
+        case O_DUP: { /* in dup_rule's order */
+            static const char *const rules[] = {"refuse", "pool", "first"};
+            const int r = name_index_or_say("merge: --duplicates", "rule", optarg, rules, 3, NULL);
+            if (r < 0) return EXIT_USAGE;
+            dup = (dup_rule)r;
             break;
+        }
         case O_PARTIAL:
             allow_partial = 1;
             break;

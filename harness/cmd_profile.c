@@ -2,7 +2,6 @@
  * -Dphase_timing=true the SIMD kernels count cycles per phase (packing and
  * output, Q.K^T, softmax, P.V); this runs one shape repeatedly and prints the
  * split with the achieved rate. */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,26 +11,48 @@
 #include "meas_core.h"
 #include "fmt_results.h"
 #include "stats.h"
+#include "opts.h"
 #include "util.h"
 
+static const opt_row ROWS[] = {
+    {"kernel", required_argument, 'k', 0, "K|auto", OPT_REQUIRED,
+     "a kernel from `mhabench list`, or auto (mha_select's choice for the shape)"},
+    {"batch", required_argument, 'b', 0, "B", 0, "batch (default 1)"},
+    {"heads", required_argument, 'H', 0, "H", 0, "query heads (default 8)"},
+    {"kv-heads", required_argument, 'G', 0, "G", 0, "key/value heads, dividing H (default H)"},
+    {"seq", required_argument, 'n', 0, "N", OPT_REQUIRED, "query length"},
+    {"seq-kv", required_argument, 'm', 0, "M", 0, "key/value length (default N)"},
+    {"head-dim", required_argument, 'd', 0, "D", OPT_REQUIRED, "head dimension"},
+    {"causal", no_argument, 'c', 0, NULL, 0, "bottom-right aligned causal mask"},
+    {"threads", required_argument, 't', 0, "T", 0, "threads (0 = all cores, default 1)"},
+    {"seconds", required_argument, 's', 0, "S", 0, "how long to run (default 2)"},
+    {"block-q", required_argument, 'Q', 0, "BQ", 0,
+     "query block (default: the cache model, mha_default_blocks)"},
+    {"block-kv", required_argument, 'K', 0, "BK", 0, "key/value block (default: the cache model)"},
+    {"split", required_argument, 'S', 0, "0|1|2", 0,
+     "work split: 0 the kernel's choice, 1 per head, 2 per (head, query block)"},
+    {"samples", required_argument, 'N', 0, "COUNT", 0,
+     "instead, COUNT single-call samples, each bracketed by the interference probe (meas_core.h); "
+     "one line per sample with its evidence, then the median and its 95% interval over all "
+     "samples and over the undisturbed ones"},
+    {"dtype", required_argument, 'T', 0, "D", 0,
+     "the element type of Q, K, V and O: fp32 (default), bf16 or fp16; inputs uniform in "
+     "[-1, 1)"},
+    {"layer", no_argument, 'L', 0, NULL, 0,
+     "the full layer (mha_forward, self-attention over --seq tokens, d_model = heads x "
+     "head-dim, weights and inputs in --dtype) with K its attention kernel; then the attention "
+     "core alone on the same problem, and the share the rest (the four projections) takes"},
+    OPTS_HELP,
+};
+enum { NROWS = sizeof ROWS / sizeof ROWS[0] };
+
 static void usage(FILE *f) {
-    fputs(
-        "usage: mhabench profile --kernel K|auto [--batch B] [--heads H] [--kv-heads G] --seq N\n"
-        "                        [--seq-kv M] --head-dim D [--causal] [--threads T] [--seconds S]\n"
-        "                        [--block-q BQ] [--block-kv BK] [--split 0|1|2] [--samples S]\n"
-        "                        [--dtype fp32|bf16|fp16] [--layer]\n"
-        "Runs one shape for about S seconds (default 2) and prints GFLOP/s and, in a build\n"
-        "configured with -Dphase_timing=true, the share of cycles per phase. Knobs left out\n"
-        "come from the cache model (mha_default_blocks), as for an explicit --kernel.\n"
-        "--samples S: instead, S single-call samples, each bracketed by the interference\n"
-        "probe (meas_core.h); one line per sample with its evidence, then the median and its\n"
-        "95% interval over all samples and over the undisturbed ones.\n"
-        "--dtype: the element type of Q, K, V and O (default fp32); inputs uniform in [-1, 1).\n"
-        "--layer: the full layer (mha_forward, self-attention over --seq tokens, d_model =\n"
-        "heads x head-dim, weights and inputs in --dtype) with K its attention kernel; then\n"
-        "the attention core alone on the same problem, and the share the rest (the four\n"
-        "projections) takes.\n",
-        f);
+    opts_usage(f, "profile", NULL, ROWS, NROWS, NULL);
+    fputs("Runs one shape for about S seconds (default 2) and prints GFLOP/s and, in a build\n"
+          "configured with -Dphase_timing=true, the share of cycles per phase. Knobs left out\n"
+          "come from the cache model (mha_default_blocks), as for an explicit --kernel.\n",
+          f);
+    opts_print(f, ROWS, NROWS);
 }
 
 /* Prints the median GFLOP/s of n samples with its 95% interval. */
@@ -185,23 +206,14 @@ static int profile_layer(const mha_kernel *k, const mha_problem *p, const mha_op
 }
 
 int cmd_profile(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"kernel", required_argument, 0, 'k'},   {"batch", required_argument, 0, 'b'},
-        {"heads", required_argument, 0, 'H'},    {"kv-heads", required_argument, 0, 'G'},
-        {"seq", required_argument, 0, 'n'},      {"seq-kv", required_argument, 0, 'm'},
-        {"head-dim", required_argument, 0, 'd'}, {"causal", no_argument, 0, 'c'},
-        {"threads", required_argument, 0, 't'},  {"seconds", required_argument, 0, 's'},
-        {"block-q", required_argument, 0, 'Q'},  {"block-kv", required_argument, 0, 'K'},
-        {"split", required_argument, 0, 'S'},    {"samples", required_argument, 0, 'N'},
-        {"dtype", required_argument, 0, 'T'},    {"layer", no_argument, 0, 'L'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     const char *kname = NULL;
     int64_t B = 1, H = 8, G = 0, N = 0, M = 0, d = 0, T = 1, BQ = 0, BK = 0, SP = 0, NS = 0;
     double seconds = 2.0;
     int causal = 0, layer = 0;
     mha_dtype dt = MHA_F32;
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+    opts_parser op;
+    opts_init(&op, "profile", ROWS, NROWS);
+    for (int c; (c = opts_next(&op, argc, argv)) != -1;) {
         int ok = 1;
         switch (c) {
         case 'k':
@@ -250,10 +262,7 @@ int cmd_profile(int argc, char **argv) {
             ok = parse_i64("--samples", optarg, 1, 100000, &NS);
             break;
         case 'T':
-            if (mha_dtype_parse(optarg, &dt) != MHA_OK || dt == MHA_I8) {
-                errorf("profile: --dtype '%s': expected fp32, bf16 or fp16", optarg);
-                ok = 0;
-            }
+            ok = dtype_named("profile: --dtype", optarg, 0, &dt);
             break;
         case 'h':
             usage(stdout);

@@ -3,7 +3,6 @@
  * in every (dtype, kv dtype) the kernel takes (its mask columns). Prints the
  * seed, a repro line for every failure, a per-kernel-and-dtype table and the
  * closing `N passed, N failed, N skipped`. Exit 1 on any failure. */
-#include <getopt.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -13,24 +12,36 @@
 
 #include "check.h"
 #include "commands.h"
+#include "opts.h"
 #include "util.h"
 
 enum { MAX_CASES = 512, MAX_KERNELS = 64, MAX_THREADS = 8, MAX_COMBOS = 16 };
 
+static const opt_row ROWS[] = {
+    {"kernels", required_argument, 'k', 0, "LIST", 0,
+     "comma list of kernel names (default: every kernel)"},
+    {"seed", required_argument, 's', 0, "N", 0,
+     "input seed (default: time based, printed); each case is re-seeded"},
+    {"quick", no_argument, 'q', 0, NULL, 0, "the fast subset (under 10 s)"},
+    {"threads", required_argument, 't', 0, "LIST", 0,
+     "comma list of thread counts (default: 1 and all cores)"},
+    {"dtype", required_argument, 'd', 0, "LIST", 0,
+     "comma list of Q/O dtypes to check (fp32,bf16,fp16; default: every dtype some selected "
+     "kernel takes)"},
+    {"kv-dtype", required_argument, 'K', 0, "LIST", 0,
+     "comma list of K/V storage dtypes (fp32,bf16,fp16,int8; default: all)"},
+    {"case", required_argument, 'c', 0, "I", 0, "run only case I (as printed in a repro line)"},
+    {"verbose", no_argument, 'v', 0, NULL, 0, "a line for every case passed or skipped too"},
+    OPTS_HELP,
+};
+enum { NROWS = sizeof ROWS / sizeof ROWS[0] };
+
 static void usage(FILE *f) {
-    fputs("usage: mhabench verify [--kernels a,b] [--seed N] [--quick] [--threads 1,2]\n"
-          "                       [--dtype LIST] [--kv-dtype LIST] [--case I] [--verbose]\n"
-          "Checks each kernel against the float64 oracle on the shape grid and the\n"
-          "adversarial inputs. Exit 0 all passed, 1 a mismatch, 2 usage error.\n"
-          "  --kernels  comma list of kernel names (default: every kernel)\n"
-          "  --seed     input seed (default: time based, printed); each case is re-seeded\n"
-          "  --quick    the fast subset (under 10 s)\n"
-          "  --threads  comma list of thread counts (default: 1 and all cores)\n"
-          "  --dtype    comma list of Q/O dtypes to check (fp32,bf16,fp16; default: every\n"
-          "             dtype some selected kernel takes)\n"
-          "  --kv-dtype comma list of K/V storage dtypes (fp32,bf16,fp16,int8; default: all)\n"
-          "  --case     run only case I (as printed in a repro line)\n",
+    opts_usage(f, "verify", NULL, ROWS, NROWS, NULL);
+    fputs("Checks each kernel against the float64 oracle on the shape grid and the\n"
+          "adversarial inputs. Exit 0 all passed, 1 a mismatch, 2 usage error.\n",
           f);
+    opts_print(f, ROWS, NROWS);
 }
 
 typedef struct {
@@ -47,19 +58,14 @@ static int takes(const mha_kernel *k, mha_dtype dt, mha_dtype kv) {
 }
 
 int cmd_verify(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"kernels", required_argument, 0, 'k'}, {"seed", required_argument, 0, 's'},
-        {"quick", no_argument, 0, 'q'},         {"threads", required_argument, 0, 't'},
-        {"case", required_argument, 0, 'c'},    {"verbose", no_argument, 0, 'v'},
-        {"dtype", required_argument, 0, 'd'},   {"kv-dtype", required_argument, 0, 'K'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     unsigned want_dt = ~0u, want_kv = ~0u;
     const char *kernel_list = NULL;
     uint64_t seed = (uint64_t)time(NULL) % 1000000;
     int quick = 0, verbose = 0, nthreads = 0;
     int64_t only_case = -1, threads[MAX_THREADS], v;
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+    opts_parser op;
+    opts_init(&op, "verify", ROWS, NROWS);
+    for (int c; (c = opts_next(&op, argc, argv)) != -1;) {
         switch (c) {
         case 'k':
             kernel_list = optarg;

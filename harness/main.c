@@ -1,10 +1,11 @@
 /* main.c - the mhabench program: subcommand dispatch. Exit status 0 success,
  * 1 a check failed, 2 usage or input error (with a message naming it). */
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "commands.h"
+#include "opts.h"
+#include "suggest.h"
 #include "util.h"
 
 static const struct {
@@ -31,9 +32,9 @@ static void usage(FILE *f) {
     fputs("usage: mhabench <command> [options]   (mhabench <command> --help)\n\ncommands:\n", f);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
-    fputs(
-        "\nenvironment: MHA_ISA=scalar|avx2|avx512|avx512bf16|amx caps the dispatch; OMP_* as usual.\n",
-        f);
+    fputs("\nenvironment: MHA_ISA=scalar|avx2|avx512|avx512bf16|amx caps the dispatch; OMP_* as "
+          "usual.\n",
+          f);
 }
 
 enum { MHA_KERNELS_MAX = 64 };
@@ -51,15 +52,30 @@ static void dtype_list(unsigned mask, char *out, size_t len) {
                      mha_dtype_name((mha_dtype)t));
 }
 
+static const opt_row LIST_ROWS[] = {OPTS_HELP};
+
+static void list_usage(FILE *f) {
+    opts_usage(f, "list", NULL, LIST_ROWS, 1, NULL);
+    fputs("Prints every kernel: name, algorithm, ISA, the dtypes it takes for Q/O\n"
+          "and for the K/V storage, whether it runs here (under the MHA_ISA cap), and a\n"
+          "one-line summary.\n",
+          f);
+    opts_print(f, LIST_ROWS, 1);
+}
+
 int cmd_list(int argc, char **argv) {
-    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        puts("usage: mhabench list\nPrints every kernel: name, algorithm, ISA, the dtypes it "
-             "takes for Q/O\nand for the K/V storage, whether it runs here (under the MHA_ISA "
-             "cap), and a\none-line summary.");
-        return 0;
+    opts_parser op;
+    opts_init(&op, "list", LIST_ROWS, 1);
+    for (int c; (c = opts_next(&op, argc, argv)) != -1;) {
+        if (c == 'h') {
+            list_usage(stdout);
+            return 0;
+        }
+        list_usage(stderr);
+        return EXIT_USAGE;
     }
-    if (argc > 1) {
-        errorf("list: unexpected argument '%s'", argv[1]);
+    if (optind < argc) {
+        errorf("list: unexpected argument '%s'", argv[optind]);
         return EXIT_USAGE;
     }
     if (!check_isa_env()) return EXIT_USAGE;
@@ -103,7 +119,12 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
-    errorf("unknown command '%s'", argv[1]);
+    enum { NCMD = sizeof commands / sizeof commands[0] };
+    const char *names[NCMD];
+    for (int i = 0; i < NCMD; i++) names[i] = commands[i].name;
+    char msg[512];
+    errorf("%s",
+           suggest_unknown(msg, sizeof msg, "command", argv[1], names, NCMD, "see the list below"));
     usage(stderr);
     return EXIT_USAGE;
 }

@@ -11,6 +11,7 @@
 
 #include "mha_private.h"
 #include "util.h"
+#include "suggest.h"
 
 void errorf(const char *fmt, ...) {
     va_list ap;
@@ -146,6 +147,59 @@ int parse_i64_list_all(const char *opt, const char *s, int64_t lo, int64_t hi, i
     return each_item(opt, s, "list", "value", i64_item, &l) == 0 ? l.n : -1;
 }
 
+void say_unknown(const char *opt, const char *what, const char *name, const char *const *cands,
+                 int n, const char *otherwise) {
+    char msg[2048];
+    errorf_esc("%s: %s", opt, suggest_unknown(msg, sizeof msg, what, name, cands, n, otherwise));
+}
+
+int name_index_or_say(const char *opt, const char *what, const char *name, const char *const *cands,
+                      int n, const char *otherwise) {
+    for (int i = 0; name && i < n; i++)
+        if (cands[i] && strcmp(cands[i], name) == 0) return i;
+    say_unknown(opt, what, name, cands, n, otherwise);
+    return -1;
+}
+
+enum { MAX_NAMES = 128 };
+
+const mha_kernel *find_kernel_or_say(const char *opt, const char *name, int with_auto) {
+    const mha_kernel *k = mha_kernel_find(name);
+    if (k) return k;
+    const int nk = mha_kernel_count() < MAX_NAMES - 1 ? mha_kernel_count() : MAX_NAMES - 1;
+    /* an algorithm's name (flash, decode): the kernels it has, from the registry */
+    char list[1024] = "";
+    for (int i = 0; name && i < nk; i++)
+        if (strcmp(mha_kernel_algorithm(mha_kernel_at(i)), name) == 0)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? ", " : "",
+                     mha_kernel_name(mha_kernel_at(i)));
+    if (list[0]) {
+        errorf("%s: '%s' is an algorithm, not a kernel; its kernels: %s", opt, name, list);
+        return NULL;
+    }
+    const char *names[MAX_NAMES];
+    int n = 0;
+    if (with_auto) names[n++] = "auto";
+    for (int i = 0; i < nk; i++) names[n++] = mha_kernel_name(mha_kernel_at(i));
+    say_unknown(opt, "kernel", name, names, n, "see `mhabench list`");
+    return NULL;
+}
+
+int dtype_named(const char *opt, const char *s, int allow_i8, mha_dtype *out) {
+    if (mha_dtype_parse(s, out) == MHA_OK) {
+        if (*out != MHA_I8 || allow_i8) return 1;
+        errorf("%s: dtype '%s' is a K/V dtype only (expected fp32, bf16 or fp16)", opt, s);
+        return 0;
+    }
+    const char *names[MHA_DTYPE_COUNT];
+    int n = 0;
+    for (int t = 0; t < MHA_DTYPE_COUNT; t++)
+        if (t != MHA_I8 || allow_i8) names[n++] = mha_dtype_name((mha_dtype)t);
+    say_unknown(opt, "dtype", s, names, n,
+                allow_i8 ? NULL : "expected fp32, bf16 or fp16; int8 is a K/V dtype");
+    return 0;
+}
+
 typedef struct {
     const char *opt, *s;
     int flags, n, max;
@@ -156,10 +210,7 @@ static int kernel_item(void *ctx, const char *name) {
     kernel_list *l = ctx;
     const mha_kernel *k = NULL;
     if (!((l->flags & KL_AUTO) && strcmp(name, "auto") == 0)) {
-        if (!(k = mha_kernel_find(name))) {
-            errorf("%s: %s", l->opt, mha_last_error());
-            return -1;
-        }
+        if (!(k = find_kernel_or_say(l->opt, name, l->flags & KL_AUTO))) return -1;
         if ((l->flags & KL_TIMED) && (mha_kernel_traits(k) & MHA_KT_EMULATED)) {
             errorf("%s: %s runs emulated instructions: a verification kernel, never timed "
                    "(mhabench verify --kernels %s)",
@@ -198,12 +249,7 @@ typedef struct {
 static int dtype_item(void *ctx, const char *text) {
     dtype_list *l = ctx;
     mha_dtype t;
-    if (mha_dtype_parse(text, &t) != MHA_OK || (t == MHA_I8 && !l->allow_i8)) {
-        errorf("%s: unknown dtype '%s' (expected %s)", l->opt, text,
-               l->allow_i8 ? "fp32, bf16, fp16 or int8"
-                           : "fp32, bf16 or fp16; int8 is a K/V dtype");
-        return -1;
-    }
+    if (!dtype_named(l->opt, text, l->allow_i8, &t)) return -1;
     l->mask |= MHA_DTYPE_BIT(t);
     return 0;
 }
@@ -217,11 +263,8 @@ unsigned parse_dtype_list(const char *opt, const char *s, int allow_i8) {
 }
 
 const mha_kernel *lookup_kernel(const char *name) {
-    const mha_kernel *k = mha_kernel_find(name);
-    if (!k) {
-        errorf("%s", mha_last_error());
-        return NULL;
-    }
+    const mha_kernel *k = find_kernel_or_say("--kernel", name, 1);
+    if (!k) return NULL;
     if (mha_kernel_supported(k) != MHA_OK) {
         errorf("%s", mha_last_error());
         return NULL;
@@ -251,11 +294,9 @@ const mha_kernel *resolve_kernel(const char *name, const mha_problem *p, mha_opt
 
 int check_isa_env(void) {
     if (mha_isa_env_status() != MHA_OK) {
-        char names[128] = "";
-        for (int i = 0; i < MHA_ISA_COUNT; i++)
-            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
-                     mha_isa_name((mha_isa)i));
-        errorf("MHA_ISA='%s' is not one of %s", getenv("MHA_ISA"), names);
+        const char *names[MHA_ISA_COUNT];
+        for (int i = 0; i < MHA_ISA_COUNT; i++) names[i] = mha_isa_name((mha_isa)i);
+        say_unknown("MHA_ISA", "ISA", getenv("MHA_ISA"), names, MHA_ISA_COUNT, NULL);
         return 0;
     }
     return 1;

@@ -45,6 +45,24 @@ int parse_i64_list(const char *opt, const char *s, int64_t lo, int64_t hi, int64
 int parse_i64_list_all(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t all,
                        int64_t *out, int max);
 
+/* Every unknown name the harness reports goes through these: "OPT: unknown
+ * WHAT 'NAME' (did you mean X?)" when a candidate is close (suggest.h), else
+ * "(OTHERWISE)", OTHERWISE NULL listing the candidates ("expected a, b or c");
+ * escaped (errorf_esc), as the name may hold anything.
+ * name_index_or_say returns NAME's index in cands, or -1 after that message. */
+void say_unknown(const char *opt, const char *what, const char *name, const char *const *cands,
+                 int n, const char *otherwise);
+int name_index_or_say(const char *opt, const char *what, const char *name, const char *const *cands,
+                      int n, const char *otherwise);
+/* The kernel NAME (mha_kernel_find), or NULL after a message: for an
+ * algorithm's name ("flash") the kernels it has, from the registry; else
+ * say_unknown over the kernel names ("auto" among them when with_auto, the
+ * callers having taken "auto" itself already). */
+const mha_kernel *find_kernel_or_say(const char *opt, const char *name, int with_auto);
+/* One dtype name (mha_dtype_parse; int8 only with allow_i8) into *out: 1, or
+ * 0 after a message naming OPT and the value. */
+int dtype_named(const char *opt, const char *s, int allow_i8, mha_dtype *out);
+
 /* Parses a comma list of kernel names (option opt) into out, at most max:
  * each name must exist; with KL_AUTO "auto" is accepted and stored as NULL;
  * with KL_SUPPORTED each must also run on this CPU (else it is kept, for the
@@ -60,8 +78,9 @@ int parse_kernel_list(const char *opt, const char *s, int flags, const mha_kerne
  * Returns the mask, or 0 after a message naming the bad value. */
 unsigned parse_dtype_list(const char *opt, const char *s, int allow_i8);
 
-/* Finds a kernel by name ("auto" is not handled here), checks it runs on this
- * CPU; prints a message and returns NULL otherwise. */
+/* Finds a kernel by name for --kernel ("auto" is not handled here, but is
+ * suggested for a near miss: every --kernel takes it), checks it runs on
+ * this CPU; prints a message and returns NULL otherwise. */
 const mha_kernel *lookup_kernel(const char *name);
 
 /* The kernel for --kernel NAME on problem p: "auto" is mha_select's choice

@@ -313,6 +313,125 @@ static void test_help(void **state) {
     }
 }
 
+/* Every option of every command but sweep, tune and recommend (their own
+ * tests): "name=" takes a value. Each is in the command's --help, in the
+ * usage lines (but --help itself) and the options section, and the parser
+ * accepts it; and the options section lists nothing else. The help and
+ * the parser are made from one table (harness/opts.h), so this is what the
+ * table gives; a new option is added here too. */
+static void expect_usage(int rc, const char *want); /* below, with verify's cases */
+
+typedef struct {
+    const char *cmd;
+    int usage_lists_all; /* compare's usage lines are its forms, not every option */
+    const char *opts[24];
+} cmd_opts;
+
+static const cmd_opts ALL_OPTS[] = {
+    {"verify",
+     1,
+     {"kernels=", "seed=", "quick", "threads=", "dtype=", "kv-dtype=", "case=", "verbose", "help"}},
+    {"attend",
+     1,
+     {"kernel=", "q=", "k=", "v=", "out=", "causal",
+      "scale=", "threads=", "dtype=", "kv-dtype=", "out-dtype=", "k-scale=", "v-scale=", "help"}},
+    {"forward",
+     1,
+     {"kernel=", "query=", "key=", "value=", "heads=", "kv-heads=", "weights=", "out=", "causal",
+      "scale=", "threads=", "dtype=", "out-dtype=", "help"}},
+    {"profile",
+     1,
+     {"kernel=", "batch=", "heads=", "kv-heads=", "seq=", "seq-kv=", "head-dim=", "causal",
+      "threads=", "seconds=", "block-q=", "block-kv=", "split=", "samples=", "dtype=", "layer",
+      "help"}},
+    {"info", 1, {"quick", "json", "help"}},
+    {"list", 1, {"help"}},
+    {"merge", 1, {"out=", "out-dir=", "duplicates=", "allow-partial", "force", "help"}},
+    {"bisect",
+     1,
+     {"repo=", "build=", "binary=", "rounds=", "max-rounds=", "alpha=", "keep", "help"}},
+    {"compare",
+     0,
+     {"threshold=", "no-normalize", "max-drift=", "alpha=", "json", "force", "baseline",
+      "save-baseline", "baseline-dir=", "ab", "budget=", "rounds=", "calibrate",
+      "run=", "out=", "noise=", "help"}},
+};
+
+static void test_help_lists_options(void **state) {
+    (void)state;
+    NEED_BENCH();
+    for (size_t c = 0; c < sizeof ALL_OPTS / sizeof *ALL_OPTS; c++) {
+        const cmd_opts *co = &ALL_OPTS[c];
+        print_message("%s --help\n", co->cmd);
+        if (run_bench(co->cmd, "--help", NULL) != 0) fail_msg("%s --help: %s", co->cmd, g_err);
+        assert_string_equal(g_err, "");
+        char want[64];
+        snprintf(want, sizeof want, "usage: mhabench %s", co->cmd);
+        if (strncmp(g_out, want, strlen(want)) != 0) fail_msg("%s --help: %.80s", co->cmd, g_out);
+        /* the usage lines: the first and those indented under it */
+        const char *end = g_out;
+        do end = strchr(end, '\n') + 1;
+        while (strncmp(end, "        ", 8) == 0 || strncmp(end, "usage: ", 7) == 0 ||
+               strncmp(end, "       mhabench", 15) == 0);
+        const char *section = strstr(g_out, "\noptions:\n");
+        if (!section) fail_msg("%s --help has no options section", co->cmd);
+        int n = 0;
+        for (; co->opts[n]; n++) {
+            char name[40], item[48];
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(co->opts[n], "="), co->opts[n]);
+            snprintf(item, sizeof item, "--%s%s", name, strchr(co->opts[n], '=') ? " " : "]");
+            const char *at = strstr(g_out, item);
+            if (co->usage_lists_all && strcmp(name, "help") != 0 && (!at || at >= end))
+                fail_msg("%s --help's usage lines lack %s", co->cmd, item);
+            snprintf(item, sizeof item, "\n  --%s", name);
+            char shorter[48];
+            snprintf(shorter, sizeof shorter, ", --%s", name);
+            if (!strstr(section, item) && !strstr(section, shorter))
+                fail_msg("%s --help's options section lacks --%s", co->cmd, name);
+        }
+        /* the section lists only these */
+        char copy[sizeof g_out];
+        snprintf(copy, sizeof copy, "%s", section + 1);
+        for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) {
+            char *dd = strncmp(line, "  --", 4) == 0       ? line + 4
+                       : strncmp(line + 4, ", --", 4) == 0 ? line + 8
+                                                           : NULL;
+            if (!dd || line[2] == ' ') continue;
+            const size_t len = strcspn(dd, " ");
+            int known = 0;
+            for (int i = 0; i < n; i++)
+                known |= strncmp(co->opts[i], dd, len) == 0 &&
+                         (co->opts[i][len] == '\0' || co->opts[i][len] == '=');
+            if (!known) fail_msg("%s --help lists --%.*s: add it here", co->cmd, (int)len, dd);
+        }
+        /* the parser takes each: --name=x is a value or "takes no value",
+         * never an unknown option (and never a run: each exits 2 at once) */
+        for (int i = 0; i < n; i++) {
+            char name[40], arg[48];
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(co->opts[i], "="), co->opts[i]);
+            if (strcmp(name, "help") == 0) continue;
+            snprintf(arg, sizeof arg, "--%s=x", name);
+            const int rc = run_bench(co->cmd, arg, NULL);
+            if (rc != 2) fail_msg("%s %s: exit %d: %s", co->cmd, arg, rc, g_err);
+            if (strstr(g_err, "unknown option") || strstr(g_err, "unrecognized"))
+                fail_msg("%s does not take --%s: %s", co->cmd, name, g_err);
+            char says[80];
+            snprintf(says, sizeof says, "option '--%s' takes no value", name);
+            if (!strchr(co->opts[i], '=') && !strstr(g_err, says))
+                fail_msg("%s %s: %s", co->cmd, arg, g_err);
+        }
+        /* and refuses a near miss, naming the option meant */
+        if (n > 1) {
+            char typo[48], says[96], name[40];
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(co->opts[0], "="), co->opts[0]);
+            snprintf(typo, sizeof typo, "--%sx", name);
+            expect_usage(run_bench(co->cmd, typo, NULL), typo);
+            snprintf(says, sizeof says, "(did you mean --%s?)", name);
+            if (!strstr(g_err, says)) fail_msg("%s %s: %s", co->cmd, typo, g_err);
+        }
+    }
+}
+
 /* ---- malformed inputs --------------------------------------------------------------------- */
 
 /* The run failed with exit 2, the first stderr line is "mhabench: ..." and names the
@@ -1714,6 +1833,94 @@ static void test_verify_kernel_list(void **state) {
     assert_non_null(strstr(g_out, "1 passed, 0 failed"));
 }
 
+/* An unknown name is exit 2 with a "did you mean" when one is close, an
+ * algorithm's name lists its kernels (from the registry), and a far name
+ * gets no guess; for every command that takes kernel, dtype or ISA names. */
+static void test_unknown_names(void **state) {
+    (void)state;
+    NEED_BENCH();
+    char out[512];
+    tmp_path(out, sizeof out, "never.npy");
+    expect_usage(run_bench("verify", "--kernels", "naive,flash.avx51", NULL),
+                 "verify: --kernels: unknown kernel 'flash.avx51' (did you mean flash.avx512?)");
+    expect_usage(run_bench("sweep", "--kernels", "decode.avx2,flash.avx51", "--out", out, NULL),
+                 "unknown kernel 'flash.avx51' (did you mean flash.avx512?)");
+    expect_usage(run_bench("tune", "--kernels", "tiled.av2", NULL),
+                 "unknown kernel 'tiled.av2' (did you mean tiled.avx2?)");
+    expect_usage(run_bench("attend", "--kernel", "flash.avx51", "--q", "q.npy", "--k", "k.npy",
+                           "--v", "v.npy", "--out", out, NULL),
+                 "--kernel: unknown kernel 'flash.avx51' (did you mean flash.avx512?)");
+    expect_usage(run_bench("profile", "--kernel", "atuo", "--seq", "8", "--head-dim", "8", NULL),
+                 "unknown kernel 'atuo' (did you mean auto?)");
+    /* "auto" is a candidate only where it is accepted */
+    expect_usage(run_bench("verify", "--kernels", "atuo", NULL), "unknown kernel 'atuo' (see");
+    /* a far name: no guess */
+    expect_usage(run_bench("verify", "--kernels", "no_such_kernel", NULL),
+                 "unknown kernel 'no_such_kernel' (see `mhabench list`)");
+    assert_null(strstr(g_err, "did you mean"));
+    /* an algorithm: its kernels, every one the registry has */
+    static const char *const fams[] = {"flash", "decode", "tiled"};
+    for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
+        char want[128];
+        snprintf(want, sizeof want, "'%s' is an algorithm, not a kernel; its kernels: %s.", fams[f],
+                 fams[f]);
+        expect_usage(run_bench("verify", "--kernels", fams[f], NULL), want);
+        char line[4096];
+        snprintf(line, sizeof line, "%s", g_err);
+        assert_int_equal(run_bench("list", NULL), 0);
+        int listed = 0;
+        for (char *l = strtok(g_out, "\n"); l; l = strtok(NULL, "\n")) {
+            char name[64], alg[64];
+            if (sscanf(l, "%63s %63s", name, alg) != 2 || strcmp(alg, fams[f]) != 0) continue;
+            listed++;
+            char item[80];
+            snprintf(item, sizeof item, " %s", name);
+            if (!strstr(line, item)) fail_msg("'%s' lacks %s: %s", fams[f], name, line);
+        }
+        assert_true(listed >= 2);
+    }
+    expect_usage(run_bench("attend", "--kernel", "decode", "--q", "q.npy", "--k", "k.npy", "--v",
+                           "v.npy", "--out", out, NULL),
+                 "'decode' is an algorithm, not a kernel; its kernels: decode.scalar");
+    /* dtypes */
+    expect_usage(run_bench("verify", "--dtype", "fp23", NULL),
+                 "verify: --dtype: unknown dtype 'fp23' (did you mean fp32?)");
+    expect_usage(run_bench("profile", "--kernel", "naive", "--seq", "8", "--head-dim", "8",
+                           "--dtype", "bf61", NULL),
+                 "profile: --dtype: unknown dtype 'bf61' (did you mean bf16?)");
+    expect_usage(run_bench("attend", "--kernel", "naive", "--q", "q.npy", "--k", "k.npy", "--v",
+                           "v.npy", "--out", out, "--out-dtype", "fp61", NULL),
+                 "--out-dtype: unknown dtype 'fp61' (did you mean fp16?)");
+    expect_usage(run_bench("verify", "--kv-dtype", "xyz", NULL),
+                 "unknown dtype 'xyz' (expected fp32, bf16, fp16 or int8)");
+    /* other names */
+    expect_usage(run_bench("merge", "a.json", "--out", out, "--duplicates", "pol", NULL),
+                 "merge: --duplicates: unknown rule 'pol' (did you mean pool?)");
+    expect_usage(run_bench("merge", "a.json", "--out", out, "--duplicates", "keep", NULL),
+                 "unknown rule 'keep' (expected refuse, pool or first)");
+    /* commands */
+    expect_usage(run_bench("verfy", NULL), "unknown command 'verfy' (did you mean verify?)");
+    expect_usage(run_bench("frobnicate", NULL), "unknown command 'frobnicate' (see the list");
+    /* the ISA cap */
+    const char *old = getenv("MHA_ISA");
+    char saved[64];
+    snprintf(saved, sizeof saved, "%s", old ? old : "");
+    setenv("MHA_ISA", "avx51", 1);
+    const int rc = run_bench("list", NULL);
+    setenv("MHA_ISA", "bogus", 1);
+    char first[4096];
+    snprintf(first, sizeof first, "%s", g_err);
+    const int rc2 = run_bench("info", "--quick", NULL);
+    if (old)
+        setenv("MHA_ISA", saved, 1);
+    else
+        unsetenv("MHA_ISA");
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(first, "MHA_ISA: unknown ISA 'avx51' (did you mean avx512?)"));
+    expect_usage(rc2, "MHA_ISA: unknown ISA 'bogus' (expected scalar, avx2, avx512, avx512bf16 "
+                      "or amx)");
+}
+
 static void test_profile_seconds(void **state) {
     (void)state;
     NEED_BENCH();
@@ -1767,6 +1974,7 @@ static void test_profile_samples(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_help),
+        cmocka_unit_test(test_help_lists_options),
         cmocka_unit_test(test_attend_torch),
         cmocka_unit_test(test_forward_torch),
         cmocka_unit_test(test_attend_bad_inputs),
@@ -1786,6 +1994,7 @@ int main(void) {
         cmocka_unit_test(test_gbench_shim_errors),
         cmocka_unit_test(test_gbench_row_json),
         cmocka_unit_test(test_verify_kernel_list),
+        cmocka_unit_test(test_unknown_names),
         cmocka_unit_test(test_profile_seconds),
         cmocka_unit_test(test_profile_alloc_failure),
         cmocka_unit_test(test_profile_samples),

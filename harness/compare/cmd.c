@@ -8,9 +8,73 @@
 #include <string.h>
 
 #include "compare.h"
-#include <getopt.h>
 
 #include "commands.h"
+#include "opts.h"
+
+enum {
+    O_THRESHOLD = 1000,
+    O_ALPHA,
+    O_JSON,
+    O_FORCE,
+    O_BASELINE,
+    O_SAVE,
+    O_DIR,
+    O_AB,
+    O_ROUNDS,
+    O_BUDGET,
+    O_NO_NORMALIZE,
+    O_MAX_DRIFT,
+    O_CALIBRATE,
+    O_RUN,
+    O_OUT,
+    O_NOISE
+};
+static const opt_row ROWS[] = {
+    {"threshold", required_argument, O_THRESHOLD, 0, "PCT", 0,
+     "median change that matters, percent (default: derived from the spread of the changes, "
+     "4 robust sigmas within [2, 10]; 5 when fewer than 5 benchmarks are in both files; 3 for "
+     "--ab)"},
+    {"no-normalize", no_argument, O_NO_NORMALIZE, 0, NULL, 0,
+     "keep the drift common to every benchmark (by default the median change over all "
+     "benchmarks, the host's drift, is divided out before testing; never with --ab)"},
+    {"max-drift", required_argument, O_MAX_DRIFT, 0, "PCT", 0,
+     "a drift common to the benchmarks beyond PCT percent is a finding: inconclusive when "
+     "divided out, a regression under --ab (default 10)"},
+    {"alpha", required_argument, O_ALPHA, 0, "A", 0,
+     "significance level of the U test (default 0.01)"},
+    {"json", no_argument, O_JSON, 0, NULL, 0,
+     "machine-readable report on stdout instead of the table"},
+    {"force", no_argument, O_FORCE, 0, NULL, 0,
+     "compare even when the machine fingerprints differ"},
+    {"baseline", no_argument, O_BASELINE, 0, NULL, 0,
+     "compare NEW.json against the newest committed baseline of its machine: "
+     "DIR/<cpu-key>.json or DIR/<cpu-key>-<time>.json"},
+    {"save-baseline", no_argument, O_SAVE, 0, NULL, 0,
+     "add NEW.json as a baseline (never overwrites an existing one)"},
+    {"baseline-dir", required_argument, O_DIR, 0, "DIR", 0,
+     "where baselines live (default " DEFAULT_BASELINE_DIR ")"},
+    {"ab", no_argument, O_AB, 0, NULL, 0,
+     "run OLD and NEW `sweep --preset ci` alternately (A B A B ...), pool each side's "
+     "repetitions, compare NEW against OLD"},
+    {"budget", required_argument, O_BUDGET, 0, "S", 0,
+     "--ab: rounds continue while another fits in S seconds (default 120, at least 2 rounds)"},
+    {"rounds", required_argument, O_ROUNDS, 0, "R", 0,
+     "--ab: exactly R rounds instead of the budget"},
+    {"calibrate", no_argument, O_CALIBRATE, 0, NULL, 0,
+     "the gate's noise from A/A pairs (two sweeps of one build): per benchmark the "
+     "false-positive rate and the smallest slowdown detected in every pair, the largest common "
+     "drift; to DIR/<cpu-key>.noise.json (never overwritten) or --out F"},
+    {"run", required_argument, O_RUN, 0, "N", 0,
+     "--calibrate: run N pairs of `sweep --preset ci` first"},
+    {"out", required_argument, O_OUT, 0, "F", 0, "--calibrate: write the calibration to F"},
+    {"noise", required_argument, O_NOISE, 0, "F", 0,
+     "compare with calibration F (--baseline: the newest beside the baselines): rows print it, "
+     "a row that cannot see twice its threshold is blind, not same; its drift x1.5 is "
+     "--max-drift"},
+    OPTS_HELP,
+};
+enum { NROWS = sizeof ROWS / sizeof ROWS[0] };
 
 static void usage(FILE *f) {
     fputs("usage: mhabench compare BASE.json NEW.json [--threshold PCT] [--alpha A] [--json]\n"
@@ -31,77 +95,12 @@ static void usage(FILE *f) {
           "benchmarks were judged (in both files, undisturbed, >= 9 repetitions a side),\n"
           "none slowed untested and no drift beyond --max-drift was divided out;\n"
           "INCONCLUSIVE otherwise, with the reasons.\n"
-          "Exit 0 no regression, 1 regression, 2 usage or input error, 3 inconclusive.\n"
-          "  --threshold PCT    median change that matters, percent (default: derived from\n"
-          "                     the spread of the changes, 4 robust sigmas within [2, 10];\n"
-          "                     5 when fewer than 5 benchmarks are in both files; 3 for --ab)\n"
-          "  --no-normalize     keep the drift common to every benchmark (by default the\n"
-          "                     median change over all benchmarks, the host's drift, is\n"
-          "                     divided out before testing; never with --ab)\n"
-          "  --max-drift PCT    a drift common to the benchmarks beyond PCT percent is a\n"
-          "                     finding: inconclusive when divided out, a regression under\n"
-          "                     --ab (default 10)\n"
-          "  --alpha A          significance level of the U test (default 0.01)\n"
-          "  --json             machine-readable report on stdout instead of the table\n"
-          "  --force            compare even when the machine fingerprints differ\n"
-          "  --baseline         compare NEW.json against the newest committed baseline of\n"
-          "                     its machine: DIR/<cpu-key>.json or DIR/<cpu-key>-<time>.json\n"
-          "  --save-baseline    add NEW.json as a baseline (never overwrites an existing one)\n"
-          "  --baseline-dir DIR where baselines live (default " DEFAULT_BASELINE_DIR ")\n"
-          "  --ab               run OLD and NEW `sweep --preset ci` alternately (A B A B ...),\n"
-          "                     pool each side's repetitions, compare NEW against OLD\n"
-          "  --budget S         --ab: rounds continue while another fits in S seconds\n"
-          "                     (default 120, at least 2 rounds)\n"
-          "  --rounds R         --ab: exactly R rounds instead of the budget\n"
-          "  --calibrate        the gate's noise from A/A pairs (two sweeps of one build):\n"
-          "                     per benchmark the false-positive rate and the smallest\n"
-          "                     slowdown detected in every pair, the largest common drift;\n"
-          "                     to DIR/<cpu-key>.noise.json (never overwritten) or --out F\n"
-          "  --run N            --calibrate: run N pairs of `sweep --preset ci` first\n"
-          "  --noise F          compare with calibration F (--baseline: the newest beside\n"
-          "                     the baselines): rows print it, a row that cannot see twice\n"
-          "                     its threshold is blind, not same; its drift x1.5 is\n"
-          "                     --max-drift\n",
+          "Exit 0 no regression, 1 regression, 2 usage or input error, 3 inconclusive.\n",
           f);
+    opts_print(f, ROWS, NROWS);
 }
 
 int cmd_compare(int argc, char **argv) {
-    enum {
-        O_THRESHOLD = 1000,
-        O_ALPHA,
-        O_JSON,
-        O_FORCE,
-        O_BASELINE,
-        O_SAVE,
-        O_DIR,
-        O_AB,
-        O_ROUNDS,
-        O_BUDGET,
-        O_NO_NORMALIZE,
-        O_MAX_DRIFT,
-        O_CALIBRATE,
-        O_RUN,
-        O_OUT,
-        O_NOISE
-    };
-    static const struct option opts[] = {{"threshold", required_argument, 0, O_THRESHOLD},
-                                         {"alpha", required_argument, 0, O_ALPHA},
-                                         {"json", no_argument, 0, O_JSON},
-                                         {"force", no_argument, 0, O_FORCE},
-                                         {"baseline", no_argument, 0, O_BASELINE},
-                                         {"save-baseline", no_argument, 0, O_SAVE},
-                                         {"baseline-dir", required_argument, 0, O_DIR},
-                                         {"ab", no_argument, 0, O_AB},
-                                         {"rounds", required_argument, 0, O_ROUNDS},
-                                         {"budget", required_argument, 0, O_BUDGET},
-                                         {"no-normalize", no_argument, 0, O_NO_NORMALIZE},
-                                         {"max-drift", required_argument, 0, O_MAX_DRIFT},
-                                         {"calibrate", no_argument, 0, O_CALIBRATE},
-                                         {"run", required_argument, 0, O_RUN},
-                                         {"out", required_argument, 0, O_OUT},
-                                         {"noise", required_argument, 0, O_NOISE},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     settings s = {DEFAULT_THRESHOLD, 0.01, 0, 0, 1, 0, DEFAULT_MAX_DRIFT, NULL};
     int force = 0, mode_baseline = 0, mode_save = 0, mode_ab = 0, no_normalize = 0;
     int mode_cal = 0, max_drift_given = 0;
@@ -114,8 +113,9 @@ int cmd_compare(int argc, char **argv) {
     int nsweep = 0;
     char **sweep_args = NULL;
     const int nargs = split_at_dashes(argc, argv, &sweep_args, &nsweep);
-    optind = 1;
-    for (int c; (c = getopt_long(nargs, argv, "h", opts, NULL)) != -1;) {
+    opts_parser op;
+    opts_init(&op, "compare", ROWS, NROWS);
+    for (int c; (c = opts_next(&op, nargs, argv)) != -1;) {
         switch (c) {
         case O_THRESHOLD:
             if (!parse_double("compare: --threshold", optarg, 0, 1000, 0, &s.threshold))

@@ -1,72 +1,116 @@
 /* args.c - the sweep's command line: its options and the grid's axes. */
 #include "sweep.h"
 
+enum {
+    O_PRESET = 256,
+    O_KERNELS,
+    O_SEQ,
+    O_SEQ_Q,
+    O_SEQ_KV,
+    O_HEADS,
+    O_KV_HEADS,
+    O_HEAD_DIM,
+    O_BATCH,
+    O_CAUSAL,
+    O_THREADS,
+    O_MAX_SECONDS,
+    O_MIN_TIME,
+    O_REPS,
+    O_BIND,
+    O_OUT,
+    O_SEED,
+    O_SHARD,
+    O_PASSES,
+    O_DTYPE,
+    O_KV_DTYPE,
+    O_PEERS,
+    O_QUIET,
+    O_VERBOSE,
+};
+
+/* The options, as data: the parser, the usage and the options section come
+ * from these rows (opts.h). */
+static const opt_row ROWS[] = {
+    {"preset", required_argument, O_PRESET, 0, "NAME", 0,
+     "one of the presets above (default quick); the axis options replace its values"},
+    {"kernels", required_argument, O_KERNELS, 0, "LIST", 0,
+     "comma list; 'auto' = mha_select's choice per shape (default: every kernel that runs "
+     "here, and auto except for ci)"},
+    {"seq", required_argument, O_SEQ, 0, "N,..", 0, "self-attention lengths (Nq = Nkv)"},
+    {"seq-q", required_argument, O_SEQ_Q, 0, "N,..", 0,
+     "cross-attention query lengths: every (Nq, Nkv) pair (the other defaults to --seq)"},
+    {"seq-kv", required_argument, O_SEQ_KV, 0, "N,..", 0, "cross-attention key/value lengths"},
+    {"heads", required_argument, O_HEADS, 0, "H,..", 0, "query head counts"},
+    {"kv-heads", required_argument, O_KV_HEADS, 0, "G,..", 0,
+     "KV head counts (GQA/MQA); values not dividing a head count are skipped for it "
+     "(default: equal to heads)"},
+    {"head-dim", required_argument, O_HEAD_DIM, 0, "D,..", 0, "head dims"},
+    {"batch", required_argument, O_BATCH, 0, "B,..", 0, "batch sizes"},
+    {"causal", required_argument, O_CAUSAL, 0, "0,1", 0, "masks: 0 none, 1 causal"},
+    {"threads", required_argument, O_THREADS, 0, "T,..|all", 0,
+     "thread counts; 'all' = every core (default 1,all)"},
+    {"dtype", required_argument, O_DTYPE, 0, "LIST", 0,
+     "Q/O dtypes fp32,bf16,fp16 (default fp32; a layer's weights, inputs and output); each "
+     "kernel runs the dtypes it takes"},
+    {"kv-dtype", required_argument, O_KV_DTYPE, 0, "LIST", 0,
+     "K/V storage bf16,fp16,int8 of the decode rows (Nq = 1; default: the --dtype); the other "
+     "rows store K/V in the --dtype"},
+    {"shard", required_argument, O_SHARD, 0, "I/N", 0,
+     "run only part I of N of the benchmark list (fleet mode: `mhabench merge` joins the "
+     "parts' files; a part with no benchmark writes its file with no rows)"},
+    {"max-seconds", required_argument, O_MAX_SECONDS, 0, "S", 0,
+     "skip a benchmark whose estimated time per call exceeds S (default 2); the estimate is "
+     "each kernel's rate measured on B1 H1 N256 d64 at start"},
+    {"min-time", required_argument, O_MIN_TIME, 0, "S", 0,
+     "Google Benchmark's minimum time per benchmark (quick 0.02, full 0.2, ci 0.05)"},
+    {"repetitions", required_argument, O_REPS, 0, "N", 0,
+     "repetitions per benchmark (quick 3, roofline 5, interleaved within each shape; ci 9, "
+     "interleaved; given, every kernel gets them); --benchmark_repetitions=N after -- is the "
+     "same request"},
+    {"passes", required_argument, O_PASSES, 0, "N", 0,
+     "at most N passes (default 4, quick 2): after the first, disturbed repetitions are "
+     "retaken and multi-repetition benchmarks whose median interval is wider than 2% get more; "
+     "1: none"},
+    {"bind", required_argument, O_BIND, 0, "cores|none", 0,
+     "cores: pin OpenMP threads one per core through hwloc (default); none"},
+    {"peers", required_argument, O_PEERS, 0, "LIST|all", 0,
+     "other libraries' attention as rows peer.<name>/<shape> of the same sweep (the Python "
+     "ones need scripts/peers/setup-venv.sh or MHA_PEERS_PYTHON); each is checked against the "
+     "float64 oracle before it is timed, and one that fails is reported, not timed"},
+    {"out", required_argument, O_OUT, 0, "F.json", 0,
+     "the result file (default results/runs/<host>-<UTC time>.json, never replacing one)"},
+    {"seed", required_argument, O_SEED, 0, "N", 0,
+     "seed for inputs and the interleaved order (default 1)"},
+    {"quiet", no_argument, O_QUIET, 0, NULL, 0,
+     "no progress while it runs: the summary and the verdict only"},
+    {"verbose", no_argument, O_VERBOSE, 0, NULL, 0,
+     "a line per repetition (and per skip), every tie and auto's choice in the summary "
+     "(default: a line per finished shape and thread count, or a bar on a terminal)"},
+    OPTS_HELP,
+};
+enum { NROWS = sizeof ROWS / sizeof ROWS[0] };
+
 void sweep_usage(FILE *f) {
-    char presets[128], peers[160];
-    presets_join(presets, sizeof presets, "|", NULL);
+    char peers[160];
     peers_join(peers, sizeof peers, ",", NULL);
+    opts_usage(f, "sweep", NULL, ROWS, NROWS, "[-- GOOGLE_BENCHMARK_FLAGS...]");
     fprintf(f,
-            "usage: mhabench sweep [--preset %s] [--kernels a,b] [--seq N,..]\n"
-            "                      [--seq-q N,..] [--seq-kv N,..] [--heads H,..] [--kv-heads "
-            "G,..]\n"
-            "                      [--head-dim D,..] [--batch B,..] [--causal 0,1] [--threads "
-            "T,..|all]\n"
-            "                      [--shard I/N] [--max-seconds S] [--min-time S] [--repetitions "
-            "N]\n"
-            "                      [--passes N] [--bind cores|none]\n"
-            "                      [--dtype fp32,bf16,fp16] [--kv-dtype bf16,fp16,int8]\n"
-            "                      [--peers %s|all]\n"
-            "                      [--out F.json] [--seed N] [--quiet | --verbose]\n"
-            "                      [-- GOOGLE_BENCHMARK_FLAGS...]\n"
             "Benchmarks kernels over shapes through Google Benchmark; writes Google Benchmark\n"
-            "JSON (context extended with the machine fingerprint) to --out, by default\n"
-            "results/runs/<host>-<UTC time>.json, and prints a summary of the fastest kernel\n"
-            "per shape and a verdict (`mhabench report` prints them again from the file).\n"
+            "JSON (context extended with the machine fingerprint) to --out and prints a\n"
+            "summary of the fastest kernel per shape and a verdict (`mhabench report` prints\n"
+            "them again from the file). Peers: %s.\n"
             "\n"
-            "presets (the axis options below replace the preset's values):\n",
-            presets, peers);
+            "presets:\n",
+            peers);
     presets_help(f);
-    fputs(
-        "  The preset's decode and layer shapes are dropped when a shape axis (--seq, --seq-q, "
-        "--seq-kv,\n"
-        "  --heads, --kv-heads, --head-dim, --batch) is given.\n"
-        "\n"
-        "  --kernels      comma list; 'auto' = mha_select's choice per shape (default: every\n"
-        "                 kernel that runs here, and auto except for ci)\n"
-        "  --seq          self-attention lengths (Nq = Nkv)\n"
-        "  --seq-q/-kv    cross-attention: every (Nq, Nkv) pair (the other defaults to --seq)\n"
-        "  --kv-heads     KV head counts (GQA/MQA); values not dividing a head count are\n"
-        "                 skipped for it (default: equal to heads)\n"
-        "  --threads      thread counts; 'all' = every core (default 1,all)\n"
-        "  --dtype        Q/O dtypes (default fp32; a layer's weights, inputs and output);\n"
-        "                 each kernel runs the dtypes it takes\n"
-        "  --kv-dtype     K/V storage of the decode rows (Nq = 1; default: the --dtype);\n"
-        "                 the other rows store K/V in the --dtype\n"
-        "  --max-seconds  skip a benchmark whose estimated time per call exceeds S (default 2);\n"
-        "                 the estimate is each kernel's rate measured on B1 H1 N256 d64 at start\n"
-        "  --min-time     Google Benchmark's minimum time per benchmark (quick 0.02, full 0.2,\n"
-        "                 ci 0.05)\n"
-        "  --repetitions  repetitions per benchmark (quick: 3, roofline: 5, interleaved within\n"
-        "                 each shape; ci: 9, interleaved; given, every kernel gets them)\n"
-        "  --bind         cores: pin OpenMP threads one per core through hwloc (default); none\n"
-        "  --seed         seed for inputs and the interleaved order (default 1)\n"
-        "  --passes N     at most N passes (default 4, quick 2): after the first, disturbed\n"
-        "                 repetitions are retaken and multi-repetition benchmarks whose\n"
-        "                 median interval is wider than 2% get more; 1: none\n"
-        "  --peers        other libraries' attention as rows peer.<name>/<shape> of the same\n"
-        "                 sweep (harness/peers; the Python ones need scripts/peers/setup-venv.sh\n"
-        "                 or MHA_PEERS_PYTHON); each is checked against the float64 oracle\n"
-        "                 before it is timed, and one that fails is reported, not timed\n"
-        "  --shard I/N    run only part I of N of the benchmark list (fleet mode: N machines\n"
-        "                 of one type run the N parts; `mhabench merge` joins their files;\n"
-        "                 a part with no benchmark writes its file with no rows)\n"
-        "  --quiet        no progress while it runs: the summary and the verdict only\n"
-        "  --verbose      a line per repetition (and per skip), every tie and auto's choice\n"
-        "                 in the summary (default: a line per finished shape and thread count,\n"
-        "                 or a progress bar on a terminal)\n"
-        "  after --       flags for Google Benchmark (--benchmark_filter=REGEX, ...)\n"
-        "Exit status: 0 ok, 1 a benchmark failed, 2 usage or input error.\n",
-        f);
+    fputs("  The preset's decode and layer shapes are dropped when a shape axis (--seq,\n"
+          "  --seq-q, --seq-kv, --heads, --kv-heads, --head-dim, --batch) is given.\n"
+          "\n",
+          f);
+    opts_print(f, ROWS, NROWS);
+    fputs("  after --  flags for Google Benchmark (--benchmark_filter=REGEX, ...)\n"
+          "Exit status: 0 ok, 1 a benchmark failed, 2 usage or input error.\n",
+          f);
 }
 
 /* ---- option parsing --------------------------------------------------------- */
@@ -95,13 +139,16 @@ int parse_peers(const char *list, sweep_args *a) {
     }
     for (const char *p = list;;) {
         const size_t len = strcspn(p, ",");
-        int found = -1;
-        for (int i = 0; i < nnames; i++)
-            if (strlen(names[i]) == len && strncmp(names[i], p, len) == 0) found = i;
+        char tok[64], known[200];
+        snprintf(tok, sizeof tok, "%.*s", (int)(len < 63 ? len : 63), p);
+        peers_join(known, sizeof known, ", ", ", ");
+        char otherwise[240];
+        snprintf(otherwise, sizeof otherwise, "expected %s or all", known);
+        const int found =
+            len < 64 ? name_index_or_say("sweep: --peers", "peer", tok, names, nnames, otherwise)
+                     : -1;
         if (found < 0) {
-            char known[160];
-            peers_join(known, sizeof known, ", ", ", ");
-            errorf("sweep: --peers '%.*s': unknown peer (expected %s or all)", (int)len, p, known);
+            if (len >= 64) say_unknown("sweep: --peers", "peer", tok, names, nnames, otherwise);
             return -1;
         }
         int dup = 0;
@@ -114,60 +161,6 @@ int parse_peers(const char *list, sweep_args *a) {
 
 /* Returns 0, 1 when --help was printed, or -1. */
 int parse_sweep_args(int argc, char **argv, sweep_args *a) {
-    enum {
-        O_PRESET = 256,
-        O_KERNELS,
-        O_SEQ,
-        O_SEQ_Q,
-        O_SEQ_KV,
-        O_HEADS,
-        O_KV_HEADS,
-        O_HEAD_DIM,
-        O_BATCH,
-        O_CAUSAL,
-        O_THREADS,
-        O_MAX_SECONDS,
-        O_MIN_TIME,
-        O_REPS,
-        O_BIND,
-        O_OUT,
-        O_SEED,
-        O_SHARD,
-        O_PASSES,
-        O_DTYPE,
-        O_KV_DTYPE,
-        O_PEERS,
-        O_QUIET,
-        O_VERBOSE,
-    };
-    static const struct option opts[] = {
-        {"preset", required_argument, 0, O_PRESET},
-        {"kernels", required_argument, 0, O_KERNELS},
-        {"seq", required_argument, 0, O_SEQ},
-        {"seq-q", required_argument, 0, O_SEQ_Q},
-        {"seq-kv", required_argument, 0, O_SEQ_KV},
-        {"heads", required_argument, 0, O_HEADS},
-        {"kv-heads", required_argument, 0, O_KV_HEADS},
-        {"head-dim", required_argument, 0, O_HEAD_DIM},
-        {"batch", required_argument, 0, O_BATCH},
-        {"causal", required_argument, 0, O_CAUSAL},
-        {"threads", required_argument, 0, O_THREADS},
-        {"max-seconds", required_argument, 0, O_MAX_SECONDS},
-        {"min-time", required_argument, 0, O_MIN_TIME},
-        {"repetitions", required_argument, 0, O_REPS},
-        {"bind", required_argument, 0, O_BIND},
-        {"out", required_argument, 0, O_OUT},
-        {"seed", required_argument, 0, O_SEED},
-        {"shard", required_argument, 0, O_SHARD},
-        {"passes", required_argument, 0, O_PASSES},
-        {"dtype", required_argument, 0, O_DTYPE},
-        {"kv-dtype", required_argument, 0, O_KV_DTYPE},
-        {"peers", required_argument, 0, O_PEERS},
-        {"quiet", no_argument, 0, O_QUIET},
-        {"verbose", no_argument, 0, O_VERBOSE},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
     *a = (sweep_args){.passes = 0, /* the preset's */
                       .preset_name = "quick",
                       .max_seconds = 2.0,
@@ -176,9 +169,9 @@ int parse_sweep_args(int argc, char **argv, sweep_args *a) {
                       .seed = 1,
                       .dtypes = MHA_DTYPE_BIT(MHA_F32)};
     int64_t v;
-    optind = 1;
-    opterr = 0;
-    for (int c; (c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1;) {
+    opts_parser op;
+    opts_init(&op, "sweep", ROWS, NROWS);
+    for (int c; (c = opts_next(&op, argc, argv)) != -1;) {
         switch (c) {
         case O_PRESET:
             a->preset_name = optarg;
@@ -266,13 +259,8 @@ int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         case 'h':
             sweep_usage(stdout);
             return 1;
-        case ':':
-            errorf("sweep: option '%s' needs a value", argv[optind - 1]);
-            return -1;
-        default:
-            errorf("sweep: unknown option '%s' (Google Benchmark flags go after --)",
-                   argv[optind - 1]);
-            sweep_usage(stderr);
+        default: /* opts_next said what (Google Benchmark flags go after --) */
+            fprintf(stderr, "(Google Benchmark flags go after --; `mhabench sweep --help`)\n");
             return -1;
         }
     }

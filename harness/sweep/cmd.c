@@ -185,9 +185,7 @@ int cmd_sweep(int argc, char **argv) {
     if (!check_isa_env()) return EXIT_USAGE;
     const preset *prp = preset_find(a.preset_name);
     if (!prp) {
-        char known[128];
-        presets_join(known, sizeof known, ", ", " or ");
-        errorf("sweep: --preset '%s': expected %s", a.preset_name, known);
+        presets_say_unknown(a.preset_name);
         return EXIT_USAGE;
     }
     const preset pr = *prp;

@@ -152,3 +152,9 @@ void presets_help(FILE *f) {
         }
     }
 }
+
+void presets_say_unknown(const char *name) {
+    const char *names[NPRESETS];
+    for (int i = 0; i < NPRESETS; i++) names[i] = PRESETS[i].name;
+    say_unknown("sweep: --preset", "preset", name, names, NPRESETS, NULL);
+}

@@ -33,6 +33,7 @@
 #include "stats.h"
 #include "sweep/progress.h"
 #include "sweep/report.h"
+#include "opts.h"
 #include "util.h"
 
 enum { MAX_LIST = 64, MAX_KERNELS = 64, MAX_REPS = 1000 };
@@ -197,6 +198,8 @@ extern int sweep_nbench;
 const preset *preset_find(const char *name);
 void presets_join(char *buf, size_t len, const char *sep, const char *last);
 void presets_help(FILE *f);
+/* The unknown --preset message, with a "did you mean" (util.h: say_unknown). */
+void presets_say_unknown(const char *name);
 /* The peers' names joined likewise (peers.c's list). */
 void peers_join(char *buf, size_t len, const char *sep, const char *last);
 void sweep_usage(FILE *f);

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "dtype.h"
-#include "internal.h"
+#include "sizes.h"
 #include "ukernels.h"
 
 #ifndef __AVX512BF16__

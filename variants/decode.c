@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "select.h"
+#include "cachemodel.h"
 #include "ukernels.h"
 
 #define LOG2E 1.44269504088896341f

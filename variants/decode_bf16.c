@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "select.h"
+#include "cachemodel.h"
 #include "ukernels.h"
 
 #ifndef __AVX512BF16__

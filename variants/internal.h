@@ -4,6 +4,7 @@
 #ifndef MHA_VARIANTS_INTERNAL_H
 #define MHA_VARIANTS_INTERNAL_H
 
+#include "sizes.h"
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -58,19 +59,7 @@ mha_status mha_check_options(const mha_options *o);
 mha_status mha_set_error(mha_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mha_clear_error(void);
 
-/* size helpers: a*b and a+b in size_t, saturating to SIZE_MAX on overflow. */
-static inline size_t mha_mul_sz(size_t a, size_t b) {
-    size_t r;
-    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
-}
-static inline size_t mha_add_sz(size_t a, size_t b) {
-    size_t r;
-    return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
-}
-/* Rounds up to a multiple of 64 bytes (saturating). */
-static inline size_t mha_align64(size_t n) {
-    return n > SIZE_MAX - 63 ? SIZE_MAX : (n + 63) & ~(size_t)63;
-}
+/* size helpers (mha_mul_sz, mha_add_sz, mha_align64): kernels/sizes.h */
 
 /* Visible key range for query row i (global index): keys [0, end) where
  * end = min(seq_kv, i + seq_kv - seq_q + 1) when causal, clamped at 0. */

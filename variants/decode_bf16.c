@@ -348,8 +348,9 @@ static void store_row(const mha_tensor_mut *out, int64_t b, int64_t h, int64_t i
 
 mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_options *o, int threads,
                                           const mha_tensor *q, const mha_tensor *k,
-                                          const mha_tensor *v, const mha_tensor_mut *out,
-                                          void *workspace) {
+                                          const mha_tensor *v, const mha_extras *ex,
+                                          const mha_tensor_mut *out, void *workspace) {
+    (void)ex;
     (void)o;
     const db_plan P = plan(p, threads);
     const db_ctx x = {

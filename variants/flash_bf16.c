@@ -352,8 +352,9 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
 
 mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options *o, int threads,
                                          const mha_tensor *q, const mha_tensor *k,
-                                         const mha_tensor *v, const mha_tensor_mut *out,
-                                         void *workspace) {
+                                         const mha_tensor *v, const mha_extras *ex,
+                                         const mha_tensor_mut *out, void *workspace) {
+    (void)ex;
     const bf_ctx x = {p,
                       bf_plan(p, o),
                       p->heads / p->kv_heads,

@@ -199,7 +199,8 @@ static float *rnd(int64_t n, unsigned *seed) {
 }
 
 /* Runs kernel k on p (fp32, contiguous) and compares with the oracle. */
-static mha_status run_vs_oracle(const mha_kernel *k, const mha_problem *p, double *max_err) {
+static mha_status run_vs_oracle(const mha_kernel *k, const mha_problem *p, const mha_options *opt,
+                                double *max_err) {
     unsigned seed = 7;
     const int64_t dv = mha_problem_head_dim_v(p);
     const int64_t nq = p->batch * p->heads * p->seq_q, nkv = p->batch * p->kv_heads * p->seq_kv;
@@ -215,13 +216,12 @@ static mha_status run_vs_oracle(const mha_kernel *k, const mha_problem *p, doubl
     const mha_tensor_mut ot = {o, p->heads * p->seq_q * dv, p->seq_q * dv, dv};
     const mha_extras x = {.sinks = p->sinks ? sinks : NULL};
     assert_int_equal(mha_reference_ex(p, &qt, &kt, &vt, &x, ref), MHA_OK);
-    const mha_options opt = {.threads = 2};
     size_t ws_bytes = 0;
-    mha_status st = mha_workspace_size(k, p, &opt, &ws_bytes);
+    mha_status st = mha_workspace_size(k, p, opt, &ws_bytes);
     void *ws = NULL;
     if (st == MHA_OK) {
         ws = mha_alloc(ws_bytes);
-        st = mha_attend_ex(k, p, &opt, &qt, &kt, &vt, &x, &ot, ws, ws_bytes);
+        st = mha_attend_ex(k, p, opt, &qt, &kt, &vt, &x, &ot, ws, ws_bytes);
     }
     *max_err = 0;
     if (st == MHA_OK)
@@ -293,13 +293,25 @@ static void test_kernels_take_or_refuse(void **state) {
         if (mha_kernel_supported(k) != MHA_OK) continue;
         for (int w = 0; w < N_VARIANT_PROBLEMS; w++) {
             const mha_problem p = variant_problem(w);
+            /* default blocks, then small odd ones: many KV blocks per window
+             * edge and per visible range, query blocks that are not a
+             * vector wide */
+            static const mha_options opts[] = {{.threads = 2},
+                                               {.threads = 2, .block_q = 16, .block_kv = 8},
+                                               {.threads = 1, .block_q = 5, .block_kv = 3}};
             double err;
-            const mha_status st = run_vs_oracle(k, &p, &err);
+            const mha_status st = run_vs_oracle(k, &p, &opts[0], &err);
             if ((needs(&p) & ~mha_kernel_traits(k)) == 0) {
                 if (st != MHA_OK)
                     fail_msg("%s, case %d: %s", mha_kernel_name(k), w, mha_last_error());
                 if (!(err <= 1e-5))
                     fail_msg("%s, case %d: max error %g", mha_kernel_name(k), w, err);
+                for (int oi = 1; oi < 3 && (mha_kernel_traits(k) & MHA_KT_BLOCKS); oi++) {
+                    assert_int_equal(run_vs_oracle(k, &p, &opts[oi], &err), MHA_OK);
+                    if (!(err <= 1e-5))
+                        fail_msg("%s, case %d, blocks %d/%d: max error %g", mha_kernel_name(k), w,
+                                 opts[oi].block_q, opts[oi].block_kv, err);
+                }
                 checked++;
             } else {
                 /* refused, naming the kernel and the variant */

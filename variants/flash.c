@@ -24,6 +24,7 @@
 #include "internal.h"
 #include "phase.h"
 #include "ukernels.h"
+#include "flash_var.h"
 
 #define LOG2E 1.44269504088896341f
 
@@ -158,27 +159,6 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
     PHASE(PHASE_PACK);
 }
 
-/* c tanh(s / c) * log2(e) lane-wise, s in natural units: an odd polynomial
- * for |y| = |s / c| < 1/8 (Taylor to y^9, truncation < 2e-12), else
- * sign(y) (1 - e^-2|y|) / (1 + e^-2|y|) (relative error a few ulp; e^-2|y|
- * underflows to 0 for large |y|, giving +-1 exactly). */
-static inline vf softcap_log2(vf s, float c) {
-    const vf zero = vzero(), one = vset1(1.0f), y = vmul(s, vset1(1.0f / c));
-    const vf ay = vselect_gt(zero, y, vsub(zero, y), y);
-    const vf e = vexp(vmul(ay, vset1(-2.0f)));
-    vf t = vdiv(vsub(one, e), vadd(one, e));
-    const vf y2 = vmul(ay, ay);
-    vf q = vset1(62.0f / 2835.0f);
-    q = vfma(q, y2, vset1(-17.0f / 315.0f));
-    q = vfma(q, y2, vset1(2.0f / 15.0f));
-    q = vfma(q, y2, vset1(-1.0f / 3.0f));
-    q = vfma(q, y2, one);
-    t = vselect_gt(vset1(0.125f), ay, vmul(q, ay), t);
-    t = vselect_gt(zero, y, vsub(zero, t), t);
-    t = vselect_eq(y, y, t, y); /* a NaN score stays NaN (every compare is false for it) */
-    return vmul(t, vset1(c * LOG2E));
-}
-
 /* The unfused score block of flash_block_var: St = K Q^T for keys [j0, j0 +
  * bkk) (log2 units after the cap), scores outside each column's range
  * [kb[i], ke[i]) set to -inf, then m raised to each column's block max,
@@ -190,33 +170,8 @@ static void scores_unfused(const flash_ctx *x, int64_t bkk, int64_t ncols, int64
                            float *m, float *bsum, float *alpha, const int64_t *kb,
                            const int64_t *ke) {
     const mha_problem *p = x->p;
-    const float cap = p->softcap;
     k_gemm(bkk, ncols, p->head_dim, kh + j0 * skn, skn, 1, Qt, ld, St, ld, MHA_INIT_ZERO, NULL);
-    const vf ninf = vset1(-INFINITY), zero = vzero(), one = vset1(1.0f);
-    for (int64_t r = 0; r < bkk; r++) {
-        float *row = St + r * ld;
-        if (cap > 0)
-            for (int64_t i = 0; i < ncols; i += VW)
-                vstore(row + i, softcap_log2(vload(row + i), cap));
-        const int64_t j = j0 + r;
-        for (int64_t i = 0; i < ncols; i++)
-            if (j < kb[i] || j >= ke[i]) row[i] = -INFINITY;
-    }
-    for (int64_t i = 0; i < ncols; i += VW) {
-        vf bm = ninf;
-        for (int64_t r = 0; r < bkk; r++) bm = vmax(bm, vload(St + r * ld + i));
-        const vf mo = vload(m + i), mn = vmax(mo, bm);
-        const vf mu = vselect_eq(mn, ninf, zero, mn); /* nothing seen: subtract 0, P = 0 */
-        vstore(alpha + i, vselect_eq(mo, mn, one, vexp2_nonpos(vsub(mo, mu))));
-        vf sum = zero;
-        for (int64_t r = 0; r < bkk; r++) {
-            const vf pr = vexp2_nonpos(vsub(vload(St + r * ld + i), mu));
-            vstore(St + r * ld + i, pr);
-            sum = vadd(sum, pr);
-        }
-        vstore(m + i, mn);
-        vstore(bsum + i, sum);
-    }
+    flash_var_softmax(bkk, ncols, j0, p->softcap, St, ld, m, bsum, alpha, kb, ke);
 }
 
 /* One (batch, head, query block) of a problem with a window, a softcap or

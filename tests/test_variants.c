@@ -11,6 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "check.h"
 #include "mha.h"
 
 static const mha_problem good = {2, 4, 2, 5, 7, 8, 1, 0.0f, MHA_F32, MHA_F32};
@@ -366,12 +367,57 @@ static void test_auto_takes_variants(void **state) {
     }
 }
 
+/* verify's variant cases (check.c) on every kernel with a variant trait, in
+ * every (dtype, kv dtype) it takes: the bf16 kernels' variant paths are
+ * checked here, which test_kernels (fp32 grids) does not reach. */
+static void test_verify_cases_every_dtype(void **state) {
+    (void)state;
+    static check_case cases[512];
+    const int ncases = check_cases(cases, 512, 1);
+    int ran = 0;
+    for (int ki = 0; ki < mha_kernel_count(); ki++) {
+        const mha_kernel *k = mha_kernel_at(ki);
+        const unsigned vt = MHA_KT_WINDOW | MHA_KT_SOFTCAP | MHA_KT_SINKS | MHA_KT_HEAD_DIM_V;
+        if (!(mha_kernel_traits(k) & vt) || mha_kernel_supported(k) != MHA_OK) continue;
+        for (int dt = MHA_F32; dt <= MHA_F16; dt++)
+            for (int kv = MHA_F32; kv < MHA_DTYPE_COUNT; kv++) {
+                if ((dt != MHA_F32 && kv == MHA_F32) ||
+                    !(mha_kernel_dtypes(k) & MHA_DTYPE_BIT(dt)) ||
+                    !(mha_kernel_kv_dtypes(k) & MHA_DTYPE_BIT(kv)))
+                    continue;
+                for (int ci = 0; ci < ncases; ci++) {
+                    check_case c = cases[ci];
+                    if (!needs(&c.p) || !check_input_fits(c.input, (mha_dtype)dt, (mha_dtype)kv))
+                        continue;
+                    check_case_set_dtypes(&c, (mha_dtype)dt, (mha_dtype)kv);
+                    if (!check_kernel_takes_case(k, &c)) continue;
+                    check_data d;
+                    assert_int_equal(check_prepare(&c, check_case_seed(4242, ci), &d), MHA_OK);
+                    check_report r;
+                    if (check_kernel(k, &d, 2, &r) != CHECK_PASS) {
+                        char desc[256];
+                        check_describe(&c, desc, sizeof desc);
+                        fail_msg("%s case %d %s: %s", mha_kernel_name(k), ci, desc, r.detail);
+                    }
+                    check_release(&d);
+                    ran++;
+                }
+            }
+    }
+    assert_true(ran > 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_validate_variants),  cmocka_unit_test(test_flops_visible_pairs),
-        cmocka_unit_test(test_oracle_sink_halves), cmocka_unit_test(test_oracle_window_diagonal),
-        cmocka_unit_test(test_oracle_softcap),     cmocka_unit_test(test_kernels_take_or_refuse),
-        cmocka_unit_test(test_refusal_message),    cmocka_unit_test(test_auto_takes_variants),
+        cmocka_unit_test(test_validate_variants),
+        cmocka_unit_test(test_flops_visible_pairs),
+        cmocka_unit_test(test_oracle_sink_halves),
+        cmocka_unit_test(test_oracle_window_diagonal),
+        cmocka_unit_test(test_oracle_softcap),
+        cmocka_unit_test(test_kernels_take_or_refuse),
+        cmocka_unit_test(test_refusal_message),
+        cmocka_unit_test(test_auto_takes_variants),
+        cmocka_unit_test(test_verify_cases_every_dtype),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

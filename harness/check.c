@@ -218,6 +218,9 @@ static int add_variants(check_case *out, int n, int max, int quick) {
         {1, 2, 2, 64, 64, 64, 1, 0, 0, 0, 0, SINKS_LARGE + 1, 0, U, "sinks-large"},
         {1, 8, 8, 12, 9, 16, 1, 0, 0, 0, 0, SINKS_MIXED + 1, 0, U, "sinks-mixed"},
         {1, 4, 1, 1, 197, 64, 0, 0, 0, 0, 0, SINKS_MIXED + 1, 0, U, "sinks-decode"},
+        /* long enough for decode's split-KV: the sink joins once, after the merge */
+        {1, 4, 1, 1, 1500, 64, 0, 0, 0, 0, 0, SINKS_UNIFORM + 1, 0, U, "sinks-split"},
+        {1, 2, 2, 2, 1300, 32, 1, 1, 700, -1, 0, SINKS_MIXED + 1, 0, U, "sinks-split"},
         /* d_v below and above d_qk (DeepSeek MLA: 192 / 128) */
         {1, 2, 2, 33, 33, 64, 1, 0, 0, 0, 0, 0, 16, U, "dv-narrow"},
         {2, 3, 1, 17, 40, 16, 0, 0, 0, 0, 0, 0, 80, U, "dv-wide"},

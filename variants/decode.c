@@ -20,7 +20,7 @@
  * pass at the first key any row sees and masks the keys before each row's
  * begin; a softcap caps each block's scores (natural units) before the
  * mask; a sink joins each row once, after its pass or after the split-KV
- * merge (add_sink): a softmax column with no value. */
+ * merge (mha_decode_add_sink): a softmax column with no value. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -612,22 +612,6 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
     }
 }
 
-/* The sink (log2 units) joins a row's unnormalised o (dv floats), max m and
- * sum l once: as a partial result with o = 0, m = sink, l = 1. */
-static void add_sink(float *o, int64_t dv, float *l, float m, float sink) {
-    if (!(sink > -INFINITY)) {
-        if (isnan(sink)) *l = NAN;
-        return; /* -inf: no sink */
-    }
-    if (sink > m) { /* the sink is the new max: what came before scales by 2^(m - sink) */
-        const float f = m == -INFINITY ? 0.0f : exp2f(m - sink);
-        for (int64_t c = 0; c < dv; c++) o[c] *= f;
-        *l = *l * f + 1.0f;
-    } else {
-        *l += exp2f(sink - m);
-    }
-}
-
 /* Row i of head h of batch b of out = row (d floats, normalised), rounded to
  * out's dtype (nearest even); fp32 goes through store_normalized directly. */
 static void store_row(const mha_tensor_mut *out, int64_t b, int64_t h, int64_t i, float *row,
@@ -685,7 +669,8 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     dst[d + 1] = l[r];
                 } else {
                     const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
-                    if (p->sinks) add_sink(ob + r * dp, d, &l[r], m[r], x.sinks[h] * LOG2E);
+                    if (p->sinks)
+                        mha_decode_add_sink(ob + r * dp, d, &l[r], m[r], x.sinks[h] * LOG2E);
                     store_row(out, b, h, i, ob + r * dp, d, &l[r], mha_kv_count(p, i) == 0);
                 }
             }
@@ -705,7 +690,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                         const float ms = pt[sp * P.rows * (d + 2) + d];
                         mmax = ms > mmax ? ms : mmax;
                     }
-                    add_sink(acc, d, &lsum, mmax, x.sinks[h] * LOG2E);
+                    mha_decode_add_sink(acc, d, &lsum, mmax, x.sinks[h] * LOG2E);
                 }
                 store_row(out, b, h, i, acc, d, &lsum, mha_kv_count(p, i) == 0);
             }

@@ -15,7 +15,11 @@
  * (as flash.avx512bf16: check.c's "P rounded to bf16" term, 2 u_bf16). The
  * output is rounded from the fp32 accumulators to bf16 (RNE). fp16 is not
  * taken: there is no fp16 dot product here, and converting the cache while
- * streaming it would cost what the bf16 unit saves (decode.avx512 widens it). */
+ * streaming it would cost what the bf16 unit saves (decode.avx512 widens it).
+ * The variants as in decode.c: a window (the pass starts at the first key a
+ * row sees, keys before a row's begin masked), a softcap (each block's
+ * scores capped before the mask) and sinks (joined once per row); not
+ * head_dim_v (V and O share Q's padded width and column permutation). */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -23,6 +27,7 @@
 #include "internal.h"
 #include "select.h"
 #include "ukernels.h"
+#include "flash_var.h"
 
 #ifndef __AVX512BF16__
 #error "decode_bf16.c needs AVX512_BF16 (meson builds it only for such levels)"
@@ -250,7 +255,8 @@ typedef struct {
     const mha_problem *p;
     const mha_tensor *q, *k, *v;
     int64_t group, dq, bk1;
-    float qscale;
+    float qscale; /* scale * log2(e), or scale alone under a softcap */
+    const float *sinks;
 } db_ctx;
 
 typedef struct {
@@ -266,7 +272,7 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
     const int64_t d = p->head_dim, Nq = p->seq_q, dq = x->dq, nc = dq / 32;
     const mha_tensor *q = x->q, *k = x->k, *v = x->v;
     float *s = w->s, *o = w->o, *m = w->m, *l = w->l;
-    int64_t end[DB_RB];
+    int64_t end[DB_RB], beg[DB_RB];
     for (int r = 0; r < R; r++) {
         const int64_t rr = r0 + r, h = g * x->group + rr / Nq, i = rr % Nq;
         const uint16_t *src =
@@ -275,6 +281,7 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
             _mm512_storeu_si512(w->qb + r * dq + c,
                                 _mm512_maskz_loadu_epi16(mask32(d - c), src + c));
         end[r] = mha_kv_end(p, i);
+        beg[r] = mha_kv_begin(p, i);
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
@@ -291,15 +298,29 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
      * keys with prefetch 45 / 80, 16 keys without 52-60 / 107-125; warm (L3,
      * profile) 94-108 / 240-246 against 100-108 / 204-210. */
     const int64_t bkb = R == 1 ? x->bk1 : DB_BK;
-    int64_t kend = k0;
-    for (int r = 0; r < R; r++) kend = end[r] > kend ? end[r] : kend;
+    int64_t kend = k0, kbeg = k1; /* keys any row sees: [kbeg, kend) */
+    for (int r = 0; r < R; r++) {
+        kend = end[r] > kend ? end[r] : kend;
+        kbeg = beg[r] < kbeg ? beg[r] : kbeg;
+    }
     if (kend > k1) kend = k1;
-    if (kend <= k0) /* no row sees a key of this chunk: o = 0, m = -inf, l = 0 */
+    if (kbeg < k0) kbeg = k0;
+    if (kend <= kbeg) /* no row sees a key of this chunk: o = 0, m = -inf, l = 0 */
         for (int r = 0; r < R; r++) memset(o + r * dq, 0, (size_t)dq * sizeof(float));
     const sc_fn score = sc_fns[R - 1][nc <= 4 ? nc : 0];
-    for (int64_t j0 = k0; j0 < kend; j0 += bkb) {
+    const float cap = p->softcap;
+    for (int64_t j0 = kbeg; j0 < kend; j0 += bkb) {
         const int64_t bk = kend - j0 < bkb ? kend - j0 : bkb, b16 = (bk + 15) / 16 * 16;
         score(nc, w->qb, dq, kh, k->stride_n, d, j0, bk, end, x->qscale, s, w->tmp);
+        if (cap > 0 || p->window) /* the cap before the mask; a window's left edge */
+            for (int r = 0; r < R; r++) {
+                float *sr = s + r * DB_BK;
+                if (cap > 0)
+                    for (int64_t j = 0; j < b16; j += 16)
+                        vstore(sr + j, flash_softcap_log2(vload(sr + j), cap));
+                for (int64_t j = 0; j < b16; j++)
+                    if (j >= bk || j0 + j < beg[r] || j0 + j >= end[r]) sr[j] = -INFINITY;
+            }
         float arow[DB_RB];
         int rescale = 0;
         for (int r = 0; r < R; r++) {
@@ -324,10 +345,10 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
             arow[r] = alpha;
             rescale |= alpha != 1.0f;
         }
-        const int init = j0 == k0 ? DB_INIT_ZERO : (rescale ? DB_INIT_SCALE : DB_INIT_ACC);
+        const int init = j0 == kbeg ? DB_INIT_ZERO : (rescale ? DB_INIT_SCALE : DB_INIT_ACC);
         pv_fns[R - 1](init, arow, w->pw, vh, v->stride_n, j0, bk, d, o, dq);
     }
-    if (kend > k0)
+    if (kend > kbeg)
         for (int r = 0; r < R; r++) unpermute(o + r * dq, dq);
 }
 
@@ -350,11 +371,18 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                                           const mha_tensor *q, const mha_tensor *k,
                                           const mha_tensor *v, const mha_extras *ex,
                                           const mha_tensor_mut *out, void *workspace) {
-    (void)ex;
     (void)o;
     const db_plan P = plan(p, threads);
-    const db_ctx x = {
-        p, q, k, v, p->heads / p->kv_heads, P.dq, P.bk1, mha_problem_scale(p) * LOG2E};
+    /* scores in log2 units -> exp2; a softcap takes them natural */
+    const db_ctx x = {p,
+                      q,
+                      k,
+                      v,
+                      p->heads / p->kv_heads,
+                      P.dq,
+                      P.bk1,
+                      mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E),
+                      ex->sinks};
     const int64_t d = p->head_dim, dq = P.dq, Nq = p->seq_q, G = p->kv_heads;
     const int64_t nrc = (P.rows + DB_RB - 1) / DB_RB, items = p->batch * G * nrc * P.nsplit;
     float *part = (float *)workspace; /* [pair][split][row][d + 2]: o, m, l */
@@ -389,7 +417,9 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     dst[d + 1] = w.l[r];
                 } else {
                     const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
-                    store_row(out, b, h, i, w.o + r * dq, d, w.l[r], mha_rows_blind(p, i, 1));
+                    if (p->sinks)
+                        mha_decode_add_sink(w.o + r * dq, d, &w.l[r], w.m[r], x.sinks[h] * LOG2E);
+                    store_row(out, b, h, i, w.o + r * dq, d, w.l[r], mha_kv_count(p, i) == 0);
                 }
             }
         }
@@ -399,11 +429,18 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
             for (int64_t pr = 0; pr < p->batch * G * P.rows; pr++) {
                 const int64_t pair = pr / P.rows, rr = pr % P.rows, b = pair / G, g = pair % G;
                 float *acc = w.o;
-                const float lsum =
-                    mha_decode_merge(part + (pair * P.nsplit * P.rows + rr) * (d + 2), P.nsplit,
-                                     P.rows * (d + 2), d, acc);
+                const float *pt = part + (pair * P.nsplit * P.rows + rr) * (d + 2);
+                float lsum = mha_decode_merge(pt, P.nsplit, P.rows * (d + 2), d, acc);
                 const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
-                store_row(out, b, h, i, acc, d, lsum, mha_rows_blind(p, i, 1));
+                if (p->sinks) { /* once, after the merge: acc and lsum are at the chunks' max */
+                    float mmax = -INFINITY;
+                    for (int64_t sp = 0; sp < P.nsplit; sp++) {
+                        const float ms = pt[sp * P.rows * (d + 2) + d];
+                        mmax = ms > mmax ? ms : mmax;
+                    }
+                    mha_decode_add_sink(acc, d, &lsum, mmax, x.sinks[h] * LOG2E);
+                }
+                store_row(out, b, h, i, acc, d, lsum, mha_kv_count(p, i) == 0);
             }
         }
     }

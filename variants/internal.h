@@ -168,4 +168,21 @@ static inline float mha_decode_merge(const float *part, int64_t nsplit, int64_t 
     return lsum;
 }
 
+/* A sink (log2 units) joins one row's unnormalised o (dv floats), max m and
+ * sum l once, after its pass or after the split-KV merge: a partial result
+ * with o = 0, m = sink, l = 1 (-inf: no sink; NaN makes l NaN). */
+static inline void mha_decode_add_sink(float *o, int64_t dv, float *l, float m, float sink) {
+    if (!(sink > -INFINITY)) {
+        if (isnan(sink)) *l = NAN;
+        return;
+    }
+    if (sink > m) { /* the sink is the new max: what came before scales by 2^(m - sink) */
+        const float f = m == -INFINITY ? 0.0f : exp2f(m - sink);
+        for (int64_t c = 0; c < dv; c++) o[c] *= f;
+        *l = *l * f + 1.0f;
+    } else {
+        *l += exp2f(sink - m);
+    }
+}
+
 #endif

@@ -628,6 +628,19 @@ static void test_attend_variants(void **state) {
         npy_free(&o);
         for (int i = 0; i < 4; i++) npy_free(&a[i]);
     }
+    /* list names what each kernel takes: the traits, not the algorithm */
+    assert_int_equal(run_bench("list", NULL), 0);
+    for (char *line = strtok(g_out, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[64];
+        if (sscanf(line, "%63s", name) != 1) continue;
+        const mha_kernel *kl = mha_kernel_find(name);
+        if (!kl) continue;
+        const unsigned tr = mha_kernel_traits(kl);
+        if (tr & MHA_KT_WINDOW) assert_non_null(strstr(line, " window,"));
+        if (tr & MHA_KT_HEAD_DIM_V) assert_non_null(strstr(line, ",d_v "));
+        if (!(tr & (MHA_KT_WINDOW | MHA_KT_SOFTCAP | MHA_KT_SINKS | MHA_KT_HEAD_DIM_V)))
+            assert_non_null(strstr(line, " - "));
+    }
     print_message("sinks of the wrong length\n");
     expect_error(run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, "--out",
                            never, "--sinks", s3, NULL),

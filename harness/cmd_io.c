@@ -518,8 +518,8 @@ static int store_as(attend_inputs *in, int i, mha_dtype want) {
 static int parse_variants(attend_inputs *in) {
     if (in->window_s) {
         /* 2^40 keys: past any sequence, so an edge that large is unbounded */
-        const int n =
-            parse_i64_list("--window", in->window_s, -1, (int64_t)1 << 40, in->window_lr, 2);
+        const int64_t big = (int64_t)1 << 40;
+        const int n = parse_i64_list("--window", in->window_s, -big, big, in->window_lr, 2);
         if (n < 0) return -1;
         if (n != 2) {
             errorf("--window '%s': expected L,R (keys left and right of the diagonal, -1 = "
@@ -527,6 +527,12 @@ static int parse_variants(attend_inputs *in) {
                    in->window_s);
             return -1;
         }
+        for (int i = 0; i < 2; i++)
+            if (in->window_lr[i] < -1) {
+                errorf("--window '%s': %s = %lld is below -1 (-1 = unbounded, else keys)",
+                       in->window_s, i ? "R" : "L", (long long)in->window_lr[i]);
+                return -1;
+            }
         in->window = 1;
     }
     if (in->softcap_s) {

@@ -648,7 +648,7 @@ static void test_attend_variants(void **state) {
     print_message("window below -1\n");
     expect_error(run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, "--out",
                            never, "--window", "-2,0", NULL),
-                 "--window", "-2", 1);
+                 "--window '-2,0'", "L = -2 is below -1", 1);
     print_message("window of one number\n");
     expect_error(run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, "--out",
                            never, "--window", "5", NULL),

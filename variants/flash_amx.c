@@ -20,7 +20,7 @@
  * masked are skipped. K/V of a GQA group are read in place through the
  * group's head (no copies). Each OpenMP thread loads the tile configuration
  * inside the parallel region and releases the tiles at its end.
- * The variants (mha.h) but head_dim_v: a window streams only the KV blocks a
+ * The variants (mha.h): head_dim_v sizes V's pack and O; a window streams only the KV blocks a
  * query block's rows see and each row's softmax takes its visible keys
  * [lo, hi) of the block; a softcap caps the scaled scores (natural units)
  * before the mask; a sink starts each row at m = sink, l = 1. */
@@ -64,7 +64,7 @@ static amx_layout amx_plan(const mha_problem *p, const mha_options *o) {
     if (L.bk > p->seq_kv) L.bk = p->seq_kv;
     L.bkp = up32(L.bk);
     L.dp = up32(p->head_dim);
-    L.dv = L.dp;
+    L.dv = up32(mha_dv(p)); /* V's and O's head dim, padded as head_dim is */
     const size_t bqp = (size_t)L.bqp, bkp = (size_t)L.bkp, dp = (size_t)L.dp;
     L.qa = mha_align64(mha_mul_sz(mha_mul_sz(bqp, dp), 2));
     L.kt = mha_align64(mha_mul_sz(mha_mul_sz(dp / 2, bkp), 4));
@@ -215,7 +215,7 @@ typedef struct {
 static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws) {
     const mha_problem *p = x->p;
     const amx_layout *L = &x->L;
-    const int64_t d = p->head_dim, g = h / x->group;
+    const int64_t d = p->head_dim, dvr = mha_dv(p), g = h / x->group;
     const int64_t bkp = L->bkp, dp = L->dp, dv = L->dv;
     char *w = ws;
     uint16_t *Qa = (uint16_t *)w;
@@ -236,7 +236,7 @@ static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *
     /* the keys of the block's rows: [kv_lo, kv_end) (both ends never decrease with the row) */
     const int64_t kv_lo = mha_kv_begin(p, i0), kv_end = mha_kv_end(p, i0 + n - 1);
     if (kv_end <= kv_lo) { /* every row masked: zeros by convention */
-        for (int64_t i = 0; i < n; i++) memset(oh + (i0 + i) * son, 0, (size_t)d * 2);
+        for (int64_t i = 0; i < n; i++) memset(oh + (i0 + i) * son, 0, (size_t)dvr * 2);
         return;
     }
     const float sink = p->sinks ? x->sinks[h] * LOG2E : -INFINITY;
@@ -252,7 +252,7 @@ static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *
         const int64_t bkk = kv_end - j0 < L->bk ? kv_end - j0 : L->bk, nk = up32(bkk);
         pack_q(bkk, d, kh + j0 * skn, skn, x->kvt, Kt, bkp);
         memset(Kt + dh * bkp, 0, (size_t)((dp / 2 - dh) * bkp) * 4);
-        pack_v(bkk, d, dv, vh + j0 * svn, svn, x->kvt, (uint16_t *)Vp);
+        pack_v(bkk, dvr, dv, vh + j0 * svn, svn, x->kvt, (uint16_t *)Vp);
         const int64_t vpairs = (bkk + 1) / 2;
         memset(Vp + vpairs * dv, 0, (size_t)((nk / 2 - vpairs) * dv) * 4);
         /* the keys row i sees in this block: [VLO(i), VIS(i)) */
@@ -284,10 +284,10 @@ static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *
 #undef CLAMPK
     }
     if (!p->window) {
-        store_out(n, d, Ob, dv, l, mha_rows_blind(p, i0, n), oh + i0 * son, son, p->dtype);
+        store_out(n, dvr, Ob, dv, l, mha_rows_blind(p, i0, n), oh + i0 * son, son, p->dtype);
     } else { /* a row that sees no key is zeros, sink or not */
         for (int64_t i = 0; i < n; i++)
-            store_out(1, d, Ob + i * dv, dv, l + i, mha_kv_count(p, i0 + i) == 0,
+            store_out(1, dvr, Ob + i * dv, dv, l + i, mha_kv_count(p, i0 + i) == 0,
                       oh + (i0 + i) * son, son, p->dtype);
     }
 }

@@ -128,6 +128,16 @@ static void test_oracle_sink_halves(void **state) {
                      vt = mha_view_bhnd(v, 1, 1, 3);
     assert_int_equal(mha_reference(&p, &qt, &kt, &vt, out), MHA_EINVAL);
     assert_non_null(strstr(mha_last_error(), "problem.sinks = 1"));
+    /* a sink of +inf has no value in the formula (0/0): refused, by index */
+    const float inf = INFINITY;
+    const mha_extras xi = {.sinks = &inf};
+    assert_int_equal(mha_reference_ex(&p, &qt, &kt, &vt, &xi, out), MHA_EINVAL);
+    assert_non_null(strstr(mha_last_error(), "mha_extras.sinks[0] = inf"));
+    const mha_kernel *nk = mha_kernel_find("naive");
+    float o3[3];
+    const mha_tensor_mut ot = mha_view_bhnd_mut(o3, 1, 1, 3);
+    assert_int_equal(mha_attend_ex(nk, &p, NULL, &qt, &kt, &vt, &xi, &ot, NULL, 0), MHA_EINVAL);
+    assert_non_null(strstr(mha_last_error(), "mha_extras.sinks[0] = inf"));
 }
 
 static void test_oracle_window_diagonal(void **state) {

@@ -277,6 +277,13 @@ mha_status mha_check_extras(const mha_problem *p, const mha_extras *x) {
                              "problem.sinks = 1 but no sink logits given (mha_extras.sinks is "
                              "NULL: pass one float per query head, %lld)",
                              (long long)p->heads);
+    /* +inf would take every weight and leave 0/0: the formula has no value there */
+    for (int64_t h = 0; p->sinks && h < p->heads; h++)
+        if (x->sinks[h] == INFINITY)
+            return mha_set_error(MHA_EINVAL,
+                                 "mha_extras.sinks[%lld] = inf: a sink logit must be finite or "
+                                 "-inf (no sink)",
+                                 (long long)h);
     return MHA_OK;
 }
 

@@ -179,6 +179,84 @@ static int add(check_case *out, int n, int max, int64_t B, int64_t H, int64_t G,
     return n + 1;
 }
 
+/* The variants of issue 30 (window, softcap, sinks, head_dim_v), alone and
+ * together, on odd sizes, tails, cross shapes (off != 0) and GQA/MQA, in
+ * every layout; run only on the kernels whose traits take them. */
+typedef struct {
+    int64_t B, H, G, Nq, Nkv, d;
+    int causal;
+    int window;
+    int64_t left, right;
+    float softcap;
+    int sinks; /* 0 none, else SINKS_* + 1 */
+    int64_t dv;
+    int input;
+    const char *tag;
+} variant_spec;
+
+static int add_variants(check_case *out, int n, int max, int quick) {
+    enum { U = INPUT_UNIFORM, X30 = INPUT_LARGE_LOGITS, EQ = INPUT_EQUAL_SCORES };
+    static const variant_spec vs[] = {
+        /* windows: 0 (the diagonal only), left-only, right-only, both, wide */
+        {1, 2, 2, 33, 33, 16, 0, 1, 0, 0, 0, 0, 0, U, "window-0"},
+        {2, 3, 1, 17, 40, 8, 1, 1, 0, -1, 0, 0, 0, U, "window-0"},
+        {1, 4, 2, 197, 197, 64, 1, 1, 31, -1, 0, 0, 0, U, "window-left"},
+        {2, 3, 3, 64, 64, 63, 0, 1, 7, -1, 0, 0, 0, U, "window-left"},
+        {1, 2, 1, 70, 33, 16, 0, 1, -1, 5, 0, 0, 0, U, "window-right"},
+        {1, 8, 2, 37, 53, 80, 0, 1, 9, 3, 0, 0, 0, U, "window-both"},
+        {2, 2, 2, 12, 5, 8, 1, 1, 1, 0, 0, 0, 0, U, "window-blind"},
+        {1, 3, 1, 5, 37, 33, 0, 1, 2, 1, 0, 0, 0, U, "window-cross"},
+        {1, 4, 4, 1, 300, 128, 1, 1, 127, -1, 0, 0, 0, U, "window-decode"},
+        {1, 2, 2, 256, 256, 64, 1, 1, 1000, -1, 0, 0, 0, X30, "window-wide"},
+        /* softcap: small (every score near +-c) and large (near no cap) */
+        {1, 3, 3, 33, 33, 16, 1, 0, 0, 0, 0.5f, 0, 0, X30, "softcap-small"},
+        {2, 8, 2, 64, 197, 64, 0, 0, 0, 0, 50.0f, 0, 0, X30, "softcap-large"},
+        {1, 2, 1, 7, 7, 1, 0, 0, 0, 0, 1.0f, 0, 0, U, "softcap"},
+        /* sinks: uniform, -inf, +20, mixed per head */
+        {1, 4, 2, 33, 33, 63, 1, 0, 0, 0, 0, SINKS_UNIFORM + 1, 0, U, "sinks"},
+        {2, 3, 1, 16, 16, 8, 0, 0, 0, 0, 0, SINKS_NINF + 1, 0, EQ, "sinks-ninf"},
+        {1, 2, 2, 64, 64, 64, 1, 0, 0, 0, 0, SINKS_LARGE + 1, 0, U, "sinks-large"},
+        {1, 8, 8, 12, 9, 16, 1, 0, 0, 0, 0, SINKS_MIXED + 1, 0, U, "sinks-mixed"},
+        {1, 4, 1, 1, 197, 64, 0, 0, 0, 0, 0, SINKS_MIXED + 1, 0, U, "sinks-decode"},
+        /* long enough for decode's split-KV: the sink joins once, after the merge */
+        {1, 4, 1, 1, 1500, 64, 0, 0, 0, 0, 0, SINKS_UNIFORM + 1, 0, U, "sinks-split"},
+        {1, 2, 2, 2, 1300, 32, 1, 1, 700, -1, 0, SINKS_MIXED + 1, 0, U, "sinks-split"},
+        /* d_v below and above d_qk (DeepSeek MLA: 192 / 128) */
+        {1, 2, 2, 33, 33, 64, 1, 0, 0, 0, 0, 0, 16, U, "dv-narrow"},
+        {2, 3, 1, 17, 40, 16, 0, 0, 0, 0, 0, 0, 80, U, "dv-wide"},
+        {1, 4, 2, 64, 64, 192, 1, 0, 0, 0, 0, 0, 128, U, "dv-mla"},
+        {1, 4, 4, 1, 256, 63, 0, 0, 0, 0, 0, 0, 1, U, "dv-decode"},
+        /* combinations (gpt-oss: sinks + window 128; Gemma 2: softcap 50 + window) */
+        {1, 8, 2, 197, 197, 64, 1, 1, 31, 0, 0, SINKS_UNIFORM + 1, 0, U, "sinks+window"},
+        {2, 4, 2, 64, 64, 80, 1, 1, 15, -1, 50.0f, 0, 0, X30, "softcap+window"},
+        {1, 6, 2, 37, 53, 24, 0, 1, 17, 2, 1.5f, SINKS_MIXED + 1, 13, U, "all"},
+        {1, 3, 1, 70, 33, 33, 1, 1, 4, 0, 2.0f, SINKS_LARGE + 1, 48, U, "all-blind"},
+        {1, 2, 2, 1, 1000, 64, 1, 1, 100, -1, 30.0f, SINKS_NINF + 1, 96, U, "all-decode"},
+    };
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
+        if (quick && i % 3 == 2) continue;
+        const variant_spec *v = &vs[i];
+        n = add(out, n, max, v->B, v->H, v->G, v->Nq, v->Nkv, v->d, v->causal, v->input,
+                (int)(i % LAYOUT_COUNT), v->tag);
+        if (n <= max) {
+            mha_problem *p = &out[n - 1].p;
+            p->window = v->window;
+            p->window_left = v->window ? v->left : 0;
+            p->window_right = v->window ? v->right : 0;
+            p->softcap = v->softcap;
+            p->sinks = v->sinks != 0;
+            p->head_dim_v = v->dv;
+            out[n - 1].sinks = v->sinks ? v->sinks - 1 : 0;
+        }
+    }
+    return n;
+}
+
+int check_kernel_takes_case(const mha_kernel *k, const check_case *c) {
+    const int ok = mha_kernel_takes(k, &c->p) == MHA_OK;
+    return ok;
+}
+
 int check_cases(check_case *out, int max, int quick) {
     static const int64_t Ns[] = {1, 2, 7, 16, 33, 64, 197, 256};
     static const int64_t ds[] = {1, 8, 16, 63, 64, 80, 128};
@@ -226,6 +304,7 @@ int check_cases(check_case *out, int max, int quick) {
     n = add(out, n, max, 1, 2, 1, 1, 1000, 8, 0, INPUT_NINF_ALL, LAYOUT_BHND, "ninf-all");
     n = add(out, n, max, 1, 2, 2, 64, 64, 64, 0, INPUT_HUGE, LAYOUT_BHND, "huge-x1e30");
     n = add(out, n, max, 1, 4, 1, 1, 300, 128, 1, INPUT_HUGE, LAYOUT_BNHD, "huge-x1e30");
+    n = add_variants(out, n, max, quick);
     if (!quick) {
         n = add(out, n, max, 1, 1, 1, 2048, 2048, 64, 0, INPUT_UNIFORM, LAYOUT_BHND, "long");
         n = add(out, n, max, 1, 2, 1, 1500, 1500, 128, 1, INPUT_UNIFORM, LAYOUT_BNHD, "long");
@@ -244,9 +323,21 @@ void check_describe(const check_case *c, char *buf, size_t len) {
     const mha_dtype kv = mha_problem_kv_dtype(p);
     if (p->dtype != MHA_F32 || kv != MHA_F32)
         snprintf(dt, sizeof dt, " dtype=%s kv=%s", mha_dtype_name(p->dtype), mha_dtype_name(kv));
-    snprintf(buf, len, "B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld%s layout=%s input=%s%s",
+    static const char *const sink_names[SINKS_COUNT] = {"uniform", "-inf", "+20", "mixed"};
+    char var[128] = "";
+    size_t vl = 0;
+    if (p->window)
+        vl += (size_t)snprintf(var + vl, sizeof var - vl, " window=%lld,%lld",
+                               (long long)p->window_left, (long long)p->window_right);
+    if (p->softcap > 0 && vl < sizeof var)
+        vl += (size_t)snprintf(var + vl, sizeof var - vl, " softcap=%g", (double)p->softcap);
+    if (p->sinks && vl < sizeof var)
+        vl += (size_t)snprintf(var + vl, sizeof var - vl, " sinks=%s", sink_names[c->sinks]);
+    if (p->head_dim_v && vl < sizeof var)
+        snprintf(var + vl, sizeof var - vl, " d_v=%lld", (long long)p->head_dim_v);
+    snprintf(buf, len, "B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld%s%s layout=%s input=%s%s",
              (long long)p->batch, (long long)p->heads, (long long)p->kv_heads, (long long)p->seq_q,
-             (long long)p->seq_kv, (long long)p->head_dim, p->causal ? " causal" : "",
+             (long long)p->seq_kv, (long long)p->head_dim, p->causal ? " causal" : "", var,
              layout_names[c->layout], input_names[c->input], dt);
 }
 
@@ -287,9 +378,9 @@ static float *alloc_nan(int64_t n) {
     return p;
 }
 
-static mha_status make_input(const check_case *c, int64_t H, int64_t N, float **buf,
+static mha_status make_input(const check_case *c, int64_t H, int64_t N, int64_t d, float **buf,
                              mha_tensor *view, uint64_t *rng, float gain, int equal_rows) {
-    const int64_t B = c->p.batch, d = c->p.head_dim;
+    const int64_t B = c->p.batch;
     const strides s = layout_strides(c->layout, B, H, N, d);
     float *p = alloc_nan(s.span);
     if (!p) return MHA_ENOMEM;
@@ -415,12 +506,25 @@ mha_status check_prepare(const check_case *c, uint64_t case_seed, check_data *d)
                         : c->input == INPUT_HUGE       ? 1e30f
                                                        : 1.0f;
     const float kgain = c->input == INPUT_HUGE ? 1e30f : 1.0f;
-    if ((st = make_input(c, p->heads, p->seq_q, &d->q, &d->qv, &rng, qgain, 0)) ||
-        (st = make_input(c, p->kv_heads, p->seq_kv, &d->k, &d->kv, &rng, kgain,
+    const int64_t dv = mha_problem_head_dim_v(p);
+    if ((st = make_input(c, p->heads, p->seq_q, p->head_dim, &d->q, &d->qv, &rng, qgain, 0)) ||
+        (st = make_input(c, p->kv_heads, p->seq_kv, p->head_dim, &d->k, &d->kv, &rng, kgain,
                          c->input == INPUT_EQUAL_SCORES)) ||
-        (st = make_input(c, p->kv_heads, p->seq_kv, &d->v, &d->vv, &rng, 1.0f, 0))) {
+        (st = make_input(c, p->kv_heads, p->seq_kv, dv, &d->v, &d->vv, &rng, 1.0f, 0))) {
         check_release(d);
         return st;
+    }
+    if (p->sinks) { /* drawn after the tensors: the same seed gives the same q, k, v */
+        d->sinks = malloc((size_t)p->heads * sizeof(float));
+        if (!d->sinks) {
+            check_release(d);
+            return MHA_ENOMEM;
+        }
+        for (int64_t h = 0; h < p->heads; h++) {
+            const int kind = c->sinks == SINKS_MIXED ? (int)(h % 3) : c->sinks;
+            const float u = 2.0f * uniform_pm1(&rng);
+            d->sinks[h] = kind == SINKS_NINF ? -INFINITY : kind == SINKS_LARGE ? 20.0f : u;
+        }
     }
     corrupt(c, d);
     /* the fp32 views stay for the tolerance's magnitudes; the typed ones go
@@ -430,32 +534,33 @@ mha_status check_prepare(const check_case *c, uint64_t case_seed, check_data *d)
     const int64_t qspan = layout_strides(c->layout, p->batch, p->heads, p->seq_q, p->head_dim).span;
     const int64_t kspan =
         layout_strides(c->layout, p->batch, p->kv_heads, p->seq_kv, p->head_dim).span;
+    const int64_t vspan = layout_strides(c->layout, p->batch, p->kv_heads, p->seq_kv, dv).span;
     if ((st = store_typed(p->dtype, p->batch, p->heads, p->seq_q, p->head_dim, qspan, d->q, &d->qv,
                           &d->tq, &d->sq)) ||
         (st = store_typed(kvt, p->batch, p->kv_heads, p->seq_kv, p->head_dim, kspan, d->k, &d->kv,
                           &d->tk, &d->sk)) ||
-        (st = store_typed(kvt, p->batch, p->kv_heads, p->seq_kv, p->head_dim, kspan, d->v, &d->vv,
-                          &d->tv, &d->sv))) {
+        (st = store_typed(kvt, p->batch, p->kv_heads, p->seq_kv, dv, vspan, d->v, &d->vv, &d->tv,
+                          &d->sv))) {
         check_release(d);
         return st;
     }
-    const size_t nout = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim);
+    const size_t nout = (size_t)(p->batch * p->heads * p->seq_q * dv);
     d->ref = malloc(nout * sizeof(double));
     if (!d->ref) {
         check_release(d);
         return MHA_ENOMEM;
     }
-    if ((st = mha_reference(p, &d->qv, &d->kv, &d->vv, d->ref)) != MHA_OK) {
+    const mha_extras x = {.sinks = d->sinks};
+    if ((st = mha_reference_ex(p, &d->qv, &d->kv, &d->vv, &x, d->ref)) != MHA_OK) {
         check_release(d);
         return st;
     }
-    d->out_floats =
-        (size_t)layout_strides(c->layout, p->batch, p->heads, p->seq_q, p->head_dim).span;
+    d->out_floats = (size_t)layout_strides(c->layout, p->batch, p->heads, p->seq_q, dv).span;
     d->mag = 0;
     for (int64_t b = 0; b < p->batch; b++)
         for (int64_t g = 0; g < p->kv_heads; g++)
             for (int64_t j = 0; j < p->seq_kv; j++)
-                for (int64_t k = 0; k < p->head_dim; k++) {
+                for (int64_t k = 0; k < dv; k++) {
                     const double a = fabs(*elem(&fv, b, g, j, k));
                     d->mag = a > d->mag ? a : d->mag;
                 }
@@ -476,7 +581,9 @@ void check_release(check_data *d) {
     free(d->sq);
     free(d->sk);
     free(d->sv);
+    free(d->sinks);
     free(d->ref);
+    d->sinks = NULL;
     d->q = d->k = d->v = NULL;
     d->tq = d->tk = d->tv = NULL;
     d->sq = d->sk = d->sv = NULL;
@@ -507,7 +614,14 @@ int check_kernel(const mha_kernel *k, const check_data *d, int threads, check_re
 static int element_ok(const check_data *d, int64_t i, double want, double got, double *err,
                       double *allowed) {
     const mha_problem *p = &d->c.p;
-    const int sees_key = !p->causal || i + p->seq_kv - p->seq_q + 1 > 0;
+    const int64_t off = p->seq_kv - p->seq_q;
+    int64_t lo = 0, hi = p->seq_kv - 1; /* the visible keys of row i (mha.h's rule) */
+    if (p->causal && i + off < hi) hi = i + off;
+    if (p->window && p->window_right >= 0 && i + off + p->window_right < hi)
+        hi = i + off + p->window_right;
+    if (p->window && p->window_left >= 0 && i + off - p->window_left > lo)
+        lo = i + off - p->window_left;
+    const int sees_key = lo <= hi;
     *err = fabs(got - want);
     *allowed = (1 + d->tol_rel) * d->tol + d->tol_rel * fabs(want);
     if (isnan(want)) return isnan(got);
@@ -542,7 +656,8 @@ int check_out_alloc(const check_data *d, check_out *o) {
     o->buf = mha_alloc((size_t)o->total * mha_dtype_size(o->dtype));
     if (!o->buf) return 0;
     for (int64_t i = 0; i < o->total; i++) put_sentinel(o->buf, o->dtype, i);
-    const strides s = layout_strides(d->c.layout, p->batch, p->heads, p->seq_q, p->head_dim);
+    const strides s =
+        layout_strides(d->c.layout, p->batch, p->heads, p->seq_q, mha_problem_head_dim_v(p));
     o->view = (mha_tensor_mut){.data = (char *)o->buf + GUARD * mha_dtype_size(o->dtype),
                                .stride_b = s.sb,
                                .stride_h = s.sh,
@@ -560,6 +675,7 @@ int check_out_compare(const check_data *d, const check_out *o, check_report *r) 
     const mha_problem *p = &d->c.p;
     const mha_tensor_mut *ov = &o->view;
     const mha_dtype t = o->dtype;
+    const int64_t dv = mha_problem_head_dim_v(p);
     int result = CHECK_PASS;
     int64_t bad = 0;
     r->max_err = 0;
@@ -567,13 +683,12 @@ int check_out_compare(const check_data *d, const check_out *o, check_report *r) 
     for (int64_t b = 0; b < p->batch; b++)
         for (int64_t h = 0; h < p->heads; h++)
             for (int64_t i = 0; i < p->seq_q; i++)
-                for (int64_t c = 0; c < p->head_dim; c++) {
+                for (int64_t c = 0; c < dv; c++) {
                     const int64_t at =
                         GUARD + b * ov->stride_b + h * ov->stride_h + i * ov->stride_n + c;
                     float got;
                     mha_convert_to_f32(t, (const char *)o->buf + at * mha_dtype_size(t), &got, 1);
-                    const double want =
-                        d->ref[((b * p->heads + h) * p->seq_q + i) * p->head_dim + c];
+                    const double want = d->ref[((b * p->heads + h) * p->seq_q + i) * dv + c];
                     double err, allowed;
                     const int unwritten = is_sentinel(o->buf, t, at);
                     if (unwritten || !element_ok(d, i, want, got, &err, &allowed)) {
@@ -630,6 +745,10 @@ int check_kernel_opts(const mha_kernel *k, const check_data *d, const mha_option
         snprintf(r->detail, sizeof r->detail, "%s", mha_last_error());
         return CHECK_SKIP;
     }
+    if (mha_kernel_takes(k, p) != MHA_OK) { /* a variant or dtype it does not take */
+        snprintf(r->detail, sizeof r->detail, "%s", mha_last_error());
+        return CHECK_SKIP;
+    }
     const mha_options opt = *o;
     size_t ws_bytes = 0;
     if (mha_workspace_size(k, p, &opt, &ws_bytes) != MHA_OK) {
@@ -659,7 +778,8 @@ int check_kernel_opts(const mha_kernel *k, const check_data *d, const mha_option
     mha_status st = MHA_OK;
     if (sig == 0) {
         crash_armed = 1;
-        st = mha_attend(k, p, &opt, &d->qv, &d->kv, &d->vv, &out.view, ws, ws_bytes);
+        const mha_extras x = {.sinks = d->sinks};
+        st = mha_attend_ex(k, p, &opt, &d->qv, &d->kv, &d->vv, &x, &out.view, ws, ws_bytes);
     }
     crash_armed = 0;
     for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);

@@ -38,7 +38,14 @@ typedef struct {
     int input;       /* INPUT_* */
     int layout;      /* LAYOUT_* */
     const char *tag; /* "grid", "cross", "logits-x30", ... */
+    int sinks;       /* SINKS_* when p.sinks: how the per-head logits are drawn */
 } check_case;
+
+/* The sink logits of a case with p.sinks: uniform in [-2, 2) (as likely
+ * above the scores as below); -inf (no sink: the plain softmax); +20 (the
+ * sink takes almost all the mass: outputs ~e^-20 of |V|); mixed (head h:
+ * -inf, +20, uniform, ... in turn). */
+enum { SINKS_UNIFORM, SINKS_NINF, SINKS_LARGE, SINKS_MIXED, SINKS_COUNT };
 
 /* Fills up to max cases (all fp32); quick selects the fast subset. Returns
  * the count. */
@@ -48,6 +55,10 @@ void check_case_set_dtypes(check_case *c, mha_dtype dtype, mha_dtype kv_dtype);
 /* 0 when an input kind means nothing in these dtypes: -inf in an int8 cache
  * (its row scale turns the row into NaN, which nan-k covers), 1e30 in fp16. */
 int check_input_fits(int input, mha_dtype dtype, mha_dtype kv_dtype);
+/* 1 if kernel k takes case c's problem (its dtypes and its variants:
+ * window, softcap, sinks, head_dim_v); verify and the tests run a case only
+ * on the kernels that take it. */
+int check_kernel_takes_case(const mha_kernel *k, const check_case *c);
 
 /* The written-down tolerance (reasoning in check.c) of problem p whose
  * stored inputs have max|V| = mag and logit bound smax = scale max|q| max|k|:
@@ -81,9 +92,10 @@ typedef struct {
     float *q, *k, *v;      /* fp32 values as stored (widened), NaN in layout gaps */
     void *tq, *tk, *tv;    /* typed storage when a dtype is not fp32, else NULL */
     float *sq, *sk, *sv;   /* int8 row scales, else NULL */
+    float *sinks;          /* [H] sink logits when c.p.sinks, else NULL */
     mha_tensor qv, kv, vv; /* what the kernels and the oracle read (typed) */
     size_t out_floats;     /* span of the output view, in elements */
-    double *ref;           /* [B,H,Nq,d] */
+    double *ref;           /* [B,H,Nq,d_v] */
     double mag;            /* max |v|: |out| can never exceed it */
     double smax;           /* scale * max|q| * max|k| (row norms) */
     double tol;            /* allowed max |out - ref| before output rounding */

@@ -109,7 +109,7 @@ enum {
     O_DTYPE,
     O_OUT_DTYPE,
     O_OWN = 512, /* O_OWN + i: the command's own option i, a value kept as given */
-    MAX_OWN = 8
+    MAX_OWN = 12
 };
 typedef struct {
     const char *name; /* "attend", for messages */
@@ -295,13 +295,13 @@ static void free_run(io_run *r) {
 
 /* ---- attend -------------------------------------------------------------------------- */
 
-enum { A_Q = O_OWN, A_K, A_V, A_KV_DTYPE, A_K_SCALE, A_V_SCALE };
+enum { A_Q = O_OWN, A_K, A_V, A_KV_DTYPE, A_K_SCALE, A_V_SCALE, A_WINDOW, A_SOFTCAP, A_SINKS };
 static const opt_row ATTEND_ROWS[] = {
     IO_KERNEL("a kernel from `mhabench list`, or auto (mha_select's choice)"),
     {"q", required_argument, A_Q, 0, "Q.npy", OPT_REQUIRED, "queries [B,H,Nq,d]"},
     {"k", required_argument, A_K, 0, "K.npy", OPT_REQUIRED, "keys [B,G,Nkv,d]"},
-    {"v", required_argument, A_V, 0, "V.npy", OPT_REQUIRED, "values [B,G,Nkv,d]"},
-    IO_OUT("O.npy", "the output [B,H,Nq,d]"),
+    {"v", required_argument, A_V, 0, "V.npy", OPT_REQUIRED, "values [B,G,Nkv,d_v]"},
+    IO_OUT("O.npy", "the output [B,H,Nq,d_v]"),
     IO_CAUSAL("bottom-right aligned mask: query i sees key j iff j <= i + Nkv - Nq"),
     IO_SCALE("softmax scale (default 1/sqrt(d))"),
     IO_THREADS,
@@ -315,14 +315,23 @@ static const opt_row ATTEND_ROWS[] = {
      "the '<f4' [B,G,Nkv] row scales of an int8 K file"},
     {"v-scale", required_argument, A_V_SCALE, 0, "VS.npy", 0,
      "the '<f4' [B,G,Nkv] row scales of an int8 V file"},
+    {"window", required_argument, A_WINDOW, 0, "L,R", 0,
+     "sliding window: query i sees keys i+Nkv-Nq-L .. i+Nkv-Nq+R (-1 = unbounded on that side; "
+     "with --causal R is 0 in effect)"},
+    {"softcap", required_argument, A_SOFTCAP, 0, "C", 0,
+     "logit softcap C > 0: s = C tanh(s / C) on the scaled score"},
+    {"sinks", required_argument, A_SINKS, 0, "S.npy", 0,
+     "attention sinks: '<f4' [H], one logit per query head that takes softmax mass and gives "
+     "no value"},
     OPTS_HELP,
 };
 
 static void attend_usage(FILE *f) {
     opts_usage(f, "attend", NULL, ATTEND_ROWS, sizeof ATTEND_ROWS / sizeof *ATTEND_ROWS, NULL);
     fputs("  Runs the attention core softmax(scale * q k^T + mask) v with kernel K.\n"
-          "  q: [B,H,Nq,d]; k, v: [B,G,Nkv,d] with G dividing H (grouped-query);\n"
-          "  out: [B,H,Nq,d]. C-order .npy files: '<f4' float32, or a typed file\n"
+          "  q: [B,H,Nq,d]; k: [B,G,Nkv,d], v: [B,G,Nkv,d_v] with G dividing H\n"
+          "  (grouped-query; d_v is v's, may differ from d where the kernel takes it);\n"
+          "  out: [B,H,Nq,d_v]. C-order .npy files: '<f4' float32, or a typed file\n"
           "  ('<f2' fp16, '<u2' holding bf16 bits, '|i1' int8) of the dtype asked for.\n",
           f);
     opts_print(f, ATTEND_ROWS, sizeof ATTEND_ROWS / sizeof *ATTEND_ROWS);
@@ -335,14 +344,22 @@ typedef struct {
     const char *path[3];       /* --q, --k, --v */
     const char *scale_path[2]; /* --k-scale, --v-scale */
     const char *kv_dtype_s;    /* --kv-dtype */
-    mha_dtype dt, kv;          /* the problem's dtype and K/V storage */
-    npy_array a[3];            /* as read */
-    npy_array sc[2];           /* int8 scales as read */
-    void *conv[3];             /* data converted on load, else NULL */
-    float *qsc[2];             /* int8 scales made on load, else NULL */
+    const char *window_s;      /* --window L,R */
+    const char *softcap_s;     /* --softcap C */
+    const char *sinks_path;    /* --sinks S.npy */
+    int window;                /* parsed: a window given, its edges */
+    int64_t window_lr[2];
+    float softcap;
+    npy_array sinks;  /* '<f4' [H] */
+    mha_dtype dt, kv; /* the problem's dtype and K/V storage */
+    npy_array a[3];   /* as read */
+    npy_array sc[2];  /* int8 scales as read */
+    void *conv[3];    /* data converted on load, else NULL */
+    float *qsc[2];    /* int8 scales made on load, else NULL */
 } attend_inputs;
 
 static void free_attend_inputs(attend_inputs *in) {
+    npy_free(&in->sinks);
     for (int i = 0; i < 3; i++) {
         npy_free(&in->a[i]);
         mha_free(in->conv[i]);
@@ -381,8 +398,8 @@ static int check_attend_shapes(const attend_inputs *in) {
                        shape_str(&in->a[i], s1, sizeof s1));
                 return -1;
             }
-    if (memcmp(k->shape, v->shape, 4 * sizeof k->shape[0]) != 0) {
-        errorf("k and v shapes differ: k %s, v %s", shape_str(k, s1, sizeof s1),
+    if (memcmp(k->shape, v->shape, 3 * sizeof k->shape[0]) != 0) { /* d_v may differ */
+        errorf("k and v shapes differ in [B,G,Nkv]: k %s, v %s", shape_str(k, s1, sizeof s1),
                shape_str(v, s2, sizeof s2));
         return -1;
     }
@@ -476,9 +493,56 @@ static int store_as(attend_inputs *in, int i, mha_dtype want) {
     return 0;
 }
 
+/* --window, --softcap and --sinks (the sinks file is read after q, whose
+ * heads it must match): 0, or -1 after a message naming the value. */
+static int parse_variants(attend_inputs *in) {
+    if (in->window_s) {
+        /* 2^40 keys: past any sequence, so an edge that large is unbounded */
+        const int64_t big = (int64_t)1 << 40;
+        const int n = parse_i64_list("--window", in->window_s, -big, big, in->window_lr, 2);
+        if (n < 0) return -1;
+        if (n != 2) {
+            errorf("--window '%s': expected L,R (keys left and right of the diagonal, -1 = "
+                   "unbounded)",
+                   in->window_s);
+            return -1;
+        }
+        for (int i = 0; i < 2; i++)
+            if (in->window_lr[i] < -1) {
+                errorf("--window '%s': %s = %lld is below -1 (-1 = unbounded, else keys)",
+                       in->window_s, i ? "R" : "L", (long long)in->window_lr[i]);
+                return -1;
+            }
+        in->window = 1;
+    }
+    if (in->softcap_s) {
+        double c;
+        if (!parse_double("--softcap", in->softcap_s, 0.0, 1e30, 1, &c)) return -1;
+        in->softcap = (float)c;
+    }
+    return 0;
+}
+
+static int load_sinks(attend_inputs *in, int64_t heads) {
+    if (!in->sinks_path) return 0;
+    char err[512], s1[160];
+    if (npy_read_typed(in->sinks_path, MHA_DTYPE_BIT(MHA_F32), &in->sinks, err, sizeof err) !=
+        MHA_OK) {
+        errorf("--sinks: %s", err);
+        return -1;
+    }
+    if (in->sinks.ndim != 1 || in->sinks.shape[0] != heads) {
+        errorf("--sinks %s: shape %s, expected [%lld] (one '<f4' logit per query head of q)",
+               in->sinks_path, shape_str(&in->sinks, s1, sizeof s1), (long long)heads);
+        return -1;
+    }
+    return 0;
+}
+
 /* Reads q, k and v, checks them and stores them in their dtypes: 0, or -1
  * after a message. */
 static int load_attend_inputs(const io_opts *o, attend_inputs *in) {
+    if (parse_variants(in) != 0) return -1;
     in->dt = o->dtype;
     in->kv = o->dtype;
     if (in->kv_dtype_s) {
@@ -493,6 +557,7 @@ static int load_attend_inputs(const io_opts *o, attend_inputs *in) {
     for (int i = 0; i < 3; i++)
         if (load_typed(in, i, i == 0 ? in->dt : in->kv) != 0) return -1;
     if (check_attend_shapes(in) != 0) return -1;
+    if (load_sinks(in, in->a[0].shape[1]) != 0) return -1;
     for (int i = 0; i < 3; i++)
         if (store_as(in, i, i == 0 ? in->dt : in->kv) != 0) return -1;
     return 0;
@@ -501,7 +566,8 @@ static int load_attend_inputs(const io_opts *o, attend_inputs *in) {
 /* Runs the attention core on the checked inputs, writes --out and prints the
  * summary line: 0, or -1 after a message. */
 static int run_attend(const io_opts *o, const attend_inputs *in, io_run *r) {
-    const npy_array *q = &in->a[0], *k = &in->a[1];
+    const npy_array *q = &in->a[0], *k = &in->a[1], *v = &in->a[2];
+    const int64_t dv = v->shape[3];
     const mha_problem p = {
         .batch = q->shape[0],
         .heads = q->shape[1],
@@ -513,33 +579,56 @@ static int run_attend(const io_opts *o, const attend_inputs *in, io_run *r) {
         .scale = o->scale,
         .dtype = in->dt,
         .kv_dtype = in->kv == in->dt ? MHA_F32 : in->kv,
+        .window = in->window,
+        .window_left = in->window_lr[0],
+        .window_right = in->window_lr[1],
+        .softcap = in->softcap,
+        .sinks = in->sinks_path != NULL,
+        .head_dim_v = dv != q->shape[3] ? dv : 0,
     };
+    if (mha_problem_validate(&p) != MHA_OK) {
+        errorf("%s", mha_last_error());
+        return -1;
+    }
     if (choose_kernel(o, &p, r) != 0) return -1;
     const mha_tensor tq =
         mha_view_typed(attend_data(in, 0), in->dt, NULL, p.heads, p.seq_q, p.head_dim);
     const mha_tensor tk = mha_view_typed(attend_data(in, 1), in->kv, attend_scales(in, 1),
                                          p.kv_heads, p.seq_kv, p.head_dim);
-    const mha_tensor tv = mha_view_typed(attend_data(in, 2), in->kv, attend_scales(in, 2),
-                                         p.kv_heads, p.seq_kv, p.head_dim);
-    /* the output has q's shape */
-    if (alloc_buffers(r, mha_workspace_size(r->kern, &p, &r->opt, &r->wbytes), q->count) != 0)
+    const mha_tensor tv =
+        mha_view_typed(attend_data(in, 2), in->kv, attend_scales(in, 2), p.kv_heads, p.seq_kv, dv);
+    /* the output has q's shape with v's head dim */
+    const int64_t oshape[4] = {q->shape[0], q->shape[1], q->shape[2], dv};
+    const size_t ocount = (size_t)(oshape[0] * oshape[1] * oshape[2] * dv);
+    if (alloc_buffers(r, mha_workspace_size(r->kern, &p, &r->opt, &r->wbytes), ocount) != 0)
         return -1;
-    mha_tensor_mut to = mha_view_typed_mut(r->out, in->dt, p.heads, p.seq_q, p.head_dim);
-    const meas_call call =
-        meas_call_attend(r->kern, &p, &r->opt, &tq, &tk, &tv, &to, r->ws, r->wbytes);
+    mha_tensor_mut to = mha_view_typed_mut(r->out, in->dt, p.heads, p.seq_q, dv);
+    meas_call call = meas_call_attend(r->kern, &p, &r->opt, &tq, &tk, &tv, &to, r->ws, r->wbytes);
+    call.x.sinks = p.sinks ? in->sinks.data : NULL;
     double dt;
-    if (run_and_write(r, &call, o->out, q->shape, 4, q->count, in->dt, o->out_dtype, &dt) != 0)
+    if (run_and_write(r, &call, o->out, oshape, 4, ocount, in->dt, o->out_dtype, &dt) != 0)
         return -1;
     char dts[80] = "";
     if (in->dt != MHA_F32 || in->kv != MHA_F32 || o->out_dtype != MHA_F32)
         snprintf(dts, sizeof dts, " dtype=%s kv_dtype=%s out_dtype=%s", mha_dtype_name(in->dt),
                  mha_dtype_name(in->kv), mha_dtype_name(o->out_dtype));
+    char var[128] = "";
+    size_t vl = 0;
+    if (p.window)
+        vl += (size_t)snprintf(var, sizeof var, " window=%lld,%lld", (long long)p.window_left,
+                               (long long)p.window_right);
+    if (p.softcap > 0 && vl < sizeof var)
+        vl += (size_t)snprintf(var + vl, sizeof var - vl, " softcap=%g", (double)p.softcap);
+    if (p.sinks && vl < sizeof var) vl += (size_t)snprintf(var + vl, sizeof var - vl, " sinks");
+    if (p.head_dim_v && vl < sizeof var)
+        snprintf(var + vl, sizeof var - vl, " d_v=%lld", (long long)dv);
     printf("kernel %s block_q=%d block_kv=%d split=%d: attend B=%lld H=%lld kv_heads=%lld "
-           "Nq=%lld Nkv=%lld d=%lld causal=%d%s threads=%d: %.3f ms, %.2f GFLOP/s -> %s\n",
+           "Nq=%lld Nkv=%lld d=%lld causal=%d%s%s threads=%d: %.3f ms, %.2f GFLOP/s -> %s\n",
            mha_kernel_name(r->kern), r->opt.block_q, r->opt.block_kv, r->opt.split,
            (long long)p.batch, (long long)p.heads, (long long)p.kv_heads, (long long)p.seq_q,
-           (long long)p.seq_kv, (long long)p.head_dim, o->causal, dts, mha_resolve_threads(&r->opt),
-           dt * 1e3, dt > 0 ? mha_problem_flops(&p) / dt * 1e-9 : 0.0, o->out);
+           (long long)p.seq_kv, (long long)p.head_dim, o->causal, var, dts,
+           mha_resolve_threads(&r->opt), dt * 1e3, dt > 0 ? mha_problem_flops(&p) / dt * 1e-9 : 0.0,
+           o->out);
     return 0;
 }
 
@@ -551,7 +640,7 @@ int cmd_attend(int argc, char **argv) {
                         ATTEND_ROWS,
                         sizeof ATTEND_ROWS / sizeof *ATTEND_ROWS,
                         {&in.path[0], &in.path[1], &in.path[2], &in.kv_dtype_s, &in.scale_path[0],
-                         &in.scale_path[1]}};
+                         &in.scale_path[1], &in.window_s, &in.softcap_s, &in.sinks_path}};
     int parsed = parse_io_opts(&cmd, argc, argv, &o);
     if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
     if (check_before_inputs(&o) != 0) return EXIT_USAGE;

@@ -196,6 +196,8 @@ int cmd_verify(int argc, char **argv) {
             for (int ti = 0; ti < nt; ti++) {
                 kernel_tally *ta = &tally[ti];
                 if (ta->dt != combo_dt[cb] || ta->kv != combo_kv[cb]) continue;
+                /* a variant (window, softcap, sinks, d_v) only where the traits say */
+                if (!check_kernel_takes_case(ta->k, &cc)) continue;
                 for (int t = 0; t < nthreads; t++) {
                     check_report rep;
                     const int res = check_kernel(ta->k, &data, (int)threads[t], &rep);

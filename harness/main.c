@@ -52,13 +52,30 @@ static void dtype_list(unsigned mask, char *out, size_t len) {
                      mha_dtype_name((mha_dtype)t));
 }
 
+/* "window,softcap,sinks,d_v" (the problem variants its traits take), or "-". */
+static void variant_list(unsigned traits, char *out, size_t len) {
+    static const struct {
+        unsigned bit;
+        const char *name;
+    } v[] = {{MHA_KT_WINDOW, "window"},
+             {MHA_KT_SOFTCAP, "softcap"},
+             {MHA_KT_SINKS, "sinks"},
+             {MHA_KT_HEAD_DIM_V, "d_v"}};
+    out[0] = '\0';
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (traits & v[i].bit)
+            snprintf(out + strlen(out), len - strlen(out), "%s%s", out[0] ? "," : "", v[i].name);
+    if (!out[0]) snprintf(out, len, "-");
+}
+
 static const opt_row LIST_ROWS[] = {OPTS_HELP};
 
 static void list_usage(FILE *f) {
     opts_usage(f, "list", NULL, LIST_ROWS, 1, NULL);
     fputs("Prints every kernel: name, algorithm, ISA, the dtypes it takes for Q/O\n"
-          "and for the K/V storage, whether it runs here (under the MHA_ISA cap), and a\n"
-          "one-line summary.\n",
+          "and for the K/V storage, whether it runs here (under the MHA_ISA cap), the\n"
+          "attention variants it takes (window, softcap, sinks, d_v != d: include/mha.h),\n"
+          "and a one-line summary.\n",
           f);
     opts_print(f, LIST_ROWS, 1);
 }
@@ -81,27 +98,29 @@ int cmd_list(int argc, char **argv) {
     if (!check_isa_env()) return EXIT_USAGE;
     /* Columns as wide as their longest entry (a fixed 16 misaligned
      * decode.avx512bf16), the dtypes from the kernel list's columns. */
-    int wn = 6, wa = 9, wi = 3, wq = 3, wk = 3;
-    char q[MHA_KERNELS_MAX][48], kv[MHA_KERNELS_MAX][48];
+    int wn = 6, wa = 9, wi = 3, wq = 3, wk = 3, wv = 8;
+    char q[MHA_KERNELS_MAX][48], kv[MHA_KERNELS_MAX][48], var[MHA_KERNELS_MAX][48];
     const int nk = mha_kernel_count() < MHA_KERNELS_MAX ? mha_kernel_count() : MHA_KERNELS_MAX;
     for (int i = 0; i < nk; i++) {
         const mha_kernel *k = mha_kernel_at(i);
         dtype_list(mha_kernel_dtypes(k), q[i], sizeof q[i]);
         dtype_list(mha_kernel_kv_dtypes(k), kv[i], sizeof kv[i]);
+        variant_list(mha_kernel_traits(k), var[i], sizeof var[i]);
+        wv = imax(wv, (int)strlen(var[i]));
         wn = imax(wn, (int)strlen(mha_kernel_name(k)));
         wa = imax(wa, (int)strlen(mha_kernel_algorithm(k)));
         wi = imax(wi, (int)strlen(mha_isa_name(mha_kernel_isa(k))));
         wq = imax(wq, (int)strlen(q[i]));
         wk = imax(wk, (int)strlen(kv[i]));
     }
-    printf("%-*s %-*s %-*s %-*s %-*s %-9s %s\n", wn, "kernel", wa, "algorithm", wi, "isa", wq,
-           "q/o", wk, "k/v", "runs-here", "summary");
+    printf("%-*s %-*s %-*s %-*s %-*s %-9s %-*s %s\n", wn, "kernel", wa, "algorithm", wi, "isa", wq,
+           "q/o", wk, "k/v", "runs-here", wv, "variants", "summary");
     for (int i = 0; i < nk; i++) {
         const mha_kernel *k = mha_kernel_at(i);
         const int runs = mha_kernel_supported(k) == MHA_OK;
-        printf("%-*s %-*s %-*s %-*s %-*s %-9s %s%s%s%s\n", wn, mha_kernel_name(k), wa,
+        printf("%-*s %-*s %-*s %-*s %-*s %-9s %-*s %s%s%s%s\n", wn, mha_kernel_name(k), wa,
                mha_kernel_algorithm(k), wi, mha_isa_name(mha_kernel_isa(k)), wq, q[i], wk, kv[i],
-               runs ? "yes" : "no", mha_kernel_summary(k), runs ? "" : " [",
+               runs ? "yes" : "no", wv, var[i], mha_kernel_summary(k), runs ? "" : " [",
                runs ? "" : mha_last_error(), runs ? "" : "]"); /* why it does not run */
     }
     return 0;

@@ -322,7 +322,8 @@ mha_status meas_run(const meas_call *c) {
     if (c->layer)
         return mha_forward(c->kernel, &c->L, &c->ls, &c->o, c->q.data, c->k.data, c->v.data,
                            c->out.data, c->ws, c->ws_size);
-    return mha_attend(c->kernel, &c->p, &c->o, &c->q, &c->k, &c->v, &c->out, c->ws, c->ws_size);
+    return mha_attend_ex(c->kernel, &c->p, &c->o, &c->q, &c->k, &c->v, &c->x, &c->out, c->ws,
+                         c->ws_size);
 }
 
 mha_status meas_sample(const meas_call *c, double *seconds) {

@@ -71,6 +71,7 @@ typedef struct {
     mha_options o;
     mha_tensor q, k, v;
     mha_tensor_mut out;
+    mha_extras x; /* the sink logits of p.sinks (set after meas_call_attend) */
     void *ws;
     size_t ws_size;
     int layer;

@@ -106,6 +106,26 @@ typedef struct {
     mha_dtype dtype;    /* Q and O (and K/V unless kv_dtype says otherwise): fp32, bf16, fp16 */
     mha_dtype kv_dtype; /* K and V storage; 0 (MHA_F32) = the problem's dtype, else bf16,
                            fp16 or int8 (an fp32 cache under bf16 queries is not offered) */
+    /* The attention variants of current models (issue 30). Each field's 0 is
+     * the attention above, so zero-initialised problems ({0}, or the first
+     * fields given positionally) mean what they always meant. A kernel takes
+     * only the variants its traits name (MHA_KT_WINDOW ...); mha_attend
+     * refuses the others with MHA_EUNSUPPORTED, and mha_select picks a kernel
+     * that takes them. With off = seq_kv - seq_q (bottom-right alignment),
+     * key j is visible to query i iff
+     *   (!causal || j <= i + off) && (!window || window_left < 0 ||
+     *   j >= i + off - window_left) && (!window || window_right < 0 ||
+     *   j <= i + off + window_right). */
+    int window;           /* 0 = no sliding window (window_left/right must be 0); 1 = a window */
+    int64_t window_left;  /* keys before the diagonal a query sees: -1 = unbounded, else >= 0 */
+    int64_t window_right; /* keys after the diagonal: -1 = unbounded, else >= 0 (0 with causal) */
+    float softcap;        /* 0 = none; c > 0: s = c * tanh(s / c) on the scaled score, before
+                             the mask (Gemma 2) */
+    int sinks;            /* 0 = none; 1 = one fp32 logit per query head, passed with the call
+                             (mha_extras.sinks): a softmax column with no value, out =
+                             sum_j e^(s_j-m) v_j / (sum_j e^(s_j-m) + e^(sink_h-m)),
+                             m = max(max_j s_j, sink_h) */
+    int64_t head_dim_v;   /* V's and O's head dim; 0 = head_dim. scale stays 1/sqrt(head_dim) */
 } mha_problem;
 
 /* A strided 4-D view [batch][head][seq][head_dim]; head_dim is contiguous and
@@ -139,6 +159,8 @@ MHA_API mha_tensor mha_view_typed(const void *data, mha_dtype t, const float *sc
                                   int64_t seq, int64_t head_dim);
 MHA_API mha_tensor_mut mha_view_typed_mut(void *data, mha_dtype t, int64_t heads, int64_t seq,
                                           int64_t head_dim);
+/* V's and O's head dim: head_dim_v, or head_dim when it is 0; -1 for NULL. */
+MHA_API int64_t mha_problem_head_dim_v(const mha_problem *p);
 /* The storage type of K and V (kv_dtype, or dtype when kv_dtype is 0);
  * (mha_dtype)MHA_DTYPE_COUNT, which no dtype function takes, for NULL. */
 MHA_API mha_dtype mha_problem_kv_dtype(const mha_problem *p);
@@ -148,11 +170,14 @@ MHA_API mha_dtype mha_problem_kv_dtype(const mha_problem *p);
  * mha_last_error() saying why. */
 MHA_API float mha_problem_scale(const mha_problem *p);
 /* Rejects dims <= 0, kv_heads not dividing heads, non-finite scale, a dtype
- * that is not fp32/bf16/fp16 (int8 is a kv_dtype only) and element or byte
- * counts that overflow. */
+ * that is not fp32/bf16/fp16 (int8 is a kv_dtype only), element or byte
+ * counts that overflow, and malformed variants: window not 0 or 1, a
+ * window_left/right below -1 (or non-zero without window), softcap < 0 or
+ * non-finite, sinks not 0 or 1, head_dim_v < 0. Each message names the field. */
 MHA_API mha_status mha_problem_validate(const mha_problem *p);
-/* FLOPs by the DESIGN convention: 4*d per (query, key) pair the mask allows;
- * NaN for a problem mha_problem_validate refuses (and NULL). */
+/* FLOPs by the DESIGN convention: 2*(head_dim + head_dim_v) (= 4*d when
+ * they are equal) per (query, key) pair the causal mask and the window
+ * allow; NaN for a problem mha_problem_validate refuses (and NULL). */
 MHA_API double mha_problem_flops(const mha_problem *p);
 
 /* ---- options ----------------------------------------------------------------- */
@@ -190,7 +215,8 @@ MHA_API mha_status mha_kernel_supported(const mha_kernel *k);
  * Any combination of one from each runs. */
 MHA_API unsigned mha_kernel_dtypes(const mha_kernel *k);
 MHA_API unsigned mha_kernel_kv_dtypes(const mha_kernel *k);
-/* MHA_OK if k takes p's dtypes, else MHA_EUNSUPPORTED naming them. */
+/* MHA_OK if k takes p's dtypes and variants (window, softcap, sinks,
+ * head_dim_v: its MHA_KT_* traits), else MHA_EUNSUPPORTED naming them. */
 MHA_API mha_status mha_kernel_takes(const mha_kernel *k, const mha_problem *p);
 
 /* What a kernel can do: the traits column of the kernel list
@@ -208,6 +234,12 @@ enum {
     MHA_KT_EMULATED = 1 << 6,     /* runs emulated instructions (flash.amxemu): a verification
                                      kernel, listed and callable, never swept, tuned, selected
                                      or anyone's twin */
+    /* The variants of mha_problem a kernel takes (mha_kernel_takes refuses
+     * the others, naming the variant and the kernel): */
+    MHA_KT_WINDOW = 1 << 7,     /* problem.window (a sliding window) */
+    MHA_KT_SOFTCAP = 1 << 8,    /* problem.softcap > 0 */
+    MHA_KT_SINKS = 1 << 9,      /* problem.sinks (mha_extras.sinks) */
+    MHA_KT_HEAD_DIM_V = 1 << 10 /* head_dim_v != head_dim */
 };
 MHA_API unsigned mha_kernel_traits(const mha_kernel *k);
 /* Preference among kernels that fit a shape (lower first; ties: higher ISA). */
@@ -261,11 +293,34 @@ MHA_API mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const m
                               const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
                               const mha_tensor_mut *out, void *workspace, size_t workspace_size);
 
+/* The data of a call beyond q, k and v that a problem's variants need: like
+ * the tensors it is passed with the call, not stored in the problem (which
+ * only says it is there). Zero-initialise it; fields a problem does not ask
+ * for are not read. */
+typedef struct {
+    const float *sinks; /* problem.sinks: [heads] fp32 logits, sinks[h] for query head h
+                           (natural-log units, as the scaled scores); -inf = no sink */
+} mha_extras;
+
+/* mha_attend with the extras: x may be NULL when the problem asks for none
+ * (mha_attend is this with x = NULL); a problem with sinks and no
+ * x->sinks is MHA_EINVAL. The heads of v and out are head_dim_v wide:
+ * v [B,kv_heads,Nkv,d_v], out [B,H,Nq,d_v]. The sinks may share memory
+ * with the inputs, never with out or the workspace. */
+MHA_API mha_status mha_attend_ex(const mha_kernel *k, const mha_problem *p, const mha_options *o,
+                                 const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
+                                 const mha_extras *x, const mha_tensor_mut *out, void *workspace,
+                                 size_t workspace_size);
+
 /* The float64 oracle: the same math in double, never optimised, on the
- * inputs exactly as stored (bf16/fp16 values, int8 * scale). out is a
- * contiguous [B,H,Nq,d] double array. Allocates its own scratch. */
+ * inputs exactly as stored (bf16/fp16 values, int8 * scale), with every
+ * variant of the problem computed as its definition reads. out is a
+ * contiguous [B,H,Nq,d_v] double array. Allocates its own scratch.
+ * mha_reference is mha_reference_ex with x = NULL. */
 MHA_API mha_status mha_reference(const mha_problem *p, const mha_tensor *q, const mha_tensor *k,
                                  const mha_tensor *v, double *out);
+MHA_API mha_status mha_reference_ex(const mha_problem *p, const mha_tensor *q, const mha_tensor *k,
+                                    const mha_tensor *v, const mha_extras *x, double *out);
 
 /* ---- selection ------------------------------------------------------------------ */
 typedef enum {

@@ -75,6 +75,9 @@ static inline vf vfma(vf a, vf b, vf c) {
 static inline vf vmul(vf a, vf b) {
     return _mm256_mul_ps(a, b);
 }
+static inline vf vdiv(vf a, vf b) {
+    return _mm256_div_ps(a, b);
+}
 static inline vf vadd(vf a, vf b) {
     return _mm256_add_ps(a, b);
 }

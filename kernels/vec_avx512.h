@@ -69,6 +69,9 @@ static inline vf vfma(vf a, vf b, vf c) {
 static inline vf vmul(vf a, vf b) {
     return _mm512_mul_ps(a, b);
 }
+static inline vf vdiv(vf a, vf b) {
+    return _mm512_div_ps(a, b);
+}
 static inline vf vadd(vf a, vf b) {
     return _mm512_add_ps(a, b);
 }

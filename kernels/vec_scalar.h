@@ -64,6 +64,9 @@ static inline vf vfma(vf a, vf b, vf c) {
 static inline vf vmul(vf a, vf b) {
     return a * b;
 }
+static inline vf vdiv(vf a, vf b) {
+    return a / b;
+}
 static inline vf vadd(vf a, vf b) {
     return a + b;
 }

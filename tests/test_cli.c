@@ -690,6 +690,98 @@ static void test_first_hour_hints(void **state) {
     assert_null(strstr(desc, "                       ["));
 }
 
+/* --window, --softcap, --sinks and a v with its own head dim (issue 30): the
+ * output matches the oracle, and each malformed value is exit 2 naming it. */
+static void test_attend_variants(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const int64_t sq[4] = {1, 2, 5, 8}, sk[4] = {1, 1, 7, 8}, sv[4] = {1, 1, 7, 3}, ss[1] = {2},
+                  sbad[1] = {3};
+    write_f4("q.npy", sq, 4);
+    write_f4("k.npy", sk, 4);
+    write_f4("v.npy", sv, 4);
+    write_f4("s.npy", ss, 1);
+    write_f4("s3.npy", sbad, 1);
+    char q[512], k[512], v[512], sk_[512], s3[512], out[512], never[512];
+    tmp_path(q, sizeof q, "q.npy");
+    tmp_path(k, sizeof k, "k.npy");
+    tmp_path(v, sizeof v, "v.npy");
+    tmp_path(sk_, sizeof sk_, "s.npy");
+    tmp_path(s3, sizeof s3, "s3.npy");
+    tmp_path(out, sizeof out, "var.npy");
+    tmp_path(never, sizeof never, "never.npy");
+    const char *kernels[] = {"naive", "auto"};
+    for (int ki = 0; ki < 2; ki++) {
+        int rc = run_bench("attend", "--kernel", kernels[ki], "--q", q, "--k", k, "--v", v, "--out",
+                           out, "--window", "1,0", "--softcap", "0.75", "--sinks", sk_, NULL);
+        if (rc != 0) fail_msg("attend with variants: exit %d: %s", rc, g_err);
+        assert_non_null(strstr(g_out, "window=1,0 softcap=0.75 sinks d_v=3"));
+        npy_array o, a[4];
+        char err[512];
+        const char *paths[4] = {q, k, v, sk_};
+        assert_int_equal(npy_read(out, &o, err, sizeof err), MHA_OK);
+        assert_int_equal(o.ndim, 4);
+        assert_int_equal(o.shape[3], 3); /* v's head dim */
+        for (int i = 0; i < 4; i++)
+            assert_int_equal(npy_read(paths[i], &a[i], err, sizeof err), MHA_OK);
+        mha_problem p = {1, 2, 1, 5, 7, 8, 0, 0.0f, MHA_F32, MHA_F32};
+        p.window = 1;
+        p.window_left = 1;
+        p.softcap = 0.75f;
+        p.sinks = 1;
+        p.head_dim_v = 3;
+        const mha_tensor tq = mha_view_bhnd(a[0].data, 2, 5, 8),
+                         tk = mha_view_bhnd(a[1].data, 1, 7, 8),
+                         tv = mha_view_bhnd(a[2].data, 1, 7, 3);
+        const mha_extras x = {.sinks = a[3].data};
+        double ref[30];
+        assert_int_equal(mha_reference_ex(&p, &tq, &tk, &tv, &x, ref), MHA_OK);
+        for (int i = 0; i < 30; i++) assert_float_equal(o.data[i], ref[i], 1e-5);
+        npy_free(&o);
+        for (int i = 0; i < 4; i++) npy_free(&a[i]);
+    }
+    /* list names what each kernel takes: the traits, not the algorithm */
+    assert_int_equal(run_bench("list", NULL), 0);
+    for (char *line = strtok(g_out, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[64];
+        if (sscanf(line, "%63s", name) != 1) continue;
+        const mha_kernel *kl = mha_kernel_find(name);
+        if (!kl) continue;
+        const unsigned tr = mha_kernel_traits(kl);
+        if (tr & MHA_KT_WINDOW) assert_non_null(strstr(line, " window,"));
+        if (tr & MHA_KT_HEAD_DIM_V) assert_non_null(strstr(line, ",d_v "));
+        if (!(tr & (MHA_KT_WINDOW | MHA_KT_SOFTCAP | MHA_KT_SINKS | MHA_KT_HEAD_DIM_V)))
+            assert_non_null(strstr(line, " - "));
+    }
+    print_message("sinks of the wrong length\n");
+    expect_error(run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, "--out",
+                           never, "--sinks", s3, NULL),
+                 "--sinks", "expected [2]", 1);
+    print_message("window below -1\n");
+    expect_error(run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, "--out",
+                           never, "--window", "-2,0", NULL),
+                 "--window '-2,0'", "L = -2 is below -1", 1);
+    print_message("window of one number\n");
+    expect_error(run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, "--out",
+                           never, "--window", "5", NULL),
+                 "--window '5'", "expected L,R", 1);
+    print_message("softcap 0 and below\n");
+    expect_error(run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, "--out",
+                           never, "--softcap", "0", NULL),
+                 "--softcap", "out of range (0", 1);
+    expect_error(run_bench("attend", "--kernel", "naive", "--q", q, "--k", k, "--v", v, "--out",
+                           never, "--softcap", "-3", NULL),
+                 "--softcap", "-3", 1);
+    print_message("d_v on a kernel that does not take it\n");
+    expect_error(run_bench("attend", "--kernel", "tiled.scalar", "--q", q, "--k", k, "--v", v,
+                           "--out", never, NULL),
+                 "tiled.scalar", "head_dim_v", 1);
+    print_message("sinks on a kernel that does not take them\n");
+    expect_error(run_bench("attend", "--kernel", "tiled.scalar", "--q", q, "--k", k, "--v", k,
+                           "--out", never, "--sinks", sk_, NULL),
+                 "tiled.scalar", "sinks", 1);
+}
+
 static void test_attend_dtypes(void **state) {
     (void)state;
     NEED_BENCH();
@@ -1971,6 +2063,7 @@ int main(void) {
         cmocka_unit_test(test_attend_torch),
         cmocka_unit_test(test_forward_torch),
         cmocka_unit_test(test_attend_bad_inputs),
+        cmocka_unit_test(test_attend_variants),
         cmocka_unit_test(test_forward_bad_inputs),
         cmocka_unit_test(test_forward_bias_unreadable),
         cmocka_unit_test(test_sweep_bad_out),

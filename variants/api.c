@@ -177,19 +177,19 @@ mha_status mha_check_views(const mha_problem *p, const mha_tensor *q, const mha_
                            const mha_tensor *v, const mha_tensor_mut *out) {
     mha_status st;
     if (!q || !kt || !v) return mha_set_error(MHA_EINVAL, "a tensor view is NULL");
-    const int64_t B = p->batch, H = p->heads, G = p->kv_heads, d = p->head_dim;
+    const int64_t B = p->batch, H = p->heads, G = p->kv_heads, d = p->head_dim, dv = mha_dv(p);
     const mha_dtype kv = mha_problem_kv_dtype(p);
     if ((st = check_view("q", q->data, q->dtype, p->dtype, q->stride_b, q->stride_h, q->stride_n, B,
                          H, p->seq_q, d, 0)) ||
         (st = check_view("k", kt->data, kt->dtype, kv, kt->stride_b, kt->stride_h, kt->stride_n, B,
                          G, p->seq_kv, d, 0)) ||
         (st = check_view("v", v->data, v->dtype, kv, v->stride_b, v->stride_h, v->stride_n, B, G,
-                         p->seq_kv, d, 0)) ||
+                         p->seq_kv, dv, 0)) ||
         (st = check_scales("k", kt, B, G, p->seq_kv)) ||
         (st = check_scales("v", v, B, G, p->seq_kv)))
         return st;
     if (out && (st = check_view("out", out->data, out->dtype, p->dtype, out->stride_b,
-                                out->stride_h, out->stride_n, B, H, p->seq_q, d, 1)))
+                                out->stride_h, out->stride_n, B, H, p->seq_q, dv, 1)))
         return st;
     return MHA_OK;
 }
@@ -230,11 +230,13 @@ mha_status mha_check_disjoint(const char *a_name, const mha_span *a, const char 
  * other); any other byte out shares with q, k, v or the int8 scales, and
  * any byte the workspace shares with a view, is MHA_EINVAL. */
 static mha_status check_aliasing(const mha_problem *p, const mha_tensor *q, const mha_tensor *kt,
-                                 const mha_tensor *v, const mha_tensor_mut *out,
-                                 const void *workspace, size_t workspace_size) {
-    const int64_t B = p->batch, H = p->heads, G = p->kv_heads, d = p->head_dim;
+                                 const mha_tensor *v, const mha_extras *x,
+                                 const mha_tensor_mut *out, const void *workspace,
+                                 size_t workspace_size) {
+    const int64_t B = p->batch, H = p->heads, G = p->kv_heads, d = p->head_dim, dv = mha_dv(p);
     const mha_span so = view_span(out->data, out->dtype, out->stride_b, out->stride_h,
-                                  out->stride_n, B, H, p->seq_q, d);
+                                  out->stride_n, B, H, p->seq_q, dv);
+    const int64_t one[3] = {1, 1, 1}, zero[3] = {0, 0, 0};
     const int in_place = out->data == q->data && out->stride_b == q->stride_b &&
                          out->stride_h == q->stride_h && out->stride_n == q->stride_n;
     struct {
@@ -244,11 +246,13 @@ static mha_status check_aliasing(const mha_problem *p, const mha_tensor *q, cons
     } in[] = {
         {"q", tensor_span(q, B, H, p->seq_q, d), 1},
         {"k", tensor_span(kt, B, G, p->seq_kv, d), 1},
-        {"v", tensor_span(v, B, G, p->seq_kv, d), 1},
+        {"v", tensor_span(v, B, G, p->seq_kv, dv), 1},
         {"k.scale", kt->dtype == MHA_I8 ? scale_span(kt, B, G, p->seq_kv) : (mha_span){0},
          kt->dtype == MHA_I8},
         {"v.scale", v->dtype == MHA_I8 ? scale_span(v, B, G, p->seq_kv) : (mha_span){0},
          v->dtype == MHA_I8},
+        {"sinks", p->sinks ? mha_span_make(x->sinks, sizeof(float), one, zero, H) : (mha_span){0},
+         p->sinks},
     };
     mha_status st;
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
@@ -256,7 +260,6 @@ static mha_status check_aliasing(const mha_problem *p, const mha_tensor *q, cons
         if ((st = mha_check_disjoint("out", &so, in[i].name, &in[i].s)) != MHA_OK) return st;
     }
     if (workspace && workspace_size > 0) {
-        const int64_t one[3] = {1, 1, 1}, zero[3] = {0, 0, 0};
         const mha_span sw = mha_span_make(workspace, 1, one, zero, (int64_t)workspace_size);
         if ((st = mha_check_disjoint("workspace", &sw, "out", &so)) != MHA_OK) return st;
         for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
@@ -267,9 +270,33 @@ static mha_status check_aliasing(const mha_problem *p, const mha_tensor *q, cons
     return MHA_OK;
 }
 
+/* The extras a problem asks for are present (x may be NULL when it asks for none). */
+mha_status mha_check_extras(const mha_problem *p, const mha_extras *x) {
+    if (p->sinks && !(x && x->sinks))
+        return mha_set_error(MHA_EINVAL,
+                             "problem.sinks = 1 but no sink logits given (mha_extras.sinks is "
+                             "NULL: pass one float per query head, %lld)",
+                             (long long)p->heads);
+    /* +inf would take every weight and leave 0/0: the formula has no value there */
+    for (int64_t h = 0; p->sinks && h < p->heads; h++)
+        if (x->sinks[h] == INFINITY)
+            return mha_set_error(MHA_EINVAL,
+                                 "mha_extras.sinks[%lld] = inf: a sink logit must be finite or "
+                                 "-inf (no sink)",
+                                 (long long)h);
+    return MHA_OK;
+}
+
 mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
                       const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
                       const mha_tensor_mut *out, void *workspace, size_t workspace_size) {
+    return mha_attend_ex(k, p, o, q, kt, v, NULL, out, workspace, workspace_size);
+}
+
+mha_status mha_attend_ex(const mha_kernel *k, const mha_problem *p, const mha_options *o,
+                         const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
+                         const mha_extras *x, const mha_tensor_mut *out, void *workspace,
+                         size_t workspace_size) {
     mha_status st;
     if (!k) return mha_set_error(MHA_EINVAL, "kernel is NULL");
     if ((st = mha_kernel_supported(k)) != MHA_OK) return st;
@@ -278,6 +305,9 @@ mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_optio
     if ((st = mha_kernel_takes(k, p)) != MHA_OK) return st;
     if (!out) return mha_set_error(MHA_EINVAL, "a tensor view is NULL");
     if ((st = mha_check_views(p, q, kt, v, out)) != MHA_OK) return st;
+    if ((st = mha_check_extras(p, x)) != MHA_OK) return st;
+    /* the kernels read only what the problem asks for */
+    const mha_extras ex = {.sinks = p->sinks ? x->sinks : NULL};
     const mha_options r = resolve_options(k, p, o);
     const int threads = mha_resolve_threads(&r);
     const size_t need = k->workspace(p, &r, threads);
@@ -290,6 +320,6 @@ mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_optio
         return mha_set_error(MHA_EINVAL, "workspace %p is not %d-byte aligned", workspace,
                              MHA_WORKSPACE_ALIGN);
     /* Only the bytes the kernel uses count: a caller may pass a larger pool. */
-    if ((st = check_aliasing(p, q, kt, v, out, workspace, need)) != MHA_OK) return st;
-    return k->run(p, &r, threads, q, kt, v, out, workspace);
+    if ((st = check_aliasing(p, q, kt, v, &ex, out, workspace, need)) != MHA_OK) return st;
+    return k->run(p, &r, threads, q, kt, v, &ex, out, workspace);
 }

@@ -38,7 +38,8 @@ size_t mha_blas_workspace(const mha_problem *p, const mha_options *o, int thread
 
 mha_status mha_blas_run(const mha_problem *p, const mha_options *o, int threads,
                         const mha_tensor *q, const mha_tensor *k, const mha_tensor *v,
-                        const mha_tensor_mut *out, void *workspace) {
+                        const mha_extras *ex, const mha_tensor_mut *out, void *workspace) {
+    (void)ex;
     (void)o;
     /* CBLAS takes int dims and leading dimensions. */
     const int64_t big = blas_int_extent(p, q, k, v, out);

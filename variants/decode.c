@@ -14,7 +14,13 @@
  * into its score (s_j = scale_k[j] * q.k_j) and into its probability for V
  * (p_j * scale_v[j]), never applied per element. Q (fp32, bf16, fp16) is
  * widened once per pass into per-thread scratch; O is written in the
- * problem's dtype (round to nearest even). */
+ * problem's dtype (round to nearest even).
+ * The variants (mha.h): head_dim_v sizes o, the partial results and P.V; a
+ * window's right edge is the rows' end (as causal), its left edge starts the
+ * pass at the first key any row sees and masks the keys before each row's
+ * begin; a softcap caps each block's scores (natural units) before the
+ * mask; a sink joins each row once, after its pass or after the split-KV
+ * merge (mha_decode_add_sink): a softmax column with no value. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -22,6 +28,7 @@
 #include "internal.h"
 #include "cachemodel.h"
 #include "ukernels.h"
+#include "flash_var.h"
 
 #define LOG2E 1.44269504088896341f
 enum { DEC_RB = 4, DEC_BK = 64 }; /* rows per pass over K/V, keys per softmax block */
@@ -92,14 +99,14 @@ static dec_plan plan(const mha_problem *p, int threads) {
     P.rows = group * p->seq_q;
     P.nsplit = mha_decode_nsplit(p, P.rows, 4 * DEC_RB, threads);
     P.chunk = (p->seq_kv + P.nsplit - 1) / P.nsplit;
-    const size_t f = sizeof(float), d = (size_t)p->head_dim;
+    const size_t f = sizeof(float), d = (size_t)p->head_dim, dv = (size_t)mha_dv(p);
     P.part =
         P.nsplit > 1
-            ? mha_align64(mha_mul_sz(mha_mul_sz((size_t)(pairs * P.rows * P.nsplit), d + 2), f))
+            ? mha_align64(mha_mul_sz(mha_mul_sz((size_t)(pairs * P.rows * P.nsplit), dv + 2), f))
             : 0;
-    /* s[RB][BK] scores, o[RB][dp] accumulators, m/l per row, and the Q rows
+    /* s[RB][BK] scores, o[RB][dvp] accumulators, m/l per row, and the Q rows
      * widened to fp32 [RB][dp] when Q is bf16/fp16 */
-    const size_t dp = (d + 15) / 16 * 16;
+    const size_t dp = (d + 15) / 16 * 16, dvp = (dv + 15) / 16 * 16;
     P.wide_q = p->dtype != MHA_F32;
     /* One row per pass (MHA decode) streams K and V with q in registers;
      * software prefetch pays only when the stream comes from DRAM. Measured
@@ -112,7 +119,7 @@ static dec_plan plan(const mha_problem *p, int threads) {
      * and always prefetch. */
     P.stream_pf = mha_decode_cache_per_l3(p) > 1.5;
     P.scratch = mha_align64(
-        (DEC_RB * DEC_BK + DEC_RB * dp + 2 * DEC_RB + (P.wide_q ? DEC_RB * dp : 0)) * f);
+        (DEC_RB * DEC_BK + DEC_RB * dvp + 2 * DEC_RB + (P.wide_q ? DEC_RB * dp : 0)) * f);
     return P;
 }
 
@@ -317,8 +324,9 @@ typedef struct {
     const mha_problem *p;
     const mha_tensor *q, *k, *v;
     int64_t group;
-    float qscale;
+    float qscale;  /* scale * log2(e), or scale alone under a softcap */
     int stream_pf; /* dec_plan.stream_pf */
+    const float *sinks;
 } dec_ctx;
 
 /* One row, NV (<= 8) vectors from column c0 (the last holding tail valid
@@ -479,16 +487,17 @@ static const dec_fn_set dec_fns[MHA_DTYPE_COUNT] = {
 };
 
 /* Rows [r0, r0+R) of KV head (b, g) over keys [k0, k1): leaves the unnormalised
- * o, the max m (log2 units) and the sum l per row in the scratch arrays. qw
- * (R rows of dp floats) takes the Q rows widened to fp32 when Q is not fp32. */
+ * o (row stride dvp), the max m (log2 units) and the sum l per row in the
+ * scratch arrays. qw (R rows of dp floats) takes the Q rows widened to fp32
+ * when Q is not fp32. */
 static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, int64_t k0,
-                     int64_t k1, float *s, float *o, int64_t dp, float *m, float *l, float *qw) {
+                     int64_t k1, float *s, float *o, int64_t dvp, float *m, float *l, float *qw) {
     const mha_problem *p = x->p;
-    const int64_t d = p->head_dim, Nq = p->seq_q;
+    const int64_t d = p->head_dim, dv = mha_dv(p), Nq = p->seq_q, dp = (d + 15) / 16 * 16;
     const mha_tensor *q = x->q, *k = x->k, *v = x->v;
     const int kvt = k->dtype;
     const float *qrow[DEC_RB];
-    int64_t end[DEC_RB];
+    int64_t end[DEC_RB], beg[DEC_RB];
     for (int r = 0; r < R; r++) {
         const int64_t rr = r0 + r, h = g * x->group + rr / Nq, i = rr % Nq;
         const int64_t off = b * q->stride_b + h * q->stride_h + i * q->stride_n;
@@ -500,6 +509,7 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
             qrow[r] = qw + r * dp;
         }
         end[r] = mha_kv_end(p, i);
+        beg[r] = mha_kv_begin(p, i);
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
@@ -514,14 +524,19 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
     const dec_fn_set *F = &dec_fns[kvt];
     /* prefetch distance: a fixed number of bytes of storage ahead */
     const int64_t rowb = d * esize(kvt), pf = DEC_PF_BYTES / rowb > 4 ? DEC_PF_BYTES / rowb : 4;
-    int64_t kend = k0; /* keys any row sees */
-    for (int r = 0; r < R; r++) kend = end[r] > kend ? end[r] : kend;
+    int64_t kend = k0, kbeg = k1; /* keys any row sees: [kbeg, kend) */
+    for (int r = 0; r < R; r++) {
+        kend = end[r] > kend ? end[r] : kend;
+        kbeg = beg[r] < kbeg ? beg[r] : kbeg;
+    }
     if (kend > k1) kend = k1;
-    if (kend <= k0) /* no row sees a key of this chunk: o = 0, m = -inf, l = 0 */
-        for (int r = 0; r < R; r++) memset(o + r * dp, 0, (size_t)d * sizeof(float));
+    if (kbeg < k0) kbeg = k0;
+    if (kend <= kbeg) /* no row sees a key of this chunk: o = 0, m = -inf, l = 0 */
+        for (int r = 0; r < R; r++) memset(o + r * dvp, 0, (size_t)dv * sizeof(float));
     /* one row: the stream is prefetched only when it comes from DRAM (see plan) */
     const int64_t pf1 = x->stream_pf ? pf : 0, bkb = DEC_BK;
-    for (int64_t j0 = k0; j0 < kend; j0 += bkb) {
+    const float cap = p->softcap;
+    for (int64_t j0 = kbeg; j0 < kend; j0 += bkb) {
         const int64_t bk = kend - j0 < bkb ? kend - j0 : bkb;
         /* scores: one pass over the K block serves every row */
         if (R == 1)
@@ -530,6 +545,20 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
         else
             F->scores(R, qrow, end, kh, k->stride_n, ks, kss, vh, v->stride_n, j0, bk, kend, pf, d,
                       x->qscale, s);
+        if (cap > 0 || p->window) /* the cap before the mask; a window's left edge */
+            for (int r = 0; r < R; r++) {
+                float *sr = s + r * DEC_BK;
+                if (cap > 0) {
+                    int64_t j = 0;
+                    for (; j + VW <= bk; j += VW)
+                        vstoreu(sr + j, flash_softcap_log2(vloadu(sr + j), cap));
+                    if (j < bk)
+                        vstoreu_n(sr + j, flash_softcap_log2(vloadu_n(sr + j, (int)(bk - j)), cap),
+                                  (int)(bk - j));
+                }
+                for (int64_t j = 0; j < bk; j++)
+                    if (j0 + j < beg[r] || j0 + j >= end[r]) sr[j] = -INFINITY;
+            }
         float arow[DEC_RB];
         int rescale = 0;
         for (int r = 0; r < R; r++) {
@@ -564,7 +593,7 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
              * weight 0 whatever their scale, as in the oracle */
             if (kvt == MHA_I8) {
                 const int64_t vis = end[r] - j0 < bk ? end[r] - j0 : bk;
-                for (j = 0; j < vis; j++) sr[j] *= vs[(j0 + j) * vss];
+                for (j = beg[r] > j0 ? beg[r] - j0 : 0; j < vis; j++) sr[j] *= vs[(j0 + j) * vss];
             }
         }
         /* o[r] = alpha[r] o[r] + sum_j p[r][j] V[j0+j]. Several rows (GQA
@@ -572,14 +601,14 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
          * prefetched during the scores): fp32 through the k_gemm
          * micro-kernel, narrower types widened in pv_rows. One row is a pure
          * stream: V row by row with its own prefetch ahead, o in L1. */
-        const int init = j0 == k0 ? MHA_INIT_ZERO : (rescale ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
+        const int init = j0 == kbeg ? MHA_INIT_ZERO : (rescale ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
         if (R > 1 && kvt == MHA_F32)
-            k_gemm(R, d, bk, s, DEC_BK, 1, (const float *)vh + j0 * v->stride_n, v->stride_n, o, dp,
-                   init | MHA_B_EXACT, arow);
+            k_gemm(R, dv, bk, s, DEC_BK, 1, (const float *)vh + j0 * v->stride_n, v->stride_n, o,
+                   dvp, init | MHA_B_EXACT, arow);
         else if (R > 1)
-            F->pvn(R, init, arow, s, vh, v->stride_n, j0, bk, d, o, dp);
+            F->pvn(R, init, arow, s, vh, v->stride_n, j0, bk, dv, o, dvp);
         else
-            F->pv1(init, arow[0], s, vh, v->stride_n, j0, bk, kend, pf1, d, o);
+            F->pv1(init, arow[0], s, vh, v->stride_n, j0, bk, kend, pf1, dv, o);
     }
 }
 
@@ -599,13 +628,20 @@ static void store_row(const mha_tensor_mut *out, int64_t b, int64_t h, int64_t i
 
 mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_options *o, int threads,
                                           const mha_tensor *q, const mha_tensor *k,
-                                          const mha_tensor *v, const mha_tensor_mut *out,
-                                          void *workspace) {
+                                          const mha_tensor *v, const mha_extras *ex,
+                                          const mha_tensor_mut *out, void *workspace) {
     (void)o;
     const dec_plan P = plan(p, threads);
-    const dec_ctx x = {p,          q, k, v, p->heads / p->kv_heads, mha_problem_scale(p) * LOG2E,
-                       P.stream_pf};
-    const int64_t d = p->head_dim, dp = (d + 15) / 16 * 16, Nq = p->seq_q, G = p->kv_heads;
+    /* scores in log2 units -> exp2; a softcap takes them natural */
+    const dec_ctx x = {p,
+                       q,
+                       k,
+                       v,
+                       p->heads / p->kv_heads,
+                       mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E),
+                       P.stream_pf,
+                       ex->sinks};
+    const int64_t d = mha_dv(p), dp = (d + 15) / 16 * 16, Nq = p->seq_q, G = p->kv_heads;
     const int64_t nrc = (P.rows + DEC_RB - 1) / DEC_RB, items = p->batch * G * nrc * P.nsplit;
     float *part = (float *)workspace; /* [pair][split][row][d + 2]: o, m, l */
     char *scratch0 = (char *)workspace + P.part;
@@ -633,7 +669,9 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     dst[d + 1] = l[r];
                 } else {
                     const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
-                    store_row(out, b, h, i, ob + r * dp, d, &l[r], mha_rows_blind(p, i, 1));
+                    if (p->sinks)
+                        mha_decode_add_sink(ob + r * dp, d, &l[r], m[r], x.sinks[h] * LOG2E);
+                    store_row(out, b, h, i, ob + r * dp, d, &l[r], mha_kv_count(p, i) == 0);
                 }
             }
         }
@@ -643,10 +681,18 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
             for (int64_t pr = 0; pr < p->batch * G * P.rows; pr++) {
                 const int64_t pair = pr / P.rows, rr = pr % P.rows, b = pair / G, g = pair % G;
                 float *acc = ob; /* this thread's scratch row */
-                float lsum = mha_decode_merge(part + (pair * P.nsplit * P.rows + rr) * (d + 2),
-                                              P.nsplit, P.rows * (d + 2), d, acc);
+                const float *pt = part + (pair * P.nsplit * P.rows + rr) * (d + 2);
+                float lsum = mha_decode_merge(pt, P.nsplit, P.rows * (d + 2), d, acc);
                 const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
-                store_row(out, b, h, i, acc, d, &lsum, mha_rows_blind(p, i, 1));
+                if (p->sinks) { /* once, after the merge: acc and lsum are at the chunks' max */
+                    float mmax = -INFINITY;
+                    for (int64_t sp = 0; sp < P.nsplit; sp++) {
+                        const float ms = pt[sp * P.rows * (d + 2) + d];
+                        mmax = ms > mmax ? ms : mmax;
+                    }
+                    mha_decode_add_sink(acc, d, &lsum, mmax, x.sinks[h] * LOG2E);
+                }
+                store_row(out, b, h, i, acc, d, &lsum, mha_kv_count(p, i) == 0);
             }
         }
     }

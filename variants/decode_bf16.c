@@ -15,7 +15,11 @@
  * (as flash.avx512bf16: check.c's "P rounded to bf16" term, 2 u_bf16). The
  * output is rounded from the fp32 accumulators to bf16 (RNE). fp16 is not
  * taken: there is no fp16 dot product here, and converting the cache while
- * streaming it would cost what the bf16 unit saves (decode.avx512 widens it). */
+ * streaming it would cost what the bf16 unit saves (decode.avx512 widens it).
+ * The variants as in decode.c: a window (the pass starts at the first key a
+ * row sees, keys before a row's begin masked), a softcap (each block's
+ * scores capped before the mask), sinks (joined once per row) and
+ * head_dim_v (o and the partial results are d_v wide, padded to 32). */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -23,6 +27,7 @@
 #include "internal.h"
 #include "cachemodel.h"
 #include "ukernels.h"
+#include "flash_var.h"
 
 #ifndef __AVX512BF16__
 #error "decode_bf16.c needs AVX512_BF16 (meson builds it only for such levels)"
@@ -41,6 +46,7 @@ enum { DB_INIT_ZERO, DB_INIT_ACC, DB_INIT_SCALE };
 
 typedef struct {
     int64_t rows, nsplit, chunk, dq; /* dq: head_dim rounded up to 32 (one vdpbf16ps) */
+    int64_t dvq;                     /* head_dim_v rounded up to 32: o's width */
     int64_t bk1;                     /* keys per block of a one-row pass */
     size_t part, scratch;
 } db_plan;
@@ -52,6 +58,7 @@ static db_plan plan(const mha_problem *p, int threads) {
     P.nsplit = mha_decode_nsplit(p, P.rows, 4 * DB_RB, threads); /* decode.c's split */
     P.chunk = (p->seq_kv + P.nsplit - 1) / P.nsplit;
     P.dq = (p->head_dim + 31) / 32 * 32;
+    P.dvq = (mha_dv(p) + 31) / 32 * 32;
     /* One row per pass, d = 128, Nkv = 4096, Zen 4 (32 MiB L3), interleaved
      * profile runs, GFLOP/s at 1 / 2 threads: H = 4 (8 MiB) 4 keys 24.9 /
      * 47.5, 16 keys 54.8-57.5 / 94.0-100.7, 64 keys 57.8-62.0 / 108.9-122.3;
@@ -59,14 +66,14 @@ static db_plan plan(const mha_problem *p, int threads) {
      * (32 MiB) 16 keys 23.9-24.7 / 33.5-35.2, 64 keys 12.3-12.7 / 25.1-27.3,
      * with prefetch one or two blocks ahead 14.8 / 29.3-31.5. */
     P.bk1 = mha_decode_cache_per_l3(p) <= 0.25 ? DB_BK1_CACHED : DB_BK1_STREAM;
-    const size_t f = sizeof(float), d = (size_t)p->head_dim, dq = (size_t)P.dq;
+    const size_t f = sizeof(float), dv = (size_t)mha_dv(p), dq = (size_t)P.dq, dvq = (size_t)P.dvq;
     P.part =
         P.nsplit > 1
-            ? mha_align64(mha_mul_sz(mha_mul_sz((size_t)(pairs * P.rows * P.nsplit), d + 2), f))
+            ? mha_align64(mha_mul_sz(mha_mul_sz((size_t)(pairs * P.rows * P.nsplit), dv + 2), f))
             : 0;
-    /* s[RB][BK] scores, acc[RB][16][16] per-key lanes, o[RB][dq], m, l [RB],
+    /* s[RB][BK] scores, acc[RB][16][16] per-key lanes, o[RB][dvq], m, l [RB],
      * P as bf16 [RB][BK], Q rows as bf16 [RB][dq] */
-    P.scratch = mha_align64((DB_RB * DB_BK + DB_RB * 256 + DB_RB * dq + 2 * DB_RB) * f +
+    P.scratch = mha_align64((DB_RB * DB_BK + DB_RB * 256 + DB_RB * dvq + 2 * DB_RB) * f +
                             (DB_RB * DB_BK + DB_RB * dq) * 2);
     return P;
 }
@@ -249,8 +256,9 @@ static const pv_fn pv_fns[DB_RB] = {pv_1, pv_2, pv_3, pv_4};
 typedef struct {
     const mha_problem *p;
     const mha_tensor *q, *k, *v;
-    int64_t group, dq, bk1;
-    float qscale;
+    int64_t group, dq, dvq, bk1;
+    float qscale; /* scale * log2(e), or scale alone under a softcap */
+    const float *sinks;
 } db_ctx;
 
 typedef struct {
@@ -263,10 +271,11 @@ typedef struct {
 static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, int64_t k0,
                     int64_t k1, const db_scratch *w) {
     const mha_problem *p = x->p;
-    const int64_t d = p->head_dim, Nq = p->seq_q, dq = x->dq, nc = dq / 32;
+    const int64_t d = p->head_dim, dv = mha_dv(p), Nq = p->seq_q, dq = x->dq, dvq = x->dvq,
+                  nc = dq / 32;
     const mha_tensor *q = x->q, *k = x->k, *v = x->v;
     float *s = w->s, *o = w->o, *m = w->m, *l = w->l;
-    int64_t end[DB_RB];
+    int64_t end[DB_RB], beg[DB_RB];
     for (int r = 0; r < R; r++) {
         const int64_t rr = r0 + r, h = g * x->group + rr / Nq, i = rr % Nq;
         const uint16_t *src =
@@ -275,6 +284,7 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
             _mm512_storeu_si512(w->qb + r * dq + c,
                                 _mm512_maskz_loadu_epi16(mask32(d - c), src + c));
         end[r] = mha_kv_end(p, i);
+        beg[r] = mha_kv_begin(p, i);
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
@@ -291,15 +301,29 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
      * keys with prefetch 45 / 80, 16 keys without 52-60 / 107-125; warm (L3,
      * profile) 94-108 / 240-246 against 100-108 / 204-210. */
     const int64_t bkb = R == 1 ? x->bk1 : DB_BK;
-    int64_t kend = k0;
-    for (int r = 0; r < R; r++) kend = end[r] > kend ? end[r] : kend;
+    int64_t kend = k0, kbeg = k1; /* keys any row sees: [kbeg, kend) */
+    for (int r = 0; r < R; r++) {
+        kend = end[r] > kend ? end[r] : kend;
+        kbeg = beg[r] < kbeg ? beg[r] : kbeg;
+    }
     if (kend > k1) kend = k1;
-    if (kend <= k0) /* no row sees a key of this chunk: o = 0, m = -inf, l = 0 */
-        for (int r = 0; r < R; r++) memset(o + r * dq, 0, (size_t)dq * sizeof(float));
+    if (kbeg < k0) kbeg = k0;
+    if (kend <= kbeg) /* no row sees a key of this chunk: o = 0, m = -inf, l = 0 */
+        for (int r = 0; r < R; r++) memset(o + r * dvq, 0, (size_t)dvq * sizeof(float));
     const sc_fn score = sc_fns[R - 1][nc <= 4 ? nc : 0];
-    for (int64_t j0 = k0; j0 < kend; j0 += bkb) {
+    const float cap = p->softcap;
+    for (int64_t j0 = kbeg; j0 < kend; j0 += bkb) {
         const int64_t bk = kend - j0 < bkb ? kend - j0 : bkb, b16 = (bk + 15) / 16 * 16;
         score(nc, w->qb, dq, kh, k->stride_n, d, j0, bk, end, x->qscale, s, w->tmp);
+        if (cap > 0 || p->window) /* the cap before the mask; a window's left edge */
+            for (int r = 0; r < R; r++) {
+                float *sr = s + r * DB_BK;
+                if (cap > 0)
+                    for (int64_t j = 0; j < b16; j += 16)
+                        vstore(sr + j, flash_softcap_log2(vload(sr + j), cap));
+                for (int64_t j = 0; j < b16; j++)
+                    if (j >= bk || j0 + j < beg[r] || j0 + j >= end[r]) sr[j] = -INFINITY;
+            }
         float arow[DB_RB];
         int rescale = 0;
         for (int r = 0; r < R; r++) {
@@ -324,11 +348,11 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
             arow[r] = alpha;
             rescale |= alpha != 1.0f;
         }
-        const int init = j0 == k0 ? DB_INIT_ZERO : (rescale ? DB_INIT_SCALE : DB_INIT_ACC);
-        pv_fns[R - 1](init, arow, w->pw, vh, v->stride_n, j0, bk, d, o, dq);
+        const int init = j0 == kbeg ? DB_INIT_ZERO : (rescale ? DB_INIT_SCALE : DB_INIT_ACC);
+        pv_fns[R - 1](init, arow, w->pw, vh, v->stride_n, j0, bk, dv, o, dvq);
     }
-    if (kend > k0)
-        for (int r = 0; r < R; r++) unpermute(o + r * dq, dq);
+    if (kend > kbeg)
+        for (int r = 0; r < R; r++) unpermute(o + r * dvq, dvq);
 }
 
 /* Row i of head h of batch b of out = row / lsum rounded to bf16 (RNE); the
@@ -348,13 +372,23 @@ static void store_row(const mha_tensor_mut *out, int64_t b, int64_t h, int64_t i
 
 mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_options *o, int threads,
                                           const mha_tensor *q, const mha_tensor *k,
-                                          const mha_tensor *v, const mha_tensor_mut *out,
-                                          void *workspace) {
+                                          const mha_tensor *v, const mha_extras *ex,
+                                          const mha_tensor_mut *out, void *workspace) {
     (void)o;
     const db_plan P = plan(p, threads);
-    const db_ctx x = {
-        p, q, k, v, p->heads / p->kv_heads, P.dq, P.bk1, mha_problem_scale(p) * LOG2E};
-    const int64_t d = p->head_dim, dq = P.dq, Nq = p->seq_q, G = p->kv_heads;
+    /* scores in log2 units -> exp2; a softcap takes them natural */
+    const db_ctx x = {p,
+                      q,
+                      k,
+                      v,
+                      p->heads / p->kv_heads,
+                      P.dq,
+                      P.dvq,
+                      P.bk1,
+                      mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E),
+                      ex->sinks};
+    /* d: V's and O's head dim from here on; dq the width of o */
+    const int64_t d = mha_dv(p), dq = P.dvq, Nq = p->seq_q, G = p->kv_heads;
     const int64_t nrc = (P.rows + DB_RB - 1) / DB_RB, items = p->batch * G * nrc * P.nsplit;
     float *part = (float *)workspace; /* [pair][split][row][d + 2]: o, m, l */
     char *scratch0 = (char *)workspace + P.part;
@@ -388,7 +422,9 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     dst[d + 1] = w.l[r];
                 } else {
                     const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
-                    store_row(out, b, h, i, w.o + r * dq, d, w.l[r], mha_rows_blind(p, i, 1));
+                    if (p->sinks)
+                        mha_decode_add_sink(w.o + r * dq, d, &w.l[r], w.m[r], x.sinks[h] * LOG2E);
+                    store_row(out, b, h, i, w.o + r * dq, d, w.l[r], mha_kv_count(p, i) == 0);
                 }
             }
         }
@@ -398,11 +434,18 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
             for (int64_t pr = 0; pr < p->batch * G * P.rows; pr++) {
                 const int64_t pair = pr / P.rows, rr = pr % P.rows, b = pair / G, g = pair % G;
                 float *acc = w.o;
-                const float lsum =
-                    mha_decode_merge(part + (pair * P.nsplit * P.rows + rr) * (d + 2), P.nsplit,
-                                     P.rows * (d + 2), d, acc);
+                const float *pt = part + (pair * P.nsplit * P.rows + rr) * (d + 2);
+                float lsum = mha_decode_merge(pt, P.nsplit, P.rows * (d + 2), d, acc);
                 const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
-                store_row(out, b, h, i, acc, d, lsum, mha_rows_blind(p, i, 1));
+                if (p->sinks) { /* once, after the merge: acc and lsum are at the chunks' max */
+                    float mmax = -INFINITY;
+                    for (int64_t sp = 0; sp < P.nsplit; sp++) {
+                        const float ms = pt[sp * P.rows * (d + 2) + d];
+                        mmax = ms > mmax ? ms : mmax;
+                    }
+                    mha_decode_add_sink(acc, d, &lsum, mmax, x.sinks[h] * LOG2E);
+                }
+                store_row(out, b, h, i, acc, d, lsum, mha_kv_count(p, i) == 0);
             }
         }
     }

@@ -8,13 +8,23 @@
  * Scores are computed transposed, S^T = K Q^T (queries along the vector
  * lanes), so the softmax is lane-wise; O = P V is computed with queries as
  * rows and head_dim along the lanes, reading V in place. Causal diagonal
- * blocks skip the key/query tiles the mask removes entirely. */
+ * blocks skip the key/query tiles the mask removes entirely.
+ *
+ * The variants (mha.h): head_dim_v only widens O and P.V. A window, a
+ * softcap or sinks take flash_block_var: each query block streams only the
+ * KV range its rows can see ([begin of its first row, end of its last)), so
+ * a window of W costs ~(W + block_q) keys per row, not seq_kv; the keys every
+ * row sees go through the fused score tile as above, the window's edges
+ * (and, with a softcap, every block) through an unfused pass (S^T = K Q^T,
+ * then mask, cap, max and exp lane by lane). A sink starts each row's
+ * softmax at m = sink, l = 1: the column with no value. */
 #include <math.h>
 #include <omp.h>
 
 #include "internal.h"
 #include "phase.h"
 #include "ukernels.h"
+#include "flash_var.h"
 
 #define LOG2E 1.44269504088896341f
 
@@ -30,8 +40,8 @@
 #define FLASH_BK 64
 
 typedef struct {
-    int64_t bq, bqp, bk, dp;
-    size_t qt, st, ob, vec, per_thread; /* byte sizes, each 64-aligned */
+    int64_t bq, bqp, bk, dp;                 /* dp: head_dim_v padded to VW */
+    size_t qt, st, ob, vec, idx, per_thread; /* byte sizes, each 64-aligned */
 } flash_layout;
 
 static flash_layout flash_plan(const mha_problem *p, const mha_options *o) {
@@ -41,13 +51,15 @@ static flash_layout flash_plan(const mha_problem *p, const mha_options *o) {
     L.bqp = (L.bq + VW - 1) / VW * VW;
     L.bk = o->block_kv > 0 ? o->block_kv : FLASH_BK;
     if (L.bk > p->seq_kv) L.bk = p->seq_kv;
-    L.dp = (p->head_dim + VW - 1) / VW * VW;
+    L.dp = (mha_dv(p) + VW - 1) / VW * VW;
     const size_t d = (size_t)p->head_dim, bqp = (size_t)L.bqp, f = sizeof(float);
     L.qt = mha_align64(mha_mul_sz(mha_mul_sz(d, bqp), f));
     L.st = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.bk, bqp), f));
     L.ob = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.dp, bqp), f));
     L.vec = mha_align64(bqp * f);
-    L.per_thread = mha_add_sz(mha_add_sz(L.qt, L.st), mha_add_sz(L.ob, 4 * L.vec));
+    L.idx = mha_align64(mha_mul_sz(2 * bqp, sizeof(int64_t))); /* per-row key ranges */
+    L.per_thread =
+        mha_add_sz(mha_add_sz(L.qt, L.st), mha_add_sz(mha_add_sz(L.ob, 4 * L.vec), L.idx));
     return L;
 }
 
@@ -60,16 +72,17 @@ typedef struct {
     const mha_problem *p;
     flash_layout L;
     int64_t group, off;
-    float qscale;
+    float qscale; /* Q's prescale: scale * log2(e), or scale alone under a softcap */
     const mha_tensor *q, *k, *v;
     const mha_tensor_mut *out;
+    const float *sinks; /* p->sinks: [heads], natural-log units */
 } flash_ctx;
 
 /* One (batch, head, query block) work item on this thread's workspace. */
 static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws) {
     const mha_problem *p = x->p;
     const flash_layout *L = &x->L;
-    const int64_t d = p->head_dim, g = h / x->group, off = x->off, ld = L->bqp;
+    const int64_t d = p->head_dim, dv = mha_dv(p), g = h / x->group, off = x->off, ld = L->bqp;
     PHASE_START();
     float *Qt = (float *)ws, *St = (float *)(ws + L->qt), *Ob = (float *)(ws + L->qt + L->st);
     float *m = (float *)(ws + L->qt + L->st + L->ob), *l = m + L->vec / sizeof(float),
@@ -85,7 +98,7 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
     const int64_t kv_end = mha_kv_end(p, i0 + n - 1); /* keys any row here sees */
     if (kv_end == 0) {                                /* every row masked: zeros by convention */
         for (int64_t i = 0; i < n; i++)
-            for (int64_t c = 0; c < d; c++) oh[(i0 + i) * x->out->stride_n + c] = 0.0f;
+            for (int64_t c = 0; c < dv; c++) oh[(i0 + i) * x->out->stride_n + c] = 0.0f;
         return;
     }
     for (int64_t i = 0; i < ncols; i++) {
@@ -129,43 +142,135 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
         /* O[i][:] = alpha[i] O[i][:] + sum_j P^T[j][i] V[j0+j][:] */
         const int init = j0 == 0 ? MHA_INIT_ZERO : (changed ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
         if (!diag) {
-            k_gemm(n, d, bkk, St, 1, ld, vh + j0 * svn, svn, Ob, L->dp, init | MHA_B_EXACT, alpha);
+            k_gemm(n, dv, bkk, St, 1, ld, vh + j0 * svn, svn, Ob, L->dp, init | MHA_B_EXACT, alpha);
         } else {
             for (int64_t r0 = 0; r0 < n; r0 += MHA_MR) {
                 const int64_t rows = n - r0 < MHA_MR ? n - r0 : MHA_MR;
                 int64_t kc = i0 + r0 + rows - 1 + off + 1 - j0; /* keys the last row sees */
                 kc = kc < 0 ? 0 : (kc > bkk ? bkk : kc);
-                k_gemm(rows, d, kc, St + r0, 1, ld, vh + j0 * svn, svn, Ob + r0 * L->dp, L->dp,
+                k_gemm(rows, dv, kc, St + r0, 1, ld, vh + j0 * svn, svn, Ob + r0 * L->dp, L->dp,
                        init | MHA_B_EXACT, alpha + r0);
             }
         }
         PHASE(PHASE_PV);
     }
-    k_store_normalized(n, d, Ob, L->dp, l, mha_rows_blind(p, i0, n), oh + i0 * x->out->stride_n,
+    k_store_normalized(n, dv, Ob, L->dp, l, mha_rows_blind(p, i0, n), oh + i0 * x->out->stride_n,
                        x->out->stride_n);
+    PHASE(PHASE_PACK);
+}
+
+/* The unfused score block of flash_block_var: St = K Q^T for keys [j0, j0 +
+ * bkk) (log2 units after the cap), scores outside each column's range
+ * [kb[i], ke[i]) set to -inf, then m raised to each column's block max,
+ * P = 2^(S - m), bsum its column sums and alpha the factor for the earlier
+ * terms (1 where m did not move; a column that has seen nothing keeps m =
+ * -inf and gives P = 0). */
+static void scores_unfused(const flash_ctx *x, int64_t bkk, int64_t ncols, int64_t j0,
+                           const float *kh, int64_t skn, const float *Qt, int64_t ld, float *St,
+                           float *m, float *bsum, float *alpha, const int64_t *kb,
+                           const int64_t *ke) {
+    const mha_problem *p = x->p;
+    k_gemm(bkk, ncols, p->head_dim, kh + j0 * skn, skn, 1, Qt, ld, St, ld, MHA_INIT_ZERO, NULL);
+    flash_var_softmax(bkk, ncols, j0, p->softcap, St, ld, m, bsum, alpha, kb, ke);
+}
+
+/* One (batch, head, query block) of a problem with a window, a softcap or
+ * sinks (see the file comment). */
+static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws) {
+    const mha_problem *p = x->p;
+    const flash_layout *L = &x->L;
+    const int64_t d = p->head_dim, dv = mha_dv(p), g = h / x->group, ld = L->bqp;
+    PHASE_START();
+    float *Qt = (float *)ws, *St = (float *)(ws + L->qt), *Ob = (float *)(ws + L->qt + L->st);
+    float *m = (float *)(ws + L->qt + L->st + L->ob), *l = m + L->vec / sizeof(float),
+          *alpha = l + L->vec / sizeof(float), *bsum = alpha + L->vec / sizeof(float);
+    int64_t *kb = (int64_t *)(ws + L->qt + L->st + L->ob + 4 * L->vec), *ke = kb + L->bqp;
+    const float *qh = (const float *)x->q->data + b * x->q->stride_b + h * x->q->stride_h;
+    const float *kh = (const float *)x->k->data + b * x->k->stride_b + g * x->k->stride_h;
+    const float *vh = (const float *)x->v->data + b * x->v->stride_b + g * x->v->stride_h;
+    const int64_t skn = x->k->stride_n, svn = x->v->stride_n, son = x->out->stride_n;
+    float *oh = (float *)x->out->data + b * x->out->stride_b + h * x->out->stride_h;
+
+    const int64_t i0 = qb * L->bq, n = p->seq_q - i0 < L->bq ? p->seq_q - i0 : L->bq;
+    const int64_t ncols = (n + VW - 1) / VW * VW;
+    /* each row's visible keys [kb, ke); both ends never decrease with the
+     * row, so the block sees [kb[0], ke[n-1]) and every row [kb[n-1], ke[0]) */
+    for (int64_t i = 0; i < ncols; i++) {
+        const int64_t gi = i0 + (i < n ? i : n - 1); /* padding lanes: the last row's */
+        kb[i] = mha_kv_begin(p, gi);
+        ke[i] = mha_kv_end(p, gi);
+    }
+    const int64_t lo = kb[0], hi = ke[n - 1];
+    const float sink = p->sinks ? x->sinks[h] * LOG2E : -INFINITY;
+    for (int64_t i = 0; i < ncols; i++) { /* the sink: m = sink, its term 2^0 = 1 */
+        m[i] = sink;
+        l[i] = sink > -INFINITY || isnan(sink) ? 1.0f : 0.0f;
+    }
+    k_pack_transpose(n, d, qh + i0 * x->q->stride_n, x->q->stride_n, x->qscale, Qt, ld);
+    PHASE(PHASE_PACK);
+    /* the keys every row sees go fused (not under a softcap: it needs the
+     * score before the exp) in equal blocks of at most bk; the edges
+     * [lo, f0) and [f1, hi) unfused in blocks of at most bk */
+    int64_t f0 = kb[n - 1], f1 = ke[0];
+    if (p->softcap > 0 || f1 <= f0) f0 = f1 = hi;
+    const int64_t nfull = (f1 - f0 + L->bk - 1) / L->bk;
+    int64_t even = nfull > 0 ? (f1 - f0 + nfull - 1) / nfull : L->bk;
+    even = (even + MHA_MR - 1) / MHA_MR * MHA_MR;
+    even = even > L->bk ? L->bk : even;
+    int first = 1;
+    for (int64_t j0 = lo, bkk; j0 < hi; j0 += bkk) {
+        const int full = j0 >= f0 && j0 < f1;
+        const int64_t stop = j0 < f0 ? f0 : (full ? f1 : hi), most = full ? even : L->bk;
+        bkk = stop - j0 < most ? stop - j0 : most;
+        if (full) {
+            for (int64_t i = 0; i < ncols; i++) {
+                bsum[i] = 0.0f;
+                alpha[i] = 1.0f;
+            }
+            k_scores_exp(bkk, ncols, d, kh + j0 * skn, skn, Qt, ld, St, ld, m, bsum, alpha, 0, 0);
+        } else {
+            scores_unfused(x, bkk, ncols, j0, kh, skn, Qt, ld, St, m, bsum, alpha, kb, ke);
+        }
+        PHASE(PHASE_QK);
+        int changed = 0;
+        for (int64_t i = 0; i < ncols; i += VW) {
+            const vf a = vload(alpha + i);
+            vstore(l + i, vfma(vload(l + i), a, vload(bsum + i)));
+            changed |= vany_ne(a, vset1(1.0f));
+        }
+        PHASE(PHASE_SOFTMAX);
+        const int init = first ? MHA_INIT_ZERO : (changed ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
+        k_gemm(n, dv, bkk, St, 1, ld, vh + j0 * svn, svn, Ob, L->dp, init | MHA_B_EXACT, alpha);
+        first = 0;
+        PHASE(PHASE_PV);
+    }
+    /* a row that sees no key is zeros, sink or not (also when the block sees none) */
+    for (int64_t i = 0; i < n; i++)
+        if (first || ke[i] <= kb[i]) {
+            for (int64_t c = 0; c < dv; c++) oh[(i0 + i) * son + c] = 0.0f;
+        } else {
+            k_store_normalized(1, dv, Ob + i * L->dp, L->dp, l + i, 0, oh + (i0 + i) * son, son);
+        }
     PHASE(PHASE_PACK);
 }
 
 mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options *o, int threads,
                                          const mha_tensor *q, const mha_tensor *k,
-                                         const mha_tensor *v, const mha_tensor_mut *out,
-                                         void *workspace) {
-    const flash_ctx x = {p,
-                         flash_plan(p, o),
-                         p->heads / p->kv_heads,
-                         p->seq_kv - p->seq_q,
-                         mha_problem_scale(p) * LOG2E, /* scores in log2 units -> exp2 */
-                         q,
-                         k,
-                         v,
-                         out};
+                                         const mha_tensor *v, const mha_extras *ex,
+                                         const mha_tensor_mut *out, void *workspace) {
+    const flash_ctx x = {p, flash_plan(p, o), p->heads / p->kv_heads, p->seq_kv - p->seq_q,
+                         /* scores in log2 units -> exp2; a softcap takes them natural */
+                         mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E), q, k, v, out,
+                         ex->sinks};
+    void (*block)(const flash_ctx *, int64_t, int64_t, int64_t, char *) =
+        p->window || p->softcap > 0 || p->sinks ? flash_block_var : flash_block;
     const int64_t H = p->heads, nqb = (p->seq_q + x.L.bq - 1) / x.L.bq, pairs = p->batch * H;
     if (o->split == MHA_SPLIT_HEADS) {
         /* Per-head parallel: one (batch, head) per task, its query blocks in order. */
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
         for (int64_t bh = 0; bh < pairs; bh++) {
             char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x.L.per_thread;
-            for (int64_t qb = 0; qb < nqb; qb++) flash_block(&x, bh / H, bh % H, qb, ws);
+            for (int64_t qb = 0; qb < nqb; qb++) block(&x, bh / H, bh % H, qb, ws);
         }
     } else {
         /* (batch, head, query block) tasks, last query blocks first: under a
@@ -174,7 +279,7 @@ mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options
         for (int64_t it = 0; it < pairs * nqb; it++) {
             char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x.L.per_thread;
             const int64_t bh = it / nqb;
-            flash_block(&x, bh / H, bh % H, nqb - 1 - it % nqb, ws);
+            block(&x, bh / H, bh % H, nqb - 1 - it % nqb, ws);
         }
     }
     return MHA_OK;

@@ -19,7 +19,11 @@
  * last visible key are never visited and 32 x 32 products with every score
  * masked are skipped. K/V of a GQA group are read in place through the
  * group's head (no copies). Each OpenMP thread loads the tile configuration
- * inside the parallel region and releases the tiles at its end. */
+ * inside the parallel region and releases the tiles at its end.
+ * The variants (mha.h): head_dim_v sizes V's pack and O; a window streams only the KV blocks a
+ * query block's rows see and each row's softmax takes its visible keys
+ * [lo, hi) of the block; a softcap caps the scaled scores (natural units)
+ * before the mask; a sink starts each row at m = sink, l = 1. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -27,6 +31,7 @@
 #include "bf16_pack.h"
 #include "internal.h"
 #include "ukernels.h"
+#include "flash_var.h"
 
 #include "tile.h"
 
@@ -59,7 +64,7 @@ static amx_layout amx_plan(const mha_problem *p, const mha_options *o) {
     if (L.bk > p->seq_kv) L.bk = p->seq_kv;
     L.bkp = up32(L.bk);
     L.dp = up32(p->head_dim);
-    L.dv = L.dp;
+    L.dv = up32(mha_dv(p)); /* V's and O's head dim, padded as head_dim is */
     const size_t bqp = (size_t)L.bqp, bkp = (size_t)L.bkp, dp = (size_t)L.dp;
     L.qa = mha_align64(mha_mul_sz(mha_mul_sz(bqp, dp), 2));
     L.kt = mha_align64(mha_mul_sz(mha_mul_sz(dp / 2, bkp), 4));
@@ -146,18 +151,28 @@ static void pv_2x2(const uint16_t *pa, int64_t ldp, const uint32_t *vp, int64_t 
 
 /* ---- the softmax of one query row of one KV block ---------------------- */
 
-/* Keys [0, vis) of row s are visible (the rest of the block's bkp keys are
- * masked or padding). Updates m (lazily, by more than MHA_LAZY_LOG2) and l,
- * writes P = 2^(s qscale - m) rounded to bf16 into prow (0 where not
- * visible) and returns alpha, the factor the row's earlier O must take. */
-static float softmax_row(const float *s, int64_t vis, int64_t bkp, float qscale, float *m, float *l,
-                         uint16_t *prow) {
+/* Lanes l of the VW at key j with lo <= j + l < hi. */
+static inline __mmask16 lanes_in(int64_t j, int64_t lo, int64_t hi) {
+    const int64_t a = lo - j < 0 ? 0 : (lo - j > VW ? VW : lo - j);
+    const int64_t e = hi - j < 0 ? 0 : (hi - j > VW ? VW : hi - j);
+    return e <= a ? 0 : (__mmask16)(((1u << e) - 1u) & ~((1u << a) - 1u));
+}
+
+/* One query row of the score block: s has bkp floats, the keys [lo, hi) of
+ * them visible (the rest masked or padding). The scaled score (capped when
+ * cap > 0: qscale is then the natural scale) in log2 units; updates m
+ * (lazily, by more than MHA_LAZY_LOG2) and l, writes P = 2^(score - m)
+ * rounded to bf16 into prow (0 where not visible) and returns alpha, the
+ * factor the row's earlier O must take. */
+static float softmax_row(const float *s, int64_t lo, int64_t hi, int64_t bkp, float qscale,
+                         float cap, float *m, float *l, uint16_t *prow) {
     const vf sc = vset1(qscale), ninf = vset1(-INFINITY);
     vf mx = ninf;
-    for (int64_t j = 0; j < vis; j += VW) {
-        const int nl = (int)(vis - j < VW ? vis - j : VW);
-        const __mmask16 k = (__mmask16)((1u << nl) - 1u);
-        mx = _mm512_mask_max_ps(mx, k, mx, vmul(_mm512_maskz_loadu_ps(k, s + j), sc));
+    for (int64_t j = lo / VW * VW; j < hi; j += VW) {
+        const __mmask16 k = lanes_in(j, lo, hi);
+        vf x = vmul(_mm512_maskz_loadu_ps(k, s + j), sc);
+        if (cap > 0) x = flash_softcap_log2(x, cap);
+        mx = _mm512_mask_max_ps(mx, k, mx, x);
     }
     const float tm = vhmax(mx), mo = *m;
     float mn = mo, alpha = 1.0f;
@@ -172,9 +187,9 @@ static float softmax_row(const float *s, int64_t vis, int64_t bkp, float qscale,
         vf p[2];
         for (int h = 0; h < 2; h++) {
             const int64_t jj = j + h * VW;
-            const int nl = (int)(vis - jj < 0 ? 0 : (vis - jj < VW ? vis - jj : VW));
-            const __mmask16 k = (__mmask16)((1u << nl) - 1u);
-            const vf x = vmul(_mm512_maskz_loadu_ps(k, s + jj), sc);
+            const __mmask16 k = lanes_in(jj, lo, hi);
+            vf x = vmul(_mm512_maskz_loadu_ps(k, s + jj), sc);
+            if (cap > 0) x = flash_softcap_log2(x, cap);
             p[h] = _mm512_maskz_mov_ps(k, vexp2_nonpos(vsub(x, mref)));
             sum = vadd(sum, p[h]);
         }
@@ -190,16 +205,17 @@ typedef struct {
     const mha_problem *p;
     amx_layout L;
     int64_t group, off;
-    float qscale;
+    float qscale; /* scale * log2(e), or scale alone under a softcap */
     mha_dtype qt, kvt;
     const mha_tensor *q, *k, *v;
     const mha_tensor_mut *out;
+    const float *sinks;
 } amx_ctx;
 
 static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws) {
     const mha_problem *p = x->p;
     const amx_layout *L = &x->L;
-    const int64_t d = p->head_dim, g = h / x->group, off = x->off;
+    const int64_t d = p->head_dim, dvr = mha_dv(p), g = h / x->group;
     const int64_t bkp = L->bkp, dp = L->dp, dv = L->dv;
     char *w = ws;
     uint16_t *Qa = (uint16_t *)w;
@@ -217,41 +233,41 @@ static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *
 
     const int64_t i0 = qb * L->bq, n = p->seq_q - i0 < L->bq ? p->seq_q - i0 : L->bq;
     const int64_t nq = up32(n); /* query rows the tiles cover */
-    const int64_t kv_end = mha_kv_end(p, i0 + n - 1);
-    if (kv_end == 0) { /* every row masked: zeros by convention */
-        for (int64_t i = 0; i < n; i++) memset(oh + (i0 + i) * son, 0, (size_t)d * 2);
+    /* the keys of the block's rows: [kv_lo, kv_end) (both ends never decrease with the row) */
+    const int64_t kv_lo = mha_kv_begin(p, i0), kv_end = mha_kv_end(p, i0 + n - 1);
+    if (kv_end <= kv_lo) { /* every row masked: zeros by convention */
+        for (int64_t i = 0; i < n; i++) memset(oh + (i0 + i) * son, 0, (size_t)dvr * 2);
         return;
     }
-    for (int64_t i = 0; i < nq; i++) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
+    const float sink = p->sinks ? x->sinks[h] * LOG2E : -INFINITY;
+    for (int64_t i = 0; i < nq; i++) { /* a sink: m = sink, its term 2^0 = 1 */
+        m[i] = sink;
+        l[i] = sink > -INFINITY || isnan(sink) ? 1.0f : 0.0f;
     }
     pack_k(n, d, qh + i0 * x->q->stride_n, x->q->stride_n, x->qt, Qa, dp);
     memset(Qa + n * dp, 0, (size_t)((nq - n) * dp) * 2);
     memset(Pa + n * bkp, 0, (size_t)((nq - n) * bkp) * 2); /* padding queries: P = 0 */
     const int64_t dh = (d + 1) / 2;
-    for (int64_t j0 = 0; j0 < kv_end; j0 += L->bk) {
+    for (int64_t j0 = kv_lo; j0 < kv_end; j0 += L->bk) {
         const int64_t bkk = kv_end - j0 < L->bk ? kv_end - j0 : L->bk, nk = up32(bkk);
         pack_q(bkk, d, kh + j0 * skn, skn, x->kvt, Kt, bkp);
         memset(Kt + dh * bkp, 0, (size_t)((dp / 2 - dh) * bkp) * 4);
-        pack_v(bkk, d, dv, vh + j0 * svn, svn, x->kvt, (uint16_t *)Vp);
+        pack_v(bkk, dvr, dv, vh + j0 * svn, svn, x->kvt, (uint16_t *)Vp);
         const int64_t vpairs = (bkk + 1) / 2;
         memset(Vp + vpairs * dv, 0, (size_t)((nk / 2 - vpairs) * dv) * 4);
-        /* the keys row i sees in this block: [0, vis(i)) */
-#define VIS(i)                                                                                     \
-    (p->causal ? (i0 + (i) + off + 1 - j0 < 0                                                      \
-                      ? 0                                                                          \
-                      : (i0 + (i) + off + 1 - j0 > bkk ? bkk : i0 + (i) + off + 1 - j0))           \
-               : bkk)
+        /* the keys row i sees in this block: [VLO(i), VIS(i)) */
+#define CLAMPK(t) ((t) < 0 ? 0 : ((t) > bkk ? bkk : (t)))
+#define VIS(i) CLAMPK(mha_kv_end(p, i0 + (i)) - j0)
+#define VLO(i) CLAMPK(mha_kv_begin(p, i0 + (i)) - j0)
         for (int64_t q0 = 0; q0 < nq; q0 += 32) {
             const int64_t kvis = VIS(q0 + 31 < n ? q0 + 31 : n - 1); /* the pair's last row */
             for (int64_t k0 = 0; k0 < nk && k0 < kvis; k0 += 32)
                 qk_2x2(Qa + q0 * dp, dp, Kt + k0, bkp, S + q0 * bkp + k0, bkp, dp / 32);
         }
         for (int64_t i = 0; i < n; i++) {
-            const float a =
-                softmax_row(S + i * bkp, VIS(i), nk, x->qscale, &m[i], &l[i], Pa + i * bkp);
-            if (j0 > 0 && a != 1.0f) {
+            const float a = softmax_row(S + i * bkp, VLO(i), VIS(i), nk, x->qscale, p->softcap,
+                                        &m[i], &l[i], Pa + i * bkp);
+            if (j0 > kv_lo && a != 1.0f) {
                 const vf av = vset1(a);
                 for (int64_t c = 0; c < dv; c += VW)
                     vstore(Ob + i * dv + c, vmul(vload(Ob + i * dv + c), av));
@@ -261,28 +277,29 @@ static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *
             const int64_t kvis = VIS(q0 + 31 < n ? q0 + 31 : n - 1);
             for (int64_t c0 = 0; c0 < dv; c0 += 32)
                 pv_2x2(Pa + q0 * bkp, bkp, Vp + c0, dv, Ob + q0 * dv + c0, dv, up32(kvis) / 32,
-                       j0 == 0);
+                       j0 == kv_lo);
         }
 #undef VIS
+#undef VLO
+#undef CLAMPK
     }
-    store_out(n, d, Ob, dv, l, mha_rows_blind(p, i0, n), oh + i0 * son, son, p->dtype);
+    if (!p->window) {
+        store_out(n, dvr, Ob, dv, l, mha_rows_blind(p, i0, n), oh + i0 * son, son, p->dtype);
+    } else { /* a row that sees no key is zeros, sink or not */
+        for (int64_t i = 0; i < n; i++)
+            store_out(1, dvr, Ob + i * dv, dv, l + i, mha_kv_count(p, i0 + i) == 0,
+                      oh + (i0 + i) * son, son, p->dtype);
+    }
 }
 
 mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options *o, int threads,
                                          const mha_tensor *q, const mha_tensor *k,
-                                         const mha_tensor *v, const mha_tensor_mut *out,
-                                         void *workspace) {
-    const amx_ctx x = {p,
-                       amx_plan(p, o),
-                       p->heads / p->kv_heads,
-                       p->seq_kv - p->seq_q,
-                       mha_problem_scale(p) * LOG2E, /* scores in log2 units -> exp2 */
-                       p->dtype,
-                       mha_problem_kv_dtype(p),
-                       q,
-                       k,
-                       v,
-                       out};
+                                         const mha_tensor *v, const mha_extras *ex,
+                                         const mha_tensor_mut *out, void *workspace) {
+    const amx_ctx x = {p, amx_plan(p, o), p->heads / p->kv_heads, p->seq_kv - p->seq_q,
+                       /* scores in log2 units -> exp2; a softcap takes them natural */
+                       mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E), p->dtype,
+                       mha_problem_kv_dtype(p), q, k, v, out, ex->sinks};
     const int64_t H = p->heads, nqb = (p->seq_q + x.L.bq - 1) / x.L.bq, pairs = p->batch * H;
     const int per_head = o->split == MHA_SPLIT_HEADS;
     const int64_t tasks = per_head ? pairs : pairs * nqb;

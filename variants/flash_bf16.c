@@ -14,7 +14,13 @@
  * scaled in fp32 (Q is not pre-scaled: that would round it again); the online
  * softmax is fp32 as in flash.c; P is rounded to bf16 (RNE) into the pair
  * layout for O = P V, while the row sums l add the fp32 P. The output is
- * rounded from the fp32 accumulators to the problem's dtype. */
+ * rounded from the fp32 accumulators to the problem's dtype.
+ *
+ * The variants (mha.h) as in flash.c: head_dim_v widens V's pack and O;
+ * sinks start each row at m = sink, l = 1; a window streams only the keys a
+ * query block's rows see, the keys all of them see on the fused tile and the
+ * window's edges (every block under a softcap) as raw scores (the tile
+ * without its exp epilogue) through flash_var.h's unfused step. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -23,6 +29,7 @@
 #include "internal.h"
 #include "phase.h"
 #include "ukernels.h"
+#include "flash_var.h"
 
 #ifndef __AVX512BF16__
 #error "flash_bf16.c needs AVX512_BF16 (meson builds it only for such levels)"
@@ -35,8 +42,8 @@
 #define BF_BK 64
 
 typedef struct {
-    int64_t bq, bqp, bk, kpairs, dh, dv;
-    size_t qp, st, pp, kp, vp, ob, vec, per_thread; /* byte sizes, each 64-aligned */
+    int64_t bq, bqp, bk, kpairs, dh, dv;                 /* dv: head_dim_v padded to VW */
+    size_t qp, st, pp, kp, vp, ob, vec, idx, per_thread; /* byte sizes, each 64-aligned */
 } bf_layout;
 
 /* The one plan of the workspace, for mha_workspace_size and the run. Per
@@ -52,7 +59,7 @@ static bf_layout bf_plan(const mha_problem *p, const mha_options *o) {
     if (L.bk > p->seq_kv) L.bk = p->seq_kv;
     L.kpairs = (L.bk + 1) / 2;
     L.dh = (p->head_dim + 1) / 2;
-    L.dv = (p->head_dim + VW - 1) / VW * VW;
+    L.dv = (mha_dv(p) + VW - 1) / VW * VW;
     const size_t w = 4, bqp = (size_t)L.bqp;
     L.qp = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.dh, bqp), w));
     L.st = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.bk, bqp), w));
@@ -61,8 +68,10 @@ static bf_layout bf_plan(const mha_problem *p, const mha_options *o) {
     L.vp = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.kpairs, (size_t)L.dv), w));
     L.ob = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.dv, bqp), w));
     L.vec = mha_align64(bqp * w);
-    L.per_thread = mha_add_sz(mha_add_sz(mha_add_sz(L.qp, L.st), mha_add_sz(L.pp, L.kp)),
-                              mha_add_sz(mha_add_sz(L.vp, L.ob), mha_mul_sz(4, L.vec)));
+    L.idx = mha_align64(mha_mul_sz(2 * bqp, sizeof(int64_t))); /* per-row key ranges */
+    L.per_thread =
+        mha_add_sz(mha_add_sz(mha_add_sz(L.qp, L.st), mha_add_sz(L.pp, L.kp)),
+                   mha_add_sz(mha_add_sz(L.vp, L.ob), mha_add_sz(mha_mul_sz(4, L.vec), L.idx)));
     return L;
 }
 
@@ -109,6 +118,11 @@ ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64
     const vf sc = vset1(qscale), lazy = vset1(MHA_LAZY_LOG2), ninf = vset1(-INFINITY);
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = vmul(acc[r][v], sc);
+    if (MASKED == 2) { /* raw scores for flash_var_softmax: no mask, no exp */
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < NV; v++) vstore(c + r * ldc + v * VW, acc[r][v]);
+        return;
+    }
     if (MASKED) /* column i of row r is visible iff i >= t + r: others -> -inf */
         for (int v = 0; v < NV; v++) {
             const vf col = vadd(viota(), vset1((float)(v * VW)));
@@ -193,11 +207,14 @@ _Static_assert(MHA_MR == 6 && MHA_NV == 4, "the bf16 tiles are written for AVX-5
 
 #define SCORE_UNMASKED(R, N, ...) score_tile(R, N, 0, __VA_ARGS__)
 #define SCORE_MASKED(R, N, ...) score_tile(R, N, 1, __VA_ARGS__)
+#define SCORE_RAW(R, N, ...) score_tile(R, N, 2, __VA_ARGS__)
 static void score_dispatch(int rows, int nv, int masked, int64_t dh, const uint16_t *kp,
                            int64_t ldk, const uint32_t *qp, int64_t ldq, float qscale, float *c,
                            int64_t ldc, int64_t r0, float *m, float *bsum, float *alpha,
                            int64_t t) {
-    if (masked) {
+    if (masked == 2) {
+        BF_SWITCH(rows, nv, SCORE_RAW, dh, kp, ldk, qp, ldq, qscale, c, ldc, r0, m, bsum, alpha, t)
+    } else if (masked) {
         BF_SWITCH(rows, nv, SCORE_MASKED, dh, kp, ldk, qp, ldq, qscale, c, ldc, r0, m, bsum, alpha,
                   t)
     } else {
@@ -243,6 +260,19 @@ static void scores_exp(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *
     }
 }
 
+/* S^T = K Q^T * qscale for every (key, query lane): the raw scores. */
+static void scores_raw(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *kp, int64_t ldk,
+                       const uint32_t *qp, int64_t ldq, float qscale, float *c, int64_t ldc) {
+    for (int64_t j0 = 0; j0 < ncols; j0 += MHA_NR) {
+        const int64_t nc = ncols - j0 < MHA_NR ? ncols - j0 : MHA_NR;
+        for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
+            const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
+            score_dispatch(r, (int)(nc / VW), 2, dh, kp + r0 * ldk, ldk, qp + j0, ldq, qscale,
+                           c + r0 * ldc + j0, ldc, r0, NULL, NULL, NULL, 0);
+        }
+    }
+}
+
 /* O[0, rows) += P V over kpairs key pairs (init as pv_tile), all dv columns. */
 static void pv(int64_t rows, int64_t kpairs, const uint32_t *pp, int64_t ldp, const uint16_t *vp,
                int64_t dv, float *o, int init, const float *alpha) {
@@ -262,10 +292,11 @@ typedef struct {
     const mha_problem *p;
     bf_layout L;
     int64_t group, off;
-    float qscale;
+    float qscale; /* scale * log2(e), or scale alone under a softcap */
     mha_dtype qt, kvt;
     const mha_tensor *q, *k, *v;
     const mha_tensor_mut *out;
+    const float *sinks; /* p->sinks: [heads], natural-log units */
 } bf_ctx;
 
 /* One (batch, head, query block) on this thread's workspace: flash.c's
@@ -273,7 +304,7 @@ typedef struct {
 static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws) {
     const mha_problem *p = x->p;
     const bf_layout *L = &x->L;
-    const int64_t d = p->head_dim, g = h / x->group, off = x->off, ld = L->bqp;
+    const int64_t d = p->head_dim, dv = mha_dv(p), g = h / x->group, off = x->off, ld = L->bqp;
     PHASE_START();
     char *w = ws;
     uint32_t *Qp = (uint32_t *)w;
@@ -284,6 +315,7 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
     float *Ob = (float *)(w += L->vp);
     float *m = (float *)(w += L->ob), *l = m + L->vec / 4, *alpha = l + L->vec / 4,
           *bsum = alpha + L->vec / 4;
+    int64_t *kb = (int64_t *)(w + 4 * L->vec), *ke = kb + L->bqp;
     const uint16_t *qh = (const uint16_t *)x->q->data + b * x->q->stride_b + h * x->q->stride_h;
     const uint16_t *kh = (const uint16_t *)x->k->data + b * x->k->stride_b + g * x->k->stride_h;
     const uint16_t *vh = (const uint16_t *)x->v->data + b * x->v->stride_b + g * x->v->stride_h;
@@ -292,38 +324,57 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
 
     const int64_t i0 = qb * L->bq, n = p->seq_q - i0 < L->bq ? p->seq_q - i0 : L->bq;
     const int64_t ncols = (n + VW - 1) / VW * VW;
-    const int64_t kv_end = mha_kv_end(p, i0 + n - 1);
-    if (kv_end == 0) { /* every row masked: zeros by convention */
-        for (int64_t i = 0; i < n; i++) memset(oh + (i0 + i) * son, 0, (size_t)d * 2);
+    /* each row's visible keys [kb, ke); both ends never decrease with the
+     * row, so the block sees [kb[0], ke[n-1]) and every row [kb[n-1], ke[0])
+     * (padding lanes take the last row's) */
+    for (int64_t i = 0; i < ncols; i++) {
+        const int64_t gi = i0 + (i < n ? i : n - 1);
+        kb[i] = mha_kv_begin(p, gi);
+        ke[i] = mha_kv_end(p, gi);
+    }
+    const int64_t lo = kb[0], kv_end = ke[n - 1];
+    if (kv_end <= lo) { /* every row masked: zeros by convention */
+        for (int64_t i = 0; i < n; i++) memset(oh + (i0 + i) * son, 0, (size_t)dv * 2);
         return;
     }
-    for (int64_t i = 0; i < ncols; i++) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
+    const float sink = p->sinks ? x->sinks[h] * LOG2E : -INFINITY;
+    for (int64_t i = 0; i < ncols; i++) { /* a sink: m = sink, its term 2^0 = 1 */
+        m[i] = sink;
+        l[i] = sink > -INFINITY || isnan(sink) ? 1.0f : 0.0f;
     }
     pack_q(n, d, qh + i0 * x->q->stride_n, x->q->stride_n, x->qt, Qp, ld);
     PHASE(PHASE_PACK);
-    /* flash.c's split of the keys: [0, full) seen by every row in equal
-     * blocks of at most bk on the fast path, the causal triangle after. */
-    int64_t full = p->causal ? i0 + off + 1 : kv_end;
-    full = full < 0 ? 0 : (full > kv_end ? kv_end : full);
-    const int64_t nfull = (full + L->bk - 1) / L->bk;
-    int64_t even = nfull > 0 ? (full + nfull - 1) / nfull : L->bk;
+    /* flash.c's split of the keys: [f0, full) seen by every row in equal
+     * blocks of at most bk on the fast path; after it the causal triangle
+     * on the masked tile, or, with a window or a softcap, the edges [lo, f0)
+     * and [full, kv_end) as raw scores through flash_var_softmax (every
+     * block under a softcap: it needs the score before the exp). */
+    const int var = p->window || p->softcap > 0;
+    int64_t f0 = var ? kb[n - 1] : 0, full = ke[0];
+    if (p->softcap > 0 || full <= f0) f0 = full = var ? kv_end : f0;
+    if (!var) full = full < 0 ? 0 : (full > kv_end ? kv_end : full);
+    const int64_t nfull = (full - f0 + L->bk - 1) / L->bk;
+    int64_t even = nfull > 0 ? (full - f0 + nfull - 1) / nfull : L->bk;
     even = (even + MHA_MR - 1) / MHA_MR * MHA_MR;
     even = even > L->bk ? L->bk : even;
-    for (int64_t j0 = 0, bkk; j0 < kv_end; j0 += bkk) {
-        const int diag = j0 >= full;
-        bkk = diag ? kv_end - j0 : full - j0;
-        bkk = bkk < (diag ? L->bk : even) ? bkk : (diag ? L->bk : even);
+    for (int64_t j0 = lo, bkk; j0 < kv_end; j0 += bkk) {
+        const int fast = j0 >= f0 && j0 < full, diag = !fast && !var;
+        const int64_t stop = j0 < f0 ? f0 : (fast ? full : kv_end), most = fast ? even : L->bk;
+        bkk = stop - j0 < most ? stop - j0 : most;
         pack_k(bkk, d, kh + j0 * skn, skn, x->kvt, Kp, 2 * L->dh);
-        pack_v(bkk, d, L->dv, vh + j0 * svn, svn, x->kvt, Vp);
+        pack_v(bkk, dv, L->dv, vh + j0 * svn, svn, x->kvt, Vp);
         PHASE(PHASE_PACK);
-        for (int64_t i = 0; i < ncols; i++) {
-            bsum[i] = 0.0f;
-            alpha[i] = 1.0f;
+        if (fast || diag) {
+            for (int64_t i = 0; i < ncols; i++) {
+                bsum[i] = 0.0f;
+                alpha[i] = 1.0f;
+            }
+            scores_exp(bkk, ncols, L->dh, Kp, 2 * L->dh, Qp, ld, x->qscale, St, ld, m, bsum, alpha,
+                       diag, j0 - off - i0);
+        } else {
+            scores_raw(bkk, ncols, L->dh, Kp, 2 * L->dh, Qp, ld, x->qscale, St, ld);
+            flash_var_softmax(bkk, ncols, j0, p->softcap, St, ld, m, bsum, alpha, kb, ke);
         }
-        scores_exp(bkk, ncols, L->dh, Kp, 2 * L->dh, Qp, ld, x->qscale, St, ld, m, bsum, alpha,
-                   diag, j0 - off - i0);
         PHASE(PHASE_QK);
         int changed = 0;
         for (int64_t i = 0; i < ncols; i += VW) {
@@ -333,7 +384,7 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
         }
         pack_p(bkk, ncols, St, ld, Pp);
         PHASE(PHASE_SOFTMAX);
-        const int init = j0 == 0 ? MHA_INIT_ZERO : (changed ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
+        const int init = j0 == lo ? MHA_INIT_ZERO : (changed ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
         if (!diag) {
             pv(n, (bkk + 1) / 2, Pp, ld, Vp, L->dv, Ob, init, alpha);
         } else {
@@ -346,25 +397,24 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
         }
         PHASE(PHASE_PV);
     }
-    store_out(n, d, Ob, L->dv, l, mha_rows_blind(p, i0, n), oh + i0 * son, son, p->dtype);
+    if (!p->window) {
+        store_out(n, dv, Ob, L->dv, l, mha_rows_blind(p, i0, n), oh + i0 * son, son, p->dtype);
+    } else { /* a row that sees no key is zeros, sink or not */
+        for (int64_t i = 0; i < n; i++)
+            store_out(1, dv, Ob + i * L->dv, L->dv, l + i, ke[i] <= kb[i], oh + (i0 + i) * son, son,
+                      p->dtype);
+    }
     PHASE(PHASE_PACK);
 }
 
 mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options *o, int threads,
                                          const mha_tensor *q, const mha_tensor *k,
-                                         const mha_tensor *v, const mha_tensor_mut *out,
-                                         void *workspace) {
-    const bf_ctx x = {p,
-                      bf_plan(p, o),
-                      p->heads / p->kv_heads,
-                      p->seq_kv - p->seq_q,
-                      mha_problem_scale(p) * LOG2E, /* scores in log2 units -> exp2 */
-                      p->dtype,
-                      mha_problem_kv_dtype(p),
-                      q,
-                      k,
-                      v,
-                      out};
+                                         const mha_tensor *v, const mha_extras *ex,
+                                         const mha_tensor_mut *out, void *workspace) {
+    const bf_ctx x = {p, bf_plan(p, o), p->heads / p->kv_heads, p->seq_kv - p->seq_q,
+                      /* scores in log2 units -> exp2; a softcap takes them natural */
+                      mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E), p->dtype,
+                      mha_problem_kv_dtype(p), q, k, v, out, ex->sinks};
     const int64_t H = p->heads, nqb = (p->seq_q + x.L.bq - 1) / x.L.bq, pairs = p->batch * H;
     if (o->split == MHA_SPLIT_HEADS) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)

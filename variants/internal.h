@@ -15,10 +15,13 @@
 #include "overlap.h"
 
 /* The one kernel signature. Arguments are validated by mha_attend before the
- * call; workspace is aligned and large enough; threads is resolved (>= 1). */
+ * call; workspace is aligned and large enough; threads is resolved (>= 1);
+ * x is never NULL (x->sinks is set iff p->sinks), and p asks only for the
+ * variants the kernel's traits name. */
 typedef mha_status (*mha_attend_fn)(const mha_problem *p, const mha_options *o, int threads,
                                     const mha_tensor *q, const mha_tensor *k, const mha_tensor *v,
-                                    const mha_tensor_mut *out, void *workspace);
+                                    const mha_extras *x, const mha_tensor_mut *out,
+                                    void *workspace);
 /* Workspace bytes for (p, o, threads); SIZE_MAX when the count overflows. */
 typedef size_t (*mha_workspace_fn)(const mha_problem *p, const mha_options *o, int threads);
 
@@ -36,7 +39,8 @@ struct mha_kernel {
 
 #define MHA_KERNEL(name, alg, isa, sym, traits, rank, dtypes, kv_dtypes, summary)                  \
     mha_status sym##_run(const mha_problem *, const mha_options *, int, const mha_tensor *,        \
-                         const mha_tensor *, const mha_tensor *, const mha_tensor_mut *, void *);  \
+                         const mha_tensor *, const mha_tensor *, const mha_extras *,               \
+                         const mha_tensor_mut *, void *);                                          \
     size_t sym##_workspace(const mha_problem *, const mha_options *, int);
 #include "kernels.inc"
 #undef MHA_KERNEL
@@ -45,6 +49,10 @@ struct mha_kernel {
  * (k, v: its kv dtype), int8 scales present, strides sane (out may be NULL). */
 mha_status mha_check_views(const mha_problem *p, const mha_tensor *q, const mha_tensor *kt,
                            const mha_tensor *v, const mha_tensor_mut *out);
+
+/* MHA_OK if the extras p asks for are in x (x may be NULL when it asks for
+ * none), else MHA_EINVAL naming the missing one. */
+mha_status mha_check_extras(const mha_problem *p, const mha_extras *x);
 
 /* MHA_OK if a and b share no byte, else MHA_EINVAL naming them ("a is
  * written while b is still read"). */
@@ -61,18 +69,52 @@ void mha_clear_error(void);
 
 /* size helpers (mha_mul_sz, mha_add_sz, mha_align64): kernels/sizes.h */
 
-/* Visible key range for query row i (global index): keys [0, end) where
- * end = min(seq_kv, i + seq_kv - seq_q + 1) when causal, clamped at 0. */
+/* A window edge clamped so that i + off +- it cannot overflow (|i + off| <
+ * 2^32 by mha_problem_validate): an edge past 2^40 keys is unbounded anyway. */
+static inline int64_t mha_window_edge(int64_t w) {
+    return w > ((int64_t)1 << 40) ? ((int64_t)1 << 40) : w;
+}
+
+/* Visible key range for query row i (global index): keys [begin, end), with
+ * off = seq_kv - seq_q: end = min(seq_kv, i + off + 1) when causal and
+ * min(.., i + off + window_right + 1) under a right window edge; begin =
+ * i + off - window_left under a left edge, else 0; both clamped to
+ * [0, seq_kv]. The row sees no key iff end <= begin. */
 static inline int64_t mha_kv_end(const mha_problem *p, int64_t i) {
-    if (!p->causal) return p->seq_kv;
-    int64_t e = i + p->seq_kv - p->seq_q + 1;
-    return e < 0 ? 0 : (e > p->seq_kv ? p->seq_kv : e);
+    const int64_t off = p->seq_kv - p->seq_q;
+    int64_t e = p->seq_kv;
+    if (p->causal && i + off + 1 < e) e = i + off + 1;
+    if (p->window && p->window_right >= 0 && i + off + mha_window_edge(p->window_right) + 1 < e)
+        e = i + off + mha_window_edge(p->window_right) + 1;
+    return e < 0 ? 0 : e;
+}
+static inline int64_t mha_kv_begin(const mha_problem *p, int64_t i) {
+    if (!p->window || p->window_left < 0) return 0;
+    const int64_t b = i + p->seq_kv - p->seq_q - mha_window_edge(p->window_left);
+    return b < 0 ? 0 : (b > p->seq_kv ? p->seq_kv : b);
+}
+/* Keys query row i sees (0 for a blind row). */
+static inline int64_t mha_kv_count(const mha_problem *p, int64_t i) {
+    const int64_t n = mha_kv_end(p, i) - mha_kv_begin(p, i);
+    return n > 0 ? n : 0;
+}
+/* V's and O's head dim (the library's own copy of mha_problem_head_dim_v). */
+static inline int64_t mha_dv(const mha_problem *p) {
+    return p->head_dim_v > 0 ? p->head_dim_v : p->head_dim;
+}
+/* The MHA_KT_* variant traits a problem needs of its kernel. */
+static inline unsigned mha_problem_needs(const mha_problem *p) {
+    return (p->window ? (unsigned)MHA_KT_WINDOW : 0u) |
+           (p->softcap > 0 ? (unsigned)MHA_KT_SOFTCAP : 0u) |
+           (p->sinks ? (unsigned)MHA_KT_SINKS : 0u) |
+           (mha_dv(p) != p->head_dim ? (unsigned)MHA_KT_HEAD_DIM_V : 0u);
 }
 
 /* How many of the query rows [i0, i0 + n) see no key at all: the first ones
  * of a causal problem with seq_q > seq_kv (row i sees none iff
  * i < seq_q - seq_kv). Their output is zeros by convention; every other row
- * sees a key, and an all -inf (or NaN) row of scores there gives NaN. */
+ * sees a key, and an all -inf (or NaN) row of scores there gives NaN.
+ * Without a window only: a window's blind rows need mha_kv_count. */
 static inline int64_t mha_rows_blind(const mha_problem *p, int64_t i0, int64_t n) {
     if (!p->causal) return 0;
     const int64_t b = p->seq_q - p->seq_kv - i0;
@@ -113,6 +155,23 @@ static inline float mha_decode_merge(const float *part, int64_t nsplit, int64_t 
         for (int64_t c = 0; c < d; c++) acc[c] += w * src[c];
     }
     return lsum;
+}
+
+/* A sink (log2 units) joins one row's unnormalised o (dv floats), max m and
+ * sum l once, after its pass or after the split-KV merge: a partial result
+ * with o = 0, m = sink, l = 1 (-inf: no sink; NaN makes l NaN). */
+static inline void mha_decode_add_sink(float *o, int64_t dv, float *l, float m, float sink) {
+    if (!(sink > -INFINITY)) {
+        if (isnan(sink)) *l = NAN;
+        return;
+    }
+    if (sink > m) { /* the sink is the new max: what came before scales by 2^(m - sink) */
+        const float f = m == -INFINITY ? 0.0f : exp2f(m - sink);
+        for (int64_t c = 0; c < dv; c++) o[c] *= f;
+        *l = *l * f + 1.0f;
+    } else {
+        *l += exp2f(sink - m);
+    }
 }
 
 #endif

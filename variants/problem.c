@@ -58,6 +58,14 @@ mha_dtype mha_problem_kv_dtype(const mha_problem *p) {
     return p->kv_dtype != MHA_F32 ? p->kv_dtype : p->dtype;
 }
 
+int64_t mha_problem_head_dim_v(const mha_problem *p) {
+    if (!p) {
+        mha_set_error(MHA_EINVAL, "mha_problem_head_dim_v: problem is NULL");
+        return -1;
+    }
+    return mha_dv(p);
+}
+
 float mha_problem_scale(const mha_problem *p) {
     if (!p) {
         mha_set_error(MHA_EINVAL, "mha_problem_scale: problem is NULL");
@@ -89,13 +97,21 @@ mha_status mha_problem_validate(const mha_problem *p) {
     if (p->kv_heads > p->heads || p->heads % p->kv_heads != 0)
         return mha_set_error(MHA_EINVAL, "problem.kv_heads = %lld does not divide heads = %lld",
                              (long long)p->kv_heads, (long long)p->heads);
+    if (p->head_dim_v < 0)
+        return mha_set_error(MHA_EINVAL, "problem.head_dim_v = %lld: must be >= 1 (0 = head_dim)",
+                             (long long)p->head_dim_v);
+    const int64_t dv = mha_dv(p);
     /* int32 indices are never used, but keep every per-head extent sane. */
-    if (p->seq_q > (int64_t)1 << 31 || p->seq_kv > (int64_t)1 << 31 || p->head_dim > 1 << 20)
-        return mha_set_error(MHA_EINVAL,
-                             "problem dims too large (seq_q %lld, seq_kv %lld, head_dim %lld)",
-                             (long long)p->seq_q, (long long)p->seq_kv, (long long)p->head_dim);
+    if (p->seq_q > (int64_t)1 << 31 || p->seq_kv > (int64_t)1 << 31 || p->head_dim > 1 << 20 ||
+        dv > 1 << 20)
+        return mha_set_error(
+            MHA_EINVAL,
+            "problem dims too large (seq_q %lld, seq_kv %lld, head_dim %lld, head_dim_v %lld)",
+            (long long)p->seq_q, (long long)p->seq_kv, (long long)p->head_dim, (long long)dv);
     if (elems4(p->batch, p->heads, p->seq_q, p->head_dim) < 0 ||
         elems4(p->batch, p->kv_heads, p->seq_kv, p->head_dim) < 0 ||
+        elems4(p->batch, p->heads, p->seq_q, dv) < 0 ||
+        elems4(p->batch, p->kv_heads, p->seq_kv, dv) < 0 ||
         elems4(p->batch, p->heads, p->seq_q, p->seq_kv) < 0)
         return mha_set_error(
             MHA_ENOMEM,
@@ -114,16 +130,42 @@ mha_status mha_problem_validate(const mha_problem *p) {
         return mha_set_error(MHA_EINVAL,
                              "problem.scale = %g: must be finite and >= 0 (0 = 1/sqrt(d))",
                              (double)p->scale);
+    if (p->window != 0 && p->window != 1)
+        return mha_set_error(MHA_EINVAL, "problem.window = %d: must be 0 (none) or 1 (a window)",
+                             p->window);
+    const struct {
+        const char *name;
+        int64_t v;
+    } edges[] = {{"window_left", p->window_left}, {"window_right", p->window_right}};
+    for (size_t i = 0; i < 2; i++) {
+        if (p->window && edges[i].v < -1)
+            return mha_set_error(MHA_EINVAL,
+                                 "problem.%s = %lld: must be -1 (unbounded) or >= 0 keys",
+                                 edges[i].name, (long long)edges[i].v);
+        if (!p->window && edges[i].v != 0)
+            return mha_set_error(MHA_EINVAL,
+                                 "problem.%s = %lld without problem.window = 1: set window to "
+                                 "use a sliding window (0 = none)",
+                                 edges[i].name, (long long)edges[i].v);
+    }
+    if (!isfinite(p->softcap) || p->softcap < 0)
+        return mha_set_error(MHA_EINVAL,
+                             "problem.softcap = %g: must be finite and > 0 (0 = no softcap)",
+                             (double)p->softcap);
+    if (p->sinks != 0 && p->sinks != 1)
+        return mha_set_error(
+            MHA_EINVAL, "problem.sinks = %d: must be 0 (none) or 1 (one logit per head)", p->sinks);
     return MHA_OK;
 }
 
 double mha_problem_flops(const mha_problem *p) {
     if (mha_problem_validate(p) != MHA_OK) return NAN; /* its message names the value */
     double pairs = 0;
-    if (!p->causal) {
+    if (!p->causal && !p->window) {
         pairs = (double)p->seq_q * (double)p->seq_kv;
     } else {
-        for (int64_t i = 0; i < p->seq_q; i++) pairs += (double)mha_kv_end(p, i);
+        for (int64_t i = 0; i < p->seq_q; i++) pairs += (double)mha_kv_count(p, i);
     }
-    return 4.0 * (double)p->batch * (double)p->heads * pairs * (double)p->head_dim;
+    /* 2*d_qk for the score's dot product, 2*d_v for the P.V row: 4*d when equal */
+    return 2.0 * (double)(p->head_dim + mha_dv(p)) * (double)p->batch * (double)p->heads * pairs;
 }

@@ -72,10 +72,9 @@ mha_status mha_kernel_supported(const mha_kernel *k) {
         /* the tiles' detection has steps: name the one that failed */
         const char *why = NULL;
         if (k->isa == MHA_ISA_AMX) mha_amx_status(&why);
-        return mha_set_error(MHA_EUNSUPPORTED,
-                             "kernel %s needs %s, which this CPU lacks (best: %s)%s%s", k->name,
-                             mha_isa_name(k->isa), mha_isa_name(det), why ? "; " : "",
-                             why ? why : "");
+        return mha_set_error(
+            MHA_EUNSUPPORTED, "kernel %s needs %s, which this CPU lacks (best: %s)%s%s", k->name,
+            mha_isa_name(k->isa), mha_isa_name(det), why ? "; " : "", why ? why : "");
     }
     if (k->isa > act)
         return mha_set_error(MHA_EUNSUPPORTED,
@@ -113,5 +112,24 @@ mha_status mha_kernel_takes(const mha_kernel *k, const mha_problem *p) {
     if (!((unsigned)kv < MHA_DTYPE_COUNT && k->kv_dtypes & MHA_DTYPE_BIT(kv)))
         return mha_set_error(MHA_EUNSUPPORTED, "kernel %s takes a %s K/V cache, not %s", k->name,
                              mask_names(k->kv_dtypes, buf, sizeof buf), mha_dtype_name(kv));
+    const unsigned missing = mha_problem_needs(p) & ~k->traits;
+    if (missing & MHA_KT_WINDOW)
+        return mha_set_error(MHA_EUNSUPPORTED,
+                             "kernel %s does not take a sliding window (problem.window, left "
+                             "%lld, right %lld); see `mhabench list` for the kernels that do",
+                             k->name, (long long)p->window_left, (long long)p->window_right);
+    if (missing & MHA_KT_SOFTCAP)
+        return mha_set_error(MHA_EUNSUPPORTED,
+                             "kernel %s does not take a logit softcap (problem.softcap = %g)",
+                             k->name, (double)p->softcap);
+    if (missing & MHA_KT_SINKS)
+        return mha_set_error(MHA_EUNSUPPORTED,
+                             "kernel %s does not take attention sinks (problem.sinks = %d)",
+                             k->name, p->sinks);
+    if (missing & MHA_KT_HEAD_DIM_V)
+        return mha_set_error(MHA_EUNSUPPORTED,
+                             "kernel %s does not take head_dim_v != head_dim (problem.head_dim_v "
+                             "= %lld, head_dim = %lld)",
+                             k->name, (long long)p->head_dim_v, (long long)p->head_dim);
     return MHA_OK;
 }

@@ -45,8 +45,11 @@ static int choice_usable(const mha_table_choice *c, const mha_problem *p, const 
         return 0;
     }
     if (mha_kernel_takes(kk, p) != MHA_OK) {
-        put(why, len, "kernel %s does not take dtype %s with a %s K/V cache", c->kernel,
-            mha_dtype_name(p->dtype), mha_dtype_name(mha_problem_kv_dtype(p)));
+        if (mha_problem_needs(p) & ~kk->traits)
+            put(why, len, "%s", mha_last_error()); /* names the variant */
+        else
+            put(why, len, "kernel %s does not take dtype %s with a %s K/V cache", c->kernel,
+                mha_dtype_name(p->dtype), mha_dtype_name(mha_problem_kv_dtype(p)));
         return 0;
     }
     if (c->block_q < 0 || c->block_q > 4096 || c->block_kv < 0 || c->block_kv > 4096) {
@@ -73,8 +76,9 @@ static void fill_blocks(const mha_problem *p, const mha_kernel *k, mha_options *
 /* The best kernel the CPU runs without a table, by algorithm: decode for a
  * few query rows per KV head (Nq = 1 decode steps: memory-bound, split-KV),
  * else flash; only kernels that take p's dtypes (a bf16 problem never gets
- * an fp32-only kernel, nor an fp32 one a bf16 kernel). NULL when none here
- * takes them. */
+ * an fp32-only kernel, nor an fp32 one a bf16 kernel) and its variants
+ * (window, softcap, sinks, head_dim_v: the MHA_KT_* traits; naive, the
+ * reference, when no other takes them). NULL when none here takes them. */
 const mha_kernel *mha_default_kernel(const mha_problem *p) {
     const int few_rows = p->seq_q * (p->heads / p->kv_heads) <= 8;
     const mha_kernel *best = NULL, *other = NULL, *reference = NULL;
@@ -203,7 +207,7 @@ mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection 
             if (!k)
                 return mha_set_error(MHA_EUNSUPPORTED,
                                      "no kernel that runs here takes dtype %s with a "
-                                     "%s K/V cache (%s)",
+                                     "%s K/V cache and the problem's variants (%s)",
                                      mha_dtype_name(p->dtype),
                                      mha_dtype_name(mha_problem_kv_dtype(p)), why);
             out->kernel = k;

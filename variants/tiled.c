@@ -49,8 +49,9 @@ size_t MHA_CAT(MHA_SYM(tiled), _workspace)(const mha_problem *p, const mha_optio
 
 mha_status MHA_CAT(MHA_SYM(tiled), _run)(const mha_problem *p, const mha_options *o, int threads,
                                          const mha_tensor *q, const mha_tensor *k,
-                                         const mha_tensor *v, const mha_tensor_mut *out,
-                                         void *workspace) {
+                                         const mha_tensor *v, const mha_extras *ex,
+                                         const mha_tensor_mut *out, void *workspace) {
+    (void)ex;
     const tiled_layout L = tiled_plan(p, o);
     const int64_t H = p->heads, group = p->heads / p->kv_heads;
     const int64_t Nq = p->seq_q, d = p->head_dim, off = p->seq_kv - Nq;

@@ -279,7 +279,16 @@ int cmd_profile(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (!check_isa_env()) return EXIT_USAGE;
-    const mha_problem p = {B, H, G ? G : H, N, M ? M : N, d, causal, 0.0f, dt, dt};
+    const mha_problem p = {.batch = B,
+                           .heads = H,
+                           .kv_heads = G ? G : H,
+                           .seq_q = N,
+                           .seq_kv = M ? M : N,
+                           .head_dim = d,
+                           .causal = causal,
+                           .scale = 0.0f,
+                           .dtype = dt,
+                           .kv_dtype = dt};
     mha_options o = {.threads = (int)T, .block_q = (int)BQ, .block_kv = (int)BK, .split = (int)SP};
     /* "auto" as everywhere else: mha_select's kernel and knobs for this shape */
     const mha_kernel *k = resolve_kernel(kname, &p, &o);

@@ -38,7 +38,16 @@ void meas_pool_release(meas_pool *m) {
 }
 
 mha_problem meas_problem(const meas_shape *s) {
-    mha_problem p = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, 0.0f, s->dtype, MHA_F32};
+    mha_problem p = {.batch = s->b,
+                     .heads = s->h,
+                     .kv_heads = s->kv,
+                     .seq_q = s->nq,
+                     .seq_kv = s->nkv,
+                     .head_dim = s->d,
+                     .causal = s->causal,
+                     .scale = 0.0f,
+                     .dtype = s->dtype,
+                     .kv_dtype = MHA_F32};
     if (s->kv_dtype != s->dtype) p.kv_dtype = s->kv_dtype;
     if (!s->kv_dtype) p.kv_dtype = MHA_F32; /* 0: the problem's dtype */
     return p;

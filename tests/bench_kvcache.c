@@ -75,7 +75,16 @@ static int run_shape(const mha_kernel *kern, const mha_kernel *also, int64_t H, 
         const mha_dtype kt = KVT[t % NT];
         const mha_kernel *kk = t < NT ? kern : also;
         if (!kk) break;
-        mha_problem pr = {1, H, G, 1, N, d, 0, 0.0f, MHA_F32, kt};
+        mha_problem pr = {.batch = 1,
+                          .heads = H,
+                          .kv_heads = G,
+                          .seq_q = 1,
+                          .seq_kv = N,
+                          .head_dim = d,
+                          .causal = 0,
+                          .scale = 0.0f,
+                          .dtype = MHA_F32,
+                          .kv_dtype = kt};
         if (mha_kernel_takes(kk, &pr) != MHA_OK) {
             pr.dtype = kt, pr.kv_dtype = MHA_F32; /* Q/O in the cache's dtype */
             if (kt == MHA_I8 || mha_kernel_takes(kk, &pr) != MHA_OK) continue;

@@ -137,7 +137,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_probe: no kernel runs here\n");
         return 0;
     }
-    const mha_problem p = {1, heads, heads, seq, seq, dim, causal, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem p = {.batch = 1,
+                           .heads = heads,
+                           .kv_heads = heads,
+                           .seq_q = seq,
+                           .seq_kv = seq,
+                           .head_dim = dim,
+                           .causal = causal,
+                           .scale = 0.0f,
+                           .dtype = MHA_F32,
+                           .kv_dtype = MHA_F32};
     const mha_options o = {.threads = threads};
     size_t ws = 0;
     for (int j = 0; j < nk; j++) {

@@ -193,7 +193,16 @@ static void test_emulated_twin(void **state) {
     const mha_dtype ts[2] = {MHA_BF16, MHA_F16};
     for (int t = 0; t < 2; t++)
         for (int seq = 1; seq <= 4096; seq *= 64) {
-            const mha_problem p = {1, 8, 8, seq, seq, 64, 1, 0.0f, ts[t], ts[t]};
+            const mha_problem p = {.batch = 1,
+                                   .heads = 8,
+                                   .kv_heads = 8,
+                                   .seq_q = seq,
+                                   .seq_kv = seq,
+                                   .head_dim = 64,
+                                   .causal = 1,
+                                   .scale = 0.0f,
+                                   .dtype = ts[t],
+                                   .kv_dtype = ts[t]};
             const mha_kernel *k = mha_default_kernel(&p);
             assert_non_null(k);
             assert_ptr_not_equal(k, emu);

@@ -167,7 +167,16 @@ static void prepare(const bf_case *c, uint64_t seed, bf_data *x) {
     memset(x, 0, sizeof *x);
     rng = seed * 0x9e3779b97f4a7c15ull + 1;
     x->c = *c;
-    x->p = (mha_problem){c->B, c->H, c->G, c->Nq, c->Nkv, c->d, c->causal, 0.0f, c->qt, c->kvt};
+    x->p = (mha_problem){.batch = c->B,
+                         .heads = c->H,
+                         .kv_heads = c->G,
+                         .seq_q = c->Nq,
+                         .seq_kv = c->Nkv,
+                         .head_dim = c->d,
+                         .causal = c->causal,
+                         .scale = 0.0f,
+                         .dtype = c->qt,
+                         .kv_dtype = c->kvt};
     const size_t nq = (size_t)(c->B * c->H * c->Nq * c->d),
                  nkv = (size_t)(c->B * c->G * c->Nkv * c->d);
     x->q = fill(c->qt, nq, c->qmag, NULL);
@@ -474,7 +483,16 @@ static void test_default_by_dtype(void **state) {
     (void)state;
     if (skip_unless_bf16()) skip();
     setenv("MHA_TUNING", "/nonexistent/mhabench-table.json", 1);
-    mha_problem p = {1, 8, 8, 512, 512, 64, 1, 0.0f, MHA_BF16, MHA_BF16};
+    mha_problem p = {.batch = 1,
+                     .heads = 8,
+                     .kv_heads = 8,
+                     .seq_q = 512,
+                     .seq_kv = 512,
+                     .head_dim = 64,
+                     .causal = 1,
+                     .scale = 0.0f,
+                     .dtype = MHA_BF16,
+                     .kv_dtype = MHA_BF16};
     mha_selection sel;
     for (int t = MHA_F32; t <= MHA_F16; t++) {
         p.dtype = p.kv_dtype = (mha_dtype)t;

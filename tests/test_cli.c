@@ -724,7 +724,16 @@ static void test_attend_variants(void **state) {
         assert_int_equal(o.shape[3], 3); /* v's head dim */
         for (int i = 0; i < 4; i++)
             assert_int_equal(npy_read(paths[i], &a[i], err, sizeof err), MHA_OK);
-        mha_problem p = {1, 2, 1, 5, 7, 8, 0, 0.0f, MHA_F32, MHA_F32};
+        mha_problem p = {.batch = 1,
+                         .heads = 2,
+                         .kv_heads = 1,
+                         .seq_q = 5,
+                         .seq_kv = 7,
+                         .head_dim = 8,
+                         .causal = 0,
+                         .scale = 0.0f,
+                         .dtype = MHA_F32,
+                         .kv_dtype = MHA_F32};
         p.window = 1;
         p.window_left = 1;
         p.softcap = 0.75f;
@@ -917,7 +926,16 @@ static void test_sweep_dtypes(void **state) {
     assert_null(strstr(buf, "flash.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/kv_dtype:"));
     /* with --kv-dtype fp32,bf16,int8 the fp32 decode rows also read bf16 and int8 caches;
      * rows exist only where a kernel takes them */
-    const mha_problem pb = {1, 2, 2, 1, 64, 16, 0, 0.0f, MHA_F32, MHA_BF16};
+    const mha_problem pb = {.batch = 1,
+                            .heads = 2,
+                            .kv_heads = 2,
+                            .seq_q = 1,
+                            .seq_kv = 64,
+                            .head_dim = 16,
+                            .causal = 0,
+                            .scale = 0.0f,
+                            .dtype = MHA_F32,
+                            .kv_dtype = MHA_BF16};
     const mha_kernel *dec = mha_kernel_find("decode.scalar");
     if (mha_kernel_takes(dec, &pb) == MHA_OK)
         assert_non_null(strstr(buf, "decode.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/"
@@ -1019,7 +1037,16 @@ static void test_forward_dtype(void **state) {
     for (size_t i = 0; i < w.count; i++) mag = fmax(mag, fabs(w.data[i]));
     const mha_dtype ts[2] = {MHA_BF16, MHA_F16};
     for (int ti = 0; ti < 2; ti++) {
-        const mha_problem p = {2, 4, 4, 5, 5, 4, 0, 0.0f, ts[ti], MHA_F32};
+        const mha_problem p = {.batch = 2,
+                               .heads = 4,
+                               .kv_heads = 4,
+                               .seq_q = 5,
+                               .seq_kv = 5,
+                               .head_dim = 4,
+                               .causal = 0,
+                               .scale = 0.0f,
+                               .dtype = ts[ti],
+                               .kv_dtype = MHA_F32};
         mha_selection sel;
         if (mha_select(&p, NULL, &sel) != MHA_OK) {
             print_message("no kernel here takes %s\n", mha_dtype_name(ts[ti]));
@@ -1715,7 +1742,16 @@ static void test_tune_budget_dtypes(void **state) {
     mha_table_free(&t);
 
     /* bf16: the first t1 bf16 class, d64-kv256-t1-bf16 */
-    const mha_problem p16 = {1, 8, 8, 128, 128, 64, 0, 0.0f, MHA_BF16, MHA_F32};
+    const mha_problem p16 = {.batch = 1,
+                             .heads = 8,
+                             .kv_heads = 8,
+                             .seq_q = 128,
+                             .seq_kv = 128,
+                             .head_dim = 64,
+                             .causal = 0,
+                             .scale = 0.0f,
+                             .dtype = MHA_BF16,
+                             .kv_dtype = MHA_F32};
     int knobs16 = 0;
     for (int i = 0; i < mha_kernel_count(); i++) {
         const mha_kernel *k = mha_kernel_at(i);
@@ -1875,7 +1911,16 @@ static void test_recommend_dtype(void **state) {
     assert_non_null(strstr(g_out, "-bf16\n")); /* the class names the dtype */
     char kname[64] = "";
     assert_int_equal(sscanf(g_out, "kernel %63s", kname), 1);
-    const mha_problem pb = {1, 4, 4, 256, 256, 64, 0, 0.0f, MHA_BF16, MHA_F32};
+    const mha_problem pb = {.batch = 1,
+                            .heads = 4,
+                            .kv_heads = 4,
+                            .seq_q = 256,
+                            .seq_kv = 256,
+                            .head_dim = 64,
+                            .causal = 0,
+                            .scale = 0.0f,
+                            .dtype = MHA_BF16,
+                            .kv_dtype = MHA_F32};
     assert_int_equal(mha_kernel_takes(mha_kernel_find(kname), &pb), MHA_OK);
     rc = run_bench("recommend", "--seq", "1", "--seq-kv", "4096", "--heads", "32", "--kv-heads",
                    "8", "--head-dim", "128", "--kv-dtype", "int8", NULL);

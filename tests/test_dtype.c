@@ -162,7 +162,16 @@ static void test_quantize(void **state) {
 
 static void test_problem_dtypes(void **state) {
     (void)state;
-    mha_problem p = {1, 2, 1, 3, 5, 4, 0, 0.0f, MHA_F32, MHA_F32};
+    mha_problem p = {.batch = 1,
+                     .heads = 2,
+                     .kv_heads = 1,
+                     .seq_q = 3,
+                     .seq_kv = 5,
+                     .head_dim = 4,
+                     .causal = 0,
+                     .scale = 0.0f,
+                     .dtype = MHA_F32,
+                     .kv_dtype = MHA_F32};
     assert_int_equal(mha_problem_validate(&p), MHA_OK);
     p.dtype = MHA_I8;
     assert_int_equal(mha_problem_validate(&p), MHA_EINVAL);
@@ -185,7 +194,16 @@ static void test_attend_dtype_checks(void **state) {
     const mha_kernel *k = mha_kernel_find("naive");
     assert_non_null(k);
     assert_true(mha_kernel_dtypes(k) & MHA_DTYPE_BIT(MHA_F32));
-    mha_problem p = {1, 1, 1, 2, 3, 4, 0, 0.0f, MHA_F32, MHA_F32};
+    mha_problem p = {.batch = 1,
+                     .heads = 1,
+                     .kv_heads = 1,
+                     .seq_q = 2,
+                     .seq_kv = 3,
+                     .head_dim = 4,
+                     .causal = 0,
+                     .scale = 0.0f,
+                     .dtype = MHA_F32,
+                     .kv_dtype = MHA_F32};
     float q[8] = {0}, kv[12] = {0}, o[8];
     uint16_t h[12] = {0};
     mha_tensor qt = mha_view_bhnd(q, 1, 2, 4), kt = mha_view_bhnd(kv, 1, 3, 4),
@@ -254,8 +272,26 @@ static void test_reference_typed(void **state) {
             mha_convert_to_f32(kvt, kb, kw, sizeof kf / 4);
             mha_convert_to_f32(kvt, vb, vw, sizeof vf / 4);
         }
-        const mha_problem pt = {1, H, G, NQ, NK, D, 1, 0.0f, dt, kvt};
-        const mha_problem pf = {1, H, G, NQ, NK, D, 1, 0.0f, MHA_F32, MHA_F32};
+        const mha_problem pt = {.batch = 1,
+                                .heads = H,
+                                .kv_heads = G,
+                                .seq_q = NQ,
+                                .seq_kv = NK,
+                                .head_dim = D,
+                                .causal = 1,
+                                .scale = 0.0f,
+                                .dtype = dt,
+                                .kv_dtype = kvt};
+        const mha_problem pf = {.batch = 1,
+                                .heads = H,
+                                .kv_heads = G,
+                                .seq_q = NQ,
+                                .seq_kv = NK,
+                                .head_dim = D,
+                                .causal = 1,
+                                .scale = 0.0f,
+                                .dtype = MHA_F32,
+                                .kv_dtype = MHA_F32};
         const mha_tensor qt =
             dt == MHA_F32 ? mha_view_bhnd(qf, H, NQ, D) : mha_view_typed(q16, dt, NULL, H, NQ, D);
         const mha_tensor kt = mha_view_typed(kb, kvt, ks, G, NK, D),

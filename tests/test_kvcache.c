@@ -207,7 +207,8 @@ static int run_check(const mha_kernel *k, const kv_case *c, const mha_tensor *k_
     void *w = mha_alloc(ws);
     unsigned char *out = malloc(c->out_bytes + GUARD);
     memset(out, 0xff, c->out_bytes + GUARD); /* NaN in every dtype: unwritten elements fail */
-    mha_tensor_mut ot = {out, 0, 0, 0, p->dtype};
+    mha_tensor_mut ot = {
+        .data = out, .stride_b = 0, .stride_h = 0, .stride_n = 0, .dtype = p->dtype};
     const mha_tensor lay = view(out, p->dtype, NULL, c->layout, B, H, Nq, d);
     ot.stride_b = lay.stride_b, ot.stride_h = lay.stride_h, ot.stride_n = lay.stride_n;
     int bad = 0;
@@ -339,8 +340,16 @@ static void test_nan(void **state) {
              * kernels that take a bf16 problem alone, decode.avx512bf16) */
             if (what >= 2 && kvs[ti] != MHA_BF16) continue;
             /* Nq = 4 causal over 300 keys: rows 0..2 do not see keys 297..299 */
-            const mha_problem p = {1,      8, 2, 4, 300, 40, 1, 0.0f, what >= 2 ? kvs[ti] : MHA_F32,
-                                   kvs[ti]};
+            const mha_problem p = {.batch = 1,
+                                   .heads = 8,
+                                   .kv_heads = 2,
+                                   .seq_q = 4,
+                                   .seq_kv = 300,
+                                   .head_dim = 40,
+                                   .causal = 1,
+                                   .scale = 0.0f,
+                                   .dtype = what >= 2 ? kvs[ti] : MHA_F32,
+                                   .kv_dtype = kvs[ti]};
             kv_case c;
             make_case(&c, p, (int)ti % 2, SEED + 17 * ti + (uint64_t)(what % 2));
             const int64_t hidden = 299, seen = 10; /* key 299: only row 3 sees it */
@@ -393,7 +402,16 @@ static void test_nan(void **state) {
  * right view, on every decode kernel that runs here. */
 static void test_catches_wrong_scale(void **state) {
     (void)state;
-    const mha_problem p = {1, 8, 2, 1, 197, 64, 0, 0.0f, MHA_F32, MHA_I8};
+    const mha_problem p = {.batch = 1,
+                           .heads = 8,
+                           .kv_heads = 2,
+                           .seq_q = 1,
+                           .seq_kv = 197,
+                           .head_dim = 64,
+                           .causal = 0,
+                           .scale = 0.0f,
+                           .dtype = MHA_F32,
+                           .kv_dtype = MHA_I8};
     kv_case c;
     make_case(&c, p, 0, SEED);
     for (int ki = 0; ki < mha_kernel_count(); ki++) {

@@ -134,7 +134,16 @@ static void attend64(int64_t B, int64_t H, int64_t G, int64_t Nq, int64_t Nkv, i
     float *Qf = malloc(nq * 4), *Kf = malloc(nk * 4), *Vf = malloc(nk * 4);
     for (int64_t i = 0; i < nq; i++) Qf[i] = (float)Q[i];
     for (int64_t i = 0; i < nk; i++) Kf[i] = (float)K[i], Vf[i] = (float)V[i];
-    const mha_problem p = {B, H, G, Nq, Nkv, dk, causal, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem p = {.batch = B,
+                           .heads = H,
+                           .kv_heads = G,
+                           .seq_q = Nq,
+                           .seq_kv = Nkv,
+                           .head_dim = dk,
+                           .causal = causal,
+                           .scale = 0.0f,
+                           .dtype = MHA_F32,
+                           .kv_dtype = MHA_F32};
     const mha_tensor qv = mha_view_bnhd(Qf, H, Nq, dk), kv = mha_view_bnhd(Kf, G, Nkv, dk),
                      vv = mha_view_bnhd(Vf, G, Nkv, dk);
     double *Ahd = malloc(B * H * Nq * dk * 8);

@@ -208,7 +208,16 @@ static void test_catches_wrong_answer(void **state) {
 static void test_refusals(void **state) {
     const peer_ops *ops = probed(state);
     char why[256] = "";
-    mha_problem p = {1, 2, 1, 8, 8, 64, 0, 0.0f, MHA_F32, MHA_I8};
+    mha_problem p = {.batch = 1,
+                     .heads = 2,
+                     .kv_heads = 1,
+                     .seq_q = 8,
+                     .seq_kv = 8,
+                     .head_dim = 64,
+                     .causal = 0,
+                     .scale = 0.0f,
+                     .dtype = MHA_F32,
+                     .kv_dtype = MHA_I8};
     assert_int_equal(ops->takes(&p, why, sizeof why), 0);
     assert_true(strlen(why) > 10);
     print_message("%s refuses int8 KV: %s\n", ops->name, why);

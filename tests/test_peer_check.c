@@ -154,7 +154,16 @@ static int check_with(const mha_problem *p, int fault, peer_check_result *r, int
 
 /* ---- tests -------------------------------------------------------------------- */
 
-static const mha_problem SMALL = {2, 4, 2, 7, 33, 37, 1, 0.0f, MHA_F32, MHA_F32};
+static const mha_problem SMALL = {.batch = 2,
+                                  .heads = 4,
+                                  .kv_heads = 2,
+                                  .seq_q = 7,
+                                  .seq_kv = 33,
+                                  .head_dim = 37,
+                                  .causal = 1,
+                                  .scale = 0.0f,
+                                  .dtype = MHA_F32,
+                                  .kv_dtype = MHA_F32};
 
 static void test_honest_output_passes(void **state) {
     (void)state;
@@ -192,7 +201,16 @@ static void test_nan_fails(void **state) {
 static void test_big_problem_checks_two_groups(void **state) {
     (void)state;
     /* above PEER_CHECK_ALL_FLOPS: the first and the last KV group */
-    const mha_problem big = {2, 4, 2, 720, 720, 64, 0, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem big = {.batch = 2,
+                             .heads = 4,
+                             .kv_heads = 2,
+                             .seq_q = 720,
+                             .seq_kv = 720,
+                             .head_dim = 64,
+                             .causal = 0,
+                             .scale = 0.0f,
+                             .dtype = MHA_F32,
+                             .kv_dtype = MHA_F32};
     peer_check_result r;
     int ng;
     assert_int_equal(check_with(&big, FAULT_NONE, &r, &ng), 1);

@@ -19,7 +19,16 @@ static void test_two_by_two(void **state) {
      * row 1 scores (1, 2) -> weights 1/(1+e), e/(1+e) -> (1 + 3e) / (1 + e). */
     const float q[] = {0, 1}, k[] = {1, 2}, v[] = {1, 3};
     double out[2];
-    mha_problem p = {1, 1, 1, 2, 2, 1, 0, 1.0f, MHA_F32, MHA_F32};
+    mha_problem p = {.batch = 1,
+                     .heads = 1,
+                     .kv_heads = 1,
+                     .seq_q = 2,
+                     .seq_kv = 2,
+                     .head_dim = 1,
+                     .causal = 0,
+                     .scale = 1.0f,
+                     .dtype = MHA_F32,
+                     .kv_dtype = MHA_F32};
     const mha_tensor qt = mha_view_bhnd(q, 1, 2, 1), kt = mha_view_bhnd(k, 1, 2, 1),
                      vt = mha_view_bhnd(v, 1, 2, 1);
     assert_int_equal(mha_reference(&p, &qt, &kt, &vt, out), MHA_OK);
@@ -37,7 +46,16 @@ static void test_one_hot_and_uniform(void **state) {
     /* One dominant key: the output is its value row. */
     const float q[] = {1, 0}, k[] = {0, 0, 60, 0, 0, 0}, v[] = {1, 2, 3, 4, 5, 6};
     double out[2];
-    const mha_problem p = {1, 1, 1, 1, 3, 2, 0, 1.0f, MHA_F32, MHA_F32};
+    const mha_problem p = {.batch = 1,
+                           .heads = 1,
+                           .kv_heads = 1,
+                           .seq_q = 1,
+                           .seq_kv = 3,
+                           .head_dim = 2,
+                           .causal = 0,
+                           .scale = 1.0f,
+                           .dtype = MHA_F32,
+                           .kv_dtype = MHA_F32};
     const mha_tensor qt = mha_view_bhnd(q, 1, 1, 2), kt = mha_view_bhnd(k, 1, 3, 2),
                      vt = mha_view_bhnd(v, 1, 3, 2);
     assert_int_equal(mha_reference(&p, &qt, &kt, &vt, out), MHA_OK);
@@ -56,7 +74,16 @@ static void test_masked_rows(void **state) {
     /* Nq = 3 > Nkv = 1, causal bottom-right: only the last query sees key 0. */
     const float q[] = {1, 2, 3}, k[] = {1}, v[] = {7};
     double out[3] = {-1, -1, -1};
-    const mha_problem p = {1, 1, 1, 3, 1, 1, 1, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem p = {.batch = 1,
+                           .heads = 1,
+                           .kv_heads = 1,
+                           .seq_q = 3,
+                           .seq_kv = 1,
+                           .head_dim = 1,
+                           .causal = 1,
+                           .scale = 0.0f,
+                           .dtype = MHA_F32,
+                           .kv_dtype = MHA_F32};
     const mha_tensor qt = mha_view_bhnd(q, 1, 3, 1), kt = mha_view_bhnd(k, 1, 1, 1),
                      vt = mha_view_bhnd(v, 1, 1, 1);
     assert_int_equal(mha_reference(&p, &qt, &kt, &vt, out), MHA_OK);
@@ -74,7 +101,16 @@ static void test_grouped_heads(void **state) {
     v[0] = v[1] = 5;
     v[2] = v[3] = 7;
     double out[8];
-    const mha_problem p = {1, 4, 2, 2, 2, 1, 0, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem p = {.batch = 1,
+                           .heads = 4,
+                           .kv_heads = 2,
+                           .seq_q = 2,
+                           .seq_kv = 2,
+                           .head_dim = 1,
+                           .causal = 0,
+                           .scale = 0.0f,
+                           .dtype = MHA_F32,
+                           .kv_dtype = MHA_F32};
     const mha_tensor qt = mha_view_bhnd(q, 4, 2, 1), kt = mha_view_bhnd(k, 2, 2, 1),
                      vt = mha_view_bhnd(v, 2, 2, 1);
     assert_int_equal(mha_reference(&p, &qt, &kt, &vt, out), MHA_OK);
@@ -84,7 +120,16 @@ static void test_grouped_heads(void **state) {
 
 static void test_flops(void **state) {
     (void)state;
-    mha_problem p = {2, 3, 3, 4, 4, 8, 0, 0.0f, MHA_F32, MHA_F32};
+    mha_problem p = {.batch = 2,
+                     .heads = 3,
+                     .kv_heads = 3,
+                     .seq_q = 4,
+                     .seq_kv = 4,
+                     .head_dim = 8,
+                     .causal = 0,
+                     .scale = 0.0f,
+                     .dtype = MHA_F32,
+                     .kv_dtype = MHA_F32};
     assert_close(mha_problem_flops(&p), 4.0 * 2 * 3 * 16 * 8, 0);
     p.causal = 1; /* 1 + 2 + 3 + 4 visible pairs */
     assert_close(mha_problem_flops(&p), 4.0 * 2 * 3 * 10 * 8, 0);

@@ -131,7 +131,16 @@ static void test_unsupported_refused(void **state) {
     (void)state;
     setenv("MHA_ISA", "scalar", 1);
     float q[4] = {1, 2, 3, 4}, o[4];
-    const mha_problem p = {1, 1, 1, 1, 1, 4, 0, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem p = {.batch = 1,
+                           .heads = 1,
+                           .kv_heads = 1,
+                           .seq_q = 1,
+                           .seq_kv = 1,
+                           .head_dim = 4,
+                           .causal = 0,
+                           .scale = 0.0f,
+                           .dtype = MHA_F32,
+                           .kv_dtype = MHA_F32};
     const mha_tensor t = mha_view_bhnd(q, 1, 1, 4);
     const mha_tensor_mut ot = mha_view_bhnd_mut(o, 1, 1, 4);
     void *ws = mha_alloc(1 << 16);

@@ -62,7 +62,16 @@ static const char *write_file(const char *name, const char *text) {
     return path;
 }
 
-static const mha_problem P1024 = {1, 8, 8, 1024, 1024, 64, 0, 0.0f, MHA_F32, MHA_F32};
+static const mha_problem P1024 = {.batch = 1,
+                                  .heads = 8,
+                                  .kv_heads = 8,
+                                  .seq_q = 1024,
+                                  .seq_kv = 1024,
+                                  .head_dim = 64,
+                                  .causal = 0,
+                                  .scale = 0.0f,
+                                  .dtype = MHA_F32,
+                                  .kv_dtype = MHA_F32};
 
 /* A table for this CPU (or the given key / ISA) with one class entry. */
 static const char *table_text(const char *key, const char *isa, const char *cls, const char *winner,
@@ -110,7 +119,16 @@ static void test_default_blocks(void **state) {
         assert_true(w >= 1);
         for (size_t a = 0; a < 4; a++)
             for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
-                const mha_problem p = {1, 8, 8, 8192, 8192, dims[i], 1, 0.0f, MHA_F32, MHA_F32};
+                const mha_problem p = {.batch = 1,
+                                       .heads = 8,
+                                       .kv_heads = 8,
+                                       .seq_q = 8192,
+                                       .seq_kv = 8192,
+                                       .head_dim = dims[i],
+                                       .causal = 1,
+                                       .scale = 0.0f,
+                                       .dtype = MHA_F32,
+                                       .kv_dtype = MHA_F32};
                 int bq = -1, bk = -1;
                 mha_default_blocks(&p, models[a], (mha_isa)isa, 1, &bq, &bk);
                 assert_in_range(bq, w, 512);
@@ -123,7 +141,16 @@ static void test_default_blocks(void **state) {
                 assert_int_equal(bk, bk2);
             }
         /* Tiny problems: clamped to the problem, never 0. */
-        const mha_problem tiny = {1, 1, 1, 1, 3, 64, 0, 0.0f, MHA_F32, MHA_F32};
+        const mha_problem tiny = {.batch = 1,
+                                  .heads = 1,
+                                  .kv_heads = 1,
+                                  .seq_q = 1,
+                                  .seq_kv = 3,
+                                  .head_dim = 64,
+                                  .causal = 0,
+                                  .scale = 0.0f,
+                                  .dtype = MHA_F32,
+                                  .kv_dtype = MHA_F32};
         int bq, bk;
         mha_default_blocks(&tiny, FLASH, (mha_isa)isa, 1, &bq, &bk);
         assert_int_equal(bq, 1);
@@ -139,15 +166,42 @@ static void test_default_blocks(void **state) {
     assert_in_range(l1, 16 * 1024, 256 * 1024);
     assert_in_range(l2, 128 * 1024, 8 * 1024 * 1024);
     for (int64_t d = 32; d <= 128; d *= 2) {
-        const mha_problem p = {1, 8, 8, 4096, 4096, d, 0, 0.0f, MHA_F32, MHA_F32};
+        const mha_problem p = {.batch = 1,
+                               .heads = 8,
+                               .kv_heads = 8,
+                               .seq_q = 4096,
+                               .seq_kv = 4096,
+                               .head_dim = d,
+                               .causal = 0,
+                               .scale = 0.0f,
+                               .dtype = MHA_F32,
+                               .kv_dtype = MHA_F32};
         int bq, bk;
         mha_default_blocks(&p, FLASH, MHA_ISA_AVX512, 1, &bq, &bk);
         assert_true((uint64_t)(2 * d + bk) * (uint64_t)bq * 4 <= l2 / 2);
     }
     /* With threads and few tasks, flash's query blocks shrink (never below two
      * vectors, always whole vectors); tiled and long problems keep theirs. */
-    const mha_problem vit = {1, 12, 12, 197, 197, 64, 0, 0.0f, MHA_F32, MHA_F32},
-                      big = {1, 32, 32, 2048, 2048, 64, 0, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem vit = {.batch = 1,
+                             .heads = 12,
+                             .kv_heads = 12,
+                             .seq_q = 197,
+                             .seq_kv = 197,
+                             .head_dim = 64,
+                             .causal = 0,
+                             .scale = 0.0f,
+                             .dtype = MHA_F32,
+                             .kv_dtype = MHA_F32},
+                      big = {.batch = 1,
+                             .heads = 32,
+                             .kv_heads = 32,
+                             .seq_q = 2048,
+                             .seq_kv = 2048,
+                             .head_dim = 64,
+                             .causal = 0,
+                             .scale = 0.0f,
+                             .dtype = MHA_F32,
+                             .kv_dtype = MHA_F32};
     int bq1, bq2, bk;
     mha_default_blocks(&vit, FLASH, MHA_ISA_AVX512, 1, &bq1, &bk);
     mha_default_blocks(&vit, FLASH, MHA_ISA_AVX512, 2, &bq2, &bk);
@@ -177,8 +231,26 @@ static const mha_kernel *highest_running(const char *algorithm) {
 
 static void test_default_kernel(void **state) {
     (void)state;
-    const mha_problem decode = {1, 32, 8, 1, 4096, 128, 0, 0.0f, MHA_F32, MHA_F32},
-                      prefill = {1, 8, 8, 512, 512, 64, 1, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem decode = {.batch = 1,
+                                .heads = 32,
+                                .kv_heads = 8,
+                                .seq_q = 1,
+                                .seq_kv = 4096,
+                                .head_dim = 128,
+                                .causal = 0,
+                                .scale = 0.0f,
+                                .dtype = MHA_F32,
+                                .kv_dtype = MHA_F32},
+                      prefill = {.batch = 1,
+                                 .heads = 8,
+                                 .kv_heads = 8,
+                                 .seq_q = 512,
+                                 .seq_kv = 512,
+                                 .head_dim = 64,
+                                 .causal = 1,
+                                 .scale = 0.0f,
+                                 .dtype = MHA_F32,
+                                 .kv_dtype = MHA_F32};
     assert_non_null(highest_running("decode"));
     assert_non_null(highest_running("flash"));
     assert_ptr_equal(mha_default_kernel(&decode), highest_running("decode"));
@@ -255,11 +327,38 @@ static void test_classes(void **state) {
             assert_int_equal(ndec, 8);
         }
     }
-    const mha_problem dec = {2, 8, 8, 1, 3000, 128, 1, 0.0f, MHA_F32, MHA_F32},
-                      gqa = {2, 8, 2, 1, 3000, 128, 1, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem dec = {.batch = 2,
+                             .heads = 8,
+                             .kv_heads = 8,
+                             .seq_q = 1,
+                             .seq_kv = 3000,
+                             .head_dim = 128,
+                             .causal = 1,
+                             .scale = 0.0f,
+                             .dtype = MHA_F32,
+                             .kv_dtype = MHA_F32},
+                      gqa = {.batch = 2,
+                             .heads = 8,
+                             .kv_heads = 2,
+                             .seq_q = 1,
+                             .seq_kv = 3000,
+                             .head_dim = 128,
+                             .causal = 1,
+                             .scale = 0.0f,
+                             .dtype = MHA_F32,
+                             .kv_dtype = MHA_F32};
     assert_string_equal(class_of(&dec, 1), "decode-d128-kv4096-t1");
     assert_string_equal(class_of(&gqa, 1), "decode-gqa-d128-kv4096-t1");
-    const mha_problem odd = {1, 4, 4, 77, 5000, 63, 1, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem odd = {.batch = 1,
+                             .heads = 4,
+                             .kv_heads = 4,
+                             .seq_q = 77,
+                             .seq_kv = 5000,
+                             .head_dim = 63,
+                             .causal = 1,
+                             .scale = 0.0f,
+                             .dtype = MHA_F32,
+                             .kv_dtype = MHA_F32};
     assert_string_equal(class_of(&odd, 8), "dother-kvlong-causal-tall");
 }
 
@@ -330,12 +429,30 @@ static void test_table_match(void **state) {
         assert_string_equal(s2.reason, s.reason);
     }
     /* Another seq bucket of the same class family: the nearest entry. */
-    const mha_problem p300 = {1, 8, 8, 3000, 3000, 64, 0, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem p300 = {.batch = 1,
+                              .heads = 8,
+                              .kv_heads = 8,
+                              .seq_q = 3000,
+                              .seq_kv = 3000,
+                              .head_dim = 64,
+                              .causal = 0,
+                              .scale = 0.0f,
+                              .dtype = MHA_F32,
+                              .kv_dtype = MHA_F32};
     select_ok(&p300, 1, &s);
     assert_int_equal(s.source, MHA_CHOICE_TABLE);
     assert_non_null(strstr(s.reason, "nearest"));
     /* A class the table lacks: defaults, and the reason says so. */
-    const mha_problem causal = {1, 8, 8, 1024, 1024, 64, 1, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem causal = {.batch = 1,
+                                .heads = 8,
+                                .kv_heads = 8,
+                                .seq_q = 1024,
+                                .seq_kv = 1024,
+                                .head_dim = 64,
+                                .causal = 1,
+                                .scale = 0.0f,
+                                .dtype = MHA_F32,
+                                .kv_dtype = MHA_F32};
     select_ok(&causal, 1, &s);
     assert_int_equal(s.source, MHA_CHOICE_DEFAULT);
     assert_non_null(strstr(s.reason, "no entry"));
@@ -412,7 +529,16 @@ static const char *select_captured(const mha_problem *p, mha_selection *s) {
 static void test_table_foreign(void **state) {
     (void)state;
     const char *winner = "{\"kernel\": \"tiled.scalar\", \"block_q\": 32, \"block_kv\": 128}";
-    const mha_problem p = {1, 8, 8, 1024, 1024, 64, 0, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem p = {.batch = 1,
+                           .heads = 8,
+                           .kv_heads = 8,
+                           .seq_q = 1024,
+                           .seq_kv = 1024,
+                           .head_dim = 64,
+                           .causal = 0,
+                           .scale = 0.0f,
+                           .dtype = MHA_F32,
+                           .kv_dtype = MHA_F32};
     const int all = mha_resolve_threads(NULL);
     /* another CPU */
     setenv("MHA_TUNING",
@@ -552,8 +678,26 @@ static void test_dtype_classes(void **state) {
     assert_string_equal(class_of(&p, 1), "d64-kv1024-t1-bf16");
     p.kv_dtype = MHA_BF16; /* the same as 0 */
     assert_string_equal(class_of(&p, 1), "d64-kv1024-t1-bf16");
-    const mha_problem dec = {1, 32, 8, 1, 4096, 128, 0, 0.0f, MHA_F32, MHA_I8},
-                      dec16 = {1, 32, 8, 1, 4096, 128, 0, 0.0f, MHA_F16, MHA_I8};
+    const mha_problem dec = {.batch = 1,
+                             .heads = 32,
+                             .kv_heads = 8,
+                             .seq_q = 1,
+                             .seq_kv = 4096,
+                             .head_dim = 128,
+                             .causal = 0,
+                             .scale = 0.0f,
+                             .dtype = MHA_F32,
+                             .kv_dtype = MHA_I8},
+                      dec16 = {.batch = 1,
+                               .heads = 32,
+                               .kv_heads = 8,
+                               .seq_q = 1,
+                               .seq_kv = 4096,
+                               .head_dim = 128,
+                               .causal = 0,
+                               .scale = 0.0f,
+                               .dtype = MHA_F16,
+                               .kv_dtype = MHA_I8};
     assert_string_equal(class_of(&dec, 2), "decode-gqa-d128-kv4096-tall-kv_int8");
     assert_string_equal(class_of(&dec16, 1), "decode-gqa-d128-kv4096-t1-fp16-kv_int8");
     const mha_problem *ps[3] = {&p, &dec, &dec16};
@@ -575,11 +719,56 @@ static void test_dtype_classes(void **state) {
 static void test_dtype_default(void **state) {
     (void)state;
     const mha_problem probs[] = {
-        {1, 8, 8, 512, 512, 64, 1, 0.0f, MHA_BF16, MHA_F32},
-        {1, 8, 8, 512, 512, 64, 0, 0.0f, MHA_F16, MHA_F32},
-        {1, 32, 8, 1, 4096, 128, 0, 0.0f, MHA_F32, MHA_I8},
-        {1, 32, 32, 1, 4096, 128, 0, 0.0f, MHA_BF16, MHA_I8},
-        {1, 32, 8, 1, 4096, 128, 0, 0.0f, MHA_F32, MHA_BF16},
+        {.batch = 1,
+         .heads = 8,
+         .kv_heads = 8,
+         .seq_q = 512,
+         .seq_kv = 512,
+         .head_dim = 64,
+         .causal = 1,
+         .scale = 0.0f,
+         .dtype = MHA_BF16,
+         .kv_dtype = MHA_F32},
+        {.batch = 1,
+         .heads = 8,
+         .kv_heads = 8,
+         .seq_q = 512,
+         .seq_kv = 512,
+         .head_dim = 64,
+         .causal = 0,
+         .scale = 0.0f,
+         .dtype = MHA_F16,
+         .kv_dtype = MHA_F32},
+        {.batch = 1,
+         .heads = 32,
+         .kv_heads = 8,
+         .seq_q = 1,
+         .seq_kv = 4096,
+         .head_dim = 128,
+         .causal = 0,
+         .scale = 0.0f,
+         .dtype = MHA_F32,
+         .kv_dtype = MHA_I8},
+        {.batch = 1,
+         .heads = 32,
+         .kv_heads = 32,
+         .seq_q = 1,
+         .seq_kv = 4096,
+         .head_dim = 128,
+         .causal = 0,
+         .scale = 0.0f,
+         .dtype = MHA_BF16,
+         .kv_dtype = MHA_I8},
+        {.batch = 1,
+         .heads = 32,
+         .kv_heads = 8,
+         .seq_q = 1,
+         .seq_kv = 4096,
+         .head_dim = 128,
+         .causal = 0,
+         .scale = 0.0f,
+         .dtype = MHA_F32,
+         .kv_dtype = MHA_BF16},
     };
     for (size_t i = 0; i < sizeof probs / sizeof probs[0]; i++) {
         const mha_problem *p = &probs[i];

@@ -13,7 +13,16 @@
 #include "mha.h"
 #include "mha_private.h"
 
-static const mha_problem good = {2, 4, 2, 5, 7, 8, 1, 0.0f, MHA_F32, MHA_F32};
+static const mha_problem good = {.batch = 2,
+                                 .heads = 4,
+                                 .kv_heads = 2,
+                                 .seq_q = 5,
+                                 .seq_kv = 7,
+                                 .head_dim = 8,
+                                 .causal = 1,
+                                 .scale = 0.0f,
+                                 .dtype = MHA_F32,
+                                 .kv_dtype = MHA_F32};
 
 static void expect(const mha_problem *p, mha_status want, const char *needle) {
     assert_int_equal(mha_problem_validate(p), want);
@@ -75,7 +84,16 @@ static void test_attend_arguments(void **state) {
     (void)state;
     const mha_kernel *k = mha_kernel_find("naive");
     float buf[64] = {0}, out[64];
-    const mha_problem p = {1, 1, 1, 2, 2, 4, 0, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem p = {.batch = 1,
+                           .heads = 1,
+                           .kv_heads = 1,
+                           .seq_q = 2,
+                           .seq_kv = 2,
+                           .head_dim = 4,
+                           .causal = 0,
+                           .scale = 0.0f,
+                           .dtype = MHA_F32,
+                           .kv_dtype = MHA_F32};
     mha_tensor t = mha_view_bhnd(buf, 1, 2, 4);
     mha_tensor_mut o = mha_view_bhnd_mut(out, 1, 2, 4);
     size_t need = 0;
@@ -207,8 +225,16 @@ static void test_attend_in_place(void **state) {
             for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
                 for (int threads = 1; threads <= 2; threads++) {
                     const struct alias_shape *s = &shapes[si];
-                    const mha_problem p = {s->b, s->h,      s->g, s->nq,         s->nkv,
-                                           s->d, s->causal, 0.0f, (mha_dtype)dt, 0};
+                    const mha_problem p = {.batch = s->b,
+                                           .heads = s->h,
+                                           .kv_heads = s->g,
+                                           .seq_q = s->nq,
+                                           .seq_kv = s->nkv,
+                                           .head_dim = s->d,
+                                           .causal = s->causal,
+                                           .scale = 0.0f,
+                                           .dtype = (mha_dtype)dt,
+                                           .kv_dtype = 0};
                     const mha_options o = {.threads = threads};
                     size_t need = 0;
                     assert_int_equal(mha_workspace_size(k, &p, &o, &need), MHA_OK);
@@ -250,7 +276,16 @@ static void test_attend_in_place(void **state) {
 static void test_attend_aliasing(void **state) {
     (void)state;
     const int64_t H = 2, N = 9, d = 12; /* MHA: q, k, v and out views of one shape */
-    const mha_problem p = {1, H, H, N, N, d, 1, 0.0f, MHA_F32, MHA_F32};
+    const mha_problem p = {.batch = 1,
+                           .heads = H,
+                           .kv_heads = H,
+                           .seq_q = N,
+                           .seq_kv = N,
+                           .head_dim = d,
+                           .causal = 1,
+                           .scale = 0.0f,
+                           .dtype = MHA_F32,
+                           .kv_dtype = MHA_F32};
     const mha_options one = {.threads = 1};
     const size_t n = (size_t)(H * N * d);
     for (int ki = 0; ki < mha_kernel_count(); ki++) {
@@ -332,7 +367,16 @@ static void test_attend_aliasing_scales(void **state) {
     const mha_kernel *k = mha_kernel_find("decode.scalar");
     assert_non_null(k);
     const int64_t H = 2, N = 16, d = 8;
-    const mha_problem p = {1, H, H, 1, N, d, 0, 0.0f, MHA_F32, MHA_I8};
+    const mha_problem p = {.batch = 1,
+                           .heads = H,
+                           .kv_heads = H,
+                           .seq_q = 1,
+                           .seq_kv = N,
+                           .head_dim = d,
+                           .causal = 0,
+                           .scale = 0.0f,
+                           .dtype = MHA_F32,
+                           .kv_dtype = MHA_I8};
     const mha_options one = {.threads = 1};
     size_t need = 0;
     assert_int_equal(mha_workspace_size(k, &p, &one, &need), MHA_OK);

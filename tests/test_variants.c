@@ -14,7 +14,16 @@
 #include "check.h"
 #include "mha.h"
 
-static const mha_problem good = {2, 4, 2, 5, 7, 8, 1, 0.0f, MHA_F32, MHA_F32};
+static const mha_problem good = {.batch = 2,
+                                 .heads = 4,
+                                 .kv_heads = 2,
+                                 .seq_q = 5,
+                                 .seq_kv = 7,
+                                 .head_dim = 8,
+                                 .causal = 1,
+                                 .scale = 0.0f,
+                                 .dtype = MHA_F32,
+                                 .kv_dtype = MHA_F32};
 
 static void expect(const mha_problem *p, mha_status want, const char *needle) {
     assert_int_equal(mha_problem_validate(p), want);
@@ -62,7 +71,7 @@ static void test_validate_variants(void **state) {
     p.head_dim_v = 0;
     assert_int_equal(mha_problem_head_dim_v(&p), 8);
     /* zero-initialised problems are the old attention */
-    const mha_problem z = {0};
+    const mha_problem z = {.batch = 0};
     assert_int_equal(z.window | z.sinks, 0);
     assert_true(z.softcap == 0.0f && z.head_dim_v == 0);
 }
@@ -70,7 +79,16 @@ static void test_validate_variants(void **state) {
 static void test_flops_visible_pairs(void **state) {
     (void)state;
     /* Nq = Nkv = 10, d = 4: dense 100 pairs x 16 FLOPs x B*H */
-    mha_problem p = {1, 2, 2, 10, 10, 4, 0, 0.0f, MHA_F32, MHA_F32};
+    mha_problem p = {.batch = 1,
+                     .heads = 2,
+                     .kv_heads = 2,
+                     .seq_q = 10,
+                     .seq_kv = 10,
+                     .head_dim = 4,
+                     .causal = 0,
+                     .scale = 0.0f,
+                     .dtype = MHA_F32,
+                     .kv_dtype = MHA_F32};
     assert_true(mha_problem_flops(&p) == 100.0 * 16 * 2);
     p.causal = 1; /* 55 pairs */
     assert_true(mha_problem_flops(&p) == 55.0 * 16 * 2);
@@ -106,7 +124,16 @@ static void test_oracle_sink_halves(void **state) {
     (void)state;
     /* one key: s = scale * q.k = 0.5 * (1*2 + 1*0) = 1; a sink of 1 takes half */
     const float q[] = {1, 1}, k[] = {2, 0}, v[] = {3, -4, 8};
-    mha_problem p = {1, 1, 1, 1, 1, 2, 0, 0.5f, MHA_F32, MHA_F32};
+    mha_problem p = {.batch = 1,
+                     .heads = 1,
+                     .kv_heads = 1,
+                     .seq_q = 1,
+                     .seq_kv = 1,
+                     .head_dim = 2,
+                     .causal = 0,
+                     .scale = 0.5f,
+                     .dtype = MHA_F32,
+                     .kv_dtype = MHA_F32};
     p.head_dim_v = 3;
     p.sinks = 1;
     const float sink = 1.0f;
@@ -145,7 +172,16 @@ static void test_oracle_window_diagonal(void **state) {
     /* window (0, 0) non-causal, Nq = 3, Nkv = 5 (off = 2): query i sees
      * exactly key i + 2, so out row i = v[i + 2] whatever the scores */
     const float q[] = {1, -2, 3}, k[] = {5, 4, 3, 2, 1}, v[] = {10, 11, 12, 13, 14};
-    mha_problem p = {1, 1, 1, 3, 5, 1, 0, 0.0f, MHA_F32, MHA_F32};
+    mha_problem p = {.batch = 1,
+                     .heads = 1,
+                     .kv_heads = 1,
+                     .seq_q = 3,
+                     .seq_kv = 5,
+                     .head_dim = 1,
+                     .causal = 0,
+                     .scale = 0.0f,
+                     .dtype = MHA_F32,
+                     .kv_dtype = MHA_F32};
     p.window = 1;
     double out[3];
     oracle(&p, q, k, v, NULL, out);
@@ -158,7 +194,16 @@ static void test_oracle_window_diagonal(void **state) {
     /* seq_q > seq_kv (off = -2), left edge 0, right unbounded: row i sees
      * keys max(0, i - 2)..2; equal scores 0 and the sink 0: the mean of
      * its n keys' v, weighted n / (n + 1) */
-    mha_problem r = {1, 1, 1, 5, 3, 1, 0, 0.0f, MHA_F32, MHA_F32};
+    mha_problem r = {.batch = 1,
+                     .heads = 1,
+                     .kv_heads = 1,
+                     .seq_q = 5,
+                     .seq_kv = 3,
+                     .head_dim = 1,
+                     .causal = 0,
+                     .scale = 0.0f,
+                     .dtype = MHA_F32,
+                     .kv_dtype = MHA_F32};
     r.window = 1;
     r.window_left = 0;
     r.window_right = -1;
@@ -189,7 +234,16 @@ static void test_oracle_softcap(void **state) {
     (void)state;
     /* two keys, scores 4 and 0 (scale 1); softcap 2: 2 tanh(2) and 0 */
     const float q[] = {2}, k[] = {2, 0}, v[] = {1, 0};
-    mha_problem p = {1, 1, 1, 1, 2, 1, 0, 1.0f, MHA_F32, MHA_F32};
+    mha_problem p = {.batch = 1,
+                     .heads = 1,
+                     .kv_heads = 1,
+                     .seq_q = 1,
+                     .seq_kv = 2,
+                     .head_dim = 1,
+                     .causal = 0,
+                     .scale = 1.0f,
+                     .dtype = MHA_F32,
+                     .kv_dtype = MHA_F32};
     double out;
     oracle(&p, q, k, v, NULL, &out);
     assert_float_equal(out, exp(4.0) / (exp(4.0) + 1), 1e-12);
@@ -219,12 +273,20 @@ static mha_status run_vs_oracle(const mha_kernel *k, const mha_problem *p, const
           *v = rnd(nkv * dv, &seed), *sinks = rnd(p->heads, &seed), *o = rnd(nq * dv, &seed);
     for (int64_t h = 0; h < p->heads; h++) sinks[h] *= 3; /* from e^-3 to e^3 of a score */
     double *ref = malloc((size_t)(nq * dv) * sizeof(double));
-    const mha_tensor qt = {q, p->heads * p->seq_q * p->head_dim, p->seq_q * p->head_dim,
-                           p->head_dim},
-                     kt = {kk, p->kv_heads * p->seq_kv * p->head_dim, p->seq_kv * p->head_dim,
-                           p->head_dim},
-                     vt = {v, p->kv_heads * p->seq_kv * dv, p->seq_kv * dv, dv};
-    const mha_tensor_mut ot = {o, p->heads * p->seq_q * dv, p->seq_q * dv, dv};
+    const mha_tensor qt = {.data = q,
+                           .stride_b = p->heads * p->seq_q * p->head_dim,
+                           .stride_h = p->seq_q * p->head_dim,
+                           .stride_n = p->head_dim},
+                     kt = {.data = kk,
+                           .stride_b = p->kv_heads * p->seq_kv * p->head_dim,
+                           .stride_h = p->seq_kv * p->head_dim,
+                           .stride_n = p->head_dim},
+                     vt = {.data = v,
+                           .stride_b = p->kv_heads * p->seq_kv * dv,
+                           .stride_h = p->seq_kv * dv,
+                           .stride_n = dv};
+    const mha_tensor_mut ot = {
+        .data = o, .stride_b = p->heads * p->seq_q * dv, .stride_h = p->seq_q * dv, .stride_n = dv};
     const mha_extras x = {.sinks = p->sinks ? sinks : NULL};
     assert_int_equal(mha_reference_ex(p, &qt, &kt, &vt, &x, ref), MHA_OK);
     size_t ws_bytes = 0;
@@ -252,7 +314,16 @@ static mha_status run_vs_oracle(const mha_kernel *k, const mha_problem *p, const
 
 /* One problem per variant and their combination, odd sizes and GQA. */
 static mha_problem variant_problem(int which) {
-    mha_problem p = {2, 6, 2, 37, 53, 24, which & 1, 0.0f, MHA_F32, MHA_F32};
+    mha_problem p = {.batch = 2,
+                     .heads = 6,
+                     .kv_heads = 2,
+                     .seq_q = 37,
+                     .seq_kv = 53,
+                     .head_dim = 24,
+                     .causal = which & 1,
+                     .scale = 0.0f,
+                     .dtype = MHA_F32,
+                     .kv_dtype = MHA_F32};
     switch (which >> 1) {
     case 0: /* window, left only */
         p.window = 1;

@@ -144,11 +144,16 @@ static int recommend_problem(recommend_args *a, mha_problem *p) {
                mha_dtype_name(a->dtype));
         return EXIT_USAGE;
     }
-    *p = (mha_problem){a->batch,    a->heads,
-                       a->kv_heads, a->seq,
-                       a->seq_kv,   a->dim,
-                       a->causal,   0.0f,
-                       a->dtype,    a->kv_dtype == a->dtype ? MHA_F32 : a->kv_dtype};
+    *p = (mha_problem){.batch = a->batch,
+                       .heads = a->heads,
+                       .kv_heads = a->kv_heads,
+                       .seq_q = a->seq,
+                       .seq_kv = a->seq_kv,
+                       .head_dim = a->dim,
+                       .causal = a->causal,
+                       .scale = 0.0f,
+                       .dtype = a->dtype,
+                       .kv_dtype = a->kv_dtype == a->dtype ? MHA_F32 : a->kv_dtype};
     if (mha_problem_validate(p) != MHA_OK) {
         errorf("recommend: %s", mha_last_error());
         return EXIT_USAGE;

@@ -32,9 +32,10 @@ static void usage(FILE *f) {
     fputs("usage: mhabench <command> [options]   (mhabench <command> --help)\n\ncommands:\n", f);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
-    fputs("\nenvironment: MHA_ISA=scalar|avx2|avx512|avx512bf16|amx caps the dispatch; OMP_* as "
-          "usual.\n",
-          f);
+    fputs("\nenvironment: MHA_ISA=", f); /* the levels from the ISA table, never a hand list */
+    for (int i = 0; i < MHA_ISA_COUNT; i++)
+        fprintf(f, "%s%s", i ? "|" : "", mha_isa_name((mha_isa)i));
+    fputs(" caps the dispatch; OMP_* as usual.\n", f);
 }
 
 enum { MHA_KERNELS_MAX = 64 };

@@ -178,6 +178,75 @@ const char *measure_machine(const sweep_args *a, const preset *pr, const sweep_a
     return binding;
 }
 
+/* The results file, created (unnamed) before any measurement: a bad --out
+ * fails here, and a killed sweep leaves nothing behind. A run file in
+ * results/runs never replaces another (a -2, -3 ... suffix instead); a
+ * user-named --out may replace a regular file. 0, or -1 after a message. */
+static int open_out(const sweep_args *a, time_t started, mha_out *out) {
+    char why[1024], path[4096];
+    if (a->out_path)
+        snprintf(path, sizeof path, "%s", a->out_path);
+    else if (!results_run_path(RUNS_DIR, started, 0, path, sizeof path)) {
+        errorf("sweep: run-file name too long");
+        return -1;
+    }
+    if (mha_out_begin(out, path,
+                      (a->out_path ? MHA_OUT_REPLACE : MHA_OUT_NOREPLACE) | MHA_OUT_MKDIRS, why,
+                      sizeof why) != MHA_OK) {
+        errorf("sweep: --out: %s", why);
+        return -1;
+    }
+    return 0;
+}
+
+/* Repetitions per benchmark: the preset's (or --repetitions); an interleaved
+ * preset's baseline-ISA kernels (naive, *.scalar) its baseline_reps. */
+static void set_repetitions(const sweep_args *a, const preset *pr, bench *benches, int nbench,
+                            int repetitions) {
+    for (int i = 0; i < nbench; i++) {
+        bench *b = &benches[i];
+        b->reps = repetitions;
+        if (pr->interleaved && pr->baseline_reps > 0 && a->reps == 0 && b->k && !b->peer &&
+            mha_kernel_isa(b->k) == MHA_ISA_SCALAR && !(mha_kernel_traits(b->k) & MHA_KT_BASELINE))
+            b->reps = pr->baseline_reps;
+    }
+}
+
+/* The run's facts in the result file's context (known before it runs): the
+ * machine (results_context), the estimate's bound, what was skipped, the
+ * auto rows not measured twice ("auto/<shape> = <row>; ..." or none) and how
+ * the peaks are taken. */
+static void run_context(const sweep_args *a, const preset *pr, const sweep_axes *x,
+                        const results_machine *rm, const char *binding, int nskipped,
+                        const note_list *aliases) {
+    int max_threads = 1;
+    for (int i = 0; i < x->nthreads; i++)
+        max_threads = x->threads[i] > max_threads ? (int)x->threads[i] : max_threads;
+    const results_run_info ri = {pr->name, binding, pr->interleaved ? "interleaved" : "grouped",
+                                 max_threads, a->seed};
+    results_context(rm, &ri, ctx_emit, NULL);
+    char buf[64];
+    snprintf(buf, sizeof buf, "%g", a->max_seconds);
+    mha_gbench_add_context("mha_max_seconds", buf);
+    snprintf(buf, sizeof buf, "%d", nskipped);
+    mha_gbench_add_context("mha_skipped", buf);
+    size_t alen = 8;
+    for (int i = 0; i < aliases->n; i++) alen += strlen(aliases->items[i].text) + 2;
+    char *ajoin = xrealloc_or_exit(NULL, alen, 1, "sweep");
+    ajoin[0] = '\0';
+    for (int i = 0; i < aliases->n; i++) {
+        if (i) strcat(ajoin, "; ");
+        strcat(ajoin, aliases->items[i].text);
+    }
+    mha_gbench_add_context("mha_auto_rows", aliases->n ? ajoin : "none");
+    free(ajoin);
+    mha_gbench_add_context("mha_peak_rule",
+                           "each row's pct_peak is of its peak counter: the best take of the "
+                           "machine's peaks so far (at the start, before each follow-up pass, and "
+                           "whenever a row came within 3% of its peak); a row still above it is "
+                           "flagged peak_exceeded, a measurement error");
+}
+
 int cmd_sweep(int argc, char **argv) {
     sweep_args a;
     const int parsed = parse_sweep_args(argc, argv, &a);
@@ -203,25 +272,10 @@ int cmd_sweep(int argc, char **argv) {
     const int nk = choose_kernels(&a, &pr, kernels);
     if (nk < 0) return EXIT_USAGE;
 
-    /* The results file, created (unnamed) before any measurement: a bad --out
-     * fails here, and a killed sweep leaves nothing behind. A run file in
-     * results/runs never replaces another (a -2, -3 ... suffix instead); a
-     * user-named --out may replace a regular file. */
     mha_out out;
-    char why[1024], path[4096];
+    char path[4096];
     const time_t started = time(NULL);
-    if (a.out_path)
-        snprintf(path, sizeof path, "%s", a.out_path);
-    else if (!results_run_path(RUNS_DIR, started, 0, path, sizeof path)) {
-        errorf("sweep: run-file name too long");
-        return EXIT_USAGE;
-    }
-    if (mha_out_begin(&out, path,
-                      (a.out_path ? MHA_OUT_REPLACE : MHA_OUT_NOREPLACE) | MHA_OUT_MKDIRS, why,
-                      sizeof why) != MHA_OK) {
-        errorf("sweep: --out: %s", why);
-        return EXIT_USAGE;
-    }
+    if (open_out(&a, started, &out) != 0) return EXIT_USAGE;
     meas_pool_init(&sweep_pool, a.seed);
     results_machine rm;
     double rate[MAX_KERNELS];
@@ -258,13 +312,7 @@ int cmd_sweep(int argc, char **argv) {
         empty_shard &= nbench == 0;
     }
     if (npeers > 0) nbench = check_peers(benches, nbench, &skipped);
-    for (int i = 0; i < nbench; i++) { /* repetitions per benchmark */
-        bench *b = &benches[i];
-        b->reps = repetitions;
-        if (interleaved && pr.baseline_reps > 0 && a.reps == 0 && b->k && !b->peer &&
-            mha_kernel_isa(b->k) == MHA_ISA_SCALAR && !(mha_kernel_traits(b->k) & MHA_KT_BASELINE))
-            b->reps = pr.baseline_reps;
-    }
+    set_repetitions(&a, &pr, benches, nbench, repetitions);
     if (nbench == 0 && !empty_shard) {
         errorf("sweep: nothing to run (every combination was skipped)");
         exit_code = EXIT_USAGE;
@@ -274,28 +322,7 @@ int cmd_sweep(int argc, char **argv) {
         exit_code = EXIT_USAGE;
         goto done;
     }
-    int max_threads = 1;
-    for (int i = 0; i < x.nthreads; i++)
-        max_threads = x.threads[i] > max_threads ? (int)x.threads[i] : max_threads;
-    const results_run_info ri = {pr.name, binding, interleaved ? "interleaved" : "grouped",
-                                 max_threads, a.seed};
-    results_context(&rm, &ri, ctx_emit, NULL);
-    char buf[64];
-    snprintf(buf, sizeof buf, "%g", a.max_seconds);
-    mha_gbench_add_context("mha_max_seconds", buf);
-    snprintf(buf, sizeof buf, "%d", skipped.n);
-    mha_gbench_add_context("mha_skipped", buf);
-    /* auto rows not measured twice: "auto/<shape> = <row>; ..." (or none) */
-    size_t alen = 8;
-    for (int i = 0; i < aliases.n; i++) alen += strlen(aliases.items[i].text) + 2;
-    char *ajoin = xrealloc_or_exit(NULL, alen, 1, "sweep");
-    ajoin[0] = '\0';
-    for (int i = 0; i < aliases.n; i++) {
-        if (i) strcat(ajoin, "; ");
-        strcat(ajoin, aliases.items[i].text);
-    }
-    mha_gbench_add_context("mha_auto_rows", aliases.n ? ajoin : "none");
-    free(ajoin);
+    run_context(&a, &pr, &x, &rm, binding, skipped.n, &aliases);
 
     if (empty_shard) {
         exit_code = write_empty_shard(&a, &out, started);
@@ -304,11 +331,6 @@ int cmd_sweep(int argc, char **argv) {
     sweep_rm = &rm;
     sweep_benches = benches;
     sweep_nbench = nbench;
-    mha_gbench_add_context("mha_peak_rule",
-                           "each row's pct_peak is of its peak counter: the best take of the "
-                           "machine's peaks so far (at the start, before each follow-up pass, and "
-                           "whenever a row came within 3% of its peak); a row still above it is "
-                           "flagged peak_exceeded, a measurement error");
     run_state rs;
     double t0;
     if (run_and_commit(&a, benches, nbench, ngroups, interleaved, repetitions, min_time, skipped.n,

@@ -82,7 +82,7 @@ static int guarded_samples(const meas_call *c, int n, int threads, double flops)
             return -1;
         }
         all[i] = flops / t * 1e-9;
-        const int bad = meas_disturbed(&ev, MEAS_PROBE_MIN);
+        const int bad = meas_disturbed(&ev, MEAS_POLICY.probe_min);
         if (!bad) kept[nkept++] = all[i];
         printf("sample %4d  %8.3f ms  %7.1f GFLOP/s  probe %.3f  core %.3f  preempted %ld  stolen "
                "%.3f s%s\n",

@@ -510,15 +510,23 @@ mha_status meas_sample_guarded(const meas_call *c, int threads, double *seconds,
     return st;
 }
 
+const meas_policy MEAS_POLICY = {
+    .probe_min = MEAS_PROBE_MIN,
+    .core_probe_min = MEAS_CORE_PROBE_MIN,
+    .preempt_max = MEAS_PREEMPT_MAX,
+    .target_halfwidth = 0.02,
+    .contended_share = 0.10,
+};
+
 int meas_disturbed_for(const meas_evidence *ev, double probe_min, double seconds) {
-    const double allowed = MEAS_PREEMPT_MAX * (seconds > 0.02 ? seconds / 0.02 : 1.0);
-    return ev->probe < probe_min || ev->probe_core < MEAS_CORE_PROBE_MIN ||
+    const double allowed = MEAS_POLICY.preempt_max * (seconds > 0.02 ? seconds / 0.02 : 1.0);
+    return ev->probe < probe_min || ev->probe_core < MEAS_POLICY.core_probe_min ||
            (double)ev->preempted > allowed || ev->stolen > 0;
 }
 
 int meas_disturbed(const meas_evidence *ev, double probe_min) {
-    return ev->probe < probe_min || ev->probe_core < MEAS_CORE_PROBE_MIN ||
-           ev->preempted > MEAS_PREEMPT_MAX || ev->stolen > 0;
+    return ev->probe < probe_min || ev->probe_core < MEAS_POLICY.core_probe_min ||
+           ev->preempted > MEAS_POLICY.preempt_max || ev->stolen > 0;
 }
 
 double meas_halfwidth(const double *x, int n) {
@@ -552,7 +560,7 @@ int meas_interleave_guarded(const meas_call *c, int n, const meas_plan *pl, doub
                             meas_tally *t) {
     *t = (meas_tally){0, 0, 0, 1};
     const double t_start = now_s();
-    const double probe_min = pl->probe_min > 0 ? pl->probe_min : MEAS_PROBE_MIN;
+    const double probe_min = pl->probe_min > 0 ? pl->probe_min : MEAS_POLICY.probe_min;
     int reps = 0;
     while (reps < pl->max_reps) {
         /* Past min_reps, a round starts only when it would end within

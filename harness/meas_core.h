@@ -205,6 +205,38 @@ typedef struct {
 } meas_window;
 void meas_window_begin(meas_window *w, int threads);
 void meas_window_end(const meas_window *w, meas_evidence *ev);
+/* ---- the measurement policy ---------------------------------------------------------
+ * The rules every measurement here follows (sweep and tune read them from
+ * this one struct): the evidence's thresholds above, the half-width of a
+ * median's 95% interval that is narrow enough (the sweep's follow-up passes
+ * and tune's rounds stop there), and the share of the machine other
+ * processes may take before a window is called contended (tune flags the
+ * class and repeats its final round; the sweep says so in mha_load). */
+typedef struct {
+    double probe_min;        /* MEAS_PROBE_MIN */
+    double core_probe_min;   /* MEAS_CORE_PROBE_MIN */
+    int preempt_max;         /* MEAS_PREEMPT_MAX per 20 ms */
+    double target_halfwidth; /* 0.02 */
+    double contended_share;  /* 0.10 */
+} meas_policy;
+extern const meas_policy MEAS_POLICY;
+
+/* Other processes' share of the machine over a window: busy time of all
+ * CPUs (/proc/stat, steal included: a VM's host taking the core hurts the
+ * same) minus this process's own (/proc/self/stat), over CPUs x wall time.
+ * Both count in clock ticks (10 ms), so windows shorter than
+ * MEAS_MIN_LOAD_WINDOW report -1 (unknown); a steady share above
+ * MEAS_POLICY.contended_share is a loaded machine, not a burst. */
+#define MEAS_MIN_LOAD_WINDOW 0.25
+typedef struct {
+    double wall;
+    unsigned long long busy, self;
+} meas_load;
+/* Takes the window's start or end. */
+void meas_load_mark(meas_load *m);
+/* Other processes' share of the machine between a and b (0..1), -1 unknown. */
+double meas_load_share(const meas_load *a, const meas_load *b);
+
 /* meas_disturbed for a stretch of `seconds`: a quiet VM preempts a process
  * now and then, so the preemption bound grows with the stretch
  * (MEAS_PREEMPT_MAX per 20 ms). */

@@ -94,7 +94,7 @@ void bench_body(mha_gbench_state *st, void *user) {
     mha_gbench_counter(st, "probe_core", ev.probe_core, MHA_GBENCH_PLAIN);
     mha_gbench_counter(st, "preempted", (double)ev.preempted, MHA_GBENCH_PLAIN);
     mha_gbench_counter(st, "stolen_ms", ev.stolen * 1e3, MHA_GBENCH_PLAIN);
-    mha_gbench_counter(st, "disturbed", meas_disturbed_for(&ev, MEAS_PROBE_MIN, wdt),
+    mha_gbench_counter(st, "disturbed", meas_disturbed_for(&ev, MEAS_POLICY.probe_min, wdt),
                        MHA_GBENCH_PLAIN);
     const int64_t iters = mha_gbench_iterations(st);
     const int over = check_roof(b, iters, wdt);
@@ -502,6 +502,7 @@ int run_and_commit(const sweep_args *a, bench *benches, int nbench, int ngroups,
            interleaved ? "interleaved" : "grouped", min_time, nskipped, est);
     fflush(stdout);
     *t0 = now_s();
+    meas_load_mark(&rs->load0);
     const int rc = mha_gbench_run(gargc, gargv, NULL, on_report, rs);
     progress_end(&rs->prog);
     free(gargv);

@@ -48,7 +48,7 @@ enum { MAX_PEERS = 8 };
  * relative half-width of the median interval a multi-repetition benchmark
  * is sampled down to. */
 enum { SWEEP_MAX_PASSES = 4 };
-#define SWEEP_TARGET_HALFWIDTH 0.02
+#define SWEEP_TARGET_HALFWIDTH MEAS_POLICY.target_halfwidth
 
 /* ---- the grid ----------------------------------------------------------- */
 
@@ -124,10 +124,11 @@ typedef struct {
     int interleaved;
     int runs; /* every pass's rows */
     int ngroups;
-    progress prog;  /* sweep/progress.c: lines, bar, the time left */
-    rows_file rows; /* the result file's rows, written once at the end (fmt_rows.c) */
-    int pass;       /* the pass running: 0 the first */
-    int row_error;  /* a row the writer refused (its message printed) */
+    progress prog;   /* sweep/progress.c: lines, bar, the time left */
+    rows_file rows;  /* the result file's rows, written once at the end (fmt_rows.c) */
+    int pass;        /* the pass running: 0 the first */
+    int row_error;   /* a row the writer refused (its message printed) */
+    meas_load load0; /* the machine's load at the run's start (mha_load) */
 } run_state;
 
 typedef struct {

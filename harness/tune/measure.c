@@ -79,7 +79,7 @@ static meas_plan tune_plan(const tune_ctx *tx, double time_cap, int max_reps, in
                        .time_cap = time_cap,
                        .target = TARGET_HALFWIDTH,
                        .max_retakes = MAX_RETAKES,
-                       .probe_min = MEAS_PROBE_MIN,
+                       .probe_min = MEAS_POLICY.probe_min,
                        .calls = calls};
 }
 
@@ -183,14 +183,14 @@ void measure(tune_ctx *tx, class_data *cd, const mha_kernel *k, point *pt, int v
         log_line(tx, cd, k, pt, "error", max_err, cd->vd.tol, NULL, 0, 0, phase);
         return;
     }
-    load_mark m0, m1;
-    load_mark_now(&m0);
+    meas_load m0, m1;
+    meas_load_mark(&m0);
     const meas_plan pl = tune_plan(tx, time_cap, MAX_REPS, calls_per_sample(warm));
     meas_tally tl;
     const int reps = meas_interleave_guarded(&call, 1, &pl, times, &tl);
     tally_add(tx, &tl);
-    load_mark_now(&m1);
-    tx->other = other_share(&m0, &m1);
+    meas_load_mark(&m1);
+    tx->other = meas_load_share(&m0, &m1);
     double sorted[MAX_REPS];
     memcpy(sorted, times, (size_t)reps * sizeof(double));
     const double median = median_inplace(sorted, reps);
@@ -226,14 +226,14 @@ double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, point **p
         meas_sample(&calls[i], &t);
         fastest = t < fastest ? t : fastest;
     }
-    load_mark m0, m1;
-    load_mark_now(&m0);
+    meas_load m0, m1;
+    meas_load_mark(&m0);
     const meas_plan pl = tune_plan(tx, time_cap, FINAL_MAX_REPS, calls_per_sample(fastest));
     meas_tally tl;
     const int reps = meas_interleave_guarded(calls, n, &pl, &times[0][0], &tl);
     tally_add(tx, &tl);
-    load_mark_now(&m1);
-    tx->other = other_share(&m0, &m1);
+    meas_load_mark(&m1);
+    tx->other = meas_load_share(&m0, &m1);
     for (int i = 0; i < n; i++) {
         double sorted[FINAL_MAX_REPS];
         memcpy(sorted, times[i], (size_t)reps * sizeof(double));

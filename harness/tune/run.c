@@ -53,14 +53,15 @@ static tune_status tune_class(tune_run *r, int ci) {
     double share = own + (pool > 0 ? pool / (r->ncls - ci) : 0);
     if (share > remaining) share = remaining > 0 ? remaining : 0;
     const double class_end = t0 + share;
-    load_mark class_m0, class_m1;
-    load_mark_now(&class_m0);
+    meas_load class_m0, class_m1;
+    meas_load_mark(&class_m0);
     search_class(r, cl, t0 + 0.75 * share); /* a quarter for the final round */
     const double t1 = now_s();
     const double other = final_round(r, dkern, class_end);
-    load_mark_now(&class_m1);
-    const double class_other = other_share(&class_m0, &class_m1);
-    if (other > CONTENDED_SHARE || class_other > CONTENDED_SHARE) r->contended++;
+    meas_load_mark(&class_m1);
+    const double class_other = meas_load_share(&class_m0, &class_m1);
+    if (other > MEAS_POLICY.contended_share || class_other > MEAS_POLICY.contended_share)
+        r->contended++;
     keep_moves_that_held(r);
     int wi, ri;
     rank_kernels(r, &wi, &ri);

@@ -193,7 +193,7 @@ double final_round(tune_run *r, const mha_kernel *dkern, double class_end) {
     }
     const double t0 = now_s();
     double other = interleave(&r->tx, &r->cd, fk, fp, nf, class_end - t0, "final");
-    if (other > CONTENDED_SHARE) {
+    if (other > MEAS_POLICY.contended_share) {
         const double took = now_s() - t0;
         if (now_s() + took <= class_end) {
             printf("tune: %s: other processes used %.0f%% of the machine; repeating the final "

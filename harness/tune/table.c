@@ -311,7 +311,7 @@ static void print_summary(const tune_run *r, double elapsed) {
     if (r->contended)
         printf("tune: %d of %d classes were measured while other processes held the cores "
                "(other_load > %.2f in the table): rerun on a quiet machine\n",
-               r->contended, r->ncls, CONTENDED_SHARE);
+               r->contended, r->ncls, MEAS_POLICY.contended_share);
     printf("tune: %d classes in %.1f s (budget %g s)\n", r->tuned, elapsed, (double)r->a.budget);
 }
 

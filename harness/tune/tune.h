@@ -31,7 +31,7 @@
  * half-width), or the class's time cap or MAX_REPS is reached; disturbed
  * samples (meas_core's evidence) are retaken, at most this many per
  * measurement. */
-#define TARGET_HALFWIDTH 0.02
+#define TARGET_HALFWIDTH MEAS_POLICY.target_halfwidth
 #define MAX_RETAKES 8
 /* The final round decides, so it may take more rounds to reach the target
  * (the small classes' sub-millisecond calls needed them: 15 rounds left
@@ -77,23 +77,8 @@ static inline void fmt(char *buf, size_t len, const char *f, ...) {
     va_end(ap);
 }
 
-/* Other processes' share of the machine over a window: busy time of all
- * CPUs (/proc/stat, steal included: a VM's host taking the core hurts the
- * same) minus this process's own (/proc/self/stat), over CPUs x wall time.
- * Both count in clock ticks (10 ms), so windows shorter than MIN_LOAD_WINDOW
- * report -1 (unknown). Above CONTENDED_SHARE the numbers are suspect: the
- * final round is repeated once and the class is flagged. */
-#define MIN_LOAD_WINDOW 0.25
-#define CONTENDED_SHARE 0.10
-typedef struct {
-    double wall;
-    unsigned long long busy, self;
-} load_mark;
-
-/* Takes the window's start or end. */
-void load_mark_now(load_mark *m);
-/* Other processes' share of the machine between a and b, -1 unknown. */
-double other_share(const load_mark *a, const load_mark *b);
+/* The load check (other processes' share of the machine over a window) is
+ * the measurement core's: meas_load_mark / meas_load_share (meas_core.h). */
 
 /* ---- one class's data: timing inputs and the verification case --------------------- */
 typedef struct {

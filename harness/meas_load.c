@@ -1,14 +1,15 @@
-/* load.c - tune's load check: other processes' share of the machine over a
- * window, from /proc/stat and /proc/self/stat. */
+/* meas_load.c - the measurement core's load check (meas_core.h): other
+ * processes' share of the machine over a window, from /proc/stat and
+ * /proc/self/stat; tune's contended classes and the sweep's mha_load. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "stats.h"
 #include "util.h"
-#include "tune.h"
+#include "meas_core.h"
 
-void load_mark_now(load_mark *m) {
+void meas_load_mark(meas_load *m) {
     m->wall = now_s();
     m->busy = m->self = 0;
     FILE *f = fopen("/proc/stat", "r");
@@ -33,10 +34,10 @@ void load_mark_now(load_mark *m) {
     }
 }
 
-double other_share(const load_mark *a, const load_mark *b) {
+double meas_load_share(const meas_load *a, const meas_load *b) {
     const double wall = b->wall - a->wall;
     const long hz = sysconf(_SC_CLK_TCK), ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    if (wall < MIN_LOAD_WINDOW || hz <= 0 || ncpu <= 0 || !a->busy || !b->busy) return -1;
+    if (wall < MEAS_MIN_LOAD_WINDOW || hz <= 0 || ncpu <= 0 || !a->busy || !b->busy) return -1;
     const double other = (double)(b->busy - a->busy) - (double)(b->self - a->self);
     const double share = other / (double)hz / (wall * (double)ncpu);
     return share < 0 ? 0 : share;

@@ -6,7 +6,9 @@
  * A peer whose helper does not start here (no peer Python: CI) is a visible
  * skip with its why, never a failure. Also: takes() refuses int8 KV with a
  * message, a killed helper gives an error (not a hang or a crash) and the next
- * prepare starts a fresh one, and a missing Python or script is a clear why. */
+ * prepare starts a fresh one, a missing Python or script is a clear why, each
+ * peer runs under its own interpreter (zentorch: MHA_PEERS_PYTHON_ZENTORCH),
+ * and the C and Python lists of peers agree. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,7 +30,13 @@
 #define SEED 20261130ull
 enum { THREADS = 2 };
 
-static const peer_ops *const PY[] = {&peer_torch, &peer_onnxruntime, &peer_openvino};
+/* Every Python peer, from the one list. */
+static const peer_ops *const PY[] = {
+#define PY(name, env, venv, setup) &peer_##name,
+#include "peers/peers_py.inc"
+#undef PY
+};
+enum { NPY = sizeof PY / sizeof PY[0] };
 
 typedef struct {
     int64_t b, h, g, nq, nkv, d;
@@ -134,12 +142,58 @@ static void test_openvino(void **state) {
     (void)state;
     check_peer(&peer_openvino);
 }
+/* Runs under its own interpreter (MHA_PEERS_PYTHON_ZENTORCH or
+ * .venv-zentorch): fp32 and bf16, GQA natively, our bottom-right causal as a
+ * mask where its flag (top-left) differs. */
+static void test_zentorch(void **state) {
+    (void)state;
+    check_peer(&peer_zentorch);
+}
+
+/* The C list (peers_py.inc, through peer_names) and the helper's PEERS dict
+ * (mha_peer.py --list, stdlib only: any python3 runs it) name the same Python
+ * peers in the same order; each Python peer names its interpreter. */
+static void test_lists_agree(void **state) {
+    (void)state;
+    const char *src = getenv("MHA_SOURCE_DIR");
+    if (!src || !*src) {
+        printf("[ SKIPPED  ] MHA_SOURCE_DIR not set (meson test sets it)\n");
+        skip();
+    }
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "python3 '%s/scripts/peers/mha_peer.py' --list", src);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    char line[128];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        assert_true(n < NPY);
+        printf("[ list     ] %s / %s\n", line, PY[n]->name);
+        assert_string_equal(line, PY[n]->name);
+        n++;
+    }
+    assert_int_equal(pclose(f), 0);
+    assert_int_equal(n, NPY);
+    int nn;
+    const char *const *names = peer_names(&nn);
+    for (int i = 0; i < NPY; i++) {
+        assert_true(i < nn);
+        assert_string_equal(names[i], PY[i]->name);
+        assert_non_null(peer_python_env(PY[i]->name));
+        assert_non_null(peer_python_venv(PY[i]->name));
+    }
+    assert_null(peer_python_env("onednn"));
+    assert_string_equal(peer_python_env("zentorch"), "MHA_PEERS_PYTHON_ZENTORCH");
+    assert_string_equal(peer_python_venv("zentorch"), ".venv-zentorch");
+    assert_string_equal(peer_python_env("torch"), "MHA_PEERS_PYTHON");
+}
 
 /* Decided in C, no helper needed: int8 KV, mixed dtypes and causal rows that
  * see no key are refused with a message; the plain problem is taken. */
 static void test_takes(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0]; i++) {
+    for (size_t i = 0; i < NPY; i++) {
         char why[512] = "";
         mha_problem p = problem_of(&SHAPES[1], MHA_F32);
         assert_true(PY[i]->takes(&p, why, sizeof why));
@@ -208,7 +262,7 @@ static pid_t helper_pid(const char *name) {
 static peer_inst *small_on_first_peer(const peer_ops **peer, int causal, int index, check_case *c,
                                       check_data *d, pid_t *pid, char *why, size_t len) {
     *peer = NULL;
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0] && !*peer; i++)
+    for (size_t i = 0; i < NPY && !*peer; i++)
         if (PY[i]->probe(why, len)) *peer = PY[i];
     if (!*peer) {
         printf("[ SKIPPED  ] no Python peer runs here: %s\n", why);
@@ -294,7 +348,7 @@ static void test_helper_not_pinned(void **state) {
         printf("[ SKIPPED  ] one CPU: nothing to pin away\n");
         skip();
     }
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0]; i++)
+    for (size_t i = 0; i < NPY; i++)
         if (PY[i]->shutdown) PY[i]->shutdown();
     cpu_set_t saved, one;
     assert_int_equal(sched_getaffinity(0, sizeof saved, &saved), 0);
@@ -307,7 +361,7 @@ static void test_helper_not_pinned(void **state) {
     assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
     const peer_ops *peer = NULL;
     char why[1024] = "";
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0] && !peer; i++)
+    for (size_t i = 0; i < NPY && !peer; i++)
         if (PY[i]->probe(why, sizeof why)) peer = PY[i];
     assert_int_equal(sched_setaffinity(0, sizeof saved, &saved), 0);
     if (!peer) {
@@ -328,7 +382,7 @@ static void test_helper_not_pinned(void **state) {
  * after shutdown (which forgets the probes) and shuts down again after. */
 static void test_missing_python(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0]; i++)
+    for (size_t i = 0; i < NPY; i++)
         if (PY[i]->shutdown) PY[i]->shutdown();
     char *saved = getenv("MHA_PEERS_PYTHON") ? strdup(getenv("MHA_PEERS_PYTHON")) : NULL;
     char why[1024] = "";
@@ -344,6 +398,19 @@ static void test_missing_python(void **state) {
     assert_non_null(strstr(why, "/nonexistent/mha_peer.py"));
     peer_openvino.shutdown();
     unsetenv("MHA_PEERS_SCRIPT");
+    /* zentorch's interpreter is its own variable's, not MHA_PEERS_PYTHON's */
+    char *zsaved =
+        getenv("MHA_PEERS_PYTHON_ZENTORCH") ? strdup(getenv("MHA_PEERS_PYTHON_ZENTORCH")) : NULL;
+    setenv("MHA_PEERS_PYTHON_ZENTORCH", "/nonexistent/zentorch/python3", 1);
+    assert_false(peer_zentorch.probe(why, sizeof why));
+    printf("[ why      ] %s\n", why);
+    assert_non_null(strstr(why, "/nonexistent/zentorch/python3"));
+    peer_zentorch.shutdown();
+    if (zsaved)
+        setenv("MHA_PEERS_PYTHON_ZENTORCH", zsaved, 1);
+    else
+        unsetenv("MHA_PEERS_PYTHON_ZENTORCH");
+    free(zsaved);
     if (saved)
         setenv("MHA_PEERS_PYTHON", saved, 1);
     else
@@ -353,7 +420,7 @@ static void test_missing_python(void **state) {
 
 static int shutdown_all(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0]; i++)
+    for (size_t i = 0; i < NPY; i++)
         if (PY[i]->shutdown) PY[i]->shutdown();
     return 0;
 }
@@ -365,6 +432,8 @@ int main(void) {
         cmocka_unit_test(test_torch),
         cmocka_unit_test(test_onnxruntime),
         cmocka_unit_test(test_openvino),
+        cmocka_unit_test(test_zentorch),
+        cmocka_unit_test(test_lists_agree),
         cmocka_unit_test(test_killed_helper),
         cmocka_unit_test(test_stuck_helper),
         cmocka_unit_test(test_helper_not_pinned),

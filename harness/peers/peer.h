@@ -59,8 +59,8 @@ typedef struct peer_ops {
     void (*shutdown)(void);
 } peer_ops;
 
-/* Every peer this build knows, in a fixed order (torch, onnxruntime,
- * openvino, onednn, libxsmm: those built in); *n is the count. */
+/* Every peer this build knows, in a fixed order (the Python ones of
+ * peers_py.inc, then onednn, libxsmm: those built in); *n is the count. */
 const peer_ops *const *peer_all(int *n);
 /* The peer called name, or NULL. */
 const peer_ops *peer_find(const char *name);
@@ -71,8 +71,15 @@ const char *const *peer_names(int *n);
  * not find its library (libdnnl-dev)"); NULL when it is built. */
 const char *peer_not_built(const char *name);
 
+/* The Python peers' interpreter: the variable that names it and the
+ * default environment (peers_py.inc); NULL for a name that is not one. */
+const char *peer_python_env(const char *name);
+const char *peer_python_venv(const char *name);
+
 /* The peers' own modules. */
-extern const peer_ops peer_torch, peer_onnxruntime, peer_openvino; /* peer_py.c */
+#define PY(name, env, venv, setup) extern const peer_ops peer_##name; /* peer_py.c */
+#include "peers_py.inc"
+#undef PY
 #ifdef MHA_HAVE_DNNL
 extern const peer_ops peer_onednn; /* peer_onednn.c */
 #endif

@@ -1,4 +1,5 @@
-/* peer_py.c - the Python peers (torch, onnxruntime, openvino): each runs in
+/* peer_py.c - the Python peers (peers_py.inc: torch, onnxruntime, openvino,
+ * zentorch): each runs in
  * a long-lived helper process, `python scripts/peers/mha_peer.py --peer NAME
  * --shm-fd 3`, started lazily by probe() and kept for the whole run, so the
  * interpreter's start-up and imports are never timed; the helper times each
@@ -96,11 +97,12 @@ typedef struct {
 
 typedef struct {
     const py_rules *r;
-    pid_t pid;     /* 0: not running */
-    int chan, shm; /* -1 when closed */
-    unsigned gen;  /* bumped at each start: instances remember theirs */
-    int probed;    /* 0 not yet, 1 ran, -1 failed (why) */
-    int strikes;   /* replies it failed to give in time: at STRIKES it is not restarted */
+    const char *env, *venv, *setup; /* its interpreter (peers_py.inc) */
+    pid_t pid;                      /* 0: not running */
+    int chan, shm;                  /* -1 when closed */
+    unsigned gen;                   /* bumped at each start: instances remember theirs */
+    int probed;                     /* 0 not yet, 1 ran, -1 failed (why) */
+    int strikes; /* replies it failed to give in time: at STRIKES it is not restarted */
     char why[1024];
     char version[1024]; /* escaped, as all of a helper's text */
     char *buf;          /* received bytes not yet consumed */
@@ -119,19 +121,19 @@ struct peer_inst {
     char failed[1024]; /* set once a claim was impossible or the deadline passed */
 };
 
-static const py_rules RULES_TORCH = {
+static const py_rules RULES_torch = {
     .name = "torch",
     .label = "PyTorch",
     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16),
 };
-static const py_rules RULES_ORT = {
+static const py_rules RULES_onnxruntime = {
     .name = "onnxruntime",
     .label = "ONNX Runtime",
     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_F16),
     .why_dtype = {[MHA_BF16] = "bf16: ONNX Runtime's CPU execution provider has no bf16 "
                                "MultiHeadAttention kernel (NOT_IMPLEMENTED)"},
 };
-static const py_rules RULES_OV = {
+static const py_rules RULES_openvino = {
     .name = "openvino",
     .label = "OpenVINO",
     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
@@ -140,10 +142,31 @@ static const py_rules RULES_OV = {
     .bf16_needs_isa = 1,
 };
 
-static helper HELPERS[3] = {
-    {.r = &RULES_TORCH, .chan = -1, .shm = -1},
-    {.r = &RULES_ORT, .chan = -1, .shm = -1},
-    {.r = &RULES_OV, .chan = -1, .shm = -1},
+/* zentorch (AMD's ZenDNN plugin for PyTorch 2.14.x, in an environment of
+ * its own): zentorch_sdpa_attn / zentorch_sdpa, fp32 and bf16. An fp16 call
+ * returns numbers too, but through another path than its fp32/bf16 kernels
+ * (its errors there are PyTorch's, not ZenDNN's), so it is not offered. */
+static const py_rules RULES_zentorch = {
+    .name = "zentorch",
+    .label = "zentorch",
+    .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
+    .why_dtype = {[MHA_F16] = "fp16: zentorch's SDPA kernels are fp32 and bf16 (an fp16 call "
+                              "takes another, non-ZenDNN path)"},
+};
+
+/* One helper per entry of peers_py.inc, in its order, with the interpreter
+ * the list names; each peer's rules (RULES_<name> above) must exist. */
+enum {
+#define PY(name, env, venv, setup) IDX_##name,
+#include "peers_py.inc"
+#undef PY
+    NPY
+};
+static helper HELPERS[NPY] = {
+#define PY(name, e, v, su)                                                                         \
+    {.r = &RULES_##name, .env = e, .venv = v, .setup = su, .chan = -1, .shm = -1},
+#include "peers_py.inc"
+#undef PY
 };
 
 static void setwhy(char *why, size_t len, const char *fmt, ...)
@@ -229,10 +252,13 @@ static void helper_fail(helper *h, const char *doing, const char *what) {
              (long)pid, doing, what, how[0] ? " (" : "", how, how[0] ? ")" : "");
 }
 
-static const char *python_path(char *buf, size_t len) {
-    const char *env = getenv("MHA_PEERS_PYTHON");
+/* The interpreter of h's peer: its variable (MHA_PEERS_PYTHON for most,
+ * MHA_PEERS_PYTHON_ZENTORCH for zentorch), else <source>/<its venv>/bin/python3
+ * when that exists, else NULL. */
+static const char *python_path(const helper *h, char *buf, size_t len) {
+    const char *env = getenv(h->env);
     if (env && *env) return env;
-    snprintf(buf, len, "%s/.venv-peers/bin/python3", MHA_SOURCE_DIR);
+    snprintf(buf, len, "%s/%s/bin/python3", MHA_SOURCE_DIR, h->venv);
     return access(buf, X_OK) == 0 ? buf : NULL;
 }
 
@@ -246,11 +272,10 @@ static const char *script_path(char *buf, size_t len) {
 /* Starts h's child; 0, or -1 with why. Does not say hello. */
 static int helper_spawn(helper *h, char *why, size_t len) {
     char pybuf[4096], scbuf[4096];
-    const char *py = python_path(pybuf, sizeof pybuf);
+    const char *py = python_path(h, pybuf, sizeof pybuf);
     if (!py) {
-        setwhy(why, len,
-               "no peer Python environment: run scripts/peers/setup-venv.sh or set "
-               "MHA_PEERS_PYTHON");
+        setwhy(why, len, "no peer Python environment (%s/%s): run %s or set %s", MHA_SOURCE_DIR,
+               h->venv, h->setup, h->env);
         return -1;
     }
     const char *script = script_path(scbuf, sizeof scbuf);
@@ -548,7 +573,7 @@ static void shm_empty(helper *h) {
     }
 }
 
-/* ---- the peer_ops functions, shared by the three peers -------------------------- */
+/* ---- the peer_ops functions, shared by the Python peers -------------------------- */
 
 static int py_probe(helper *h, char *why, size_t len) {
     if (h->probed == 1 && h->pid) return 1;
@@ -761,7 +786,7 @@ static void py_release(peer_inst *pi) {
     free(pi);
 }
 
-/* ---- the three peers ------------------------------------------------------------- */
+/* ---- the peers of peers_py.inc ------------------------------------------------------------- */
 #define PY_PEER(var, idx, nm)                                                                      \
     static int var##_probe(char *why, size_t len) {                                                \
         return py_probe(&HELPERS[idx], why, len);                                                  \
@@ -792,6 +817,6 @@ static void py_release(peer_inst *pi) {
         .shutdown = var##_shutdown,                                                                \
     }
 
-PY_PEER(peer_torch, 0, "torch");
-PY_PEER(peer_onnxruntime, 1, "onnxruntime");
-PY_PEER(peer_openvino, 2, "openvino");
+#define PY(name, env, venv, setup) PY_PEER(peer_##name, IDX_##name, #name);
+#include "peers_py.inc"
+#undef PY

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""mha_peer.py - one Python attention peer (torch, onnxruntime or openvino) as a
+"""mha_peer.py - one Python attention peer (torch, onnxruntime, openvino, zentorch) as a
 long-lived helper process of mhabench (harness/peers/peer_py.c). The helper
 imports its library once, keeps many prepared instances alive at once, and
 answers with its own clock, so interpreter start-up, imports and the pipe
 round trip are never part of a timing.
 
 Started as: python mha_peer.py --peer NAME --shm-fd N
+(--list prints the peer names and exits: the check that they agree with the C list.)
 
 Protocol (also written out at the top of harness/peers/peer_py.c):
   - stdin (fd 0) is one end of a socketpair: requests arrive on it as one
@@ -175,6 +176,74 @@ class TorchPeer:
         if inst["dtype"] == "fp32":
             return out.numpy()
         return out.view(self.torch.int16).numpy()
+
+
+# ---- zentorch -----------------------------------------------------------------
+class ZentorchPeer(TorchPeer):
+    """AMD's ZenDNN plugin for PyTorch (PyPI zentorch, which imports only with
+    its own PyTorch 2.14.x: a venv of its own, see peers_py.inc). Its two SDPA
+    ops both take [B,H,N,d] fp32 or bf16, GQA natively (fewer K/V heads) and a
+    causal flag that is top-left when Nq != Nkv (measured, like PyTorch's):
+      zentorch_sdpa_attn(q, k, v, out, scale, is_causal, alibi_slopes,
+                         left_window, right_window): writes into out, no mask
+                         argument; used when no explicit mask is needed
+      zentorch_sdpa(q, k, v, dropout_p, is_causal, attn_mask=, scale=) ->
+                         (out, lse): takes an additive mask; used for our
+                         bottom-right causal with Nq < Nkv."""
+
+    def __init__(self):
+        import zentorch  # registers torch.ops.zentorch
+        import torch
+        if getattr(zentorch, "__stable_abi_only__", False):
+            # under a torch of another minor it loads a reduced "stable ABI"
+            # library: not the zentorch its users run
+            raise ImportError("zentorch %s was built for torch %s but runs under torch %s here "
+                              "(its reduced stable-ABI mode): use its own environment "
+                              "(scripts/peers/setup-venv-zentorch.sh)" % (
+                                  zentorch.__version__, zentorch.buildtime_torchversion,
+                                  torch.__version__))
+        super().__init__()
+        self.zentorch = zentorch
+        cfg = str(getattr(zentorch, "__config__", ""))
+        found = re.search(r"ZENDNNL? (v[\d.]+)", cfg)
+        self.version = "zentorch %s (%s%s)" % (
+            zentorch.__version__, self.version,
+            ", ZenDNN " + found.group(1) if found else "")
+
+    def prepare(self, req, fd):
+        inst = super().prepare(req, fd)  # tensors, mask, one warm-up through run below
+        inst["settings"] = (
+            "torch.set_num_threads(%d) inference_mode torch.ops.zentorch.%s dtype=%s [B,H,N,d] "
+            "scale=%.9g causal=%s gqa=%s" % (
+                inst["threads"], "zentorch_sdpa" if inst["mask"] is not None
+                else "zentorch_sdpa_attn (into a buffer made at prepare)",
+                req["dtype"], inst["scale"],
+                "additive lower-right mask built at prepare" if inst["mask"] is not None
+                else "is_causal" if inst["is_causal"] else "none",
+                "native (fewer K/V heads)" if inst["gqa"] else "no"))
+        return inst
+
+    def run(self, inst):
+        torch = self.torch
+        zt = torch.ops.zentorch
+        if torch.get_num_threads() != inst["threads"]:
+            torch.set_num_threads(inst["threads"])
+        with torch.inference_mode():
+            if inst["mask"] is not None:
+                t0 = time.perf_counter()
+                out = zt.zentorch_sdpa(inst["q"], inst["k"], inst["v"], 0.0, False,
+                                       attn_mask=inst["mask"], scale=inst["scale"])[0]
+                t1 = time.perf_counter()
+            else:
+                out = inst.get("buf")
+                if out is None:
+                    out = inst["buf"] = torch.empty_like(inst["q"])
+                t0 = time.perf_counter()
+                zt.zentorch_sdpa_attn(inst["q"], inst["k"], inst["v"], out, inst["scale"],
+                                      inst["is_causal"])
+                t1 = time.perf_counter()
+        inst["out"] = out
+        return t1 - t0
 
 
 # ---- onnxruntime -------------------------------------------------------------
@@ -368,7 +437,10 @@ class OpenvinoPeer:
         return data.view(np.uint16).copy() if inst["bf16"] else data.copy()
 
 
-PEERS = {"torch": TorchPeer, "onnxruntime": OrtPeer, "openvino": OpenvinoPeer}
+# The same names as harness/peers/peers_py.inc (tests/test_peer_py.c compares
+# them through --list).
+PEERS = {"torch": TorchPeer, "onnxruntime": OrtPeer, "openvino": OpenvinoPeer,
+         "zentorch": ZentorchPeer}
 
 
 def serve(peer_name, shm_fd, chan):
@@ -424,9 +496,15 @@ def serve(peer_name, shm_fd, chan):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--peer", required=True, choices=sorted(PEERS))
-    ap.add_argument("--shm-fd", type=int, required=True)
+    ap.add_argument("--list", action="store_true", help="print the peer names, one a line")
+    ap.add_argument("--peer", choices=sorted(PEERS))
+    ap.add_argument("--shm-fd", type=int)
     args = ap.parse_args()
+    if args.list:
+        print("\n".join(PEERS))
+        return
+    if args.peer is None or args.shm_fd is None:
+        ap.error("--peer and --shm-fd are required (or --list)")
     # The protocol channel moves off fds 0/1: a library printing to stdout
     # (C or Python) then lands on stderr instead of in the replies.
     chan = os.dup(0)

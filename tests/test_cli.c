@@ -26,6 +26,8 @@
 
 #include <json-c/json.h>
 
+#include "peers/peer.h"
+
 #include "meas_gbench.h"
 #include "fmt_npy.h"
 #include "mha_private.h"
@@ -860,10 +862,20 @@ static void test_sweep_peers(void **state) {
     expect_usage(run_bench("sweep", "--peers", "torch,pytorch", "--out", out, NULL), "pytorch");
     /* no peer Python here whatever the caller has: the Python peers are
      * unavailable; the C ones run when this build has them */
-    static const char *const py_envs[] = {"MHA_PEERS_PYTHON", "MHA_PEERS_PYTHON_ZENTORCH"};
-    enum { NENV = sizeof py_envs / sizeof py_envs[0] };
+    /* each Python peer's interpreter variable (peers_py.inc) */
+    enum { NENV = 16 };
+    const char *py_envs[NENV];
     char *saved[NENV];
-    for (int i = 0; i < NENV; i++) {
+    int nenv = 0, nnames;
+    const char *const *names = peer_names(&nnames);
+    for (int i = 0; i < nnames && nenv < NENV; i++) {
+        const char *e = peer_python_env(names[i]);
+        int seen = !e;
+        for (int j = 0; j < nenv && !seen; j++) seen = strcmp(py_envs[j], e) == 0;
+        if (!seen) py_envs[nenv++] = e;
+    }
+    assert_true(nenv >= 3); /* MHA_PEERS_PYTHON, _ZENTORCH, _GGML */
+    for (int i = 0; i < nenv; i++) {
         const char *old = getenv(py_envs[i]);
         saved[i] = old ? strdup(old) : NULL;
         setenv(py_envs[i], "/nonexistent/python3", 1);
@@ -871,7 +883,7 @@ static void test_sweep_peers(void **state) {
     const int rc = run_bench("sweep", "--kernels", "flash.scalar", "--peers", "all", "--seq", "33",
                              "--heads", "2", "--head-dim", "64", "--causal", "0", "--threads", "1",
                              "--min-time", "0.001", "--passes", "1", "--out", out, NULL);
-    for (int i = 0; i < NENV; i++) {
+    for (int i = 0; i < nenv; i++) {
         if (saved[i])
             setenv(py_envs[i], saved[i], 1);
         else
@@ -885,9 +897,11 @@ static void test_sweep_peers(void **state) {
     assert_non_null(tv);
     assert_int_equal(strncmp(tv, "unavailable: ", 13), 0);
     assert_null(strstr(buf, "peer.torch/"));
-    /* zentorch's interpreter is its own variable's: unavailable too */
+    /* zentorch's and ggml's interpreters are their own variables': unavailable too */
     assert_non_null(strstr(g_out, "peer zentorch: not available here"));
     assert_null(strstr(buf, "peer.zentorch/"));
+    assert_non_null(strstr(g_out, "peer ggml: not available here"));
+    assert_null(strstr(buf, "peer.ggml/"));
     static const char *const c_peers[] = {"onednn", "libxsmm"};
     for (size_t i = 0; i < sizeof c_peers / sizeof c_peers[0]; i++) {
         snprintf(key, sizeof key, "mha_peer_%s", c_peers[i]);

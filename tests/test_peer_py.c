@@ -80,17 +80,19 @@ static int probe_or_skip(const peer_ops *peer) {
 }
 
 /* Prepares, runs and checks one case; returns 1 when the peer took it. */
-static int check_one(const peer_ops *peer, const shape *s, mha_dtype dt, int index) {
+static int check_one(const peer_ops *peer, const shape *s, mha_dtype dt, mha_dtype kvdt,
+                     int index) {
     check_case c = {
         .p = problem_of(s, MHA_F32), .input = INPUT_UNIFORM, .layout = LAYOUT_BHND, .tag = "peer"};
-    check_case_set_dtypes(&c, dt, dt);
+    check_case_set_dtypes(&c, dt, kvdt);
     char why[1024] = "", desc[256];
     check_describe(&c, desc, sizeof desc);
     if (!peer->takes(&c.p, why, sizeof why)) {
         assert_true(why[0] != 0);
         static char last[1024];
         if (strcmp(last, why) != 0) /* once per reason, not per shape */
-            printf("[ refused  ] %s %s: %s\n", peer->name, mha_dtype_name(dt), why);
+            printf("[ refused  ] %s %s kv %s: %s\n", peer->name, mha_dtype_name(dt),
+                   mha_dtype_name(kvdt), why);
         snprintf(last, sizeof last, "%s", why);
         return 0;
     }
@@ -125,9 +127,14 @@ static void check_peer(const peer_ops *peer) {
     static const mha_dtype dts[] = {MHA_F32, MHA_BF16, MHA_F16};
     int taken = 0, index = 0;
     for (size_t t = 0; t < sizeof dts / sizeof dts[0]; t++)
-        for (int i = 0; i < NSHAPES; i++) taken += check_one(peer, &SHAPES[i], dts[t], index++);
+        for (int i = 0; i < NSHAPES; i++)
+            taken += check_one(peer, &SHAPES[i], dts[t], dts[t], index++);
     /* every peer takes fp32 of every shape above */
     assert_true(taken >= NSHAPES);
+    /* a 16-bit KV cache under fp32 queries (ggml's f16 cache), where taken */
+    for (size_t t = 1; t < sizeof dts / sizeof dts[0]; t++)
+        for (int i = 0; i < NSHAPES; i++)
+            (void)check_one(peer, &SHAPES[i], MHA_F32, dts[t], index++);
 }
 
 static void test_torch(void **state) {
@@ -148,6 +155,21 @@ static void test_openvino(void **state) {
 static void test_zentorch(void **state) {
     (void)state;
     check_peer(&peer_zentorch);
+}
+
+/* llama.cpp's ggml through llama-cpp-python's libraries
+ * (MHA_PEERS_PYTHON_GGML or .venv-ggml): fp32 queries with f32, f16 or bf16
+ * K/V; GQA as its broadcast; causal as an f16 mask. */
+static void test_ggml(void **state) {
+    (void)state;
+    check_peer(&peer_ggml);
+    char why[512] = "";
+    mha_problem p = problem_of(&SHAPES[1], MHA_F32);
+    p.kv_dtype = MHA_F16;
+    assert_true(peer_ggml.takes(&p, why, sizeof why));
+    p.kv_dtype = MHA_I8;
+    assert_false(peer_ggml.takes(&p, why, sizeof why));
+    assert_non_null(strstr(why, "q8_0 is another format"));
 }
 
 /* The C list (peers_py.inc, through peer_names) and the helper's PEERS dict
@@ -199,9 +221,15 @@ static void test_takes(void **state) {
         assert_true(PY[i]->takes(&p, why, sizeof why));
         p.kv_dtype = MHA_I8;
         assert_false(PY[i]->takes(&p, why, sizeof why));
-        assert_non_null(strstr(why, "int8 KV cache: not a "));
-        assert_non_null(strstr(why, "SDPA input"));
+        assert_non_null(strstr(why, "int8 KV cache: "));
+        if (PY[i] != &peer_ggml) assert_non_null(strstr(why, "SDPA input"));
+        /* a 16-bit cache under fp32 queries: ggml's form only */
         p.kv_dtype = MHA_BF16;
+        why[0] = 0;
+        assert_int_equal(PY[i]->takes(&p, why, sizeof why), PY[i] == &peer_ggml);
+        assert_true(PY[i] == &peer_ggml || why[0] != 0);
+        p.dtype = MHA_BF16;
+        p.kv_dtype = MHA_F16;
         why[0] = 0;
         assert_false(PY[i]->takes(&p, why, sizeof why));
         assert_true(why[0] != 0);
@@ -217,6 +245,9 @@ static void test_takes(void **state) {
     p.dtype = MHA_F16;
     assert_true(peer_torch.takes(&p, why, sizeof why));
     assert_false(peer_openvino.takes(&p, why, sizeof why));
+    assert_false(peer_zentorch.takes(&p, why, sizeof why));
+    assert_false(peer_ggml.takes(&p, why, sizeof why));
+    assert_non_null(strstr(why, "f32 queries"));
 }
 
 /* The pid of this process's child running `mha_peer.py --peer name`, or 0. */
@@ -428,15 +459,11 @@ static int shutdown_all(void **state) {
 int main(void) {
     printf("[ seed     ] %llu\n", (unsigned long long)SEED);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_takes),
-        cmocka_unit_test(test_torch),
-        cmocka_unit_test(test_onnxruntime),
-        cmocka_unit_test(test_openvino),
-        cmocka_unit_test(test_zentorch),
-        cmocka_unit_test(test_lists_agree),
-        cmocka_unit_test(test_killed_helper),
-        cmocka_unit_test(test_stuck_helper),
-        cmocka_unit_test(test_helper_not_pinned),
+        cmocka_unit_test(test_takes),          cmocka_unit_test(test_torch),
+        cmocka_unit_test(test_onnxruntime),    cmocka_unit_test(test_openvino),
+        cmocka_unit_test(test_zentorch),       cmocka_unit_test(test_ggml),
+        cmocka_unit_test(test_lists_agree),    cmocka_unit_test(test_killed_helper),
+        cmocka_unit_test(test_stuck_helper),   cmocka_unit_test(test_helper_not_pinned),
         cmocka_unit_test(test_missing_python),
     };
     return cmocka_run_group_tests(tests, NULL, shutdown_all);

@@ -1,5 +1,5 @@
 /* peer_py.c - the Python peers (peers_py.inc: torch, onnxruntime, openvino,
- * zentorch): each runs in
+ * zentorch, ggml): each runs in
  * a long-lived helper process, `python scripts/peers/mha_peer.py --peer NAME
  * --shm-fd 3`, started lazily by probe() and kept for the whole run, so the
  * interpreter's start-up and imports are never timed; the helper times each
@@ -92,7 +92,9 @@ typedef struct {
     const char *label;                      /* "PyTorch": messages */
     unsigned dtypes;                        /* MHA_DTYPE_BIT of the dtypes taken */
     const char *why_dtype[MHA_DTYPE_COUNT]; /* why one is refused */
-    int bf16_needs_isa; /* bf16 only where the CPU has AVX512_BF16 (else it runs f32) */
+    int bf16_needs_isa;    /* bf16 only where the CPU has AVX512_BF16 (else it runs f32) */
+    unsigned kv_under_f32; /* MHA_DTYPE_BIT of 16-bit K/V taken under fp32 queries */
+    const char *why_i8;    /* why an int8 KV cache is refused (NULL: not an SDPA input) */
 } py_rules;
 
 typedef struct {
@@ -152,6 +154,24 @@ static const py_rules RULES_zentorch = {
     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
     .why_dtype = {[MHA_F16] = "fp16: zentorch's SDPA kernels are fp32 and bf16 (an fp16 call "
                               "takes another, non-ZenDNN path)"},
+};
+
+/* llama.cpp's ggml (ggml_flash_attn_ext, from llama-cpp-python's shared
+ * libraries): its CPU kernel reads f32 queries and writes f32, with K/V of
+ * f32, f16 (llama.cpp's KV cache) or bf16. */
+static const py_rules RULES_ggml = {
+    .name = "ggml",
+    .label = "ggml",
+    .dtypes = MHA_DTYPE_BIT(MHA_F32),
+    .why_dtype = {[MHA_BF16] = "bf16 queries: ggml's CPU flash attention reads f32 queries and "
+                               "writes f32 (its 16-bit form is fp32 Q/O with --kv-dtype fp16 "
+                               "or bf16)",
+                  [MHA_F16] = "fp16 queries: ggml's CPU flash attention reads f32 queries and "
+                              "writes f32 (its 16-bit form is fp32 Q/O with --kv-dtype fp16 "
+                              "or bf16)"},
+    .kv_under_f32 = MHA_DTYPE_BIT(MHA_F16) | MHA_DTYPE_BIT(MHA_BF16),
+    .why_i8 = "int8 KV cache: ggml's q8_0 is another format (blocks of 32 with an fp16 scale "
+              "each; ours one float scale per row), so it is not offered as our int8",
 };
 
 /* One helper per entry of peers_py.inc, in its order, with the interpreter
@@ -596,7 +616,10 @@ static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len
     const py_rules *r = h->r;
     const mha_dtype kv = mha_problem_kv_dtype(p);
     if (kv == MHA_I8) {
-        setwhy(why, len, "int8 KV cache: not a %s SDPA input", r->label);
+        if (r->why_i8)
+            setwhy(why, len, "%s", r->why_i8);
+        else
+            setwhy(why, len, "int8 KV cache: not a %s SDPA input", r->label);
         return 0;
     }
     if ((unsigned)p->dtype >= MHA_DTYPE_COUNT || !(r->dtypes & MHA_DTYPE_BIT(p->dtype))) {
@@ -604,7 +627,7 @@ static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len
         setwhy(why, len, "%s", w ? w : "dtype not taken");
         return 0;
     }
-    if (kv != p->dtype) {
+    if (kv != p->dtype && !(p->dtype == MHA_F32 && (r->kv_under_f32 & MHA_DTYPE_BIT(kv)))) {
         setwhy(why, len, "K/V of %s under %s queries: %s attention takes one dtype for all",
                mha_dtype_name(kv), mha_dtype_name(p->dtype), r->label);
         return 0;
@@ -640,8 +663,9 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
     }
     if (threads < 1) threads = mha_resolve_threads(&(mha_options){0});
     const size_t es = mha_dtype_size(p->dtype);
+    const size_t kes = mha_dtype_size(mha_problem_kv_dtype(p));
     const size_t qb = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim) * es;
-    const size_t kb = (size_t)(p->batch * p->kv_heads * p->seq_kv * p->head_dim) * es;
+    const size_t kb = (size_t)(p->batch * p->kv_heads * p->seq_kv * p->head_dim) * kes;
     const size_t total = qb + 2 * kb;
     if (shm_size(h, total, why, len) != 0 || shm_put(h, q, qb, 0, why, len) != 0 ||
         shm_put(h, k, kb, qb, why, len) != 0 || shm_put(h, v, kb, qb + kb, why, len) != 0) {
@@ -668,6 +692,8 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
         json_object_object_add(req, ints[i].key, json_object_new_int64(ints[i].val));
     json_object_object_add(req, "scale", json_object_new_double(mha_problem_scale(p)));
     json_object_object_add(req, "dtype", json_object_new_string(mha_dtype_name(p->dtype)));
+    json_object_object_add(req, "kv_dtype",
+                           json_object_new_string(mha_dtype_name(mha_problem_kv_dtype(p))));
     peer_reply r;
     const int rc = request(h, req, WAIT_PREPARE, &r, NULL, why, len);
     json_object_put(req);

@@ -315,9 +315,10 @@ class GgmlPeer:
             lcp = version("llama-cpp-python")
         except Exception:
             lcp = "?"
-        self.version = "ggml of llama-cpp-python %s (%s, numpy %s)" % (
-            lcp, os.path.realpath(os.path.join(libdir, "libggml-base.so")).rsplit("/", 1)[-1],
-            np.__version__)
+        gv = fn(b, "ggml_version", ctypes.c_char_p)().decode(errors="replace")
+        gc = fn(b, "ggml_commit", ctypes.c_char_p)().decode(errors="replace")
+        self.version = "ggml %s (commit %s, of llama-cpp-python %s; numpy %s)" % (
+            gv, gc, lcp, np.__version__)
 
     def fill(self, t, arr):
         n = self.nbytes(t)

@@ -1,5 +1,5 @@
 /* peer.h - peers: other libraries' attention (PyTorch, ONNX Runtime,
- * OpenVINO, oneDNN, libxsmm), measured as rows of the same sweep as our
+ * OpenVINO, zentorch, llama.cpp's ggml, oneDNN, libxsmm), measured as rows of the same sweep as our
  * kernels: `peer.<name>/<our shape part>`, the same FLOP convention, the
  * same inputs, the same measurement core (interference evidence, retakes,
  * intervals), each peer's output checked against the float64 oracle before
@@ -7,8 +7,10 @@
  *
  * A peer is a table of functions (below) in a module of its own under
  * harness/peers/: the C ones (peer_onednn.c, peer_libxsmm.c) are built when
- * meson finds the library; the Python ones (torch, onnxruntime, openvino)
- * run in a long-lived helper process (peer_py.c + scripts/peers/mha_peer.py)
+ * meson finds the library; the Python ones (peers_py.inc: torch,
+ * onnxruntime, openvino, zentorch, ggml), each under the interpreter the
+ * list names, run in a long-lived helper process (peer_py.c +
+ * scripts/peers/mha_peer.py)
  * that takes shapes and returns its own time of each call, so interpreter
  * start-up and the pipe round trip are never timed. Every peer is optional
  * and detected at run time; none is needed to build or test the suite. */

@@ -9,6 +9,7 @@
 # kept (pip finds its pins satisfied).
 #
 #   scripts/peers/setup-all.sh [BUILD_DIR]     (default: build)
+#   scripts/peers/setup-all.sh --list          the environments' setup scripts, one a line
 #
 # Downloads about 11 GB from PyPI the first time (two PyTorch wheels).
 # Exit status: 0 when every peer runs here, 1 when one does not (each
@@ -18,6 +19,27 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
 build=${1:-build}
+
+# Each environment's setup script once, as peers_py.inc names them (several
+# peers may share one); every PY line must name one.
+npy=$(grep -c '^PY(' harness/peers/peers_py.inc || true)
+nparsed=$(sed -n 's/^PY([^,]*,[^,]*,[^,]*, *"\([^"]*\)").*/\1/p' harness/peers/peers_py.inc | wc -l)
+mapfile -t setups < <(sed -n 's/^PY([^,]*,[^,]*,[^,]*, *"\([^"]*\)").*/\1/p' \
+    harness/peers/peers_py.inc | awk '!seen[$0]++')
+if [ "$npy" -eq 0 ] || [ "$nparsed" -ne "$npy" ]; then
+    echo "setup-all.sh: harness/peers/peers_py.inc: $npy PY lines, $nparsed with a setup script" >&2
+    exit 2
+fi
+for s in "${setups[@]}"; do
+    [ -x "$repo/$s" ] || {
+        echo "setup-all.sh: $s (named in harness/peers/peers_py.inc) is not an executable file" >&2
+        exit 2
+    }
+done
+if [ "$build" = --list ]; then
+    printf '%s\n' "${setups[@]}"
+    exit 0
+fi
 
 step() { echo; echo "== setup-all.sh: $*"; }
 
@@ -30,13 +52,6 @@ step "Debian packages of the C peers (and python3-venv for the environments)"
     exit 2
 }
 
-# Each environment once, as peers_py.inc names them (several peers may share one).
-mapfile -t setups < <(sed -n 's/^PY([^,]*,[^,]*,[^,]*, *"\([^"]*\)").*/\1/p' \
-    harness/peers/peers_py.inc | awk '!seen[$0]++')
-if [ ${#setups[@]} -eq 0 ]; then
-    echo "setup-all.sh: no setup script found in harness/peers/peers_py.inc" >&2
-    exit 2
-fi
 for s in "${setups[@]}"; do
     step "$s"
     "$repo/$s" || {

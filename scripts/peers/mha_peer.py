@@ -81,6 +81,14 @@ def load_inputs(req, fd):
     npt = np.float32 if req["dtype"] == "fp32" else np.uint16
     kvt = np.float32 if req.get("kv_dtype", req["dtype"]) == "fp32" else np.uint16
     size = req["shm_bytes"]
+    # the C side packs q, k, v back to back: a layout that disagrees with the
+    # dtypes (a K/V element size taken from the queries') is an error here,
+    # not a silent read of the wrong bytes
+    qn, kn = B * H * Nq * d, B * G * Nkv * d
+    qb, kb = qn * np.dtype(npt).itemsize, kn * np.dtype(kvt).itemsize
+    if (req["k"] - req["q"], req["v"] - req["k"], size - req["v"]) != (qb, kb, kb):
+        raise ValueError("shared region: q at %d, k at %d, v at %d of %d bytes, but q is %d "
+                         "bytes and k, v %d each" % (req["q"], req["k"], req["v"], size, qb, kb))
     q = shm_read(fd, size, req["q"], B * H * Nq * d, npt).reshape(B, H, Nq, d)
     k = shm_read(fd, size, req["k"], B * G * Nkv * d, kvt).reshape(B, G, Nkv, d)
     v = shm_read(fd, size, req["v"], B * G * Nkv * d, kvt).reshape(B, G, Nkv, d)

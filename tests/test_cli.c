@@ -26,6 +26,8 @@
 
 #include <json-c/json.h>
 
+#include "peers/peer.h"
+
 #include "meas_gbench.h"
 #include "fmt_npy.h"
 #include "mha_private.h"
@@ -970,17 +972,33 @@ static void test_sweep_peers(void **state) {
     expect_usage(run_bench("sweep", "--peers", "torch,pytorch", "--out", out, NULL), "pytorch");
     /* no peer Python here whatever the caller has: the Python peers are
      * unavailable; the C ones run when this build has them */
-    const char *old = getenv("MHA_PEERS_PYTHON");
-    char *saved = old ? strdup(old) : NULL;
-    setenv("MHA_PEERS_PYTHON", "/nonexistent/python3", 1);
+    /* each Python peer's interpreter variable (peers_py.inc) */
+    enum { NENV = 16 };
+    const char *py_envs[NENV];
+    char *saved[NENV];
+    int nenv = 0, nnames;
+    const char *const *names = peer_names(&nnames);
+    for (int i = 0; i < nnames && nenv < NENV; i++) {
+        const char *e = peer_python_env(names[i]);
+        int seen = !e;
+        for (int j = 0; j < nenv && !seen; j++) seen = strcmp(py_envs[j], e) == 0;
+        if (!seen) py_envs[nenv++] = e;
+    }
+    assert_true(nenv >= 3); /* MHA_PEERS_PYTHON, _ZENTORCH, _GGML */
+    for (int i = 0; i < nenv; i++) {
+        const char *old = getenv(py_envs[i]);
+        saved[i] = old ? strdup(old) : NULL;
+        setenv(py_envs[i], "/nonexistent/python3", 1);
+    }
     const int rc = run_bench("sweep", "--kernels", "flash.scalar", "--peers", "all", "--seq", "33",
                              "--heads", "2", "--head-dim", "64", "--causal", "0", "--threads", "1",
                              "--min-time", "0.001", "--passes", "1", "--out", out, NULL);
-    if (saved) {
-        setenv("MHA_PEERS_PYTHON", saved, 1);
-        free(saved);
-    } else {
-        unsetenv("MHA_PEERS_PYTHON");
+    for (int i = 0; i < nenv; i++) {
+        if (saved[i])
+            setenv(py_envs[i], saved[i], 1);
+        else
+            unsetenv(py_envs[i]);
+        free(saved[i]);
     }
     if (rc != 0) fail_msg("sweep --peers all: exit %d: %s", rc, g_err);
     assert_non_null(strstr(g_out, "peer torch: not available here"));
@@ -989,6 +1007,11 @@ static void test_sweep_peers(void **state) {
     assert_non_null(tv);
     assert_int_equal(strncmp(tv, "unavailable: ", 13), 0);
     assert_null(strstr(buf, "peer.torch/"));
+    /* zentorch's and ggml's interpreters are their own variables': unavailable too */
+    assert_non_null(strstr(g_out, "peer zentorch: not available here"));
+    assert_null(strstr(buf, "peer.zentorch/"));
+    assert_non_null(strstr(g_out, "peer ggml: not available here"));
+    assert_null(strstr(buf, "peer.ggml/"));
     static const char *const c_peers[] = {"onednn", "libxsmm"};
     for (size_t i = 0; i < sizeof c_peers / sizeof c_peers[0]; i++) {
         snprintf(key, sizeof key, "mha_peer_%s", c_peers[i]);

@@ -6,7 +6,9 @@
  * A peer whose helper does not start here (no peer Python: CI) is a visible
  * skip with its why, never a failure. Also: takes() refuses int8 KV with a
  * message, a killed helper gives an error (not a hang or a crash) and the next
- * prepare starts a fresh one, and a missing Python or script is a clear why. */
+ * prepare starts a fresh one, a missing Python or script is a clear why, each
+ * peer runs under its own interpreter (zentorch: MHA_PEERS_PYTHON_ZENTORCH),
+ * and the C and Python lists of peers agree. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,7 +30,13 @@
 #define SEED 20261130ull
 enum { THREADS = 2 };
 
-static const peer_ops *const PY[] = {&peer_torch, &peer_onnxruntime, &peer_openvino};
+/* Every Python peer, from the one list. */
+static const peer_ops *const PY[] = {
+#define PY(name, env, venv, setup) &peer_##name,
+#include "peers/peers_py.inc"
+#undef PY
+};
+enum { NPY = sizeof PY / sizeof PY[0] };
 
 typedef struct {
     int64_t b, h, g, nq, nkv, d;
@@ -72,17 +80,19 @@ static int probe_or_skip(const peer_ops *peer) {
 }
 
 /* Prepares, runs and checks one case; returns 1 when the peer took it. */
-static int check_one(const peer_ops *peer, const shape *s, mha_dtype dt, int index) {
+static int check_one(const peer_ops *peer, const shape *s, mha_dtype dt, mha_dtype kvdt,
+                     int index) {
     check_case c = {
         .p = problem_of(s, MHA_F32), .input = INPUT_UNIFORM, .layout = LAYOUT_BHND, .tag = "peer"};
-    check_case_set_dtypes(&c, dt, dt);
+    check_case_set_dtypes(&c, dt, kvdt);
     char why[1024] = "", desc[256];
     check_describe(&c, desc, sizeof desc);
     if (!peer->takes(&c.p, why, sizeof why)) {
         assert_true(why[0] != 0);
         static char last[1024];
         if (strcmp(last, why) != 0) /* once per reason, not per shape */
-            printf("[ refused  ] %s %s: %s\n", peer->name, mha_dtype_name(dt), why);
+            printf("[ refused  ] %s %s kv %s: %s\n", peer->name, mha_dtype_name(dt),
+                   mha_dtype_name(kvdt), why);
         snprintf(last, sizeof last, "%s", why);
         return 0;
     }
@@ -117,9 +127,14 @@ static void check_peer(const peer_ops *peer) {
     static const mha_dtype dts[] = {MHA_F32, MHA_BF16, MHA_F16};
     int taken = 0, index = 0;
     for (size_t t = 0; t < sizeof dts / sizeof dts[0]; t++)
-        for (int i = 0; i < NSHAPES; i++) taken += check_one(peer, &SHAPES[i], dts[t], index++);
+        for (int i = 0; i < NSHAPES; i++)
+            taken += check_one(peer, &SHAPES[i], dts[t], dts[t], index++);
     /* every peer takes fp32 of every shape above */
     assert_true(taken >= NSHAPES);
+    /* a 16-bit KV cache under fp32 queries (ggml's f16 cache), where taken */
+    for (size_t t = 1; t < sizeof dts / sizeof dts[0]; t++)
+        for (int i = 0; i < NSHAPES; i++)
+            (void)check_one(peer, &SHAPES[i], MHA_F32, dts[t], index++);
 }
 
 static void test_torch(void **state) {
@@ -134,20 +149,87 @@ static void test_openvino(void **state) {
     (void)state;
     check_peer(&peer_openvino);
 }
+/* Runs under its own interpreter (MHA_PEERS_PYTHON_ZENTORCH or
+ * .venv-zentorch): fp32 and bf16, GQA natively, our bottom-right causal as a
+ * mask where its flag (top-left) differs. */
+static void test_zentorch(void **state) {
+    (void)state;
+    check_peer(&peer_zentorch);
+}
+
+/* llama.cpp's ggml through llama-cpp-python's libraries
+ * (MHA_PEERS_PYTHON_GGML or .venv-ggml): fp32 queries with f32, f16 or bf16
+ * K/V; GQA as its broadcast; causal as an f16 mask. */
+static void test_ggml(void **state) {
+    (void)state;
+    check_peer(&peer_ggml);
+    char why[512] = "";
+    mha_problem p = problem_of(&SHAPES[1], MHA_F32);
+    p.kv_dtype = MHA_F16;
+    assert_true(peer_ggml.takes(&p, why, sizeof why));
+    p.kv_dtype = MHA_I8;
+    assert_false(peer_ggml.takes(&p, why, sizeof why));
+    assert_non_null(strstr(why, "q8_0 is another format"));
+}
+
+/* The C list (peers_py.inc, through peer_names) and the helper's PEERS dict
+ * (mha_peer.py --list, stdlib only: any python3 runs it) name the same Python
+ * peers in the same order; each Python peer names its interpreter. */
+static void test_lists_agree(void **state) {
+    (void)state;
+    const char *src = getenv("MHA_SOURCE_DIR");
+    if (!src || !*src) {
+        printf("[ SKIPPED  ] MHA_SOURCE_DIR not set (meson test sets it)\n");
+        skip();
+    }
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "python3 '%s/scripts/peers/mha_peer.py' --list", src);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    char line[128];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        assert_true(n < NPY);
+        printf("[ list     ] %s / %s\n", line, PY[n]->name);
+        assert_string_equal(line, PY[n]->name);
+        n++;
+    }
+    assert_int_equal(pclose(f), 0);
+    assert_int_equal(n, NPY);
+    int nn;
+    const char *const *names = peer_names(&nn);
+    for (int i = 0; i < NPY; i++) {
+        assert_true(i < nn);
+        assert_string_equal(names[i], PY[i]->name);
+        assert_non_null(peer_python_env(PY[i]->name));
+        assert_non_null(peer_python_venv(PY[i]->name));
+    }
+    assert_null(peer_python_env("onednn"));
+    assert_string_equal(peer_python_env("zentorch"), "MHA_PEERS_PYTHON_ZENTORCH");
+    assert_string_equal(peer_python_venv("zentorch"), ".venv-zentorch");
+    assert_string_equal(peer_python_env("torch"), "MHA_PEERS_PYTHON");
+}
 
 /* Decided in C, no helper needed: int8 KV, mixed dtypes and causal rows that
  * see no key are refused with a message; the plain problem is taken. */
 static void test_takes(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0]; i++) {
+    for (size_t i = 0; i < NPY; i++) {
         char why[512] = "";
         mha_problem p = problem_of(&SHAPES[1], MHA_F32);
         assert_true(PY[i]->takes(&p, why, sizeof why));
         p.kv_dtype = MHA_I8;
         assert_false(PY[i]->takes(&p, why, sizeof why));
-        assert_non_null(strstr(why, "int8 KV cache: not a "));
-        assert_non_null(strstr(why, "SDPA input"));
+        assert_non_null(strstr(why, "int8 KV cache: "));
+        if (PY[i] != &peer_ggml) assert_non_null(strstr(why, "SDPA input"));
+        /* a 16-bit cache under fp32 queries: ggml's form only */
         p.kv_dtype = MHA_BF16;
+        why[0] = 0;
+        assert_int_equal(PY[i]->takes(&p, why, sizeof why), PY[i] == &peer_ggml);
+        assert_true(PY[i] == &peer_ggml || why[0] != 0);
+        p.dtype = MHA_BF16;
+        p.kv_dtype = MHA_F16;
         why[0] = 0;
         assert_false(PY[i]->takes(&p, why, sizeof why));
         assert_true(why[0] != 0);
@@ -163,6 +245,9 @@ static void test_takes(void **state) {
     p.dtype = MHA_F16;
     assert_true(peer_torch.takes(&p, why, sizeof why));
     assert_false(peer_openvino.takes(&p, why, sizeof why));
+    assert_false(peer_zentorch.takes(&p, why, sizeof why));
+    assert_false(peer_ggml.takes(&p, why, sizeof why));
+    assert_non_null(strstr(why, "f32 queries"));
 }
 
 /* The pid of this process's child running `mha_peer.py --peer name`, or 0. */
@@ -208,7 +293,7 @@ static pid_t helper_pid(const char *name) {
 static peer_inst *small_on_first_peer(const peer_ops **peer, int causal, int index, check_case *c,
                                       check_data *d, pid_t *pid, char *why, size_t len) {
     *peer = NULL;
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0] && !*peer; i++)
+    for (size_t i = 0; i < NPY && !*peer; i++)
         if (PY[i]->probe(why, len)) *peer = PY[i];
     if (!*peer) {
         printf("[ SKIPPED  ] no Python peer runs here: %s\n", why);
@@ -294,7 +379,7 @@ static void test_helper_not_pinned(void **state) {
         printf("[ SKIPPED  ] one CPU: nothing to pin away\n");
         skip();
     }
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0]; i++)
+    for (size_t i = 0; i < NPY; i++)
         if (PY[i]->shutdown) PY[i]->shutdown();
     cpu_set_t saved, one;
     assert_int_equal(sched_getaffinity(0, sizeof saved, &saved), 0);
@@ -307,7 +392,7 @@ static void test_helper_not_pinned(void **state) {
     assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
     const peer_ops *peer = NULL;
     char why[1024] = "";
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0] && !peer; i++)
+    for (size_t i = 0; i < NPY && !peer; i++)
         if (PY[i]->probe(why, sizeof why)) peer = PY[i];
     assert_int_equal(sched_setaffinity(0, sizeof saved, &saved), 0);
     if (!peer) {
@@ -328,7 +413,7 @@ static void test_helper_not_pinned(void **state) {
  * after shutdown (which forgets the probes) and shuts down again after. */
 static void test_missing_python(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0]; i++)
+    for (size_t i = 0; i < NPY; i++)
         if (PY[i]->shutdown) PY[i]->shutdown();
     char *saved = getenv("MHA_PEERS_PYTHON") ? strdup(getenv("MHA_PEERS_PYTHON")) : NULL;
     char why[1024] = "";
@@ -344,6 +429,19 @@ static void test_missing_python(void **state) {
     assert_non_null(strstr(why, "/nonexistent/mha_peer.py"));
     peer_openvino.shutdown();
     unsetenv("MHA_PEERS_SCRIPT");
+    /* zentorch's interpreter is its own variable's, not MHA_PEERS_PYTHON's */
+    char *zsaved =
+        getenv("MHA_PEERS_PYTHON_ZENTORCH") ? strdup(getenv("MHA_PEERS_PYTHON_ZENTORCH")) : NULL;
+    setenv("MHA_PEERS_PYTHON_ZENTORCH", "/nonexistent/zentorch/python3", 1);
+    assert_false(peer_zentorch.probe(why, sizeof why));
+    printf("[ why      ] %s\n", why);
+    assert_non_null(strstr(why, "/nonexistent/zentorch/python3"));
+    peer_zentorch.shutdown();
+    if (zsaved)
+        setenv("MHA_PEERS_PYTHON_ZENTORCH", zsaved, 1);
+    else
+        unsetenv("MHA_PEERS_PYTHON_ZENTORCH");
+    free(zsaved);
     if (saved)
         setenv("MHA_PEERS_PYTHON", saved, 1);
     else
@@ -353,7 +451,7 @@ static void test_missing_python(void **state) {
 
 static int shutdown_all(void **state) {
     (void)state;
-    for (size_t i = 0; i < sizeof PY / sizeof PY[0]; i++)
+    for (size_t i = 0; i < NPY; i++)
         if (PY[i]->shutdown) PY[i]->shutdown();
     return 0;
 }
@@ -361,13 +459,11 @@ static int shutdown_all(void **state) {
 int main(void) {
     printf("[ seed     ] %llu\n", (unsigned long long)SEED);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_takes),
-        cmocka_unit_test(test_torch),
-        cmocka_unit_test(test_onnxruntime),
-        cmocka_unit_test(test_openvino),
-        cmocka_unit_test(test_killed_helper),
-        cmocka_unit_test(test_stuck_helper),
-        cmocka_unit_test(test_helper_not_pinned),
+        cmocka_unit_test(test_takes),          cmocka_unit_test(test_torch),
+        cmocka_unit_test(test_onnxruntime),    cmocka_unit_test(test_openvino),
+        cmocka_unit_test(test_zentorch),       cmocka_unit_test(test_ggml),
+        cmocka_unit_test(test_lists_agree),    cmocka_unit_test(test_killed_helper),
+        cmocka_unit_test(test_stuck_helper),   cmocka_unit_test(test_helper_not_pinned),
         cmocka_unit_test(test_missing_python),
     };
     return cmocka_run_group_tests(tests, NULL, shutdown_all);

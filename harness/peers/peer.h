@@ -1,5 +1,5 @@
 /* peer.h - peers: other libraries' attention (PyTorch, ONNX Runtime,
- * OpenVINO, oneDNN, libxsmm), measured as rows of the same sweep as our
+ * OpenVINO, zentorch, llama.cpp's ggml, oneDNN, libxsmm), measured as rows of the same sweep as our
  * kernels: `peer.<name>/<our shape part>`, the same FLOP convention, the
  * same inputs, the same measurement core (interference evidence, retakes,
  * intervals), each peer's output checked against the float64 oracle before
@@ -7,8 +7,10 @@
  *
  * A peer is a table of functions (below) in a module of its own under
  * harness/peers/: the C ones (peer_onednn.c, peer_libxsmm.c) are built when
- * meson finds the library; the Python ones (torch, onnxruntime, openvino)
- * run in a long-lived helper process (peer_py.c + scripts/peers/mha_peer.py)
+ * meson finds the library; the Python ones (peers_py.inc: torch,
+ * onnxruntime, openvino, zentorch, ggml), each under the interpreter the
+ * list names, run in a long-lived helper process (peer_py.c +
+ * scripts/peers/mha_peer.py)
  * that takes shapes and returns its own time of each call, so interpreter
  * start-up and the pipe round trip are never timed. Every peer is optional
  * and detected at run time; none is needed to build or test the suite. */
@@ -59,8 +61,8 @@ typedef struct peer_ops {
     void (*shutdown)(void);
 } peer_ops;
 
-/* Every peer this build knows, in a fixed order (torch, onnxruntime,
- * openvino, onednn, libxsmm: those built in); *n is the count. */
+/* Every peer this build knows, in a fixed order (the Python ones of
+ * peers_py.inc, then onednn, libxsmm: those built in); *n is the count. */
 const peer_ops *const *peer_all(int *n);
 /* The peer called name, or NULL. */
 const peer_ops *peer_find(const char *name);
@@ -71,8 +73,15 @@ const char *const *peer_names(int *n);
  * not find its library (libdnnl-dev)"); NULL when it is built. */
 const char *peer_not_built(const char *name);
 
+/* The Python peers' interpreter: the variable that names it and the
+ * default environment (peers_py.inc); NULL for a name that is not one. */
+const char *peer_python_env(const char *name);
+const char *peer_python_venv(const char *name);
+
 /* The peers' own modules. */
-extern const peer_ops peer_torch, peer_onnxruntime, peer_openvino; /* peer_py.c */
+#define PY(name, env, venv, setup) extern const peer_ops peer_##name; /* peer_py.c */
+#include "peers_py.inc"
+#undef PY
 #ifdef MHA_HAVE_DNNL
 extern const peer_ops peer_onednn; /* peer_onednn.c */
 #endif

@@ -1,4 +1,5 @@
-/* peer_py.c - the Python peers (torch, onnxruntime, openvino): each runs in
+/* peer_py.c - the Python peers (peers_py.inc: torch, onnxruntime, openvino,
+ * zentorch, ggml): each runs in
  * a long-lived helper process, `python scripts/peers/mha_peer.py --peer NAME
  * --shm-fd 3`, started lazily by probe() and kept for the whole run, so the
  * interpreter's start-up and imports are never timed; the helper times each
@@ -91,16 +92,19 @@ typedef struct {
     const char *label;                      /* "PyTorch": messages */
     unsigned dtypes;                        /* MHA_DTYPE_BIT of the dtypes taken */
     const char *why_dtype[MHA_DTYPE_COUNT]; /* why one is refused */
-    int bf16_needs_isa; /* bf16 only where the CPU has AVX512_BF16 (else it runs f32) */
+    int bf16_needs_isa;    /* bf16 only where the CPU has AVX512_BF16 (else it runs f32) */
+    unsigned kv_under_f32; /* MHA_DTYPE_BIT of 16-bit K/V taken under fp32 queries */
+    const char *why_i8;    /* why an int8 KV cache is refused (NULL: not an SDPA input) */
 } py_rules;
 
 typedef struct {
     const py_rules *r;
-    pid_t pid;     /* 0: not running */
-    int chan, shm; /* -1 when closed */
-    unsigned gen;  /* bumped at each start: instances remember theirs */
-    int probed;    /* 0 not yet, 1 ran, -1 failed (why) */
-    int strikes;   /* replies it failed to give in time: at STRIKES it is not restarted */
+    const char *env, *venv, *setup; /* its interpreter (peers_py.inc) */
+    pid_t pid;                      /* 0: not running */
+    int chan, shm;                  /* -1 when closed */
+    unsigned gen;                   /* bumped at each start: instances remember theirs */
+    int probed;                     /* 0 not yet, 1 ran, -1 failed (why) */
+    int strikes; /* replies it failed to give in time: at STRIKES it is not restarted */
     char why[1024];
     char version[1024]; /* escaped, as all of a helper's text */
     char *buf;          /* received bytes not yet consumed */
@@ -119,19 +123,19 @@ struct peer_inst {
     char failed[1024]; /* set once a claim was impossible or the deadline passed */
 };
 
-static const py_rules RULES_TORCH = {
+static const py_rules RULES_torch = {
     .name = "torch",
     .label = "PyTorch",
     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16),
 };
-static const py_rules RULES_ORT = {
+static const py_rules RULES_onnxruntime = {
     .name = "onnxruntime",
     .label = "ONNX Runtime",
     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_F16),
     .why_dtype = {[MHA_BF16] = "bf16: ONNX Runtime's CPU execution provider has no bf16 "
                                "MultiHeadAttention kernel (NOT_IMPLEMENTED)"},
 };
-static const py_rules RULES_OV = {
+static const py_rules RULES_openvino = {
     .name = "openvino",
     .label = "OpenVINO",
     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
@@ -140,10 +144,49 @@ static const py_rules RULES_OV = {
     .bf16_needs_isa = 1,
 };
 
-static helper HELPERS[3] = {
-    {.r = &RULES_TORCH, .chan = -1, .shm = -1},
-    {.r = &RULES_ORT, .chan = -1, .shm = -1},
-    {.r = &RULES_OV, .chan = -1, .shm = -1},
+/* zentorch (AMD's ZenDNN plugin for PyTorch 2.14.x, in an environment of
+ * its own): zentorch_sdpa_attn / zentorch_sdpa, fp32 and bf16. An fp16 call
+ * returns numbers too, but through another path than its fp32/bf16 kernels
+ * (its errors there are PyTorch's, not ZenDNN's), so it is not offered. */
+static const py_rules RULES_zentorch = {
+    .name = "zentorch",
+    .label = "zentorch",
+    .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
+    .why_dtype = {[MHA_F16] = "fp16: zentorch's SDPA kernels are fp32 and bf16 (an fp16 call "
+                              "takes another, non-ZenDNN path)"},
+};
+
+/* llama.cpp's ggml (ggml_flash_attn_ext, from llama-cpp-python's shared
+ * libraries): its CPU kernel reads f32 queries and writes f32, with K/V of
+ * f32, f16 (llama.cpp's KV cache) or bf16. */
+static const py_rules RULES_ggml = {
+    .name = "ggml",
+    .label = "ggml",
+    .dtypes = MHA_DTYPE_BIT(MHA_F32),
+    .why_dtype = {[MHA_BF16] = "bf16 queries: ggml's CPU flash attention reads f32 queries and "
+                               "writes f32 (its 16-bit form is fp32 Q/O with --kv-dtype fp16 "
+                               "or bf16)",
+                  [MHA_F16] = "fp16 queries: ggml's CPU flash attention reads f32 queries and "
+                              "writes f32 (its 16-bit form is fp32 Q/O with --kv-dtype fp16 "
+                              "or bf16)"},
+    .kv_under_f32 = MHA_DTYPE_BIT(MHA_F16) | MHA_DTYPE_BIT(MHA_BF16),
+    .why_i8 = "int8 KV cache: ggml's q8_0 is another format (blocks of 32 with an fp16 scale "
+              "each; ours one float scale per row), so it is not offered as our int8",
+};
+
+/* One helper per entry of peers_py.inc, in its order, with the interpreter
+ * the list names; each peer's rules (RULES_<name> above) must exist. */
+enum {
+#define PY(name, env, venv, setup) IDX_##name,
+#include "peers_py.inc"
+#undef PY
+    NPY
+};
+static helper HELPERS[NPY] = {
+#define PY(name, e, v, su)                                                                         \
+    {.r = &RULES_##name, .env = e, .venv = v, .setup = su, .chan = -1, .shm = -1},
+#include "peers_py.inc"
+#undef PY
 };
 
 static void setwhy(char *why, size_t len, const char *fmt, ...)
@@ -229,10 +272,13 @@ static void helper_fail(helper *h, const char *doing, const char *what) {
              (long)pid, doing, what, how[0] ? " (" : "", how, how[0] ? ")" : "");
 }
 
-static const char *python_path(char *buf, size_t len) {
-    const char *env = getenv("MHA_PEERS_PYTHON");
+/* The interpreter of h's peer: its variable (MHA_PEERS_PYTHON for most,
+ * MHA_PEERS_PYTHON_ZENTORCH for zentorch), else <source>/<its venv>/bin/python3
+ * when that exists, else NULL. */
+static const char *python_path(const helper *h, char *buf, size_t len) {
+    const char *env = getenv(h->env);
     if (env && *env) return env;
-    snprintf(buf, len, "%s/.venv-peers/bin/python3", MHA_SOURCE_DIR);
+    snprintf(buf, len, "%s/%s/bin/python3", MHA_SOURCE_DIR, h->venv);
     return access(buf, X_OK) == 0 ? buf : NULL;
 }
 
@@ -246,11 +292,10 @@ static const char *script_path(char *buf, size_t len) {
 /* Starts h's child; 0, or -1 with why. Does not say hello. */
 static int helper_spawn(helper *h, char *why, size_t len) {
     char pybuf[4096], scbuf[4096];
-    const char *py = python_path(pybuf, sizeof pybuf);
+    const char *py = python_path(h, pybuf, sizeof pybuf);
     if (!py) {
-        setwhy(why, len,
-               "no peer Python environment: run scripts/peers/setup-venv.sh or set "
-               "MHA_PEERS_PYTHON");
+        setwhy(why, len, "no peer Python environment (%s/%s): run %s or set %s", MHA_SOURCE_DIR,
+               h->venv, h->setup, h->env);
         return -1;
     }
     const char *script = script_path(scbuf, sizeof scbuf);
@@ -548,7 +593,7 @@ static void shm_empty(helper *h) {
     }
 }
 
-/* ---- the peer_ops functions, shared by the three peers -------------------------- */
+/* ---- the peer_ops functions, shared by the Python peers -------------------------- */
 
 static int py_probe(helper *h, char *why, size_t len) {
     if (h->probed == 1 && h->pid) return 1;
@@ -571,7 +616,10 @@ static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len
     const py_rules *r = h->r;
     const mha_dtype kv = mha_problem_kv_dtype(p);
     if (kv == MHA_I8) {
-        setwhy(why, len, "int8 KV cache: not a %s SDPA input", r->label);
+        if (r->why_i8)
+            setwhy(why, len, "%s", r->why_i8);
+        else
+            setwhy(why, len, "int8 KV cache: not a %s SDPA input", r->label);
         return 0;
     }
     if ((unsigned)p->dtype >= MHA_DTYPE_COUNT || !(r->dtypes & MHA_DTYPE_BIT(p->dtype))) {
@@ -579,7 +627,7 @@ static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len
         setwhy(why, len, "%s", w ? w : "dtype not taken");
         return 0;
     }
-    if (kv != p->dtype) {
+    if (kv != p->dtype && !(p->dtype == MHA_F32 && (r->kv_under_f32 & MHA_DTYPE_BIT(kv)))) {
         setwhy(why, len, "K/V of %s under %s queries: %s attention takes one dtype for all",
                mha_dtype_name(kv), mha_dtype_name(p->dtype), r->label);
         return 0;
@@ -615,8 +663,9 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
     }
     if (threads < 1) threads = mha_resolve_threads(&(mha_options){0});
     const size_t es = mha_dtype_size(p->dtype);
+    const size_t kes = mha_dtype_size(mha_problem_kv_dtype(p));
     const size_t qb = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim) * es;
-    const size_t kb = (size_t)(p->batch * p->kv_heads * p->seq_kv * p->head_dim) * es;
+    const size_t kb = (size_t)(p->batch * p->kv_heads * p->seq_kv * p->head_dim) * kes;
     const size_t total = qb + 2 * kb;
     if (shm_size(h, total, why, len) != 0 || shm_put(h, q, qb, 0, why, len) != 0 ||
         shm_put(h, k, kb, qb, why, len) != 0 || shm_put(h, v, kb, qb + kb, why, len) != 0) {
@@ -643,6 +692,8 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
         json_object_object_add(req, ints[i].key, json_object_new_int64(ints[i].val));
     json_object_object_add(req, "scale", json_object_new_double(mha_problem_scale(p)));
     json_object_object_add(req, "dtype", json_object_new_string(mha_dtype_name(p->dtype)));
+    json_object_object_add(req, "kv_dtype",
+                           json_object_new_string(mha_dtype_name(mha_problem_kv_dtype(p))));
     peer_reply r;
     const int rc = request(h, req, WAIT_PREPARE, &r, NULL, why, len);
     json_object_put(req);
@@ -761,7 +812,7 @@ static void py_release(peer_inst *pi) {
     free(pi);
 }
 
-/* ---- the three peers ------------------------------------------------------------- */
+/* ---- the peers of peers_py.inc ------------------------------------------------------------- */
 #define PY_PEER(var, idx, nm)                                                                      \
     static int var##_probe(char *why, size_t len) {                                                \
         return py_probe(&HELPERS[idx], why, len);                                                  \
@@ -792,6 +843,6 @@ static void py_release(peer_inst *pi) {
         .shutdown = var##_shutdown,                                                                \
     }
 
-PY_PEER(peer_torch, 0, "torch");
-PY_PEER(peer_onnxruntime, 1, "onnxruntime");
-PY_PEER(peer_openvino, 2, "openvino");
+#define PY(name, env, venv, setup) PY_PEER(peer_##name, IDX_##name, #name);
+#include "peers_py.inc"
+#undef PY

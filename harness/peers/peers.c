@@ -1,12 +1,14 @@
-/* peers.c - the one list of peers (peer.h): the Python ones always (they are
- * detected at run time), the C ones when meson found their library. */
+/* peers.c - the one list of peers (peer.h): the Python ones of peers_py.inc
+ * always (they are detected at run time), the C ones when meson found their library. */
 #include <stdio.h>
 #include <string.h>
 
 #include "peer.h"
 
 static const peer_ops *const PEERS[] = {
-    &peer_torch,   &peer_onnxruntime, &peer_openvino,
+#define PY(name, env, venv, setup) &peer_##name,
+#include "peers_py.inc"
+#undef PY
 #ifdef MHA_HAVE_DNNL
     &peer_onednn,
 #endif
@@ -31,8 +33,11 @@ const peer_ops *peer_find(const char *name) {
 static const struct {
     const char *name, *package;
 } KNOWN[] = {
-    {"torch", NULL},           {"onnxruntime", NULL},      {"openvino", NULL},
-    {"onednn", "libdnnl-dev"}, {"libxsmm", "libxsmm-dev"},
+#define PY(name, env, venv, setup) {#name, NULL},
+#include "peers_py.inc"
+#undef PY
+    {"onednn", "libdnnl-dev"},
+    {"libxsmm", "libxsmm-dev"},
 };
 enum { NKNOWN = sizeof KNOWN / sizeof KNOWN[0] };
 
@@ -52,5 +57,25 @@ const char *peer_not_built(const char *name) {
                      KNOWN[i].package ? KNOWN[i].package : "?");
             return why[i];
         }
+    return NULL;
+}
+
+static const struct {
+    const char *name, *env, *venv;
+} PYTHONS[] = {
+#define PY(name, env, venv, setup) {#name, env, venv},
+#include "peers_py.inc"
+#undef PY
+};
+
+const char *peer_python_env(const char *name) {
+    for (size_t i = 0; i < sizeof PYTHONS / sizeof PYTHONS[0]; i++)
+        if (strcmp(PYTHONS[i].name, name) == 0) return PYTHONS[i].env;
+    return NULL;
+}
+
+const char *peer_python_venv(const char *name) {
+    for (size_t i = 0; i < sizeof PYTHONS / sizeof PYTHONS[0]; i++)
+        if (strcmp(PYTHONS[i].name, name) == 0) return PYTHONS[i].venv;
     return NULL;
 }

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""mha_peer.py - one Python attention peer (torch, onnxruntime or openvino) as a
+"""mha_peer.py - one Python attention peer (torch, onnxruntime, openvino, zentorch,
+ggml) as a
 long-lived helper process of mhabench (harness/peers/peer_py.c). The helper
 imports its library once, keeps many prepared instances alive at once, and
 answers with its own clock, so interpreter start-up, imports and the pipe
 round trip are never part of a timing.
 
 Started as: python mha_peer.py --peer NAME --shm-fd N
+(--list prints the peer names and exits: the check that they agree with the C list.)
 
 Protocol (also written out at the top of harness/peers/peer_py.c):
   - stdin (fd 0) is one end of a socketpair: requests arrive on it as one
@@ -23,7 +25,9 @@ Protocol (also written out at the top of harness/peers/peer_py.c):
                                      the error)
       {"op": "prepare", "batch", "heads", "kv_heads", "seq_q", "seq_kv",
        "head_dim", "causal" (0/1, bottom-right aligned), "scale" (resolved,
-       never 0), "dtype" ("fp32", "bf16", "fp16"), "threads",
+       never 0), "dtype" ("fp32", "bf16", "fp16"), "kv_dtype" (K and V's:
+       the dtype, or fp16/bf16 under fp32 queries where a peer takes it),
+       "threads",
        "shm_bytes", "q", "k", "v" (byte offsets into the memfd; contiguous
        [B,H,N,d] / [B,KV,N,d], 16-bit types as their bit patterns)}
                                   -> {"id": n, "settings": "..."}; copies the
@@ -75,10 +79,19 @@ def load_inputs(req, fd):
     B, H, G = req["batch"], req["heads"], req["kv_heads"]
     Nq, Nkv, d = req["seq_q"], req["seq_kv"], req["head_dim"]
     npt = np.float32 if req["dtype"] == "fp32" else np.uint16
+    kvt = np.float32 if req.get("kv_dtype", req["dtype"]) == "fp32" else np.uint16
     size = req["shm_bytes"]
+    # the C side packs q, k, v back to back: a layout that disagrees with the
+    # dtypes (a K/V element size taken from the queries') is an error here,
+    # not a silent read of the wrong bytes
+    qn, kn = B * H * Nq * d, B * G * Nkv * d
+    qb, kb = qn * np.dtype(npt).itemsize, kn * np.dtype(kvt).itemsize
+    if (req["k"] - req["q"], req["v"] - req["k"], size - req["v"]) != (qb, kb, kb):
+        raise ValueError("shared region: q at %d, k at %d, v at %d of %d bytes, but q is %d "
+                         "bytes and k, v %d each" % (req["q"], req["k"], req["v"], size, qb, kb))
     q = shm_read(fd, size, req["q"], B * H * Nq * d, npt).reshape(B, H, Nq, d)
-    k = shm_read(fd, size, req["k"], B * G * Nkv * d, npt).reshape(B, G, Nkv, d)
-    v = shm_read(fd, size, req["v"], B * G * Nkv * d, npt).reshape(B, G, Nkv, d)
+    k = shm_read(fd, size, req["k"], B * G * Nkv * d, kvt).reshape(B, G, Nkv, d)
+    v = shm_read(fd, size, req["v"], B * G * Nkv * d, kvt).reshape(B, G, Nkv, d)
     return q, k, v
 
 
@@ -175,6 +188,218 @@ class TorchPeer:
         if inst["dtype"] == "fp32":
             return out.numpy()
         return out.view(self.torch.int16).numpy()
+
+
+# ---- zentorch -----------------------------------------------------------------
+class ZentorchPeer(TorchPeer):
+    """AMD's ZenDNN plugin for PyTorch (PyPI zentorch, which imports only with
+    its own PyTorch 2.14.x: a venv of its own, see peers_py.inc). Its two SDPA
+    ops both take [B,H,N,d] fp32 or bf16, GQA natively (fewer K/V heads) and a
+    causal flag that is top-left when Nq != Nkv (measured, like PyTorch's):
+      zentorch_sdpa_attn(q, k, v, out, scale, is_causal, alibi_slopes,
+                         left_window, right_window): writes into out, no mask
+                         argument; used when no explicit mask is needed
+      zentorch_sdpa(q, k, v, dropout_p, is_causal, attn_mask=, scale=) ->
+                         (out, lse): takes an additive mask; used for our
+                         bottom-right causal with Nq < Nkv."""
+
+    def __init__(self):
+        import zentorch  # registers torch.ops.zentorch
+        import torch
+        if getattr(zentorch, "__stable_abi_only__", False):
+            # under a torch of another minor it loads a reduced "stable ABI"
+            # library: not the zentorch its users run
+            raise ImportError("zentorch %s was built for torch %s but runs under torch %s here "
+                              "(its reduced stable-ABI mode): use its own environment "
+                              "(scripts/peers/setup-venv-zentorch.sh)" % (
+                                  zentorch.__version__, zentorch.buildtime_torchversion,
+                                  torch.__version__))
+        super().__init__()
+        self.zentorch = zentorch
+        cfg = str(getattr(zentorch, "__config__", ""))
+        found = re.search(r"ZENDNNL? (v[\d.]+)", cfg)
+        self.version = "zentorch %s (%s%s)" % (
+            zentorch.__version__, self.version,
+            ", ZenDNN " + found.group(1) if found else "")
+
+    def prepare(self, req, fd):
+        inst = super().prepare(req, fd)  # tensors, mask, one warm-up through run below
+        inst["settings"] = (
+            "torch.set_num_threads(%d) inference_mode torch.ops.zentorch.%s dtype=%s [B,H,N,d] "
+            "scale=%.9g causal=%s gqa=%s" % (
+                inst["threads"], "zentorch_sdpa" if inst["mask"] is not None
+                else "zentorch_sdpa_attn (into a buffer made at prepare)",
+                req["dtype"], inst["scale"],
+                "additive lower-right mask built at prepare" if inst["mask"] is not None
+                else "is_causal" if inst["is_causal"] else "none",
+                "native (fewer K/V heads)" if inst["gqa"] else "no"))
+        return inst
+
+    def run(self, inst):
+        torch = self.torch
+        zt = torch.ops.zentorch
+        if torch.get_num_threads() != inst["threads"]:
+            torch.set_num_threads(inst["threads"])
+        with torch.inference_mode():
+            if inst["mask"] is not None:
+                t0 = time.perf_counter()
+                out = zt.zentorch_sdpa(inst["q"], inst["k"], inst["v"], 0.0, False,
+                                       attn_mask=inst["mask"], scale=inst["scale"])[0]
+                t1 = time.perf_counter()
+            else:
+                out = inst.get("buf")
+                if out is None:
+                    out = inst["buf"] = torch.empty_like(inst["q"])
+                t0 = time.perf_counter()
+                zt.zentorch_sdpa_attn(inst["q"], inst["k"], inst["v"], out, inst["scale"],
+                                      inst["is_causal"])
+                t1 = time.perf_counter()
+        inst["out"] = out
+        return t1 - t0
+
+
+# ---- ggml ----------------------------------------------------------------------
+class GgmlPeer:
+    """llama.cpp's ggml: ggml_flash_attn_ext on the CPU backend, through
+    ctypes. PyPI has no ggml with headers: llama-cpp-python builds it from its
+    sdist and leaves only the shared libraries (llama_cpp/lib/libggml-base.so,
+    libggml-cpu.so, ...), so the few functions used are declared here (ggml
+    0.25.x's C API, opaque pointers only). Its CPU flash attention reads Q as
+    f32 and writes f32; K/V may be f32, f16 or bf16 (llama.cpp's own KV cache
+    is f16). Layout: ggml's ne0 is the innermost axis, so our [B,H,N,d] is
+    ne = (d, N, H, B) as it is, and GGA is its broadcast of K/V heads. The
+    output is [B,Nq,H,d] (ne = d, H, Nq, B), transposed after the run. Our
+    bottom-right causal is its f16 additive mask [Nq, Nkv] (-inf where masked:
+    the kernel skips those keys)."""
+
+    F32, F16, BF16 = 0, 1, 30
+    GGML_STATUS_SUCCESS = 0
+
+    def __init__(self):
+        import ctypes
+        import importlib.util
+        self.ct = ctypes
+        # the package's folder without importing it (that would load libllama)
+        spec = importlib.util.find_spec("llama_cpp")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError("No module named 'llama_cpp' (pip install llama-cpp-python: "
+                              "scripts/peers/setup-venv-ggml.sh)")
+        libdir = os.path.join(list(spec.submodule_search_locations)[0], "lib")
+        mode = getattr(os, "RTLD_GLOBAL", 0)
+        self.base = ctypes.CDLL(os.path.join(libdir, "libggml-base.so"), mode=mode)
+        self.cpu = ctypes.CDLL(os.path.join(libdir, "libggml-cpu.so"), mode=mode)
+        P, I64, SZ = ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t
+
+        class InitParams(ctypes.Structure):
+            _fields_ = [("mem_size", SZ), ("mem_buffer", P), ("no_alloc", ctypes.c_bool)]
+        self.InitParams = InitParams
+
+        def fn(lib, name, res, *args):
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, list(args)
+            return f
+        b, c = self.base, self.cpu
+        self.ggml_init = fn(b, "ggml_init", P, InitParams)
+        self.ggml_free = fn(b, "ggml_free", None, P)
+        self.new_tensor_4d = fn(b, "ggml_new_tensor_4d", P, P, ctypes.c_int, I64, I64, I64, I64)
+        self.get_data = fn(b, "ggml_get_data", P, P)
+        self.nbytes = fn(b, "ggml_nbytes", SZ, P)
+        self.tensor_overhead = fn(b, "ggml_tensor_overhead", SZ)
+        self.graph_overhead = fn(b, "ggml_graph_overhead", SZ)
+        self.flash_attn_ext = fn(b, "ggml_flash_attn_ext", P, P, P, P, P, P, ctypes.c_float,
+                                 ctypes.c_float, ctypes.c_float)
+        self.new_graph = fn(b, "ggml_new_graph", P, P)
+        self.build_forward_expand = fn(b, "ggml_build_forward_expand", None, P, P)
+        self.graph_compute = fn(b, "ggml_backend_graph_compute", ctypes.c_int, P, P)
+        self.backend_free = fn(b, "ggml_backend_free", None, P)
+        self.cpu_init = fn(c, "ggml_backend_cpu_init", P)
+        self.cpu_set_threads = fn(c, "ggml_backend_cpu_set_n_threads", None, P, ctypes.c_int)
+        self.backend = self.cpu_init()
+        if not self.backend:
+            raise RuntimeError("ggml_backend_cpu_init failed")
+        self.threads = None
+        try:
+            from importlib.metadata import version
+            lcp = version("llama-cpp-python")
+        except Exception:
+            lcp = "?"
+        gv = fn(b, "ggml_version", ctypes.c_char_p)().decode(errors="replace")
+        gc = fn(b, "ggml_commit", ctypes.c_char_p)().decode(errors="replace")
+        self.version = "ggml %s (commit %s, of llama-cpp-python %s; numpy %s)" % (
+            gv, gc, lcp, np.__version__)
+
+    def fill(self, t, arr):
+        n = self.nbytes(t)
+        raw = np.ascontiguousarray(arr)
+        if raw.nbytes != n:
+            raise ValueError("ggml tensor of %d bytes for %d bytes of input" % (n, raw.nbytes))
+        self.ct.memmove(self.get_data(t), raw.ctypes.data, n)
+
+    def prepare(self, req, fd):
+        q, k, v = load_inputs(req, fd)
+        B, H, G = req["batch"], req["heads"], req["kv_heads"]
+        Nq, Nkv, d = req["seq_q"], req["seq_kv"], req["head_dim"]
+        if req["dtype"] != "fp32":
+            raise ValueError("ggml's flash attention takes f32 queries (asked %s)" % req["dtype"])
+        kvt = {"fp32": self.F32, "fp16": self.F16, "bf16": self.BF16}[req["kv_dtype"]]
+        kind = causal_mask_needed(req)
+        es = 4 if kvt == self.F32 else 2
+        data = 4 * (B * H * Nq * d) * 2 + es * 2 * (B * G * Nkv * d) + 2 * Nq * Nkv
+        size = data + 8 * self.tensor_overhead() + self.graph_overhead() + (1 << 20)
+        ctx = self.ggml_init(self.InitParams(size, None, False))
+        if not ctx:
+            raise MemoryError("ggml_init of %d bytes failed" % size)
+        inst = {"ctx": ctx, "threads": req["threads"], "shape": (B, Nq, H, d)}
+        try:
+            tq = self.new_tensor_4d(ctx, self.F32, d, Nq, H, B)
+            tk = self.new_tensor_4d(ctx, kvt, d, Nkv, G, B)
+            tv = self.new_tensor_4d(ctx, kvt, d, Nkv, G, B)
+            self.fill(tq, q)
+            self.fill(tk, k)  # fp16/bf16 cross as their bit patterns: ggml's own
+            self.fill(tv, v)
+            tm = None
+            if kind != "none":
+                allowed = allowed_matrix(Nq, Nkv)
+                tm = self.new_tensor_4d(ctx, self.F16, Nkv, Nq, 1, 1)
+                self.fill(tm, np.where(allowed, 0.0, -np.inf).astype(np.float16))
+            out = self.flash_attn_ext(ctx, tq, tk, tv, tm, float(req["scale"]), 0.0, 0.0)
+            graph = self.new_graph(ctx)
+            self.build_forward_expand(graph, out)
+        except Exception:
+            self.ggml_free(ctx)
+            raise
+        inst.update(graph=graph, out=out, keep=(tq, tk, tv, tm))
+        self.run(inst)  # the untimed warm-up (the backend sizes its work buffer)
+        inst["settings"] = (
+            "ggml_flash_attn_ext q=f32 kv=%s [B,H,N,d] as ne=(d,N,H,B) scale=%.9g causal=%s "
+            "gqa=%s CPU backend ggml_backend_cpu_set_n_threads(%d) ggml_backend_graph_compute "
+            "out=f32 [B,Nq,H,d] (transposed after the run, untimed)" % (
+                req["kv_dtype"].replace("fp", "f"), req["scale"],
+                {"none": "none", "square": "f16 additive mask",
+                 "explicit": "f16 additive lower-right mask"}[kind],
+                "broadcast (fewer K/V heads)" if G != H else "no", req["threads"]))
+        return inst
+
+    def run(self, inst):
+        if self.threads != inst["threads"]:
+            self.cpu_set_threads(self.backend, inst["threads"])
+            self.threads = inst["threads"]
+        t0 = time.perf_counter()
+        st = self.graph_compute(self.backend, inst["graph"])
+        t1 = time.perf_counter()
+        if st != self.GGML_STATUS_SUCCESS:
+            raise RuntimeError("ggml_backend_graph_compute: status %d" % st)
+        return t1 - t0
+
+    def output(self, inst):
+        B, Nq, H, d = inst["shape"]
+        n = B * Nq * H * d
+        buf = (self.ct.c_float * n).from_address(self.get_data(inst["out"]))
+        o = np.frombuffer(buf, dtype=np.float32, count=n).reshape(B, Nq, H, d)
+        return np.ascontiguousarray(o.transpose(0, 2, 1, 3))
+
+    def release(self, inst):
+        self.ggml_free(inst.pop("ctx"))
 
 
 # ---- onnxruntime -------------------------------------------------------------
@@ -368,7 +593,10 @@ class OpenvinoPeer:
         return data.view(np.uint16).copy() if inst["bf16"] else data.copy()
 
 
-PEERS = {"torch": TorchPeer, "onnxruntime": OrtPeer, "openvino": OpenvinoPeer}
+# The same names as harness/peers/peers_py.inc (tests/test_peer_py.c compares
+# them through --list).
+PEERS = {"torch": TorchPeer, "onnxruntime": OrtPeer, "openvino": OpenvinoPeer,
+         "zentorch": ZentorchPeer, "ggml": GgmlPeer}
 
 
 def serve(peer_name, shm_fd, chan):
@@ -411,7 +639,9 @@ def serve(peer_name, shm_fd, chan):
                 shm_write(shm_fd, req["shm_bytes"], req["offset"], out)
                 reply({"ok": True})
             elif op == "release":
-                instances.pop(req["id"], None)
+                inst = instances.pop(req["id"], None)
+                if inst is not None and hasattr(peer, "release"):
+                    peer.release(inst)
                 reply({"ok": True})
             else:
                 raise ValueError("unknown request %r" % op)
@@ -424,9 +654,15 @@ def serve(peer_name, shm_fd, chan):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--peer", required=True, choices=sorted(PEERS))
-    ap.add_argument("--shm-fd", type=int, required=True)
+    ap.add_argument("--list", action="store_true", help="print the peer names, one a line")
+    ap.add_argument("--peer", choices=sorted(PEERS))
+    ap.add_argument("--shm-fd", type=int)
     args = ap.parse_args()
+    if args.list:
+        print("\n".join(PEERS))
+        return
+    if args.peer is None or args.shm_fd is None:
+        ap.error("--peer and --shm-fd are required (or --list)")
     # The protocol channel moves off fds 0/1: a library printing to stdout
     # (C or Python) then lands on stderr instead of in the replies.
     chan = os.dup(0)

@@ -75,7 +75,8 @@ static const opt_row ROWS[] = {
      "cores: pin OpenMP threads one per core through hwloc (default); none"},
     {"peers", required_argument, O_PEERS, 0, "LIST|all", 0,
      "other libraries' attention as rows peer.<name>/<shape> of the same sweep (the Python "
-     "ones need scripts/peers/setup-venv.sh or MHA_PEERS_PYTHON); each is checked against the "
+     "ones need their environments: scripts/peers/setup-all.sh sets every peer up, or "
+     "MHA_PEERS_PYTHON[_ZENTORCH|_GGML] name them); each is checked against the "
      "float64 oracle before it is timed, and one that fails is reported, not timed"},
     {"out", required_argument, O_OUT, 0, "F.json", 0,
      "the result file (default results/runs/<host>-<UTC time>.json, never replacing one)"},

@@ -62,7 +62,7 @@ done
 
 step "meson: configure $build (the C peers are built where meson finds their library)"
 if [ -f "$build/build.ninja" ]; then
-    meson setup --reconfigure "$build" >/dev/null
+    meson setup --wipe "$build" >/dev/null # --wipe: a configure before the packages cached "not found"
 else
     meson setup "$build" --buildtype=release >/dev/null
 fi

@@ -22,6 +22,6 @@ int cmd_bisect(int argc, char **argv);    /* cmd_bisect.c */
 int cmd_tune(int argc, char **argv);      /* tune/cmd.c */
 int cmd_recommend(int argc, char **argv); /* tune/recommend.c */
 int cmd_profile(int argc, char **argv);   /* cmd_profile.c */
-int cmd_merge(int argc, char **argv);     /* cmd_merge.c */
+int cmd_merge(int argc, char **argv);     /* merge/cmd.c */
 
 #endif

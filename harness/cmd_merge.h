@@ -1,4 +1,4 @@
-/* cmd_merge.h - the one piece of cmd_merge.c that is reached from outside the
+/* cmd_merge.h - the one piece of harness/merge/ that is reached from outside the
  * `merge` command: its result-file reader, for the fuzz target
  * tests/fuzz/fuzz_merge.c. */
 #ifndef MHA_HARNESS_MERGE_H

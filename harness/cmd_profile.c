@@ -205,144 +205,110 @@ static int profile_layer(const mha_kernel *k, const mha_problem *p, const mha_op
     return 0;
 }
 
-int cmd_profile(int argc, char **argv) {
-    const char *kname = NULL;
-    int64_t B = 1, H = 8, G = 0, N = 0, M = 0, d = 0, T = 1, BQ = 0, BK = 0, SP = 0, NS = 0;
-    double seconds = 2.0;
-    int causal = 0, layer = 0;
-    mha_dtype dt = MHA_F32;
+/* profile's command line. */
+typedef struct {
+    const char *kname;
+    int64_t B, H, G, N, M, d, T, BQ, BK, SP, NS;
+    double seconds;
+    int causal, layer;
+    mha_dtype dt;
+} profile_args;
+
+/* Parses argv into *a. Returns 0 to go on, 1 when --help has been printed,
+ * -1 after a message. */
+static int parse_profile_args(int argc, char **argv, profile_args *a) {
+    *a = (profile_args){.B = 1, .H = 8, .T = 1, .seconds = 2.0, .dt = MHA_F32};
     opts_parser op;
     opts_init(&op, "profile", ROWS, NROWS);
     for (int c; (c = opts_next(&op, argc, argv)) != -1;) {
         int ok = 1;
         switch (c) {
         case 'k':
-            kname = optarg;
+            a->kname = optarg;
             break;
         case 'b':
-            ok = parse_i64("--batch", optarg, 1, 1 << 20, &B);
+            ok = parse_i64("--batch", optarg, 1, 1 << 20, &a->B);
             break;
         case 'H':
-            ok = parse_i64("--heads", optarg, 1, 1 << 20, &H);
+            ok = parse_i64("--heads", optarg, 1, 1 << 20, &a->H);
             break;
         case 'G':
-            ok = parse_i64("--kv-heads", optarg, 1, 1 << 20, &G);
+            ok = parse_i64("--kv-heads", optarg, 1, 1 << 20, &a->G);
             break;
         case 'n':
-            ok = parse_i64("--seq", optarg, 1, 1 << 30, &N);
+            ok = parse_i64("--seq", optarg, 1, 1 << 30, &a->N);
             break;
         case 'm':
-            ok = parse_i64("--seq-kv", optarg, 1, 1 << 30, &M);
+            ok = parse_i64("--seq-kv", optarg, 1, 1 << 30, &a->M);
             break;
         case 'd':
-            ok = parse_i64("--head-dim", optarg, 1, 1 << 16, &d);
+            ok = parse_i64("--head-dim", optarg, 1, 1 << 16, &a->d);
             break;
         case 'c':
-            causal = 1;
+            a->causal = 1;
             break;
         case 'L':
-            layer = 1;
+            a->layer = 1;
             break;
         case 't':
-            ok = parse_i64("--threads", optarg, 0, 4096, &T);
+            ok = parse_i64("--threads", optarg, 0, 4096, &a->T);
             break;
         case 's':
-            ok = parse_double("--seconds", optarg, 0.0, 3600.0, 1, &seconds);
+            ok = parse_double("--seconds", optarg, 0.0, 3600.0, 1, &a->seconds);
             break;
         case 'Q':
-            ok = parse_i64("--block-q", optarg, 1, 1 << 20, &BQ);
+            ok = parse_i64("--block-q", optarg, 1, 1 << 20, &a->BQ);
             break;
         case 'K':
-            ok = parse_i64("--block-kv", optarg, 1, 1 << 20, &BK);
+            ok = parse_i64("--block-kv", optarg, 1, 1 << 20, &a->BK);
             break;
         case 'S':
-            ok = parse_i64("--split", optarg, 0, 2, &SP);
+            ok = parse_i64("--split", optarg, 0, 2, &a->SP);
             break;
         case 'N':
-            ok = parse_i64("--samples", optarg, 1, 100000, &NS);
+            ok = parse_i64("--samples", optarg, 1, 100000, &a->NS);
             break;
         case 'T':
-            ok = dtype_named("profile: --dtype", optarg, 0, &dt);
+            ok = dtype_named("profile: --dtype", optarg, 0, &a->dt);
             break;
         case 'h':
             usage(stdout);
-            return 0;
+            return 1;
         default:
             usage(stderr);
-            return EXIT_USAGE;
+            return -1;
         }
-        if (!ok) return EXIT_USAGE;
+        if (!ok) return -1;
     }
-    if (!kname || N == 0 || d == 0) {
+    if (!a->kname || a->N == 0 || a->d == 0) {
         errorf("profile: --kernel, --seq and --head-dim are required");
         usage(stderr);
-        return EXIT_USAGE;
+        return -1;
     }
-    if (!check_isa_env()) return EXIT_USAGE;
-    const mha_problem p = {.batch = B,
-                           .heads = H,
-                           .kv_heads = G ? G : H,
-                           .seq_q = N,
-                           .seq_kv = M ? M : N,
-                           .head_dim = d,
-                           .causal = causal,
-                           .scale = 0.0f,
-                           .dtype = dt,
-                           .kv_dtype = dt};
-    mha_options o = {.threads = (int)T, .block_q = (int)BQ, .block_kv = (int)BK, .split = (int)SP};
-    /* "auto" as everywhere else: mha_select's kernel and knobs for this shape */
-    const mha_kernel *k = resolve_kernel(kname, &p, &o);
-    results_bind_threads(mha_resolve_threads(&(mha_options){.threads = (int)T})); /* as sweep */
-    if (!k) return EXIT_USAGE;
-    if (strcmp(kname, "auto") == 0) printf("auto: %s\n", mha_kernel_name(k));
-    if (layer) return profile_layer(k, &p, &o, seconds);
-    size_t ws_bytes;
-    if (mha_workspace_size(k, &p, &o, &ws_bytes) != MHA_OK) {
-        errorf("profile: %s", mha_last_error());
-        return EXIT_USAGE;
-    }
-    meas_pool pool;
-    meas_pool_init(&pool, 12345);
-    meas_call call;
-    int rc = EXIT_USAGE;
-    const meas_shape shp = meas_shape_of(&p);
-    typed_inputs ti = {0};
-    if (dt != MHA_F32) { /* the pool's inputs are fp32: typed ones of our own */
-        if (typed_prepare(&ti, &p, ws_bytes)) {
-            errorf("profile: cannot allocate inputs and %zu bytes of workspace", ws_bytes);
-            goto done;
-        }
-        call = meas_call_attend(k, &p, &o, &ti.qv, &ti.kv, &ti.vv, &ti.ov, ti.ws, ws_bytes);
-    } else if (meas_prepare(&pool, k, &shp, &o, &call)) {
-        errorf("profile: cannot allocate inputs and %zu bytes of workspace", ws_bytes);
-        goto done;
-    }
-    if (meas_run(&call) != MHA_OK) { /* warm-up */
-        errorf("profile: %s", mha_last_error());
-        goto done;
-    }
-    if (NS > 0) {
-        rc = guarded_samples(&call, (int)NS, mha_resolve_threads(&o), mha_problem_flops(&p))
-                 ? EXIT_USAGE
-                 : 0;
-        goto done;
-    }
+    return 0;
+}
+
+/* Runs the prepared call for about seconds and prints its rate and, where
+ * the build counts them, the share of each phase's cycles. */
+static void time_with_phases(meas_call *call, const mha_kernel *k, const mha_problem *p,
+                             const mha_options *o, double seconds) {
     uint64_t cyc[4];
     mha_phase_cycles(cyc, 1);
     int calls = 0;
     double t;
-    meas_for(&call, seconds, &calls, &t);
+    meas_for(call, seconds, &calls, &t);
     const int have = mha_phase_cycles(cyc, 1);
-    const double gf = mha_problem_flops(&p) * calls / t * 1e-9;
+    const double gf = mha_problem_flops(p) * calls / t * 1e-9;
+    const mha_dtype dt = p->dtype;
     printf(
         "kernel %s B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld causal=%d %sthreads=%d: %d calls, "
         "%.3f ms/call, %.1f GFLOP/s\n",
-        mha_kernel_name(k), (long long)B, (long long)H, (long long)p.kv_heads, (long long)N,
-        (long long)p.seq_kv, (long long)d, causal,
+        mha_kernel_name(k), (long long)p->batch, (long long)p->heads, (long long)p->kv_heads,
+        (long long)p->seq_q, (long long)p->seq_kv, (long long)p->head_dim, p->causal,
         dt == MHA_F32    ? ""
         : dt == MHA_BF16 ? "bf16 "
                          : "fp16 ",
-        mha_resolve_threads(&o), calls, t / calls * 1e3, gf);
+        mha_resolve_threads(o), calls, t / calls * 1e3, gf);
     if (have) {
         const double tot = (double)(cyc[0] + cyc[1] + cyc[2] + cyc[3]);
         printf(
@@ -352,9 +318,73 @@ int cmd_profile(int argc, char **argv) {
     } else {
         printf("phases: not counted in this build (meson configure -Dphase_timing=true)\n");
     }
+}
+
+/* The attention core of p with kernel k: --samples guarded samples, or a
+ * timed run with its phases. 0, or EXIT_USAGE after a message. */
+static int profile_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
+                          const profile_args *a) {
+    size_t ws_bytes;
+    if (mha_workspace_size(k, p, o, &ws_bytes) != MHA_OK) {
+        errorf("profile: %s", mha_last_error());
+        return EXIT_USAGE;
+    }
+    meas_pool pool;
+    meas_pool_init(&pool, 12345);
+    meas_call call;
+    int rc = EXIT_USAGE;
+    const meas_shape shp = meas_shape_of(p);
+    typed_inputs ti = {0};
+    if (a->dt != MHA_F32) { /* the pool's inputs are fp32: typed ones of our own */
+        if (typed_prepare(&ti, p, ws_bytes)) {
+            errorf("profile: cannot allocate inputs and %zu bytes of workspace", ws_bytes);
+            goto done;
+        }
+        call = meas_call_attend(k, p, o, &ti.qv, &ti.kv, &ti.vv, &ti.ov, ti.ws, ws_bytes);
+    } else if (meas_prepare(&pool, k, &shp, o, &call)) {
+        errorf("profile: cannot allocate inputs and %zu bytes of workspace", ws_bytes);
+        goto done;
+    }
+    if (meas_run(&call) != MHA_OK) { /* warm-up */
+        errorf("profile: %s", mha_last_error());
+        goto done;
+    }
+    if (a->NS > 0) {
+        rc = guarded_samples(&call, (int)a->NS, mha_resolve_threads(o), mha_problem_flops(p))
+                 ? EXIT_USAGE
+                 : 0;
+        goto done;
+    }
+    time_with_phases(&call, k, p, o, a->seconds);
     rc = 0;
 done:
     typed_release(&ti);
     meas_pool_release(&pool);
     return rc;
+}
+
+int cmd_profile(int argc, char **argv) {
+    profile_args a;
+    const int parsed = parse_profile_args(argc, argv, &a);
+    if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
+    if (!check_isa_env()) return EXIT_USAGE;
+    const mha_problem p = {.batch = a.B,
+                           .heads = a.H,
+                           .kv_heads = a.G ? a.G : a.H,
+                           .seq_q = a.N,
+                           .seq_kv = a.M ? a.M : a.N,
+                           .head_dim = a.d,
+                           .causal = a.causal,
+                           .scale = 0.0f,
+                           .dtype = a.dt,
+                           .kv_dtype = a.dt};
+    mha_options o = {
+        .threads = (int)a.T, .block_q = (int)a.BQ, .block_kv = (int)a.BK, .split = (int)a.SP};
+    /* "auto" as everywhere else: mha_select's kernel and knobs for this shape */
+    const mha_kernel *k = resolve_kernel(a.kname, &p, &o);
+    results_bind_threads(mha_resolve_threads(&(mha_options){.threads = (int)a.T})); /* as sweep */
+    if (!k) return EXIT_USAGE;
+    if (strcmp(a.kname, "auto") == 0) printf("auto: %s\n", mha_kernel_name(k));
+    if (a.layer) return profile_layer(k, &p, &o, a.seconds);
+    return profile_attend(k, &p, &o, &a);
 }

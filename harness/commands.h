@@ -13,8 +13,8 @@
 int cmd_list(int argc, char **argv);      /* main.c */
 int cmd_info(int argc, char **argv);      /* cmd_info.c */
 int cmd_verify(int argc, char **argv);    /* cmd_verify.c */
-int cmd_attend(int argc, char **argv);    /* cmd_io.c */
-int cmd_forward(int argc, char **argv);   /* cmd_io.c */
+int cmd_attend(int argc, char **argv);    /* io/attend.c */
+int cmd_forward(int argc, char **argv);   /* io/forward.c */
 int cmd_sweep(int argc, char **argv);     /* sweep/cmd.c */
 int cmd_report(int argc, char **argv);    /* sweep/report.c */
 int cmd_compare(int argc, char **argv);   /* compare/cmd.c */
@@ -22,6 +22,6 @@ int cmd_bisect(int argc, char **argv);    /* cmd_bisect.c */
 int cmd_tune(int argc, char **argv);      /* tune/cmd.c */
 int cmd_recommend(int argc, char **argv); /* tune/recommend.c */
 int cmd_profile(int argc, char **argv);   /* cmd_profile.c */
-int cmd_merge(int argc, char **argv);     /* cmd_merge.c */
+int cmd_merge(int argc, char **argv);     /* merge/cmd.c */
 
 #endif

@@ -100,167 +100,201 @@ static void usage(FILE *f) {
     opts_print(f, ROWS, NROWS);
 }
 
-int cmd_compare(int argc, char **argv) {
-    settings s = {DEFAULT_THRESHOLD, 0.01, 0, 0, 1, 0, DEFAULT_MAX_DRIFT, NULL};
-    int force = 0, mode_baseline = 0, mode_save = 0, mode_ab = 0, no_normalize = 0;
-    int mode_cal = 0, max_drift_given = 0;
-    int64_t rounds = 0, run_pairs = 0;
-    const char *out_path = NULL, *noise_path = NULL;
-    double budget = AB_DEFAULT_BUDGET;
-    const char *dir = DEFAULT_BASELINE_DIR;
+/* compare's command line. */
+typedef struct {
+    settings s;
+    int force, mode_baseline, mode_save, mode_ab, no_normalize;
+    int mode_cal, max_drift_given;
+    int64_t rounds, run_pairs;
+    const char *out_path, *noise_path;
+    double budget;
+    const char *dir;
+    char **sweep_args; /* after a bare "--": the sweeps' of --ab, NULL when none */
+    int nsweep;
+    char **pos; /* the positional arguments */
+    int npos;
+} compare_args;
 
+/* Parses argv into *a. Returns 0 to go on, 1 when --help has been printed,
+ * -1 after a message. */
+static int parse_compare_args(int argc, char **argv, compare_args *a) {
+    *a = (compare_args){.s = {DEFAULT_THRESHOLD, 0.01, 0, 0, 1, 0, DEFAULT_MAX_DRIFT, NULL},
+                        .budget = AB_DEFAULT_BUDGET,
+                        .dir = DEFAULT_BASELINE_DIR};
+    settings *s = &a->s;
     /* Everything after a bare "--" goes to the sweeps of --ab untouched. */
-    int nsweep = 0;
-    char **sweep_args = NULL;
-    const int nargs = split_at_dashes(argc, argv, &sweep_args, &nsweep);
+    const int nargs = split_at_dashes(argc, argv, &a->sweep_args, &a->nsweep);
     opts_parser op;
     opts_init(&op, "compare", ROWS, NROWS);
     for (int c; (c = opts_next(&op, nargs, argv)) != -1;) {
         switch (c) {
         case O_THRESHOLD:
-            if (!parse_double("compare: --threshold", optarg, 0, 1000, 0, &s.threshold))
-                return EXIT_USAGE;
-            s.threshold_given = 1;
+            if (!parse_double("compare: --threshold", optarg, 0, 1000, 0, &s->threshold)) return -1;
+            s->threshold_given = 1;
             break;
         case O_BUDGET:
-            if (!parse_double("compare: --budget", optarg, 1, 86400, 1, &budget)) return EXIT_USAGE;
+            if (!parse_double("compare: --budget", optarg, 1, 86400, 1, &a->budget)) return -1;
             break;
         case O_NO_NORMALIZE:
-            no_normalize = 1;
+            a->no_normalize = 1;
             break;
         case O_MAX_DRIFT:
-            if (!parse_double("compare: --max-drift", optarg, 0, 1000, 1, &s.max_drift))
-                return EXIT_USAGE;
-            max_drift_given = 1;
+            if (!parse_double("compare: --max-drift", optarg, 0, 1000, 1, &s->max_drift)) return -1;
+            a->max_drift_given = 1;
             break;
         case O_CALIBRATE:
-            mode_cal = 1;
+            a->mode_cal = 1;
             break;
         case O_RUN:
-            if (!parse_i64("compare: --run", optarg, 1, 100, &run_pairs)) return EXIT_USAGE;
+            if (!parse_i64("compare: --run", optarg, 1, 100, &a->run_pairs)) return -1;
             break;
         case O_OUT:
-            out_path = optarg;
+            a->out_path = optarg;
             break;
         case O_NOISE:
-            noise_path = optarg;
+            a->noise_path = optarg;
             break;
         case O_ALPHA:
-            if (!parse_double("compare: --alpha", optarg, 0, 1, 1, &s.alpha)) return EXIT_USAGE;
+            if (!parse_double("compare: --alpha", optarg, 0, 1, 1, &s->alpha)) return -1;
             break;
         case O_JSON:
-            s.json = 1;
+            s->json = 1;
             break;
         case O_FORCE:
-            force = 1;
+            a->force = 1;
             break;
         case O_BASELINE:
-            mode_baseline = 1;
+            a->mode_baseline = 1;
             break;
         case O_SAVE:
-            mode_save = 1;
+            a->mode_save = 1;
             break;
         case O_DIR:
-            dir = optarg;
+            a->dir = optarg;
             break;
         case O_AB:
-            mode_ab = 1;
+            a->mode_ab = 1;
             break;
         case O_ROUNDS:
-            if (!parse_i64("--rounds", optarg, 1, MAX_ROUNDS, &rounds)) return EXIT_USAGE;
+            if (!parse_i64("--rounds", optarg, 1, MAX_ROUNDS, &a->rounds)) return -1;
             break;
         case 'h':
             usage(stdout);
-            return 0;
+            return 1;
         default:
             usage(stderr);
-            return EXIT_USAGE;
+            return -1;
         }
     }
-    char **pos = argv + optind;
-    const int npos = nargs - optind;
-    if (mode_baseline + mode_save + mode_ab + mode_cal > 1) {
+    a->pos = argv + optind;
+    a->npos = nargs - optind;
+    return 0;
+}
+
+/* The options that go together (modes exclude each other; --run, --out,
+ * --noise and sweep arguments only with their modes): 0, or -1 after a
+ * message. */
+static int check_modes(const compare_args *a) {
+    if (a->mode_baseline + a->mode_save + a->mode_ab + a->mode_cal > 1) {
         errorf_esc("compare: --baseline, --save-baseline, --ab and --calibrate exclude each other");
-        return EXIT_USAGE;
+        return -1;
     }
-    if (sweep_args && !mode_ab && !(mode_cal && run_pairs)) {
+    if (a->sweep_args && !a->mode_ab && !(a->mode_cal && a->run_pairs)) {
         errorf_esc("compare: arguments after '--' are sweep arguments, only for --ab and "
                    "--calibrate --run");
-        return EXIT_USAGE;
+        return -1;
     }
-    if ((run_pairs || out_path) && !mode_cal) {
+    if ((a->run_pairs || a->out_path) && !a->mode_cal) {
         errorf_esc("compare: --run and --out go with --calibrate");
-        return EXIT_USAGE;
+        return -1;
     }
-    if (noise_path && (mode_ab || mode_save || mode_cal)) {
+    if (a->noise_path && (a->mode_ab || a->mode_save || a->mode_cal)) {
         errorf_esc("compare: --noise goes with a comparison of files (two, or --baseline)");
-        return EXIT_USAGE;
+        return -1;
     }
-    if (nsweep > MAX_SWEEP_ARGS) {
+    if (a->nsweep > MAX_SWEEP_ARGS) {
         errorf_esc("compare: more than %d sweep arguments", MAX_SWEEP_ARGS);
-        return EXIT_USAGE;
+        return -1;
     }
-    if (mode_cal) {
-        if (run_pairs && npos) {
-            errorf_esc("compare: --calibrate --run N makes its own files: no result files");
-            return EXIT_USAGE;
-        }
-        s.normalize = !no_normalize;
-        return cmd_calibrate(pos, npos, (int)run_pairs, sweep_args, nsweep, dir, out_path, &s);
-    }
-    const int want = mode_ab ? 2 : (mode_baseline || mode_save) ? 1 : 2;
-    if (npos != want) {
-        errorf_esc("compare: expected %s, got %d argument%s",
-                   mode_ab                      ? "OLD_BINARY NEW_BINARY"
-                   : mode_baseline || mode_save ? "one result file NEW.json"
-                                                : "two result files BASE.json NEW.json",
-                   npos, npos == 1 ? "" : "s");
-        usage(stderr);
-        return EXIT_USAGE;
-    }
-    if (mode_save) return cmd_save_baseline(pos[0], dir);
-    /* Interleaved A/B rounds share the host's drift already; removing a
-     * common change there would hide a build that slows everything. */
-    s.normalize = !no_normalize && !mode_ab;
-    s.ab = mode_ab;
-    if (mode_ab && !s.threshold_given) {
-        s.threshold = AB_DEFAULT_THRESHOLD;
-        s.threshold_given = 2; /* the --ab default, reported as such */
-    }
-    if (mode_ab) return cmd_ab(pos[0], pos[1], (int)rounds, budget, sweep_args, nsweep, &s);
+    return 0;
+}
 
+/* Two result files compared (or one against its baseline with
+ * --baseline), with the machine's calibration when there is one. Returns
+ * compare_sets' status, or EXIT_USAGE. */
+static int compare_files(compare_args *a) {
+    settings *s = &a->s;
     result_set base = {0}, nw = {0};
     noise_table nt = {0};
     char *base_path = NULL;
     int rc = EXIT_USAGE, have_noise = 0;
-    if (mode_baseline) {
-        if (load_results(pos[0], &nw)) goto out;
-        if (find_baseline(dir, &nw, force, &base, &base_path)) goto out;
+    if (a->mode_baseline) {
+        if (load_results(a->pos[0], &nw)) goto out;
+        if (find_baseline(a->dir, &nw, a->force, &base, &base_path)) goto out;
     } else {
-        if (load_results(pos[0], &base) || load_results(pos[1], &nw)) goto out;
+        if (load_results(a->pos[0], &base) || load_results(a->pos[1], &nw)) goto out;
     }
     /* The machine's calibration: given, or the newest beside the baselines */
-    if (noise_path) {
-        if (noise_load(noise_path, &nt)) goto out;
+    if (a->noise_path) {
+        if (noise_load(a->noise_path, &nt)) goto out;
         have_noise = 1;
-    } else if (mode_baseline) {
-        const int nf = noise_find(dir, &nw, &nt);
+    } else if (a->mode_baseline) {
+        const int nf = noise_find(a->dir, &nw, &nt);
         if (nf == EXIT_USAGE) goto out;
         have_noise = nf == 0;
     }
     if (have_noise) {
-        s.noise = &nt;
+        s->noise = &nt;
         /* its drift, with a margin for the pairs it did not see */
-        if (!max_drift_given && isfinite(nt.drift_max_pct))
-            s.max_drift = fmax(2.0, 1.5 * nt.drift_max_pct);
+        if (!a->max_drift_given && isfinite(nt.drift_max_pct))
+            s->max_drift = fmax(2.0, 1.5 * nt.drift_max_pct);
     }
-    const int fp_ok = fingerprints_match(&base, &nw, force);
-    if (!fp_ok && !force) goto out;
-    rc = compare_sets(&base, &nw, base.path, nw.path, 1, !fp_ok, &s);
+    const int fp_ok = fingerprints_match(&base, &nw, a->force);
+    if (!fp_ok && !a->force) goto out;
+    rc = compare_sets(&base, &nw, base.path, nw.path, 1, !fp_ok, s);
 out:
     noise_free(&nt);
     result_free(&base);
     result_free(&nw);
     free(base_path);
     return rc;
+}
+
+int cmd_compare(int argc, char **argv) {
+    compare_args a;
+    const int parsed = parse_compare_args(argc, argv, &a);
+    if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
+    if (check_modes(&a) != 0) return EXIT_USAGE;
+    settings *s = &a.s;
+    if (a.mode_cal) {
+        if (a.run_pairs && a.npos) {
+            errorf_esc("compare: --calibrate --run N makes its own files: no result files");
+            return EXIT_USAGE;
+        }
+        s->normalize = !a.no_normalize;
+        return cmd_calibrate(a.pos, a.npos, (int)a.run_pairs, a.sweep_args, a.nsweep, a.dir,
+                             a.out_path, s);
+    }
+    const int want = a.mode_ab ? 2 : (a.mode_baseline || a.mode_save) ? 1 : 2;
+    if (a.npos != want) {
+        errorf_esc("compare: expected %s, got %d argument%s",
+                   a.mode_ab                        ? "OLD_BINARY NEW_BINARY"
+                   : a.mode_baseline || a.mode_save ? "one result file NEW.json"
+                                                    : "two result files BASE.json NEW.json",
+                   a.npos, a.npos == 1 ? "" : "s");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (a.mode_save) return cmd_save_baseline(a.pos[0], a.dir);
+    /* Interleaved A/B rounds share the host's drift already; removing a
+     * common change there would hide a build that slows everything. */
+    s->normalize = !a.no_normalize && !a.mode_ab;
+    s->ab = a.mode_ab;
+    if (a.mode_ab && !s->threshold_given) {
+        s->threshold = AB_DEFAULT_THRESHOLD;
+        s->threshold_given = 2; /* the --ab default, reported as such */
+    }
+    if (a.mode_ab)
+        return cmd_ab(a.pos[0], a.pos[1], (int)a.rounds, a.budget, a.sweep_args, a.nsweep, s);
+    return compare_files(&a);
 }

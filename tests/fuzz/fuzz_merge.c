@@ -1,5 +1,5 @@
 /* fuzz_merge.c - libFuzzer target for the shard-file reader of `mhabench
- * merge` (harness/cmd_merge.c, through merge_load_for_fuzz): Google Benchmark
+ * merge` (harness/merge/, through merge_load_for_fuzz): Google Benchmark
  * JSON through json-c, the context's fingerprint and shard keys (mha_shard
  * I/N, whose N must cost nothing per shard), the rows' names and times, the
  * shard check, and the merged file built in memory. Beyond the sanitizers

@@ -26,7 +26,7 @@
 /* ---- text ------------------------------------------------------------------------ */
 
 /* "B:1/H:8/KV:8/Nq:128/Nkv:128/d:64/causal:0/dtype:bf16" -> "B1 H8 N128 d64 bf16" */
-static void shape_short(const char *key, char *out, size_t len) {
+void report_shape_short(const char *key, char *out, size_t len) {
     long long b = 0, h = 0, kv = 0, nq = 0, nkv = 0, d = 0, n = 0, dm = 0;
     int causal = 0;
     char dt[16] = "", kvdt[16] = "";
@@ -134,7 +134,7 @@ static void block(const rfile *f, const rgroup *g, int peers, FILE *o) {
 
 static void verbose_row(const rfile *f, const rgroup *g, FILE *o) {
     char shp[96];
-    shape_short(g->shape, shp, sizeof shp);
+    report_shape_short(g->shape, shp, sizeof shp);
     fprintf(o, "%s threads=%d:", shp, g->threads);
     if (g->win < 0) {
         fprintf(o, " none of ours ran\n");
@@ -198,7 +198,7 @@ static void print_table(const rfile *f, rgroup **sorted, int peers, int verbose,
     }
     for (int i = 0; i < f->ng;) {
         char shp[96];
-        shape_short(sorted[i]->shape, shp, sizeof shp);
+        report_shape_short(sorted[i]->shape, shp, sizeof shp);
         if (side) {
             fprintf(o, "%-27s", shp);
             const rgroup *b[2] = {NULL, NULL};
@@ -304,7 +304,7 @@ static void verdict_auto(const rfile *f, rgroup **sorted, FILE *o) {
             const rgroup *g = sorted[i];
             if (g->auto_row < 0 || g->win < 0 || g->auto_ok) continue;
             char shp[96];
-            shape_short(g->shape, shp, sizeof shp);
+            report_shape_short(g->shape, shp, sizeof shp);
             const rrow *a = &f->r[g->auto_row];
             fprintf(o, "    %s threads=%d: %.0f%% of %s [%s]\n", shp, g->threads,
                     100.0 * g->auto_share, f->r[g->win].kernel,
@@ -357,7 +357,7 @@ static void verdict_host(const rfile *f, rgroup **sorted, FILE *o) {
             const rgroup *h = &f->g[j];
             if (h->threads == 1 && h->win >= 0 && !strcmp(h->shape, g->shape) && g->hi < h->med) {
                 char shp[96];
-                shape_short(g->shape, shp, sizeof shp);
+                report_shape_short(g->shape, shp, sizeof shp);
                 fprintf(o, "  %s: %d threads SLOWER than 1 (%.1f against %.1f GFLOP/s)\n", shp,
                         g->threads, g->med, h->med);
             }

@@ -18,4 +18,9 @@ typedef enum {
  * Returns 0, or 2 after a message (unreadable or not a result file). */
 int report_file(const char *path, report_mode mode, FILE *f);
 
+/* A group's key (a row name without its kernel and threads:
+ * "B:1/H:8/KV:8/Nq:128/Nkv:128/d:64/causal:0") as the summary writes it:
+ * "B1 H8 N128 d64" (KV, Nq/Nkv, causal, dtypes where they differ). */
+void report_shape_short(const char *key, char *out, size_t len);
+
 #endif

@@ -132,13 +132,20 @@ void group_line(const run_state *rs, const bench *of) {
         const double gf = bench_stats(b, &lo, &hi);
         if (!best || gf > best_gf) best = b, best_gf = gf;
     }
-    char pre[128], shp[128];
+    char pre[128], shp[128], key[300];
     progress_prefix(&rs->prog, pre, sizeof pre);
-    shape_text(&of->s, shp, sizeof shp);
+    /* the summary's short form of the shape: the row name without its kernel
+     * and threads */
+    const char *k = strncmp(of->name, "layer/", 6) == 0 ? of->name + 6 : of->name;
+    const char *rest = strchr(k, '/');
+    snprintf(key, sizeof key, "%s%s", k != of->name ? "layer/" : "", rest ? rest + 1 : k);
+    char *t = strstr(key, "/threads:");
+    if (t) *t = '\0';
+    report_shape_short(key, shp, sizeof shp);
     if (best)
-        printf("%s  %s threads=%d: %s %.1f GFLOP/s\n", pre, shp, of->threads, best->kname, best_gf);
+        printf("%s  %s, %d thr: %s %.1f\n", pre, shp, of->threads, best->kname, best_gf);
     else
-        printf("%s  %s threads=%d\n", pre, shp, of->threads);
+        printf("%s  %s, %d thr\n", pre, shp, of->threads);
     fflush(stdout);
 }
 

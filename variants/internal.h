@@ -4,6 +4,7 @@
 #ifndef MHA_VARIANTS_INTERNAL_H
 #define MHA_VARIANTS_INTERNAL_H
 
+#include "error.h"
 #include "sizes.h"
 #include <math.h>
 #include <stddef.h>
@@ -63,9 +64,7 @@ mha_status mha_check_disjoint(const char *a_name, const mha_span *a, const char 
  * mha_attend, mha_workspace_size, mha_resolve_options and mha_select. */
 mha_status mha_check_options(const mha_options *o);
 
-/* Sets this thread's detailed error message and returns st. */
-mha_status mha_set_error(mha_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void mha_clear_error(void);
+/* mha_set_error, mha_clear_error: kernels/error.h */
 
 /* size helpers (mha_mul_sz, mha_add_sz, mha_align64): kernels/sizes.h */
 

@@ -5,7 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "internal.h"
+#include "error.h"
 
 static _Thread_local char errbuf[512];
 

@@ -5,7 +5,7 @@
 #include <strings.h>
 
 #include "dtype.h"
-#include "internal.h"
+#include "error.h"
 
 static const struct {
     const char *name, *alias1, *alias2;

@@ -1,5 +1,5 @@
 /* fake_peer.c - a stand-in for scripts/peers/mha_peer.py that speaks its
- * protocol (harness/peers/peer_py.c) with no Python: test_peer_fake starts it
+ * protocol (harness/peers/peer_py_helper.c) with no Python: test_peer_fake starts it
  * as MHA_PEERS_PYTHON. Honest by default (fp32 attention computed here, in
  * double, and the time of that computation claimed); MHA_FAKE_PEER_MODE, a
  * comma-separated list, makes it lie:

@@ -1,4 +1,4 @@
-/* test_peer_fake.c - the Python peers' plumbing (harness/peers/peer_py.c) held
+/* test_peer_fake.c - the Python peers' plumbing (harness/peers/peer_py.c, peer_py_helper.c) held
  * to a helper that lies, on tests/fake_peer.c (built here, no Python: runs
  * everywhere): an honest fake's output passes the oracle through the shared
  * memfd; one that shrinks the memfd before its output reply, claims a time

@@ -9,7 +9,7 @@
  * harness/peers/: the C ones (peer_onednn.c, peer_libxsmm.c) are built when
  * meson finds the library; the Python ones (peers_py.inc: torch,
  * onnxruntime, openvino, zentorch, ggml), each under the interpreter the
- * list names, run in a long-lived helper process (peer_py.c +
+ * list names, run in a long-lived helper process (peer_py.c, peer_py_helper.c +
  * scripts/peers/mha_peer.py)
  * that takes shapes and returns its own time of each call, so interpreter
  * start-up and the pipe round trip are never timed. Every peer is optional

@@ -221,6 +221,153 @@ static int execute_all(peer_inst *pi, char *why, size_t len) {
     return 0;
 }
 
+/* Allocates pi's buffers, copies q, k and v in and builds the causal mask:
+ * 0, or -1 with why (pi is then released by the caller). */
+static int onednn_buffers(peer_inst *pi, const mha_problem *p, const void *q, const void *k,
+                          const void *v, char *why, size_t len) {
+    const int64_t B = p->batch, H = p->heads, KV = p->kv_heads, Nq = p->seq_q, Nkv = p->seq_kv,
+                  d = p->head_dim;
+    const size_t es = pi->dt == dnnl_f32 ? 4 : 2;
+    pi->q_bytes = mul3((size_t)(B * H), (size_t)(Nq * d), es);
+    pi->kv_bytes = mul3((size_t)(B * KV), (size_t)(Nkv * d), es);
+    pi->o_bytes = pi->q_bytes;
+    const size_t s_bytes = mul3((size_t)(B * H), (size_t)Nq, (size_t)Nkv * 4);
+    if (!pi->q_bytes || !pi->kv_bytes || !s_bytes) {
+        snprintf(why, len, "problem too large: a buffer's byte count overflows");
+        return -1;
+    }
+    pi->q = mha_alloc(pi->q_bytes);
+    pi->k = mha_alloc(pi->kv_bytes);
+    pi->v = mha_alloc(pi->kv_bytes);
+    pi->o = mha_alloc(pi->o_bytes);
+    pi->s = mha_alloc(s_bytes);
+    if (pi->dt != dnnl_f32) pi->pb = mha_alloc(s_bytes / 2);
+    if (p->causal) pi->mask = mha_alloc(mul3((size_t)(B * KV), (size_t)Nq, (size_t)Nkv * 4));
+    if (!pi->q || !pi->k || !pi->v || !pi->o || !pi->s || (pi->dt != dnnl_f32 && !pi->pb) ||
+        (p->causal && !pi->mask)) {
+        snprintf(why, len, "out of memory (scores: %zu bytes)", s_bytes);
+        return -1;
+    }
+    memcpy(pi->q, q, pi->q_bytes);
+    memcpy(pi->k, k, pi->kv_bytes);
+    memcpy(pi->v, v, pi->kv_bytes);
+    memset(pi->o, 0, pi->o_bytes);
+    if (p->causal) {
+        float *m = pi->mask;
+        const int64_t off = Nkv - Nq;
+        for (int64_t i = 0; i < Nq; i++)
+            for (int64_t j = 0; j < Nkv; j++) m[i * Nkv + j] = j <= i + off ? 0.0f : -INFINITY;
+        for (int64_t g = 1; g < B * KV; g++)
+            memcpy(m + g * Nq * Nkv, m, (size_t)(Nq * Nkv) * sizeof(float));
+    }
+    return 0;
+}
+
+/* The memory descriptors of one instance: Q, K^T, V, S (fp32), P (the
+ * problem's dtype), O and the causal mask. */
+typedef struct {
+    dnnl_memory_desc_t q, k, v, s, p, o, m;
+} onednn_mds;
+
+/* The engine, the stream, the descriptors and the memory objects over pi's
+ * buffers; *what names the step that failed. */
+static dnnl_status_t onednn_memories(peer_inst *pi, const mha_problem *p, onednn_mds *md,
+                                     const char **what) {
+    const int64_t H = p->heads, KV = p->kv_heads, G = H / KV, Nq = p->seq_q, Nkv = p->seq_kv,
+                  d = p->head_dim;
+    *what = "dnnl_engine_create";
+    dnnl_status_t st = dnnl_engine_create(&pi->eng, dnnl_cpu, 0);
+    if (st == dnnl_success) {
+        *what = "dnnl_stream_create";
+        st = dnnl_stream_create(&pi->strm, pi->eng, dnnl_stream_default_flags);
+    }
+    /* 4-D views [B*KV, G, rows, cols]: the G query heads of one KV head are
+     * the matmul's second batch dimension; K and V have 1 there (broadcast).
+     * K^T is K read through strides (d contiguous is K^T's row stride 1).
+     * The mask is [B*KV, 1, Nq, Nkv], one copy per KV head broadcast over
+     * its G query heads: oneDNN 2.6's brgemm matmul takes that binary
+     * broadcast (per_mb_spatial); a single [1, 1, Nq, Nkv] mask would send
+     * Q K^T to the reference implementation (ref:any). */
+    const dnnl_dim_t BK = p->batch * KV;
+    const dnnl_dims_t qd = {BK, G, Nq, d}, kd = {BK, 1, d, Nkv}, vd = {BK, 1, Nkv, d},
+                      sd = {BK, G, Nq, Nkv}, od = {BK, G, Nq, d}, mkd = {BK, 1, Nq, Nkv};
+    const dnnl_dims_t ks = {Nkv * d, Nkv * d, 1, d};
+    if (st == dnnl_success) {
+        *what = "memory descriptors";
+        st = dnnl_memory_desc_init_by_tag(&md->q, 4, qd, pi->dt, dnnl_abcd);
+    }
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_strides(&md->k, 4, kd, pi->dt, ks);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&md->v, 4, vd, pi->dt, dnnl_abcd);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&md->s, 4, sd, dnnl_f32, dnnl_abcd);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&md->p, 4, sd, pi->dt, dnnl_abcd);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&md->o, 4, od, pi->dt, dnnl_abcd);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&md->m, 4, mkd, dnnl_f32, dnnl_abcd);
+    if (st == dnnl_success) {
+        *what = "memory objects";
+        st = dnnl_memory_create(&pi->mq, &md->q, pi->eng, pi->q);
+    }
+    if (st == dnnl_success) st = dnnl_memory_create(&pi->mk, &md->k, pi->eng, pi->k);
+    if (st == dnnl_success) st = dnnl_memory_create(&pi->mv, &md->v, pi->eng, pi->v);
+    if (st == dnnl_success) st = dnnl_memory_create(&pi->ms, &md->s, pi->eng, pi->s);
+    if (st == dnnl_success && pi->pb) st = dnnl_memory_create(&pi->mp, &md->p, pi->eng, pi->pb);
+    if (st == dnnl_success) st = dnnl_memory_create(&pi->mo, &md->o, pi->eng, pi->o);
+    if (st == dnnl_success && p->causal)
+        st = dnnl_memory_create(&pi->mmask, &md->m, pi->eng, pi->mask);
+    return st;
+}
+
+/* The three primitives (Q K^T with the scale and the mask, softmax, P V),
+ * their implementations' names into impl; *what names the step that
+ * failed. Primitives are created at the thread count they will run with. */
+static dnnl_status_t onednn_primitives(peer_inst *pi, const mha_problem *p, const onednn_mds *md,
+                                       char impl[3][64], const char **what) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(pi->threads);
+    dnnl_primitive_attr_t attr = NULL, plain = NULL;
+    dnnl_post_ops_t ops = NULL;
+    const float scale = mha_problem_scale(p);
+    *what = "attributes";
+    dnnl_status_t st = dnnl_primitive_attr_create(&attr);
+    if (st == dnnl_success) st = dnnl_primitive_attr_create(&plain);
+    if (st == dnnl_success)
+        st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    if (st == dnnl_success)
+        st = dnnl_primitive_attr_set_scratchpad_mode(plain, dnnl_scratchpad_mode_user);
+    if (st == dnnl_success) st = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &scale);
+    if (st == dnnl_success && p->causal) {
+        st = dnnl_post_ops_create(&ops);
+        if (st == dnnl_success) st = dnnl_post_ops_append_binary(ops, dnnl_binary_add, &md->m);
+        if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(attr, ops);
+    }
+    if (st == dnnl_success) {
+        *what = "matmul Q K^T";
+        dnnl_matmul_desc_t mm;
+        st = dnnl_matmul_desc_init(&mm, &md->q, &md->k, NULL, &md->s);
+        if (st == dnnl_success) st = make_prim(pi, &mm, attr, 0, &pi->qk, impl[0], sizeof impl[0]);
+    }
+    if (st == dnnl_success) {
+        /* fp32: in place on S; bf16: fp32 in, bf16 P out (softmax v2 takes
+         * different src and dst types) */
+        *what = "softmax";
+        dnnl_softmax_v2_desc_t sdsc;
+        st = dnnl_softmax_v2_forward_desc_init(&sdsc, dnnl_forward_inference, dnnl_softmax_accurate,
+                                               &md->s, pi->pb ? &md->p : &md->s, 3);
+        if (st == dnnl_success)
+            st = make_prim(pi, &sdsc, plain, 1, &pi->sm, impl[1], sizeof impl[1]);
+    }
+    if (st == dnnl_success) {
+        *what = "matmul P V";
+        dnnl_matmul_desc_t mm;
+        st = dnnl_matmul_desc_init(&mm, pi->pb ? &md->p : &md->s, &md->v, NULL, &md->o);
+        if (st == dnnl_success) st = make_prim(pi, &mm, plain, 2, &pi->pv, impl[2], sizeof impl[2]);
+    }
+    omp_set_num_threads(saved);
+    if (ops) dnnl_post_ops_destroy(ops);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (plain) dnnl_primitive_attr_destroy(plain);
+    return st;
+}
+
 static peer_inst *onednn_prepare(const mha_problem *p, int threads, const void *q, const void *k,
                                  const void *v, char *why, size_t len) {
     if (mha_problem_validate(p) != MHA_OK) {
@@ -240,132 +387,15 @@ static peer_inst *onednn_prepare(const mha_problem *p, int threads, const void *
     pi->p = *p;
     pi->threads = mha_resolve_threads(&(mha_options){.threads = threads});
     pi->dt = p->dtype == MHA_BF16 ? dnnl_bf16 : p->dtype == MHA_F16 ? dnnl_f16 : dnnl_f32;
-    const int64_t B = p->batch, H = p->heads, KV = p->kv_heads, G = H / KV, Nq = p->seq_q,
-                  Nkv = p->seq_kv, d = p->head_dim;
-    const size_t es = pi->dt == dnnl_f32 ? 4 : 2;
-    pi->q_bytes = mul3((size_t)(B * H), (size_t)(Nq * d), es);
-    pi->kv_bytes = mul3((size_t)(B * KV), (size_t)(Nkv * d), es);
-    pi->o_bytes = pi->q_bytes;
-    const size_t s_bytes = mul3((size_t)(B * H), (size_t)Nq, (size_t)Nkv * 4);
-    if (!pi->q_bytes || !pi->kv_bytes || !s_bytes) {
-        snprintf(why, len, "problem too large: a buffer's byte count overflows");
+    if (onednn_buffers(pi, p, q, k, v, why, len) != 0) {
         onednn_release(pi);
         return NULL;
     }
-    pi->q = mha_alloc(pi->q_bytes);
-    pi->k = mha_alloc(pi->kv_bytes);
-    pi->v = mha_alloc(pi->kv_bytes);
-    pi->o = mha_alloc(pi->o_bytes);
-    pi->s = mha_alloc(s_bytes);
-    if (pi->dt != dnnl_f32) pi->pb = mha_alloc(s_bytes / 2);
-    if (p->causal) pi->mask = mha_alloc(mul3((size_t)(B * KV), (size_t)Nq, (size_t)Nkv * 4));
-    if (!pi->q || !pi->k || !pi->v || !pi->o || !pi->s || (pi->dt != dnnl_f32 && !pi->pb) ||
-        (p->causal && !pi->mask)) {
-        snprintf(why, len, "out of memory (scores: %zu bytes)", s_bytes);
-        onednn_release(pi);
-        return NULL;
-    }
-    memcpy(pi->q, q, pi->q_bytes);
-    memcpy(pi->k, k, pi->kv_bytes);
-    memcpy(pi->v, v, pi->kv_bytes);
-    memset(pi->o, 0, pi->o_bytes);
-    if (p->causal) {
-        float *m = pi->mask;
-        const int64_t off = Nkv - Nq;
-        for (int64_t i = 0; i < Nq; i++)
-            for (int64_t j = 0; j < Nkv; j++) m[i * Nkv + j] = j <= i + off ? 0.0f : -INFINITY;
-        for (int64_t g = 1; g < B * KV; g++)
-            memcpy(m + g * Nq * Nkv, m, (size_t)(Nq * Nkv) * sizeof(float));
-    }
-
-    const char *what = "dnnl_engine_create";
-    dnnl_status_t st = dnnl_engine_create(&pi->eng, dnnl_cpu, 0);
-    if (st == dnnl_success) {
-        what = "dnnl_stream_create";
-        st = dnnl_stream_create(&pi->strm, pi->eng, dnnl_stream_default_flags);
-    }
-    /* 4-D views [B*KV, G, rows, cols]: the G query heads of one KV head are
-     * the matmul's second batch dimension; K and V have 1 there (broadcast).
-     * K^T is K read through strides (d contiguous is K^T's row stride 1).
-     * The mask is [B*KV, 1, Nq, Nkv], one copy per KV head broadcast over
-     * its G query heads: oneDNN 2.6's brgemm matmul takes that binary
-     * broadcast (per_mb_spatial); a single [1, 1, Nq, Nkv] mask would send
-     * Q K^T to the reference implementation (ref:any). */
-    const dnnl_dim_t BK = B * KV;
-    const dnnl_dims_t qd = {BK, G, Nq, d}, kd = {BK, 1, d, Nkv}, vd = {BK, 1, Nkv, d},
-                      sd = {BK, G, Nq, Nkv}, od = {BK, G, Nq, d}, mkd = {BK, 1, Nq, Nkv};
-    const dnnl_dims_t ks = {Nkv * d, Nkv * d, 1, d};
-    dnnl_memory_desc_t qmd, kmd, vmd, smd, pmd, omd, mmd;
-    if (st == dnnl_success) {
-        what = "memory descriptors";
-        st = dnnl_memory_desc_init_by_tag(&qmd, 4, qd, pi->dt, dnnl_abcd);
-    }
-    if (st == dnnl_success) st = dnnl_memory_desc_init_by_strides(&kmd, 4, kd, pi->dt, ks);
-    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&vmd, 4, vd, pi->dt, dnnl_abcd);
-    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&smd, 4, sd, dnnl_f32, dnnl_abcd);
-    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&pmd, 4, sd, pi->dt, dnnl_abcd);
-    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&omd, 4, od, pi->dt, dnnl_abcd);
-    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&mmd, 4, mkd, dnnl_f32, dnnl_abcd);
-    if (st == dnnl_success) {
-        what = "memory objects";
-        st = dnnl_memory_create(&pi->mq, &qmd, pi->eng, pi->q);
-    }
-    if (st == dnnl_success) st = dnnl_memory_create(&pi->mk, &kmd, pi->eng, pi->k);
-    if (st == dnnl_success) st = dnnl_memory_create(&pi->mv, &vmd, pi->eng, pi->v);
-    if (st == dnnl_success) st = dnnl_memory_create(&pi->ms, &smd, pi->eng, pi->s);
-    if (st == dnnl_success && pi->pb) st = dnnl_memory_create(&pi->mp, &pmd, pi->eng, pi->pb);
-    if (st == dnnl_success) st = dnnl_memory_create(&pi->mo, &omd, pi->eng, pi->o);
-    if (st == dnnl_success && p->causal)
-        st = dnnl_memory_create(&pi->mmask, &mmd, pi->eng, pi->mask);
-
-    /* Primitives are created at the thread count they will run with. */
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(pi->threads);
+    const char *what = "";
+    onednn_mds md;
     char impl[3][64] = {"?", "?", "?"};
-    dnnl_primitive_attr_t attr = NULL, plain = NULL;
-    dnnl_post_ops_t ops = NULL;
-    const float scale = mha_problem_scale(p);
-    if (st == dnnl_success) {
-        what = "attributes";
-        st = dnnl_primitive_attr_create(&attr);
-    }
-    if (st == dnnl_success) st = dnnl_primitive_attr_create(&plain);
-    if (st == dnnl_success)
-        st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-    if (st == dnnl_success)
-        st = dnnl_primitive_attr_set_scratchpad_mode(plain, dnnl_scratchpad_mode_user);
-    if (st == dnnl_success) st = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &scale);
-    if (st == dnnl_success && p->causal) {
-        st = dnnl_post_ops_create(&ops);
-        if (st == dnnl_success) st = dnnl_post_ops_append_binary(ops, dnnl_binary_add, &mmd);
-        if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(attr, ops);
-    }
-    if (st == dnnl_success) {
-        what = "matmul Q K^T";
-        dnnl_matmul_desc_t md;
-        st = dnnl_matmul_desc_init(&md, &qmd, &kmd, NULL, &smd);
-        if (st == dnnl_success) st = make_prim(pi, &md, attr, 0, &pi->qk, impl[0], sizeof impl[0]);
-    }
-    if (st == dnnl_success) {
-        /* fp32: in place on S; bf16: fp32 in, bf16 P out (softmax v2 takes
-         * different src and dst types) */
-        what = "softmax";
-        dnnl_softmax_v2_desc_t sdsc;
-        st = dnnl_softmax_v2_forward_desc_init(&sdsc, dnnl_forward_inference, dnnl_softmax_accurate,
-                                               &smd, pi->pb ? &pmd : &smd, 3);
-        if (st == dnnl_success)
-            st = make_prim(pi, &sdsc, plain, 1, &pi->sm, impl[1], sizeof impl[1]);
-    }
-    if (st == dnnl_success) {
-        what = "matmul P V";
-        dnnl_matmul_desc_t md;
-        st = dnnl_matmul_desc_init(&md, pi->pb ? &pmd : &smd, &vmd, NULL, &omd);
-        if (st == dnnl_success) st = make_prim(pi, &md, plain, 2, &pi->pv, impl[2], sizeof impl[2]);
-    }
-    omp_set_num_threads(saved);
-    if (ops) dnnl_post_ops_destroy(ops);
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    if (plain) dnnl_primitive_attr_destroy(plain);
+    dnnl_status_t st = onednn_memories(pi, p, &md, &what);
+    if (st == dnnl_success) st = onednn_primitives(pi, p, &md, impl, &what);
     if (st != dnnl_success) {
         say(why, len, "oneDNN: %s: %s", what, st);
         onednn_release(pi);

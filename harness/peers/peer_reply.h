@@ -1,5 +1,5 @@
 /* peer_reply.h - what a peer helper process says, checked before it is used
- * (harness/peers/peer_py.c speaks the protocol; tests/fuzz/fuzz_peer.c drives
+ * (harness/peers/peer_py_helper.c speaks the protocol; tests/fuzz/fuzz_peer.c drives
  * the parser): one reply line parsed from a buffer, and a claimed time held to
  * what the machine can do and to the round trip that carried it. Every field
  * of a reply is another process's claim; its text comes back escaped

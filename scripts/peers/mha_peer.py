@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """mha_peer.py - one Python attention peer (torch, onnxruntime, openvino, zentorch,
 ggml) as a
-long-lived helper process of mhabench (harness/peers/peer_py.c). The helper
+long-lived helper process of mhabench (harness/peers/peer_py_helper.c). The helper
 imports its library once, keeps many prepared instances alive at once, and
 answers with its own clock, so interpreter start-up, imports and the pipe
 round trip are never part of a timing.
@@ -9,7 +9,7 @@ round trip are never part of a timing.
 Started as: python mha_peer.py --peer NAME --shm-fd N
 (--list prints the peer names and exits: the check that they agree with the C list.)
 
-Protocol (also written out at the top of harness/peers/peer_py.c):
+Protocol (also written out at the top of harness/peers/peer_py_helper.c):
   - stdin (fd 0) is one end of a socketpair: requests arrive on it as one
     JSON object per line and every request gets exactly one JSON line back on
     the same socket. The helper moves fds 0 and 1 out of the way at start

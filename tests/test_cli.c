@@ -342,6 +342,14 @@ static const cmd_opts ALL_OPTS[] = {
                   "threads=",  "dtype=",       "kv-dtype=", "shard=",  "max-seconds=",
                   "min-time=", "repetitions=", "passes=",   "bind=",   "peers=",
                   "out=",      "seed=",        "quiet",     "verbose", "help"}},
+    {"tune",
+     1,
+     {"budget=", "classes=", "kernels=", "threads=", "dtype=", "out=", "force",
+      "seed=", "shard=", "help"}},
+    {"recommend",
+     1,
+     {"seq=", "seq-kv=", "heads=", "kv-heads=", "head-dim=", "causal",
+      "threads=", "batch=", "dtype=", "kv-dtype=", "help"}},
     {"compare",
      0,
      {"threshold=", "no-normalize", "max-drift=", "alpha=", "json", "force", "baseline",
@@ -405,7 +413,9 @@ static void test_help_lists_options(void **state) {
             snprintf(arg, sizeof arg, "--%s=x", name);
             /* after it a bad value of another option, so that one whose
              * value x is fine (sweep --out=x) still exits 2 at once */
-            const char *then = strcmp(co->cmd, "sweep") == 0 ? "--preset=none" : NULL;
+            const char *then = strcmp(co->cmd, "sweep") == 0  ? "--preset=none"
+                               : strcmp(co->cmd, "tune") == 0 ? "--classes=none"
+                                                              : NULL;
             const int rc = run_bench(co->cmd, arg, then, NULL);
             if (rc != 2) fail_msg("%s %s: exit %d: %s", co->cmd, arg, rc, g_err);
             if (strstr(g_err, "unknown option") || strstr(g_err, "unrecognized"))

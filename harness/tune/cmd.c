@@ -4,79 +4,67 @@
 #include <stdio.h>
 
 #include "commands.h"
+#include "opts.h"
 #include "util.h"
 #include "tune.h"
 
+enum { O_BUDGET = 256, O_CLASSES, O_KERNELS, O_THREADS, O_OUT, O_SEED, O_SHARD, O_DTYPE, O_FORCE };
+
+/* The options, as data: the parser, the usage and the options section come
+ * from these rows (opts.h). */
+static const opt_row ROWS[] = {
+    {"budget", required_argument, O_BUDGET, 0, "S", 0,
+     "the run's time in seconds (default 120); it ends within about 5% of it (classes share "
+     "what is left; past it none is started); one below the cheapest class's floor is refused "
+     "(exit 2)"},
+    {"classes", required_argument, O_CLASSES, 0, "quick|full", 0,
+     "quick (default: head_dim 64/128, kv <= 4096, decode at 4096) or full"},
+    {"kernels", required_argument, O_KERNELS, 0, "LIST", 0,
+     "kernels to search (default: each algorithm at its highest ISA here, decode kernels on "
+     "decode classes only, plus knob-less baselines such as blas.cblas timed as they are); each "
+     "class times those that take its dtype"},
+    {"threads", required_argument, O_THREADS, 0, "1,N", 0,
+     "thread counts: 1 for the t1 classes, N > 1 for the tall ones (default 1,<cores>)"},
+    {"dtype", required_argument, O_DTYPE, 0, "LIST", 0,
+     "Q/O dtypes of the classes (default fp32,bf16): prefill classes come in both, decode in "
+     "fp32; a dtype no kernel with block knobs takes here (bf16 without AVX512_BF16) is left "
+     "out"},
+    {"out", required_argument, O_OUT, 0, "TABLE.json", 0,
+     "the table (replaced if there; default: this CPU's table where mha_select reads first: "
+     "MHA_TUNING_DIR, the installed <datadir>/mhabench/tuning, else the tree's results/tuning; "
+     "a table already there is kept and the new one written beside it as <cpu key>-<UTC "
+     "time>.json, which mha_select reads as newer)"},
+    {"force", no_argument, O_FORCE, 0, NULL, 0,
+     "replace this CPU's table there instead (and let --out replace an installed table or one "
+     "in the tree's results/tuning)"},
+    {"seed", required_argument, O_SEED, 0, "N", 0, "input data seed (default 1)"},
+    {"shard", required_argument, O_SHARD, 0, "I/N", 0,
+     "tune every N-th class from the I-th (fleet mode: N hosts of one CPU type; "
+     "`scripts/fleet_report.py tuning` joins their tables)"},
+    OPTS_HELP,
+};
+enum { NROWS = sizeof ROWS / sizeof ROWS[0] };
+
 static void usage_tune(FILE *f) {
-    fprintf(f,
-            "usage: mhabench tune [--budget SECONDS] [--classes quick|full] [--kernels a,b]\n"
-            "                     [--threads 1,N] [--dtype fp32,bf16] [--out TABLE.json]\n"
-            "                     [--seed N] [--shard I/N]\n"
-            "  Searches block_q / block_kv (and the parallel split where the kernel has one)\n"
-            "  per shape class, verifying every candidate against the float64 oracle, and\n"
-            "  writes the tuning table mha_select and `--kernel auto` use, plus a JSON Lines\n"
-            "  log of every measurement in log/ beside it.\n"
-            "  --budget S    the run's time in seconds (default %.0f); it ends within about\n"
-            "                5%% of it (classes share what is left; past it none is started);\n"
-            "                one below the cheapest class's floor is refused (exit 2)\n"
-            "  --classes C   quick (default: head_dim 64/128, kv <= 4096, decode at 4096) or full\n"
-            "  --dtype D     Q/O dtypes of the classes (default fp32,bf16): prefill classes\n"
-            "                come in both, decode in fp32; a dtype no kernel with block knobs\n"
-            "                takes here (bf16 without AVX512_BF16) is left out\n"
-            "  --kernels K   kernels to search (default: each algorithm at its highest ISA\n"
-            "                here, decode kernels on decode classes only, plus knob-less\n"
-            "                baselines such as blas.cblas timed as they are); each class\n"
-            "                times those that take its dtype\n"
-            "  --threads T   thread counts: 1 for the t1 classes, N > 1 for the tall ones\n"
-            "                (default 1,<cores>)\n"
-            "  --out F       the table (replaced if there; default: this CPU's table where\n"
-            "                mha_select reads first: MHA_TUNING_DIR, the installed\n"
-            "                <datadir>/mhabench/tuning, else the tree's results/tuning; a\n"
-            "                table already there is kept and the new one written beside it\n"
-            "                as <cpu key>-<UTC time>.json, which mha_select reads as newer)\n"
-            "  --force       replace this CPU's table there instead (and let --out replace\n"
-            "                an installed table or one in the tree's results/tuning)\n"
-            "  --seed N      input data seed (default 1)\n"
-            "  --shard I/N   tune every N-th class from the I-th (fleet mode: N hosts of one\n"
-            "                CPU type; `scripts/fleet_report.py tuning` joins their tables)\n",
-            DEFAULT_BUDGET_S);
+    opts_usage(f, "tune", NULL, ROWS, NROWS, NULL);
+    fputs("Searches block_q / block_kv (and the parallel split where the kernel has one) per\n"
+          "shape class, verifying every candidate against the float64 oracle, and writes the\n"
+          "tuning table mha_select and `--kernel auto` use, plus a JSON Lines log of every\n"
+          "measurement in log/ beside it.\n",
+          f);
+    opts_print(f, ROWS, NROWS);
 }
 
 /* Parses argv into a. Returns TUNE_OK, TUNE_HELP, or TUNE_BAD_INPUT after
  * printing what was wrong. */
 static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
-    enum {
-        O_BUDGET = 256,
-        O_CLASSES,
-        O_KERNELS,
-        O_THREADS,
-        O_OUT,
-        O_SEED,
-        O_SHARD,
-        O_DTYPE,
-        O_FORCE
-    };
-    static const struct option longopts[] = {
-        {"budget", required_argument, NULL, O_BUDGET},
-        {"classes", required_argument, NULL, O_CLASSES},
-        {"kernels", required_argument, NULL, O_KERNELS},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"out", required_argument, NULL, O_OUT},
-        {"force", no_argument, NULL, O_FORCE},
-        {"seed", required_argument, NULL, O_SEED},
-        {"shard", required_argument, NULL, O_SHARD},
-        {"dtype", required_argument, NULL, O_DTYPE},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     *a = (tune_args){.budget = DEFAULT_BUDGET_S,
                      .set = "quick",
                      .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
                      .seed = 1};
-    optind = 0;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+    opts_parser op;
+    opts_init(&op, "tune", ROWS, NROWS);
+    for (int c; (c = opts_next(&op, argc, argv)) != -1;) {
         switch (c) {
         case O_BUDGET:
             if (!parse_float("--budget", optarg, &a->budget)) return TUNE_BAD_INPUT;
@@ -112,11 +100,7 @@ static tune_status parse_tune_args(int argc, char **argv, tune_args *a) {
         case 'h':
             usage_tune(stdout);
             return TUNE_HELP;
-        default:
-            if (c == ':')
-                errorf("tune: option %s needs a value", argv[optind - 1]);
-            else
-                errorf("tune: unknown option '%s'", argv[optind - 1]);
+        default: /* opts_next said what */
             usage_tune(stderr);
             return TUNE_BAD_INPUT;
         }

@@ -6,20 +6,50 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "opts.h"
 #include "util.h"
 #include "tune.h"
 
+enum {
+    O_SEQ = 256,
+    O_SEQKV,
+    O_HEADS,
+    O_KVHEADS,
+    O_DIM,
+    O_CAUSAL,
+    O_THREADS,
+    O_BATCH,
+    O_DTYPE,
+    O_KV_DTYPE
+};
+
+/* The options, as data: the parser, the usage and the options section come
+ * from these rows (opts.h). */
+static const opt_row ROWS[] = {
+    {"seq", required_argument, O_SEQ, 0, "N", OPT_REQUIRED, "query length (and key length)"},
+    {"seq-kv", required_argument, O_SEQKV, 0, "M", 0, "key/value length (default: --seq)"},
+    {"heads", required_argument, O_HEADS, 0, "H", OPT_REQUIRED, "query heads"},
+    {"kv-heads", required_argument, O_KVHEADS, 0, "G", 0, "K/V heads (default: --heads)"},
+    {"head-dim", required_argument, O_DIM, 0, "D", OPT_REQUIRED, "head dim"},
+    {"causal", no_argument, O_CAUSAL, 0, NULL, 0, "the bottom-right aligned causal mask"},
+    {"threads", required_argument, O_THREADS, 0, "T", 0,
+     "0 = all cores (default 1, as attend and forward)"},
+    {"batch", required_argument, O_BATCH, 0, "B", 0, "batch (default 1)"},
+    {"dtype", required_argument, O_DTYPE, 0, "fp32|bf16|fp16", 0,
+     "Q/O element type (default fp32)"},
+    {"kv-dtype", required_argument, O_KV_DTYPE, 0, "bf16|fp16|int8", 0,
+     "the K/V storage (default: the --dtype)"},
+    OPTS_HELP,
+};
+enum { NROWS = sizeof ROWS / sizeof ROWS[0] };
+
 static void usage_recommend(FILE *f) {
-    fprintf(f, "usage: mhabench recommend --seq N [--seq-kv M] --heads H [--kv-heads G]\n"
-               "                          --head-dim D [--causal] [--threads T] [--batch B]\n"
-               "                          [--dtype fp32|bf16|fp16] [--kv-dtype bf16|fp16|int8]\n"
-               "  Prints the kernel and knobs mha_select (and --kernel auto) picks for the\n"
-               "  shape, where the choice came from, which tuning table it read and why that\n"
-               "  one (or, without one, what the cache model chose), and the table's\n"
-               "  expected GFLOP/s.\n"
-               "  --threads T   0 = all cores (default 1, as attend and forward)\n"
-               "  --dtype       Q/O element type (default fp32); --kv-dtype: the K/V storage\n"
-               "                (default: the --dtype)\n");
+    opts_usage(f, "recommend", NULL, ROWS, NROWS, NULL);
+    fputs("Prints the kernel and knobs mha_select (and --kernel auto) picks for the shape,\n"
+          "where the choice came from, which tuning table it read and why that one (or,\n"
+          "without one, what the cache model chose), and the table's expected GFLOP/s.\n",
+          f);
+    opts_print(f, ROWS, NROWS);
 }
 
 /* What the command line asked for (0: not given). */
@@ -32,37 +62,10 @@ typedef struct {
 /* Parses argv into a. Returns -1 to go on, else the exit code (0 after
  * --help; EXIT_USAGE after a message). */
 static int parse_recommend_args(int argc, char **argv, recommend_args *a) {
-    enum {
-        O_SEQ = 256,
-        O_SEQKV,
-        O_HEADS,
-        O_KVHEADS,
-        O_DIM,
-        O_CAUSAL,
-        O_THREADS,
-        O_BATCH,
-        O_DTYPE,
-        O_KV_DTYPE
-    };
-    static const struct option longopts[] = {
-        {"seq", required_argument, NULL, O_SEQ},
-        {"seq-kv", required_argument, NULL, O_SEQKV},
-        {"heads", required_argument, NULL, O_HEADS},
-        {"kv-heads", required_argument, NULL, O_KVHEADS},
-        {"head-dim", required_argument, NULL, O_DIM},
-        {"causal", no_argument, NULL, O_CAUSAL},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"batch", required_argument, NULL, O_BATCH},
-        {"dtype", required_argument, NULL, O_DTYPE},
-        {"kv-dtype", required_argument, NULL, O_KV_DTYPE},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     *a = (recommend_args){.threads = 1, .batch = 1, .dtype = MHA_F32, .kv_dtype = MHA_F32};
-    optind = 0;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+    opts_parser op;
+    opts_init(&op, "recommend", ROWS, NROWS);
+    for (int c; (c = opts_next(&op, argc, argv)) != -1;) {
         switch (c) {
         case O_SEQ:
             if (!parse_i64("--seq", optarg, 1, INT32_MAX, &a->seq)) return EXIT_USAGE;
@@ -104,11 +107,7 @@ static int parse_recommend_args(int argc, char **argv, recommend_args *a) {
         case 'h':
             usage_recommend(stdout);
             return 0;
-        default:
-            if (c == ':')
-                errorf("recommend: option %s needs a value", argv[optind - 1]);
-            else
-                errorf("recommend: unknown option '%s'", argv[optind - 1]);
+        default: /* opts_next said what */
             usage_recommend(stderr);
             return EXIT_USAGE;
         }

@@ -89,4 +89,9 @@ extern const peer_ops peer_onednn; /* peer_onednn.c */
 extern const peer_ops peer_libxsmm; /* peer_libxsmm.c */
 #endif
 
+/* The checks every C peer's prepare starts with: a valid problem, one the
+ * peer takes (its takes()), and inputs present. 1, or 0 with why set. */
+int peer_prepare_ok(const mha_problem *p, int (*takes)(const mha_problem *, char *, size_t),
+                    const void *q, const void *k, const void *v, char *why, size_t len);
+
 #endif

@@ -198,15 +198,7 @@ static void attend(peer_inst *pi) {
 
 static peer_inst *xsmm_prepare(const mha_problem *p, int threads, const void *q, const void *k,
                                const void *v, char *why, size_t len) {
-    if (mha_problem_validate(p) != MHA_OK) {
-        snprintf(why, len, "invalid problem: %s", mha_last_error());
-        return NULL;
-    }
-    if (!xsmm_takes(p, why, len)) return NULL;
-    if (!q || !k || !v) {
-        snprintf(why, len, "prepare: q, k and v must not be NULL");
-        return NULL;
-    }
+    if (!peer_prepare_ok(p, xsmm_takes, q, k, v, why, len)) return NULL;
     peer_inst *pi = calloc(1, sizeof *pi);
     if (!pi) {
         snprintf(why, len, "out of memory");

@@ -370,15 +370,7 @@ static dnnl_status_t onednn_primitives(peer_inst *pi, const mha_problem *p, cons
 
 static peer_inst *onednn_prepare(const mha_problem *p, int threads, const void *q, const void *k,
                                  const void *v, char *why, size_t len) {
-    if (mha_problem_validate(p) != MHA_OK) {
-        snprintf(why, len, "invalid problem: %s", mha_last_error());
-        return NULL;
-    }
-    if (!onednn_takes(p, why, len)) return NULL;
-    if (!q || !k || !v) {
-        snprintf(why, len, "prepare: q, k and v must not be NULL");
-        return NULL;
-    }
+    if (!peer_prepare_ok(p, onednn_takes, q, k, v, why, len)) return NULL;
     peer_inst *pi = calloc(1, sizeof *pi);
     if (!pi) {
         snprintf(why, len, "out of memory");

@@ -79,3 +79,17 @@ const char *peer_python_venv(const char *name) {
         if (strcmp(PYTHONS[i].name, name) == 0) return PYTHONS[i].venv;
     return NULL;
 }
+
+int peer_prepare_ok(const mha_problem *p, int (*takes)(const mha_problem *, char *, size_t),
+                    const void *q, const void *k, const void *v, char *why, size_t len) {
+    if (mha_problem_validate(p) != MHA_OK) {
+        snprintf(why, len, "invalid problem: %s", mha_last_error());
+        return 0;
+    }
+    if (!takes(p, why, len)) return 0;
+    if (!q || !k || !v) {
+        snprintf(why, len, "prepare: q, k and v must not be NULL");
+        return 0;
+    }
+    return 1;
+}

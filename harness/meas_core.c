@@ -558,7 +558,9 @@ static void sample_guarded_n(const meas_call *c, const meas_plan *pl, double *se
 
 int meas_interleave_guarded(const meas_call *c, int n, const meas_plan *pl, double *times,
                             meas_tally *t) {
-    *t = (meas_tally){0, 0, 0, 1};
+    *t = (meas_tally){.worst_halfwidth = 1, .other_share = -1};
+    meas_load load0, load1;
+    meas_load_mark(&load0);
     const double t_start = now_s();
     const double probe_min = pl->probe_min > 0 ? pl->probe_min : MEAS_POLICY.probe_min;
     int reps = 0;
@@ -602,5 +604,7 @@ int meas_interleave_guarded(const meas_call *c, int n, const meas_plan *pl, doub
         t->worst_halfwidth = worst;
     }
     t->reps = reps;
+    meas_load_mark(&load1);
+    t->other_share = meas_load_share(&load0, &load1);
     return reps;
 }

@@ -256,7 +256,9 @@ int meas_disturbed(const meas_evidence *ev, double probe_min);
  * all (then kept and counted); rounds go on until every call's median has a
  * 95% interval whose half-width is at most `target` of the median (after
  * min_reps), or the next round would end past time_cap (judged by the mean
- * round so far, retakes included), or max_reps rounds. */
+ * round so far, retakes included), or max_reps rounds. The tally carries
+ * the evidence of the whole loop: retakes, disturbed samples kept, and the
+ * load check's share of other processes over it. */
 typedef struct {
     int threads; /* threads the calls run on (the probe runs on as many) */
     int min_reps, max_reps;
@@ -272,6 +274,11 @@ typedef struct {
     int retakes;            /* disturbed samples that were taken again */
     int disturbed_kept;     /* disturbed samples kept because the retakes ran out */
     double worst_halfwidth; /* the largest relative half-width at the end */
+    /* The load check over the whole loop (meas_load_share): other processes'
+     * share of the machine, -1 when the loop was too short to tell; above
+     * MEAS_POLICY.contended_share the loop ran on a loaded machine, which
+     * per-sample probes can miss when the load is steady. */
+    double other_share;
 } meas_tally;
 
 /* times[i * pl->max_reps + r] is call i's sample of round r (with

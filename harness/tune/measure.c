@@ -87,6 +87,7 @@ static void tally_add(tune_ctx *tx, const meas_tally *t) {
     tx->last = *t;
     tx->retakes += t->retakes;
     tx->disturbed_kept += t->disturbed_kept;
+    tx->other = t->other_share; /* the loop's load check, -1 when too short to tell */
 }
 
 static void log_line(tune_ctx *tx, const class_data *cd, const mha_kernel *k, const point *pt,
@@ -183,14 +184,10 @@ void measure(tune_ctx *tx, class_data *cd, const mha_kernel *k, point *pt, int v
         log_line(tx, cd, k, pt, "error", max_err, cd->vd.tol, NULL, 0, 0, phase);
         return;
     }
-    meas_load m0, m1;
-    meas_load_mark(&m0);
     const meas_plan pl = tune_plan(tx, time_cap, MAX_REPS, calls_per_sample(warm));
     meas_tally tl;
     const int reps = meas_interleave_guarded(&call, 1, &pl, times, &tl);
     tally_add(tx, &tl);
-    meas_load_mark(&m1);
-    tx->other = meas_load_share(&m0, &m1);
     double sorted[MAX_REPS];
     memcpy(sorted, times, (size_t)reps * sizeof(double));
     const double median = median_inplace(sorted, reps);
@@ -226,14 +223,10 @@ double interleave(tune_ctx *tx, class_data *cd, const mha_kernel **ks, point **p
         meas_sample(&calls[i], &t);
         fastest = t < fastest ? t : fastest;
     }
-    meas_load m0, m1;
-    meas_load_mark(&m0);
     const meas_plan pl = tune_plan(tx, time_cap, FINAL_MAX_REPS, calls_per_sample(fastest));
     meas_tally tl;
     const int reps = meas_interleave_guarded(calls, n, &pl, &times[0][0], &tl);
     tally_add(tx, &tl);
-    meas_load_mark(&m1);
-    tx->other = meas_load_share(&m0, &m1);
     for (int i = 0; i < n; i++) {
         double sorted[FINAL_MAX_REPS];
         memcpy(sorted, times[i], (size_t)reps * sizeof(double));

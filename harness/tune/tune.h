@@ -78,7 +78,10 @@ static inline void fmt(char *buf, size_t len, const char *f, ...) {
 }
 
 /* The load check (other processes' share of the machine over a window) is
- * the measurement core's: meas_load_mark / meas_load_share (meas_core.h). */
+ * the measurement core's: each timing loop's share comes back in its
+ * meas_tally (other_share) with the rest of the evidence; a class's whole
+ * window (search and final round) is read with meas_load_mark /
+ * meas_load_share (meas_core.h). */
 
 /* ---- one class's data: timing inputs and the verification case --------------------- */
 typedef struct {

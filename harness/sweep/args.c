@@ -26,6 +26,7 @@ enum {
     O_PEERS,
     O_QUIET,
     O_VERBOSE,
+    O_LIST_PRESETS,
 };
 
 /* The options, as data: the parser, the usage and the options section come
@@ -87,6 +88,9 @@ static const opt_row ROWS[] = {
     {"verbose", no_argument, O_VERBOSE, 0, NULL, 0,
      "a line per repetition (and per skip), every tie and auto's choice in the summary "
      "(default: a line per finished shape and thread count, or a bar on a terminal)"},
+    {"list-presets", no_argument, O_LIST_PRESETS, 0, NULL, 0,
+     "print the presets' names, one per line, and exit (the fleet recipes check their "
+     "--preset with it)"},
     OPTS_HELP,
 };
 enum { NROWS = sizeof ROWS / sizeof ROWS[0] };
@@ -160,7 +164,7 @@ int parse_peers(const char *list, sweep_args *a) {
     }
 }
 
-/* Returns 0, 1 when --help was printed, or -1. */
+/* Returns 0, 1 when --help or --list-presets was printed, or -1. */
 int parse_sweep_args(int argc, char **argv, sweep_args *a) {
     *a = (sweep_args){.passes = 0, /* the preset's */
                       .preset_name = "quick",
@@ -257,6 +261,9 @@ int parse_sweep_args(int argc, char **argv, sweep_args *a) {
             if (!parse_i64("--passes", optarg, 1, SWEEP_MAX_PASSES, &v)) return -1;
             a->passes = (int)v;
             break;
+        case O_LIST_PRESETS:
+            presets_print(stdout);
+            return 1;
         case 'h':
             sweep_usage(stdout);
             return 1;

@@ -141,6 +141,10 @@ void peers_join(char *buf, size_t len, const char *sep, const char *last) {
     join(buf, len, names, n, sep, last);
 }
 
+void presets_print(FILE *f) {
+    for (int i = 0; i < NPRESETS; i++) fprintf(f, "%s\n", PRESETS[i].name);
+}
+
 void presets_help(FILE *f) {
     for (int i = 0; i < NPRESETS; i++) {
         const char *h = PRESETS[i].help;

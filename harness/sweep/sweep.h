@@ -199,6 +199,8 @@ extern int sweep_nbench;
 const preset *preset_find(const char *name);
 void presets_join(char *buf, size_t len, const char *sep, const char *last);
 void presets_help(FILE *f);
+/* The names, one per line (sweep --list-presets: what scripts check against). */
+void presets_print(FILE *f);
 /* The unknown --preset message, with a "did you mean" (util.h: say_unknown). */
 void presets_say_unknown(const char *name);
 /* The peers' names joined likewise (peers.c's list). */

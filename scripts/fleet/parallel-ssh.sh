@@ -69,7 +69,6 @@ done
 shards=${shards:-${#hosts[@]}}
 case $shards in '' | *[!0-9]* | 0*) die "--shards '$shards': expected a positive integer" ;; esac
 [ "$shards" -le 100000 ] || die "--shards $shards: at most 100000 (mhabench's limit)"
-case $preset in quick | full | ci | roofline) ;; *) die "--preset '$preset': expected quick, full, ci or roofline" ;; esac
 read -r -a ssh_words <<<"$ssh_cmd"
 command -v "${ssh_words[0]}" >/dev/null || die "--ssh '$ssh_cmd': '${ssh_words[0]}' is not a command"
 
@@ -79,6 +78,10 @@ if [ -z "$local_bin" ]; then
     fi
 fi
 [ -f "$local_bin" ] && [ -x "$local_bin" ] || die "--local-mhabench '$local_bin' is not an executable file"
+# The presets are the binary's (mhabench sweep --list-presets), not a list kept here.
+presets=$("$local_bin" sweep --list-presets 2>/dev/null) || die "'$local_bin sweep --list-presets' failed: an mhabench older than this script?"
+printf '%s\n' "$presets" | grep -qxF -- "$preset" ||
+    die "--preset '$preset': expected one of $(printf '%s\n' "$presets" | paste -sd, - | sed 's/,/, /g')"
 
 out=${out:-fleet-$preset-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out/logs" || die "cannot create '$out/logs'"

@@ -62,12 +62,6 @@ command -v sbatch >/dev/null || die "sbatch is not on PATH (is this a SLURM logi
 case $shards in '' | *[!0-9]* | 0*) die "--shards '$shards': expected a positive integer" ;; esac
 [ "$shards" -le 100000 ] || die "--shards $shards: at most 100000 (mhabench's limit)"
 case $max_parallel in *[!0-9]* | 0*) die "--max-parallel '$max_parallel': expected a positive integer" ;; esac
-case $preset in quick | full | ci | roofline) ;; *) die "--preset '$preset': expected quick, full, ci or roofline" ;; esac
-[ -z "$run_id" ] && run_id="$preset-$(date -u +%Y%m%dT%H%M%SZ)"
-[ -z "$label" ] && label=${partition:-${constraint:-default}}
-for v in "$run_id" "$label"; do
-    case $v in *[!A-Za-z0-9._-]* | .*) die "'$v': a run id or label takes letters, digits, '.', '_', '-' (not leading '.')" ;; esac
-done
 
 if [ -z "$mhabench" ]; then
     if [ -x "$root/build/mhabench" ]; then mhabench=$root/build/mhabench
@@ -78,6 +72,15 @@ fi
 mhabench=$(cd "$(dirname "$mhabench")" && pwd)/$(basename "$mhabench") # nodes need an absolute path
 # The sweep arguments fail here, on the login node, rather than in N jobs.
 "$mhabench" sweep --help >/dev/null 2>&1 || die "'$mhabench sweep --help' failed: not an mhabench?"
+# The presets are the binary's (mhabench sweep --list-presets), not a list kept here.
+presets=$("$mhabench" sweep --list-presets 2>/dev/null) || die "'$mhabench sweep --list-presets' failed: an mhabench older than this script?"
+printf '%s\n' "$presets" | grep -qxF -- "$preset" ||
+    die "--preset '$preset': expected one of $(printf '%s\n' "$presets" | paste -sd, - | sed 's/,/, /g')"
+[ -z "$run_id" ] && run_id="$preset-$(date -u +%Y%m%dT%H%M%SZ)"
+[ -z "$label" ] && label=${partition:-${constraint:-default}}
+for v in "$run_id" "$label"; do
+    case $v in *[!A-Za-z0-9._-]* | .*) die "'$v': a run id or label takes letters, digits, '.', '_', '-' (not leading '.')" ;; esac
+done
 
 [ -n "$shared" ] || die "no shared folder: pass --shared DIR or set MHA_FLEET_DIR"
 mkdir -p "$shared" || die "cannot create --shared '$shared'"

@@ -18,6 +18,18 @@ sweep=(--seq 64 --heads 2 --head-dim 32 --causal 0,1 --threads 1 --min-time 0.00
 printf '# two names for this machine\nhost-a\nhost-b   # trailing comment\n\n' >"$scratch/hosts"
 export FAKE_SSH_LOG=$scratch/ssh.log
 
+# An unknown preset is refused before any host is asked, with the names the
+# binary's own list gives (sweep --list-presets), the new ones included.
+rc=0
+"$pssh" --hosts "$scratch/hosts" --preset quik --out "$scratch/bad" --ssh "$fake" \
+    --local-mhabench "$mhabench" >"$scratch/bad.log" 2>&1 || rc=$?
+[ $rc -eq 2 ] || fail "--preset quik: exit $rc, expected 2"
+for p in $("$mhabench" sweep --list-presets); do
+    grep -q -- "$p" "$scratch/bad.log" || fail "--preset quik's message does not name preset $p: $(cat "$scratch/bad.log")"
+done
+[ ! -e "$scratch/bad" ] || fail "--preset quik created its --out folder"
+[ ! -s "$FAKE_SSH_LOG" ] || fail "--preset quik reached a host"
+
 # First try: a remote binary that fails for shard 2 only, as a host might.
 cat >"$scratch/flaky" <<FLAKY
 #!/bin/sh

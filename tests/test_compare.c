@@ -232,6 +232,52 @@ static void test_identical_same(void **state) {
     json_object_put(r);
 }
 
+/* Holm's step-down over the compared rows (issue 29: A/A pairs clean in 8 of
+ * 10 with every row at 0.01): among 20 rows, one moved 5% with p near 0.002
+ * is noisy (its p is above its Holm level 0.01 / 20), not a regression; a row
+ * moved 20% with no overlap is still slower beside it. Fails with per-row
+ * alpha: the weak row read slower and the gate failed. */
+static void write_family(const char *path, double weak, double strong) {
+    result_writer w = begin_results(path, FP_HERE);
+    for (int k = 0; k < 20; k++) {
+        char name[128];
+        double t[64];
+        snprintf(name, sizeof name, "flash.avx2/B:1/H:8/KV:8/Nq:%d/Nkv:%d/d:64/causal:0/threads:1",
+                 64 + k, 64 + k);
+        sample(t, 12, 1000.0 * (k == 0 ? weak : k == 1 ? strong : 1), k == 1 ? 0.01 : 0.05);
+        add_bench(&w, name, 12, t, "ns");
+    }
+    end_results(&w);
+}
+
+static void test_holm(void **state) {
+    (void)state;
+    NEED_BENCH();
+    const char *a = tmp_path("holm_a.json"), *b = tmp_path("holm_b.json"),
+               *c = tmp_path("holm_c.json");
+    write_family(a, 1, 1);
+    write_family(b, 1.05, 1);
+    write_family(c, 1.05, 1.2);
+    EXPECT_EXIT(0, run_bench("compare", a, b, "--threshold", "3", "--json", NULL));
+    json_object *r = parse_report();
+    json_object *weak = bench_at(r, 0);
+    const double p = json_object_get_double(get(weak, "p_value")),
+                 level = json_object_get_double(get(weak, "alpha"));
+    print_message("weak row: p %.3g, its Holm level %.3g\n", p, level);
+    assert_true(p < 0.01);   /* significant on its own ... */
+    assert_true(p >= level); /* ... not as one of 20 */
+    assert_true(level <= 0.01 / 20 + 1e-12);
+    assert_string_equal(verdict_at(r, 0), "noisy");
+    json_object_put(r);
+    EXPECT_EXIT(0, run_bench("compare", a, b, "--threshold", "3", NULL));
+    EXPECT_IN(g_out, "p above its Holm level");
+    EXPECT_EXIT(1, run_bench("compare", a, c, "--threshold", "3", "--json", NULL));
+    r = parse_report();
+    assert_string_equal(verdict_at(r, 1), "slower");
+    assert_string_equal(verdict_at(r, 0), "noisy");
+    json_object_put(r);
+}
+
 static void test_slower_tight(void **state) {
     (void)state;
     NEED_BENCH();
@@ -1091,6 +1137,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_same),
         cmocka_unit_test(test_slower_tight),
+        cmocka_unit_test(test_holm),
         cmocka_unit_test(test_drift_removed),
         cmocka_unit_test(test_memory_drift),
         cmocka_unit_test(test_noisy_group),

@@ -46,6 +46,8 @@ typedef struct {
     int rows;      /* iteration rows taken */
     int skipped;   /* rows with error_occurred */
     int disturbed; /* rows the sweep's evidence marked disturbed (retaken in the file) */
+    int files;     /* files loaded into the set */
+    int steady;    /* of them, runs under a steady background (context mha_background) */
 } result_set;
 
 void result_free(result_set *rs);
@@ -76,6 +78,7 @@ typedef struct {
     double shift, ci_lo, ci_hi;  /* Hodges-Lehmann shift and its 95% interval, percent (after
                                     drift removal) */
     stats_utest ut;
+    double alpha; /* the level its p is held to: Holm's step over the compared rows (0: alpha) */
     int too_few;
     verdict v;
     double mde, fp_rate; /* from the machine's calibration; NaN when none */

@@ -83,6 +83,15 @@ int load_results(const char *path, result_set *rs) {
                    path);
         goto out;
     }
+    rs->files++;
+    {
+        json_object *c, *bg;
+        if (json_object_object_get_ex(root, "context", &c) &&
+            json_object_is_type(c, json_type_object) &&
+            json_object_object_get_ex(c, "mha_background", &bg) &&
+            strncmp(json_object_get_string(bg), "steady", 6) == 0)
+            rs->steady++;
+    }
     if (!rs->path) {
         rs->path = path;
         if (json_object_object_get_ex(root, "context", &ctx) &&

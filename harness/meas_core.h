@@ -218,8 +218,36 @@ typedef struct {
     int preempt_max;         /* MEAS_PREEMPT_MAX per 20 ms */
     double target_halfwidth; /* 0.02 */
     double contended_share;  /* 0.10 */
+    /* A steady background (meas_background_steady): other processes held at
+     * least steady_share of the machine over a run's first pass and the rule
+     * above marked at least steady_disturbed of its repetitions. */
+    double steady_share;     /* 0.25 */
+    double steady_disturbed; /* 0.50 */
+    /* Under it, a burst (meas_burst): a preemption rate above burst_factor x
+     * the run's median at that thread count plus the quiet allowance. */
+    double burst_factor; /* 2.0 */
 } meas_policy;
 extern const meas_policy MEAS_POLICY;
+
+/* ---- a steady background and the bursts above it ------------------------------------
+ * On a runner whose cores are shared for the whole run (another process on
+ * every core), the rule above marks nearly every repetition disturbed: each
+ * is preempted many times. Such a background slows the two sides of a
+ * comparison alike (and the interleaved A/B rounds cancel what drifts), so
+ * dropping every repetition would judge nothing for no gain. A run is under
+ * a steady background when the load check and the rule agree that the
+ * machine was shared throughout (MEAS_POLICY.steady_share over the first
+ * pass, MEAS_POLICY.steady_disturbed of its repetitions marked); its
+ * repetitions are then judged against the run's own level: a burst is one
+ * preempted more than burst_factor times as often as the run's median at
+ * its thread count (per second and thread, plus the quiet allowance of
+ * preempt_max per 20 ms), or one during which time was stolen. The probes
+ * are not used there: a 200 us probe under time-slicing sees a slice
+ * boundary or not, which says nothing about a change in the load. */
+int meas_background_steady(double other_share, double disturbed_share);
+/* 1 when a repetition with this preemption rate (per second and thread)
+ * and stolen time is a burst above a run whose median rate is median_rate. */
+int meas_burst(double preempt_rate, double median_rate, double stolen);
 
 /* Other processes' share of the machine over a window: busy time of all
  * CPUs (/proc/stat, steal included: a VM's host taking the core hurts the

@@ -166,7 +166,20 @@ const meas_policy MEAS_POLICY = {
     .preempt_max = MEAS_PREEMPT_MAX,
     .target_halfwidth = 0.02,
     .contended_share = 0.10,
+    .steady_share = 0.25,
+    .steady_disturbed = 0.50,
+    .burst_factor = 2.0,
 };
+
+int meas_background_steady(double other_share, double disturbed_share) {
+    return other_share >= MEAS_POLICY.steady_share &&
+           disturbed_share >= MEAS_POLICY.steady_disturbed;
+}
+
+int meas_burst(double preempt_rate, double median_rate, double stolen) {
+    const double allowance = MEAS_POLICY.preempt_max / 0.02; /* per second */
+    return stolen > 0 || preempt_rate > MEAS_POLICY.burst_factor * median_rate + allowance;
+}
 
 int meas_disturbed_for(const meas_evidence *ev, double probe_min, double seconds) {
     const double allowed = MEAS_POLICY.preempt_max * (seconds > 0.02 ? seconds / 0.02 : 1.0);

@@ -149,6 +149,25 @@ static void test_evidence(void **state) {
 /* Decode rows count bytes at the storage widths: K/V elements x the K/V
  * dtype's size plus one fp32 scale per row each for int8, Q and O at the
  * problem's dtype. The pool stores typed inputs (views of the dtypes). */
+/* A steady background and the bursts above it (issue 29): the run-level
+ * rule needs both the load check and most repetitions marked; a burst is a
+ * preemption rate above twice the run's median plus the quiet allowance
+ * (MEAS_PREEMPT_MAX per 20 ms = 50/s), or any stolen time. */
+static void test_background(void **state) {
+    (void)state;
+    assert_true(meas_background_steady(0.50, 0.90));
+    assert_true(meas_background_steady(0.25, 0.50));
+    assert_false(meas_background_steady(0.24, 0.90)); /* bursts on a mostly idle host */
+    assert_false(meas_background_steady(0.90, 0.49)); /* loaded, yet most samples clean */
+    assert_false(meas_background_steady(-1, 1.0));    /* the load unknown: not assumed */
+    assert_false(meas_burst(300, 200, 0));            /* the background's own level */
+    assert_false(meas_burst(450, 200, 0));            /* 2 x 200 + 50 */
+    assert_true(meas_burst(451, 200, 0));
+    assert_true(meas_burst(0, 200, 0.5)); /* stolen time is a burst at any rate */
+    assert_false(meas_burst(50, 0, 0));   /* a quiet median: the allowance alone */
+    assert_true(meas_burst(51, 0, 0));
+}
+
 static void test_io_bytes(void **state) {
     (void)state;
     const int64_t B = 2, H = 8, G = 2, N = 300, D = 64;
@@ -217,6 +236,7 @@ int main(void) {
         cmocka_unit_test(test_interval_coverage),
         cmocka_unit_test(test_ties),
         cmocka_unit_test(test_evidence),
+        cmocka_unit_test(test_background),
         cmocka_unit_test(test_drift_and_noise),
         cmocka_unit_test(test_io_bytes),
         cmocka_unit_test(test_shift_interval),

@@ -116,6 +116,8 @@ int check_peers(bench *benches, int nbench, note_list *skipped) {
                  ok == 0 ? "failed" : "could not run", r.detail);
         free(b->gflops);
         free(b->dist);
+        free(b->prate);
+        free(b->stolen);
     }
     peer_oracle_free(&o);
     fflush(stdout);
@@ -351,6 +353,8 @@ done:
     mha_out_abort(&out); /* no-op after a commit */
     for (int i = 0; i < nbench; i++) {
         free(benches[i].gflops);
+        free(benches[i].prate);
+        free(benches[i].stolen);
         free(benches[i].dist);
     }
     free(benches);

@@ -402,6 +402,9 @@ int take_shard(bench *benches, int nbench, const shard_spec *sh, double min_time
             benches[kept++] = benches[i];
         } else {
             free(benches[i].gflops);
+            free(benches[i].prate);
+            free(benches[i].stolen);
+            free(benches[i].dist);
         }
     }
     char buf[64];

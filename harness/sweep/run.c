@@ -96,6 +96,7 @@ void bench_body(mha_gbench_state *st, void *user) {
     mha_gbench_counter(st, "stolen_ms", ev.stolen * 1e3, MHA_GBENCH_PLAIN);
     mha_gbench_counter(st, "disturbed", meas_disturbed_for(&ev, MEAS_POLICY.probe_min, wdt),
                        MHA_GBENCH_PLAIN);
+    mha_gbench_counter(st, "window_s", wdt, MHA_GBENCH_PLAIN); /* the rate of preemptions */
     const int64_t iters = mha_gbench_iterations(st);
     const int over = check_roof(b, iters, wdt);
     mha_gbench_counter(st, "peak", b->peak, MHA_GBENCH_PLAIN);
@@ -197,13 +198,23 @@ void on_report(const mha_gbench_result *r, void *user) {
     const double gf = mha_gbench_result_counter(r, "GFLOPS", 0);
     const double pp = mha_gbench_result_counter(r, "pct_peak", 0);
     const double pb = mha_gbench_result_counter(r, "pct_bw", -1);
-    const int disturbed = mha_gbench_result_counter(r, "disturbed", 0) > 0;
+    const double win = mha_gbench_result_counter(r, "window_s", 0);
+    const double prate = win > 0 ? mha_gbench_result_counter(r, "preempted", 0) / win /
+                                       (b->threads > 0 ? b->threads : 1)
+                                 : 0;
+    const double stolen = mha_gbench_result_counter(r, "stolen_ms", 0);
+    const int disturbed = background_judge(rs, b->threads, prate, stolen,
+                                           mha_gbench_result_counter(r, "disturbed", 0) > 0);
     if (b->nres == b->cap) {
         b->cap = b->cap ? 2 * b->cap : 4;
         b->gflops = sweep_realloc(b->gflops, (size_t)b->cap, sizeof *b->gflops);
         b->dist = sweep_realloc(b->dist, (size_t)b->cap, sizeof *b->dist);
+        b->prate = sweep_realloc(b->prate, (size_t)b->cap, sizeof *b->prate);
+        b->stolen = sweep_realloc(b->stolen, (size_t)b->cap, sizeof *b->stolen);
     }
     b->dist[b->nres] = (unsigned char)disturbed;
+    b->prate[b->nres] = (float)prate;
+    b->stolen[b->nres] = (float)stolen;
     b->gflops[b->nres++] = gf;
     char bw[48] = "";
     if (pb >= 0)
@@ -524,11 +535,14 @@ int run_and_commit(const sweep_args *a, bench *benches, int nbench, int ngroups,
         return -1;
     }
     /* Follow-up passes: disturbed repetitions retaken, wide intervals
-     * narrowed; their rows join the file's (fmt_rows.c). */
+     * narrowed; their rows join the file's (fmt_rows.c). Under a steady
+     * background "disturbed" means a burst above it (background.c). */
     const double pass1 = now_s() - *t0;
+    background_decide(rs, benches, nbench);
     for (int p = 1; p < a->passes && now_s() - *t0 < 3 * pass1; p++) /* a->passes: resolved */
         if (run_pass(a, benches, nbench, min_time, p, rs) != 0) break;
     run_facts(rs, benches, nbench);
+    background_rows(rs);
     const mha_status st = rows_commit(&rs->rows, out, why, sizeof why);
     rows_free(&rs->rows);
     if (st != MHA_OK ||

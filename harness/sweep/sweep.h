@@ -4,6 +4,8 @@
  * plan.c     the benchmark list: shapes, dtypes, rows, estimates, skips, shards
  * run.c      the measurement: the benchmark body, registration, passes and
  *            retakes, the peaks trusted over the run, the result file
+ * background.c a steady background (another process on every core all run)
+ *            told from bursts: repetitions judged against the run's own level
  * cmd.c      the command in steps: the machine, peers, the run, the report
  * progress.c what it says while it runs; report.c the summary and verdict,
  *            read back from the file. */
@@ -101,7 +103,10 @@ typedef struct {
     char auto_label[160];
     /* results (iteration rows) */
     double *gflops;
-    unsigned char *dist; /* per result: the evidence said disturbed */
+    unsigned char *dist; /* per result: the evidence said disturbed (a burst, under a
+                          * steady background: background.c) */
+    float *prate;        /* per result: preemptions per second and thread */
+    float *stolen;       /* per result: stolen time, ms */
     int nres, cap;
     int errors;
     int reps;    /* repetitions planned (the preset's, or its baseline_reps) */
@@ -129,6 +134,13 @@ typedef struct {
     int pass;        /* the pass running: 0 the first */
     int row_error;   /* a row the writer refused (its message printed) */
     meas_load load0; /* the machine's load at the run's start (mha_load) */
+    /* a steady background (background.c), decided after the first pass */
+    int steady;
+    double other_share;   /* other processes' share over the first pass, -1 unknown */
+    double abs_disturbed; /* share of its repetitions the absolute rule marked */
+    int nmed;
+    int med_threads[16];
+    double med_rate[16]; /* the first pass's median preemption rate per thread count */
 } run_state;
 
 typedef struct {
@@ -256,5 +268,16 @@ int run_and_commit(const sweep_args *a, bench *benches, int nbench, int ngroups,
                    run_state *rs, double *t0);
 int write_empty_shard(const sweep_args *a, mha_out *out, time_t started);
 int cmd_sweep(int argc, char **argv);
+
+/* background.c: after the first pass, whether the run is under a steady
+ * background (meas_background_steady) and, if so, every repetition so far
+ * judged again against the run's own level; a repetition's judgement (the
+ * absolute rule's verdict, or a burst under a steady background); and, at
+ * the end, the rows' disturbed fields made the same (the absolute rule's
+ * verdict kept as disturbed_abs) and the context's mha_background. */
+void background_decide(run_state *rs, bench *benches, int nbench);
+int background_judge(const run_state *rs, int threads, double prate, double stolen,
+                     int disturbed_abs);
+void background_rows(run_state *rs);
 
 #endif

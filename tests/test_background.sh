@@ -44,7 +44,14 @@ assert bg.startswith("steady"), f"a busy loop on every CPU and no steady backgro
 assert absd >= n / 2, (absd, n)
 assert dist < absd, f"every repetition the rule marked is still disturbed ({dist} of {n})"
 assert n - dist >= 9, f"fewer than 9 repetitions left to judge ({n - dist})"
+load = d["context"]["mha_load"]
+assert load.startswith("a steady background"), load
 PY
+# The verdict says so (the figures are slowed, the choices hold), at the end
+# of the sweep and from the file.
+grep -q "a steady BACKGROUND" "$tmp/log" || { cat "$tmp/log"; echo "the sweep's verdict does not say the background"; exit 1; }
+"$mhabench" report "$tmp/r.json" | grep -q "a steady BACKGROUND" ||
+    { echo "report does not say the background"; exit 1; }
 # A comparison of the run with itself judges its rows (none "not judged").
 out=$("$mhabench" compare "$tmp/r.json" "$tmp/r.json" 2>&1) || true
 printf '%s\n' "$out" | grep -q "steady background in 1 of 1 base file" ||

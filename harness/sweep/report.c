@@ -364,7 +364,14 @@ static void verdict_host(const rfile *f, rgroup **sorted, FILE *o) {
         }
     }
     const double share = f->reps ? (double)f->disturbed / f->reps : 0;
-    if (share < 0.1)
+    if (f->steady)
+        fprintf(o,
+                "  a steady BACKGROUND: other processes held the cores all run (the file's\n"
+                "    mha_background); %d of %d repetitions were bursts above it, left out: the\n"
+                "    choices and an A/B against a run under the same load hold, the figures\n"
+                "    are slowed by it and do not\n",
+                f->disturbed, f->reps);
+    else if (share < 0.1)
         fprintf(o, "  a quiet run: %d of %d repetitions disturbed (%.0f%%); the figures stand\n",
                 f->disturbed, f->reps, 100 * share);
     else if (share <= 0.25)

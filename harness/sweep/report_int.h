@@ -36,6 +36,7 @@ typedef struct {
     rgroup *g;
     int ng, capg;
     int reps, disturbed, above;
+    int steady; /* the context's mha_background says a steady background (background.c) */
 } rfile;
 
 #define grow(p, n, cap)                                                                            \

@@ -222,6 +222,10 @@ int report_load(const char *path, rfile *f) {
         f->above += num(row, "peak_exceeded", 0) > 0;
     }
     read_aliases(f, json_object_is_type(ctx, json_type_object) ? ctx : NULL);
+    json_object *bg;
+    f->steady = json_object_is_type(ctx, json_type_object) &&
+                json_object_object_get_ex(ctx, "mha_background", &bg) &&
+                strncmp(json_object_get_string(bg), "steady", 6) == 0;
     json_object_put(root);
     for (int i = 0; i < f->ng; i++) decide(f, &f->g[i]);
     return 0;

@@ -463,11 +463,12 @@ static void run_facts(run_state *rs, const bench *benches, int nbench) {
         dist += benches[i].nres - bench_clean(&benches[i]);
     }
     const double share = reps ? (double)dist / reps : 0;
-    snprintf(buf, sizeof buf, "%s: %d of %d repetitions disturbed (%.0f%%)",
-             share < 0.1     ? "quiet"
+    snprintf(buf, sizeof buf, "%s: %d of %d repetitions %s (%.0f%%)",
+             rs->steady      ? "a steady background"
+             : share < 0.1   ? "quiet"
              : share <= 0.25 ? "partly busy"
                              : "busy",
-             dist, reps, 100 * share);
+             dist, reps, rs->steady ? "bursts above it" : "disturbed", 100 * share);
     rows_context(&rs->rows, "mha_load", buf);
 }
 

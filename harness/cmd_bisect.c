@@ -279,6 +279,18 @@ static int find_effect(bisect_ctx *c, const rev *good, const rev *bad, tracked *
         }
         if (rounds * 2 > c->max_rounds) break;
     }
+    /* Nothing slower: what the last A/B measured, so "not slower" has its
+     * figures (an interval around 0, or a move the test could not tell). */
+    json_object *arr = rep ? jget(rep, "benchmarks") : NULL;
+    if (arr && json_object_array_length(arr)) {
+        tracked all = {.n = 0};
+        for (size_t i = 0; i < json_object_array_length(arr) && all.n < MAX_TRACK; i++)
+            all.name[all.n++] =
+                xstrdup(json_object_get_string(jget(json_object_array_get_idx(arr, i), "name")));
+        printf("bisect: %.10s against %.10s, the last A/B:\n", bad->sha, good->sha);
+        print_effect(rep, &all);
+        for (int i = 0; i < all.n; i++) free(all.name[i]);
+    }
     json_object_put(rep);
     return 1;
 }

@@ -98,6 +98,10 @@ static void test_nothing_to_bisect(void **state) {
     assert_int_equal(bisect("c0", "c4"), 3);
     assert_non_null(strstr(g_out, "INCONCLUSIVE"));
     assert_non_null(strstr(g_out, "nothing to bisect"));
+    /* with the figures of the last A/B: both rows, each with its interval */
+    assert_non_null(strstr(g_out, "the last A/B:"));
+    assert_non_null(strstr(g_out, "Nq:128/Nkv:128/d:64/causal:0/threads:1: "));
+    assert_non_null(strstr(g_out, "Nq:256/Nkv:256/d:64/causal:0/threads:1: "));
     assert_null(strstr(g_out, "first bad commit"));
 }
 

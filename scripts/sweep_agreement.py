@@ -4,7 +4,9 @@ decisions? Per (shape, threads) group, each run's decision is its fastest
 kernel of ours (peers and auto left out) and the kernels tied with it (95%
 median intervals overlapping the fastest's, as the sweep's summary says).
 Two decisions agree when each run's fastest is in the other's decision (its
-fastest or a tie). Prints the groups that disagree and the share that agree;
+fastest or a tie), or when, in each run, the other run's fastest is within
+--tie-pct (default 3, issue 29's "a tie within 3% counts as agreement") of
+that run's fastest median. Prints the groups that disagree and the share that agree;
 also, per run, how many rows have a median interval wider than +-5% (a row
 whose samples disagree with each other by more than that). Standard library
 and scripts/mha_stats.py only."""
@@ -55,6 +57,9 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("a")
     ap.add_argument("b")
+    ap.add_argument("--tie-pct", type=float, default=3.0,
+                    help="the other run's fastest within this many percent of a run's fastest "
+                         "median agrees too (default 3; 0: intervals only)")
     args = ap.parse_args(argv)
     try:
         ra, rb = rows(args.a), rows(args.b)
@@ -70,6 +75,15 @@ def main(argv):
         fa, ta, _ = decide(ra[key])
         fb, tb, _ = decide(rb[key])
         ok = (fa == fb or fa in tb) and (fb == fa or fb in ta)
+        if not ok and args.tie_pct > 0:
+            near = True
+            for run, mine, other in ((ra[key], fa, fb), (rb[key], fb, fa)):
+                if other not in run:
+                    near = False
+                    continue
+                best, theirs = statistics.median(run[mine]), statistics.median(run[other])
+                near &= best > 0 and theirs >= best * (1 - args.tie_pct / 100)
+            ok = near
         agree += ok
         if not ok:
             print(f"differ: {key[0]} threads={key[1]}: {fa} (ties {sorted(ta)}) vs "

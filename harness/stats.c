@@ -228,3 +228,28 @@ stats_utest stats_mann_whitney(const double *base, int m, const double *new, int
     free(r2);
     return r;
 }
+
+void stats_holm_levels(const double *p, int n, double alpha, double *level) {
+    int *ord = n > 0 ? malloc((size_t)n * sizeof *ord) : NULL;
+    if (!ord) { /* no memory: Bonferroni, which Holm only relaxes */
+        for (int i = 0; i < n; i++) level[i] = alpha / n;
+        return;
+    }
+    for (int i = 0; i < n; i++) ord[i] = i;
+    for (int i = 1; i < n; i++) /* insertion sort by p, stable: n is a sweep's rows */
+        for (int j = i; j > 0 && p[ord[j]] < p[ord[j - 1]]; j--) {
+            const int t = ord[j];
+            ord[j] = ord[j - 1];
+            ord[j - 1] = t;
+        }
+    int stopped = 0;
+    double lv = alpha;
+    for (int k = 0; k < n; k++) {
+        if (!stopped) {
+            lv = alpha / (n - k);
+            stopped = !(p[ord[k]] < lv);
+        }
+        level[ord[k]] = lv;
+    }
+    free(ord);
+}

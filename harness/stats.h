@@ -83,4 +83,11 @@ typedef struct {
 } stats_utest;
 stats_utest stats_mann_whitney(const double *base, int m, const double *new, int n);
 
+/* Holm's step-down at family-wise level alpha over n p-values: the values
+ * sorted ascending are held to alpha / n, alpha / (n-1), ... until the first
+ * that misses its level; it and every later one are held to that level (and
+ * miss it). level[i] is the level p[i] is held to: p[i] < level[i] is a
+ * rejection. */
+void stats_holm_levels(const double *p, int n, double alpha, double *level);
+
 #endif

@@ -168,6 +168,24 @@ static void test_background(void **state) {
     assert_true(meas_burst(51, 0, 0));
 }
 
+/* Holm's step-down (the gate's family-wise alpha): sorted p held to
+ * alpha/n, alpha/(n-1), ...; the first miss and every later p keep its level. */
+static void test_holm(void **state) {
+    (void)state;
+    const double p[5] = {0.04, 0.001, 0.011, 0.03, 0.0024};
+    double lv[5];
+    stats_holm_levels(p, 5, 0.05, lv);
+    assert_true(fabs(lv[1] - (0.05 / 5)) < 1e-15); /* 0.001 < 0.01: rejected */
+    assert_true(fabs(lv[4] - (0.05 / 4)) < 1e-15); /* 0.0024 < 0.0125: rejected */
+    assert_true(fabs(lv[2] - (0.05 / 3)) < 1e-15); /* 0.011 < 0.0167: rejected */
+    assert_true(fabs(lv[3] - (0.05 / 2)) < 1e-15); /* 0.03 >= 0.025: the first miss */
+    assert_true(fabs(lv[0] - (0.05 / 2)) < 1e-15); /* later: that level, missed */
+    int rejected = 0;
+    for (int i = 0; i < 5; i++) rejected += p[i] < lv[i];
+    assert_int_equal(rejected, 3);
+    stats_holm_levels(p, 0, 0.05, lv); /* nothing to test: no write */
+}
+
 static void test_io_bytes(void **state) {
     (void)state;
     const int64_t B = 2, H = 8, G = 2, N = 300, D = 64;
@@ -237,6 +255,7 @@ int main(void) {
         cmocka_unit_test(test_ties),
         cmocka_unit_test(test_evidence),
         cmocka_unit_test(test_background),
+        cmocka_unit_test(test_holm),
         cmocka_unit_test(test_drift_and_noise),
         cmocka_unit_test(test_io_bytes),
         cmocka_unit_test(test_shift_interval),

@@ -176,35 +176,23 @@ static void fit_thresholds(comparison *c, const double *lr, const int *gidx, dou
         c->rows[i].threshold = gidx[i] >= 0 ? g->groups[gidx[i]].threshold : g->threshold;
 }
 
-/* Holm's step-down over the rows with enough repetitions: the gate's
- * "slower" is a claim about the compared set (one slower row fails it), so
- * alpha bounds the chance that any row of an unchanged build reads slower,
- * not each row's. The rows sorted by p are held to alpha / m, alpha / (m-1),
- * ... until the first that misses its level; it and every later row are held
- * to that level (and miss it). Why: with 20 rows at 0.01 each, an A/A pair
- * reads some row slower by chance alone in up to 1 - 0.99^20 = 18% of pairs,
- * and the A/A pairs here were clean in 8 of 10. */
+/* Holm's step-down over the rows with enough repetitions (stats.h:
+ * stats_holm_levels): the gate's "slower" is a claim about the compared set
+ * (one slower row fails it), so alpha bounds the chance that any row of an
+ * unchanged build reads slower, not each row's. Why: with 20 rows at 0.01
+ * each, an A/A pair reads some row slower by chance alone in up to
+ * 1 - 0.99^20 = 18% of pairs, and the A/A pairs here were clean in 8 of 10. */
 static void holm_levels(comparison *c, double alpha) {
-    int *ord = xrealloc(NULL, (size_t)(c->nr ? c->nr : 1) * sizeof *ord), m = 0;
+    const size_t cap = (size_t)(c->nr ? c->nr : 1);
+    int *idx = xrealloc(NULL, cap * sizeof *idx), m = 0;
+    double *p = xrealloc(NULL, cap * sizeof *p), *level = xrealloc(NULL, cap * sizeof *level);
     for (int i = 0; i < c->nr; i++)
-        if (!c->rows[i].too_few) ord[m++] = i;
-    for (int i = 1; i < m; i++) /* insertion sort by p: m is a sweep's rows */
-        for (int j = i; j > 0 && c->rows[ord[j]].ut.p < c->rows[ord[j - 1]].ut.p; j--) {
-            const int t = ord[j];
-            ord[j] = ord[j - 1];
-            ord[j - 1] = t;
-        }
-    int stopped = 0;
-    double level = alpha;
-    for (int k = 0; k < m; k++) {
-        row *r = &c->rows[ord[k]];
-        if (!stopped) {
-            level = alpha / (m - k);
-            stopped = !(r->ut.p < level);
-        }
-        r->alpha = level;
-    }
-    free(ord);
+        if (!c->rows[i].too_few) idx[m] = i, p[m++] = c->rows[i].ut.p;
+    stats_holm_levels(p, m, alpha, level);
+    for (int k = 0; k < m; k++) c->rows[idx[k]].alpha = level[k];
+    free(idx);
+    free(p);
+    free(level);
 }
 
 /* Pass 2: the U test on the new samples with their group's drift divided out. */

@@ -238,6 +238,68 @@ static void test_sweep_variant_rows(void **state) {
     assert_true(mha_problem_flops(&win) < 0.5 * mha_problem_flops(&dense));
 }
 
+/* A peer's adapter passes no variant on: it is skipped on the variant rows,
+ * saying why, and still runs the dense one (the fake peer, tests/fake_peer.c). */
+static void test_sweep_variant_peer_skip(void **state) {
+    (void)state;
+    REQUIRE_BENCH();
+    const char *fake = getenv("MHA_FAKE_PEER");
+    if (!fake || !*fake) {
+        print_message("MHA_FAKE_PEER is not set: skipping (run through meson test)\n");
+        skip();
+    }
+    setenv("MHA_PEERS_PYTHON", fake, 1);
+    setenv("MHA_PEERS_SCRIPT", fake, 1); /* any readable file: the fake ignores it */
+    char out[512];
+    snprintf(out, sizeof out, "%s/peer.json", g_tmp);
+    const char *args[] = {"sweep",
+                          "--passes",
+                          "1",
+                          "--repetitions",
+                          "1",
+                          "--kernels",
+                          "flash.scalar",
+                          "--peers",
+                          "torch",
+                          "--seq",
+                          "32",
+                          "--heads",
+                          "2",
+                          "--head-dim",
+                          "16",
+                          "--causal",
+                          "1",
+                          "--threads",
+                          "1",
+                          "--min-time",
+                          "0.002",
+                          "--window",
+                          "none,8:0",
+                          "--verbose",
+                          "--out",
+                          out,
+                          NULL};
+    const int rc = run_bench(args);
+    unsetenv("MHA_PEERS_PYTHON");
+    unsetenv("MHA_PEERS_SCRIPT");
+    if (rc != 0) print_error("exit %d, stderr:\n%s\n", rc, g_err);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(g_out, "peer.torch on B=1 H=2 KV=2 Nq=32 Nkv=32 d=16 causal=1 "
+                                  "window=8:0 (its adapter takes no attention variants)"));
+    json_object *root = json_object_from_file(out);
+    assert_non_null(root);
+    json_object *rows = field(root, "benchmarks");
+    int peer_rows = 0;
+    for (size_t i = 0; i < json_object_array_length(rows); i++) {
+        const char *name =
+            json_object_get_string(field(json_object_array_get_idx(rows, i), "name"));
+        if (strncmp(name, "peer.torch/", 11) != 0) continue;
+        peer_rows++;
+        assert_null(strstr(name, "/w8:0"));
+    }
+    assert_int_equal(peer_rows, 1);
+    json_object_put(root);
+}
 static void expect_usage(const char *const *args, const char *mention) {
     const int rc = run_bench(args);
     if (rc != 2 || !strstr(g_err, mention))
@@ -345,8 +407,11 @@ static void test_profile_variants(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_core_variant_call),        cmocka_unit_test(test_sweep_variant_rows),
-        cmocka_unit_test(test_sweep_variant_bad_values), cmocka_unit_test(test_llm_plan),
+        cmocka_unit_test(test_core_variant_call),
+        cmocka_unit_test(test_sweep_variant_rows),
+        cmocka_unit_test(test_sweep_variant_peer_skip),
+        cmocka_unit_test(test_sweep_variant_bad_values),
+        cmocka_unit_test(test_llm_plan),
         cmocka_unit_test(test_profile_variants),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -38,6 +38,14 @@ static const opt_row ROWS[] = {
     {"dtype", required_argument, 'T', 0, "D", 0,
      "the element type of Q, K, V and O: fp32 (default), bf16 or fp16; inputs uniform in "
      "[-1, 1)"},
+    {"window", required_argument, 'W', 0, "L,R", 0,
+     "sliding window: L keys before the diagonal, R after (-1 = unbounded), e.g. --window "
+     "4096,0 --causal (docs/attention-variants.md)"},
+    {"softcap", required_argument, 'C', 0, "C", 0,
+     "logit softcap C > 0: s = C tanh(s / C) on the scaled score"},
+    {"sinks", no_argument, 'Z', 0, NULL, 0,
+     "attention sinks: one seeded fp32 logit per query head (uniform in [-1, 1))"},
+    {"head-dim-v", required_argument, 'V', 0, "D", 0, "V's and O's head dim (default: --head-dim)"},
     {"layer", no_argument, 'L', 0, NULL, 0,
      "the full layer (mha_forward, self-attention over --seq tokens, d_model = heads x "
      "head-dim, weights and inputs in --dtype) with K its attention kernel; then the attention "
@@ -93,58 +101,6 @@ static int guarded_samples(const meas_call *c, int n, int threads, double flops)
     print_median("undisturbed", kept, nkept);
     free(all);
     return 0;
-}
-
-/* Q, K, V, O and workspace for a bf16/fp16 problem ([B,H,N,d], inputs
- * uniform in [-1, 1) rounded to the dtype). */
-typedef struct {
-    void *q, *k, *v, *o, *ws;
-    mha_tensor qv, kv, vv;
-    mha_tensor_mut ov;
-} typed_inputs;
-
-static int typed_prepare(typed_inputs *t, const mha_problem *p, size_t ws_bytes) {
-    const size_t nq = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim),
-                 nkv = (size_t)(p->batch * p->kv_heads * p->seq_kv * p->head_dim),
-                 es = mha_dtype_size(p->dtype), chunk = 4096;
-    t->q = mha_alloc(nq * es);
-    t->k = mha_alloc(nkv * es);
-    t->v = mha_alloc(nkv * es);
-    t->o = mha_alloc(nq * es);
-    t->ws = mha_alloc(ws_bytes);
-    float *f = malloc(chunk * sizeof(float));
-    if (!t->q || !t->k || !t->v || !t->o || !t->ws || !f) {
-        free(f);
-        return -1;
-    }
-    uint64_t r = 12345;
-    void *const bufs[3] = {t->q, t->k, t->v};
-    const size_t counts[3] = {nq, nkv, nkv};
-    for (int b = 0; b < 3; b++)
-        for (size_t i = 0; i < counts[b]; i += chunk) {
-            const size_t n = counts[b] - i < chunk ? counts[b] - i : chunk;
-            for (size_t j = 0; j < n; j++) {
-                r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-                f[j] = (float)((double)(r >> 11) * 0x1p-52 - 1.0);
-            }
-            mha_convert_from_f32(p->dtype, f, (char *)bufs[b] + i * es, n);
-        }
-    free(f);
-    memset(t->o, 0, nq * es);
-    memset(t->ws, 0, ws_bytes);
-    t->qv = mha_view_typed(t->q, p->dtype, NULL, p->heads, p->seq_q, p->head_dim);
-    t->kv = mha_view_typed(t->k, p->dtype, NULL, p->kv_heads, p->seq_kv, p->head_dim);
-    t->vv = mha_view_typed(t->v, p->dtype, NULL, p->kv_heads, p->seq_kv, p->head_dim);
-    t->ov = mha_view_typed_mut(t->o, p->dtype, p->heads, p->seq_q, p->head_dim);
-    return 0;
-}
-
-static void typed_release(typed_inputs *t) {
-    mha_free(t->q);
-    mha_free(t->k);
-    mha_free(t->v);
-    mha_free(t->o);
-    mha_free(t->ws);
 }
 
 /* Times one prepared shape for about seconds (at least 5 calls): the median
@@ -208,9 +164,10 @@ static int profile_layer(const mha_kernel *k, const mha_problem *p, const mha_op
 /* profile's command line. */
 typedef struct {
     const char *kname;
-    int64_t B, H, G, N, M, d, T, BQ, BK, SP, NS;
-    double seconds;
-    int causal, layer;
+    int64_t B, H, G, N, M, d, T, BQ, BK, SP, NS, DV;
+    double seconds, softcap;
+    int causal, layer, sinks;
+    window_spec window;
     mha_dtype dt;
 } profile_args;
 
@@ -250,6 +207,18 @@ static int parse_profile_args(int argc, char **argv, profile_args *a) {
         case 'L':
             a->layer = 1;
             break;
+        case 'W':
+            ok = parse_window("profile: --window", optarg, ',', &a->window);
+            break;
+        case 'C':
+            ok = parse_double("profile: --softcap", optarg, 0.0, 1e30, 1, &a->softcap);
+            break;
+        case 'Z':
+            a->sinks = 1;
+            break;
+        case 'V':
+            ok = parse_i64("profile: --head-dim-v", optarg, 1, 1 << 16, &a->DV);
+            break;
         case 't':
             ok = parse_i64("--threads", optarg, 0, 4096, &a->T);
             break;
@@ -285,6 +254,11 @@ static int parse_profile_args(int argc, char **argv, profile_args *a) {
         usage(stderr);
         return -1;
     }
+    if (a->layer && (a->window.on || a->softcap > 0 || a->sinks || a->DV)) {
+        errorf("profile: --layer times the dense layer; --window, --softcap, --sinks and "
+               "--head-dim-v are for the attention core");
+        return -1;
+    }
     return 0;
 }
 
@@ -300,15 +274,17 @@ static void time_with_phases(meas_call *call, const mha_kernel *k, const mha_pro
     const int have = mha_phase_cycles(cyc, 1);
     const double gf = mha_problem_flops(p) * calls / t * 1e-9;
     const mha_dtype dt = p->dtype;
-    printf(
-        "kernel %s B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld causal=%d %sthreads=%d: %d calls, "
-        "%.3f ms/call, %.1f GFLOP/s\n",
-        mha_kernel_name(k), (long long)p->batch, (long long)p->heads, (long long)p->kv_heads,
-        (long long)p->seq_q, (long long)p->seq_kv, (long long)p->head_dim, p->causal,
-        dt == MHA_F32    ? ""
-        : dt == MHA_BF16 ? "bf16 "
-                         : "fp16 ",
-        mha_resolve_threads(o), calls, t / calls * 1e3, gf);
+    const meas_shape s = meas_shape_of(p);
+    char var[96];
+    printf("kernel %s B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld causal=%d%s %sthreads=%d: %d "
+           "calls, %.3f ms/call, %.1f GFLOP/s (visible pairs)\n",
+           mha_kernel_name(k), (long long)p->batch, (long long)p->heads, (long long)p->kv_heads,
+           (long long)p->seq_q, (long long)p->seq_kv, (long long)p->head_dim, p->causal,
+           meas_variant_text(&s, var, sizeof var),
+           dt == MHA_F32    ? ""
+           : dt == MHA_BF16 ? "bf16 "
+                            : "fp16 ",
+           mha_resolve_threads(o), calls, t / calls * 1e3, gf);
     if (have) {
         const double tot = (double)(cyc[0] + cyc[1] + cyc[2] + cyc[3]);
         printf(
@@ -333,15 +309,8 @@ static int profile_attend(const mha_kernel *k, const mha_problem *p, const mha_o
     meas_pool_init(&pool, 12345);
     meas_call call;
     int rc = EXIT_USAGE;
-    const meas_shape shp = meas_shape_of(p);
-    typed_inputs ti = {0};
-    if (a->dt != MHA_F32) { /* the pool's inputs are fp32: typed ones of our own */
-        if (typed_prepare(&ti, p, ws_bytes)) {
-            errorf("profile: cannot allocate inputs and %zu bytes of workspace", ws_bytes);
-            goto done;
-        }
-        call = meas_call_attend(k, p, o, &ti.qv, &ti.kv, &ti.vv, &ti.ov, ti.ws, ws_bytes);
-    } else if (meas_prepare(&pool, k, &shp, o, &call)) {
+    const meas_shape shp = meas_shape_of(p); /* inputs in its dtype, the sinks seeded */
+    if (meas_prepare(&pool, k, &shp, o, &call)) {
         errorf("profile: cannot allocate inputs and %zu bytes of workspace", ws_bytes);
         goto done;
     }
@@ -358,7 +327,6 @@ static int profile_attend(const mha_kernel *k, const mha_problem *p, const mha_o
     time_with_phases(&call, k, p, o, a->seconds);
     rc = 0;
 done:
-    typed_release(&ti);
     meas_pool_release(&pool);
     return rc;
 }
@@ -377,7 +345,13 @@ int cmd_profile(int argc, char **argv) {
                            .causal = a.causal,
                            .scale = 0.0f,
                            .dtype = a.dt,
-                           .kv_dtype = a.dt};
+                           .kv_dtype = a.dt,
+                           .window = a.window.on,
+                           .window_left = a.window.left,
+                           .window_right = a.window.right,
+                           .softcap = (float)a.softcap,
+                           .sinks = a.sinks,
+                           .head_dim_v = a.DV};
     mha_options o = {
         .threads = (int)a.T, .block_q = (int)a.BQ, .block_kv = (int)a.BK, .split = (int)a.SP};
     /* "auto" as everywhere else: mha_select's kernel and knobs for this shape */

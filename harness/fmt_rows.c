@@ -117,8 +117,25 @@ void rows_context(rows_file *f, const char *key, const char *value) {
         json_object_object_add(ctx, key, json_object_new_string(value));
 }
 
+/* A variant row's fields, each only where its variant is on (a row without
+ * variants has none of them: its fields are as before). */
+static void add_variant(json_object *out, const mha_problem *p) {
+    if (p->window) {
+        json_object_object_add(out, "window_left", json_object_new_int64(p->window_left));
+        json_object_object_add(out, "window_right", json_object_new_int64(p->window_right));
+    }
+    if (p->softcap != 0) { /* as the name says it (%g of the float), not its binary tail */
+        char c[32];
+        snprintf(c, sizeof c, "%g", p->softcap);
+        json_object_object_add(out, "softcap", json_object_new_double_s(p->softcap, c));
+    }
+    if (p->sinks) json_object_object_add(out, "sinks", json_object_new_int(p->sinks));
+    const int64_t dv = mha_problem_head_dim_v(p);
+    if (dv != p->head_dim) json_object_object_add(out, "head_dim_v", json_object_new_int64(dv));
+}
+
 mha_status rows_add(rows_file *f, const char *json, int pass, const char *dtype,
-                    const char *kv_dtype, char *why, size_t len) {
+                    const char *kv_dtype, const mha_problem *variant, char *why, size_t len) {
     json_object *row = json ? json_tokener_parse(json) : NULL;
     if (!row || !json_object_is_type(row, json_type_object)) {
         json_object_put(row);
@@ -134,6 +151,7 @@ mha_status rows_add(rows_file *f, const char *json, int pass, const char *dtype,
             json_object_object_add(out, "kv_dtype",
                                    json_object_new_string(kv_dtype ? kv_dtype : dtype));
         }
+        if (strcmp(key, "name") == 0 && variant) add_variant(out, variant);
     }
     json_object_put(row);
     json_object_array_add(f->rows, out);

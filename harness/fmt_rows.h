@@ -30,9 +30,12 @@ mha_status rows_begin(rows_file *f, char *why, size_t len);
 void rows_context(rows_file *f, const char *key, const char *value);
 /* One row: json is mha_gbench_result.json; dtype and kv_dtype (NULL: the
  * row has none, e.g. a name outside the sweep's list) go right after its
- * name. MHA_EFORMAT when json is not an object. */
+ * name, and after them, for a variant row (variant not NULL), each of
+ * window_left and window_right, softcap, sinks and head_dim_v that is on
+ * (a row without variants gets none of them). MHA_EFORMAT when json is not
+ * an object. */
 mha_status rows_add(rows_file *f, const char *json, int pass, const char *dtype,
-                    const char *kv_dtype, char *why, size_t len);
+                    const char *kv_dtype, const mha_problem *variant, char *why, size_t len);
 /* Renumbers repetition_index / repetitions per name over every pass, keeps
  * the first pass's aggregates only for names no later pass added to, adds a
  * top-level "mha_rows" array (per benchmark name: repetitions, disturbed

@@ -23,6 +23,7 @@ static void inputs_free(meas_inputs *in) {
     mha_free(in->o);
     mha_free(in->k_sc);
     mha_free(in->v_sc);
+    mha_free(in->sinks);
     memset(in, 0, sizeof *in);
 }
 
@@ -46,19 +47,60 @@ mha_problem meas_problem(const meas_shape *s) {
                      .causal = s->causal,
                      .scale = 0.0f,
                      .dtype = s->dtype,
-                     .kv_dtype = MHA_F32};
+                     .kv_dtype = MHA_F32,
+                     .window = s->window,
+                     .window_left = s->window_left,
+                     .window_right = s->window_right,
+                     .softcap = (float)s->softcap,
+                     .sinks = s->sinks,
+                     .head_dim_v = s->head_dim_v};
     if (s->kv_dtype != s->dtype) p.kv_dtype = s->kv_dtype;
     if (!s->kv_dtype) p.kv_dtype = MHA_F32; /* 0: the problem's dtype */
     return p;
 }
 
 meas_shape meas_shape_of(const mha_problem *p) {
-    return (meas_shape){p->batch,    p->heads,  p->kv_heads, p->seq_q, p->seq_kv,
-                        p->head_dim, p->causal, 0,           p->dtype, p->kv_dtype};
+    return (meas_shape){.b = p->batch,
+                        .h = p->heads,
+                        .kv = p->kv_heads,
+                        .nq = p->seq_q,
+                        .nkv = p->seq_kv,
+                        .d = p->head_dim,
+                        .causal = p->causal,
+                        .dtype = p->dtype,
+                        .kv_dtype = p->kv_dtype,
+                        .window = p->window,
+                        .sinks = p->sinks,
+                        .window_left = p->window_left,
+                        .window_right = p->window_right,
+                        .head_dim_v = p->head_dim_v,
+                        .softcap = p->softcap};
+}
+
+int meas_has_variant(const meas_shape *s) {
+    return s->window || s->softcap != 0 || s->sinks || (s->head_dim_v && s->head_dim_v != s->d);
+}
+
+const char *meas_variant_text(const meas_shape *s, char *buf, size_t len) {
+    size_t n = 0;
+    buf[0] = '\0';
+    if (s->window && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " window=%lld:%lld", (long long)s->window_left,
+                              (long long)s->window_right);
+    if (s->softcap != 0 && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " softcap=%g", (double)(float)s->softcap);
+    if (s->sinks && n < len) n += (size_t)snprintf(buf + n, len - n, " sinks");
+    if (s->head_dim_v && s->head_dim_v != s->d && n < len)
+        snprintf(buf + n, len - n, " d_v=%lld", (long long)s->head_dim_v);
+    return buf;
 }
 
 static mha_dtype kv_type(const meas_shape *s) {
     return s->kv_dtype ? s->kv_dtype : s->dtype;
+}
+
+static int64_t dim_v(const meas_shape *s) {
+    return s->head_dim_v ? s->head_dim_v : s->d;
 }
 
 size_t meas_elems_q(const meas_shape *s) {
@@ -67,6 +109,14 @@ size_t meas_elems_q(const meas_shape *s) {
 
 size_t meas_elems_kv(const meas_shape *s) {
     return (size_t)(s->b * s->kv * s->nkv * s->d);
+}
+
+size_t meas_elems_v(const meas_shape *s) {
+    return (size_t)(s->b * s->kv * s->nkv * dim_v(s));
+}
+
+size_t meas_elems_o(const meas_shape *s) {
+    return (size_t)(s->b * s->h * s->nq * dim_v(s));
 }
 
 /* The k buffer: K, or for a layer its four weights and four biases. */
@@ -80,8 +130,9 @@ size_t meas_input_bytes(const meas_shape *s) {
         return mha_dtype_size(s->dtype) * (2 * meas_elems_q(s) + elems_k(s));
     const mha_dtype kv = kv_type(s);
     const size_t rows = kv == MHA_I8 ? (size_t)(s->b * s->kv * s->nkv) : 0;
-    return mha_dtype_size(s->dtype) * 2 * meas_elems_q(s) +
-           mha_dtype_size(kv) * 2 * meas_elems_kv(s) + sizeof(float) * 2 * rows;
+    return mha_dtype_size(s->dtype) * (meas_elems_q(s) + meas_elems_o(s)) +
+           mha_dtype_size(kv) * (meas_elems_kv(s) + meas_elems_v(s)) + sizeof(float) * 2 * rows +
+           (s->sinks ? sizeof(float) * (size_t)s->h : 0);
 }
 
 double meas_io_bytes(const meas_shape *s) {
@@ -153,15 +204,18 @@ static meas_inputs *inputs_for(meas_pool *m, const meas_shape *s) {
         if (!slot || !m->in[i].q || (slot->q && m->in[i].last_use < slot->last_use))
             slot = &m->in[i];
     inputs_free(slot);
-    const size_t nq = meas_elems_q(s), nkv = meas_elems_kv(s), nk = elems_k(s);
+    const size_t nq = meas_elems_q(s), nv = meas_elems_v(s), no = meas_elems_o(s), nk = elems_k(s);
     slot->q = mha_alloc(nq * sizeof(float));
     slot->k = mha_alloc(nk * sizeof(float));
-    slot->v = mha_alloc(nkv * sizeof(float));
-    slot->o = mha_alloc(nq * mha_dtype_size(s->dtype));
-    if (!slot->q || !slot->k || !slot->v || !slot->o) {
+    slot->v = mha_alloc(nv * sizeof(float));
+    slot->o = mha_alloc(no * mha_dtype_size(s->dtype));
+    slot->sinks = s->sinks ? mha_alloc((size_t)s->h * sizeof(float)) : NULL;
+    if (!slot->q || !slot->k || !slot->v || !slot->o || (s->sinks && !slot->sinks)) {
         inputs_free(slot);
         return NULL;
     }
+    /* The seed from the dense shape: a variant row sees the Q and K (and,
+     * for the same d_v, V) its dense row sees. */
     uint64_t h = m->seed;
     const int64_t dims[] = {s->b, s->h, s->kv, s->nq, s->nkv, s->d, s->causal, s->layer};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) h = h * 1000003u + (uint64_t)dims[i];
@@ -171,14 +225,15 @@ static meas_inputs *inputs_for(meas_pool *m, const meas_shape *s) {
         const float g = 1.0f / sqrtf((float)(s->h * s->d));
         for (size_t i = 0; i < nk; i++) ((float *)slot->k)[i] *= g;
     }
-    fill(slot->v, nkv, h ^ 3);
-    memset(slot->o, 0, nq * mha_dtype_size(s->dtype));
+    fill(slot->v, nv, h ^ 3);
+    if (slot->sinks) fill(slot->sinks, (size_t)s->h, h ^ 4); /* O(1): a sink takes real mass */
+    memset(slot->o, 0, no * mha_dtype_size(s->dtype));
     /* a layer's x and weights (in q and k) are of its dtype, v is unused */
     if (s->layer ? !to_dtype(&slot->q, nq, s->dtype, s->d, NULL) ||
                        !to_dtype(&slot->k, nk, s->dtype, s->d, NULL)
                  : !to_dtype(&slot->q, nq, s->dtype, s->d, NULL) ||
                        !to_dtype(&slot->k, nk, kv_type(s), s->d, &slot->k_sc) ||
-                       !to_dtype(&slot->v, nkv, kv_type(s), s->d, &slot->v_sc)) {
+                       !to_dtype(&slot->v, nv, kv_type(s), dim_v(s), &slot->v_sc)) {
         inputs_free(slot);
         return NULL;
     }
@@ -227,7 +282,7 @@ const char *meas_prepare(meas_pool *m, const mha_kernel *k, const meas_shape *s,
         snprintf(msg, sizeof msg, "cannot allocate %zu bytes of workspace", c->ws_size);
         return msg;
     }
-    c->out = mha_view_typed_mut(in->o, s->dtype, s->h, s->nq, s->d);
+    c->out = mha_view_typed_mut(in->o, s->dtype, s->h, s->nq, dim_v(s));
     c->q = mha_view_typed(in->q, s->dtype, NULL, s->h, s->nq, s->d); /* a layer's x */
     if (s->layer) {
         c->L = meas_layer(s, in->k);
@@ -235,7 +290,8 @@ const char *meas_prepare(meas_pool *m, const mha_kernel *k, const meas_shape *s,
         return NULL;
     }
     c->k = mha_view_typed(in->k, kv_type(s), in->k_sc, s->kv, s->nkv, s->d);
-    c->v = mha_view_typed(in->v, kv_type(s), in->v_sc, s->kv, s->nkv, s->d);
+    c->v = mha_view_typed(in->v, kv_type(s), in->v_sc, s->kv, s->nkv, dim_v(s));
+    c->x.sinks = in->sinks;
     return NULL;
 }
 
@@ -258,6 +314,12 @@ const char *meas_prepare_peer(meas_pool *m, const peer_ops *peer, const meas_sha
     c->o = (mha_options){.threads = threads};
     if (s->layer) {
         snprintf(msg, sizeof msg, "peer %s: layer rows are not measured for peers", peer->name);
+        return msg;
+    }
+    if (meas_has_variant(s)) { /* no adapter passes them on: it would time dense attention */
+        snprintf(msg, sizeof msg,
+                 "peer %s: its adapter takes no attention variants (window, softcap, sinks, d_v)",
+                 peer->name);
         return msg;
     }
     meas_peer_slot *slot = NULL;

@@ -22,12 +22,20 @@
  * biases live in the k buffer, stored like its input and output in dtype
  * (kv_dtype unused). dtype / kv_dtype: how Q/O and K/V are
  * stored (0 = fp32; kv_dtype 0 = dtype, as in mha_problem); inputs are
- * filled in fp32, then rounded or quantised per row (int8 + scales). */
+ * filled in fp32, then rounded or quantised per row (int8 + scales).
+ * The attention variants, as in mha_problem (0 = none, so positional
+ * initialisers that stop at kv_dtype keep their meaning): window and its
+ * edges (-1 = unbounded), softcap, sinks (the pool holds one seeded fp32
+ * logit per query head, passed as mha_extras.sinks) and head_dim_v (0 = d;
+ * V and O are head_dim_v wide). No padding: inputs are cached by memcmp. */
 typedef struct {
     int64_t b, h, kv, nq, nkv, d;
     int causal;
     int layer;
     mha_dtype dtype, kv_dtype;
+    int window, sinks;
+    int64_t window_left, window_right, head_dim_v;
+    double softcap;
 } meas_shape;
 
 enum { MEAS_INPUT_CACHE = 4 };
@@ -36,6 +44,7 @@ typedef struct {
     meas_shape s;
     void *q, *k, *v, *o; /* in the shape's dtypes */
     float *k_sc, *v_sc;  /* int8 row scales, else NULL */
+    float *sinks;        /* [h] sink logits, uniform [-1, 1), when s.sinks; else NULL */
     size_t bytes;
     uint64_t last_use;
 } meas_inputs;
@@ -71,7 +80,8 @@ typedef struct {
     mha_options o;
     mha_tensor q, k, v;
     mha_tensor_mut out;
-    mha_extras x; /* the sink logits of p.sinks (set after meas_call_attend) */
+    mha_extras x; /* the sink logits of p.sinks: the pool's (meas_prepare), else set after
+                     meas_call_attend */
     void *ws;
     size_t ws_size;
     int layer;
@@ -90,7 +100,16 @@ mha_problem meas_problem(const meas_shape *s);
 meas_shape meas_shape_of(const mha_problem *p);
 size_t meas_elems_q(const meas_shape *s);
 size_t meas_elems_kv(const meas_shape *s);
-/* Bytes of Q, K (or the layer's weights and biases), V and O as stored. */
+/* V's and O's elements, head_dim_v wide (meas_elems_kv and _q: K's and Q's). */
+size_t meas_elems_v(const meas_shape *s);
+size_t meas_elems_o(const meas_shape *s);
+/* 1 when the shape has an attention variant (window, softcap, sinks, d_v != d). */
+int meas_has_variant(const meas_shape *s);
+/* Its variants in words for progress lines and messages: " window=L:R
+ * softcap=C sinks d_v=D" (each only when on; "" without variants). */
+const char *meas_variant_text(const meas_shape *s, char *buf, size_t len);
+/* Bytes of Q, K (or the layer's weights and biases), V and O as stored (V, O
+ * head_dim_v wide), and the sink logits. */
 size_t meas_input_bytes(const meas_shape *s);
 /* Bytes one attention call reads and writes at the storage widths: K and V
  * elements x the K/V dtype's size (+ one fp32 scale per row each for int8),

@@ -147,6 +147,80 @@ int parse_i64_list_all(const char *opt, const char *s, int64_t lo, int64_t hi, i
     return each_item(opt, s, "list", "value", i64_item, &l) == 0 ? l.n : -1;
 }
 
+typedef struct {
+    const char *opt, *s;
+    double lo, hi;
+    double *out;
+    int n, max;
+} double_list;
+
+static int double_item(void *ctx, const char *text) {
+    double_list *l = ctx;
+    if (l->n == l->max) {
+        errorf("%s: more than %d values in '%s'", l->opt, l->max, l->s);
+        return -1;
+    }
+    if (!parse_double(l->opt, text, l->lo, l->hi, 0, &l->out[l->n])) return -1;
+    l->n++;
+    return 0;
+}
+
+int parse_double_list(const char *opt, const char *s, double lo, double hi, double *out, int max) {
+    double_list l = {opt, s, lo, hi, out, 0, max};
+    return each_item(opt, s, "list", "value", double_item, &l) == 0 ? l.n : -1;
+}
+
+int parse_window(const char *opt, const char *s, char sep, window_spec *out) {
+    /* 2^40 keys: past any sequence, so an edge that large is unbounded */
+    const int64_t big = (int64_t)1 << 40;
+    const char *mid = strchr(s, sep);
+    char left[64];
+    if (!mid || mid == s || (size_t)(mid - s) >= sizeof left || strchr(mid + 1, sep)) {
+        errorf("%s '%s': expected L%cR (L keys before the diagonal, R after; -1 = unbounded)", opt,
+               s, sep);
+        return 0;
+    }
+    snprintf(left, sizeof left, "%.*s", (int)(mid - s), s);
+    int64_t lr[2];
+    char what[200];
+    for (int i = 0; i < 2; i++) {
+        snprintf(what, sizeof what, "%s '%s': %s", opt, s, i ? "R" : "L");
+        if (!parse_i64(what, i ? mid + 1 : left, -big, big, &lr[i])) return 0;
+        if (lr[i] < -1) {
+            errorf("%s '%s': %s = %lld is below -1 (-1 = unbounded, else keys)", opt, s,
+                   i ? "R" : "L", (long long)lr[i]);
+            return 0;
+        }
+    }
+    *out = (window_spec){1, lr[0], lr[1]};
+    return 1;
+}
+
+typedef struct {
+    const char *opt, *s;
+    window_spec *out;
+    int n, max;
+} window_list;
+
+static int window_item(void *ctx, const char *text) {
+    window_list *l = ctx;
+    if (l->n == l->max) {
+        errorf("%s: more than %d windows in '%s'", l->opt, l->max, l->s);
+        return -1;
+    }
+    if (strcmp(text, "none") == 0)
+        l->out[l->n] = (window_spec){0, 0, 0};
+    else if (!parse_window(l->opt, text, ':', &l->out[l->n]))
+        return -1;
+    l->n++;
+    return 0;
+}
+
+int parse_window_list(const char *opt, const char *s, window_spec *out, int max) {
+    window_list l = {opt, s, out, 0, max};
+    return each_item(opt, s, "list", "window", window_item, &l) == 0 ? l.n : -1;
+}
+
 void say_unknown(const char *opt, const char *what, const char *name, const char *const *cands,
                  int n, const char *otherwise) {
     char msg[2048];

@@ -44,6 +44,22 @@ int parse_i64_list(const char *opt, const char *s, int64_t lo, int64_t hi, int64
 /* The same where the item "all" stands for the value all (e.g. every core). */
 int parse_i64_list_all(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t all,
                        int64_t *out, int max);
+/* A comma list of finite doubles in [lo, hi] (parse_double's rule, closed),
+ * by the splitter's rules. Returns the count, or -1 after a message. */
+int parse_double_list(const char *opt, const char *s, double lo, double hi, double *out, int max);
+
+/* A sliding window (mha_problem.window and its edges): on 0 = none. */
+typedef struct {
+    int on;
+    int64_t left, right; /* keys before/after the diagonal; -1 = unbounded */
+} window_spec;
+/* "L<sep>R" (profile: L,R; a sweep list item: L:R), each -1 (unbounded) or
+ * a key count: 1, or 0 after "OPT 'TEXT': expected L<sep>R (...)" or "...: L
+ * = -2 is below -1 ...". */
+int parse_window(const char *opt, const char *s, char sep, window_spec *out);
+/* A comma list of windows L:R, or "none" (no window): the count, or -1
+ * after a message naming the bad item. */
+int parse_window_list(const char *opt, const char *s, window_spec *out, int max);
 
 /* Every unknown name the harness reports goes through these: "OPT: unknown
  * WHAT 'NAME' (did you mean X?)" when a candidate is close (suggest.h), else

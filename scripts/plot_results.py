@@ -42,7 +42,10 @@ except ImportError:
 NAME_RE = re.compile(
     r"^(?P<kernel>[^/]+)/B:(?P<b>\d+)/H:(?P<h>\d+)/KV:(?P<kv>\d+)/Nq:(?P<nq>\d+)"
     r"/Nkv:(?P<nkv>\d+)/d:(?P<d>\d+)/causal:(?P<causal>[01])"
-    r"(?:/dtype:(?P<dtype>\w+))?(?:/kv_dtype:(?P<kv_dtype>\w+))?/threads:(?P<threads>\d+)$"
+    r"(?:/dtype:(?P<dtype>\w+))?(?:/kv_dtype:(?P<kv_dtype>\w+))?"
+    # the attention variants (sweep --window/--softcap/--sinks/--head-dim-v)
+    r"(?P<variant>(?:/w-?\d+:-?\d+)?(?:/cap[0-9.e+-]+)?(?:/sinks)?(?:/dv\d+)?)"
+    r"/threads:(?P<threads>\d+)$"
 )
 AXES = ("b", "h", "kv", "nq", "nkv", "d", "causal", "threads")
 
@@ -62,6 +65,8 @@ def load(path):
         kernel = m["kernel"]
         if m["dtype"] or m["kv_dtype"]:
             kernel += " " + (m["dtype"] or "fp32") + (f" kv:{m['kv_dtype']}" if m["kv_dtype"] else "")
+        if m["variant"]:  # a variant row is its own series too: "flash.x w4096:0 cap50"
+            kernel += " " + " ".join(m["variant"].strip("/").split("/"))
         key = (kernel, tuple(int(m[a]) for a in AXES))
         r = rows.setdefault(key, {"gflops": [], "pct_peak": [], "disturbed": []})
         r["gflops"].append(float(b["GFLOPS"]))

@@ -309,6 +309,34 @@ static void test_slower_tight(void **state) {
     EXPECT_EXIT(0, run_bench("compare", a, b, "--threshold", "25", NULL));
 }
 
+/* Variant rows of one shape (sweep --window/--sinks: the name says the
+ * variant) are benchmarks of their own: only the slower one is slower. */
+static void test_variant_rows_apart(void **state) {
+    (void)state;
+    NEED_BENCH();
+    static const char *const names[3] = {
+        "flash.avx2/B:1/H:8/KV:8/Nq:4096/Nkv:4096/d:64/causal:1/threads:1",
+        "flash.avx2/B:1/H:8/KV:8/Nq:4096/Nkv:4096/d:64/causal:1/w128:0/threads:1",
+        "flash.avx2/B:1/H:8/KV:8/Nq:4096/Nkv:4096/d:64/causal:1/w128:0/sinks/threads:1"};
+    const char *path[2] = {tmp_path("var_a.json"), tmp_path("var_b.json")};
+    for (int f = 0; f < 2; f++) {
+        result_writer w = begin_results(path[f], FP_HERE);
+        for (int k = 0; k < 3; k++) {
+            double t[12];
+            sample(t, 12, 1000.0 * (k + 1) * (f == 1 && k == 1 ? 1.2 : 1), 0.01);
+            add_bench(&w, names[k], 12, t, "ns");
+        }
+        end_results(&w);
+    }
+    EXPECT_EXIT(1, run_bench("compare", path[0], path[1], "--json", NULL));
+    json_object *r = parse_report();
+    assert_int_equal(json_object_array_length(get(r, "benchmarks")), 3);
+    for (int i = 0; i < 3; i++) {
+        const char *n = json_object_get_string(get(bench_at(r, i), "name"));
+        assert_string_equal(verdict_at(r, i), strcmp(n, names[1]) == 0 ? "slower" : "same");
+    }
+    json_object_put(r);
+}
 /* Host drift: every benchmark of the new file 6% slower, one of them 10%
  * more. The drift is divided out (one regression, the others same) and the
  * threshold derived from the residual spread; --no-normalize keeps the drift
@@ -1138,6 +1166,7 @@ int main(void) {
         cmocka_unit_test(test_identical_same),
         cmocka_unit_test(test_slower_tight),
         cmocka_unit_test(test_holm),
+        cmocka_unit_test(test_variant_rows_apart),
         cmocka_unit_test(test_drift_removed),
         cmocka_unit_test(test_memory_drift),
         cmocka_unit_test(test_noisy_group),

@@ -132,7 +132,7 @@ static void test_evidence(void **state) {
     assert_true(meas_disturbed(&stolen, MEAS_PROBE_MIN));
     meas_pool pool;
     meas_pool_init(&pool, 1);
-    const meas_shape s = {1, 2, 2, 16, 16, 16, 0, 0, MHA_F32, MHA_F32};
+    const meas_shape s = {.b = 1, .h = 2, .kv = 2, .nq = 16, .nkv = 16, .d = 16};
     const mha_options o = {.threads = 1};
     meas_call c;
     assert_null(meas_prepare(&pool, mha_kernel_find("flash.scalar"), &s, &o, &c));
@@ -191,7 +191,7 @@ static void test_io_bytes(void **state) {
     const int64_t B = 2, H = 8, G = 2, N = 300, D = 64;
     const double q = (double)(B * H * 1 * D), kv = (double)(B * G * N * D),
                  rows = (double)(B * G * N);
-    meas_shape s = {B, H, G, 1, N, D, 0, 0, MHA_F32, MHA_F32};
+    meas_shape s = {.b = B, .h = H, .kv = G, .nq = 1, .nkv = N, .d = D};
     assert_true(meas_io_bytes(&s) == 4 * (2 * q + 2 * kv));
     s.kv_dtype = MHA_BF16;
     assert_true(meas_io_bytes(&s) == 4 * 2 * q + 2 * 2 * kv);

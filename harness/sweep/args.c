@@ -27,6 +27,10 @@ enum {
     O_QUIET,
     O_VERBOSE,
     O_LIST_PRESETS,
+    O_WINDOW,
+    O_SOFTCAP,
+    O_SINKS,
+    O_HEAD_DIM_V,
 };
 
 /* The options, as data: the parser, the usage and the options section come
@@ -48,10 +52,25 @@ static const opt_row ROWS[] = {
     {"head-dim", required_argument, O_HEAD_DIM, 0, "D,..", 0, "head dims"},
     {"batch", required_argument, O_BATCH, 0, "B,..", 0, "batch sizes"},
     {"causal", required_argument, O_CAUSAL, 0, "0,1", 0, "masks: 0 none, 1 causal"},
+    {"window", required_argument, O_WINDOW, 0, "L:R,..", 0,
+     "sliding windows, each L:R (L keys before the diagonal, R after; -1 = unbounded) or none, "
+     "e.g. none,4096:0 with --causal 1 (default none). This and the next three are the attention "
+     "variants (docs/attention-variants.md): the grid's shapes once per combination, named "
+     "/w4096:0, /cap50, /sinks, /dv128; a kernel runs only the variants its traits take and a "
+     "peer none"},
+    {"softcap", required_argument, O_SOFTCAP, 0, "C,..", 0,
+     "logit softcaps: s = C tanh(s / C) on the scaled score; 0 = none (default)"},
+    {"sinks", required_argument, O_SINKS, 0, "0,1", 0,
+     "1 = attention sinks: one seeded fp32 logit per query head (uniform in [-1, 1), passed as "
+     "mha_extras.sinks); 0 = none (default)"},
+    {"head-dim-v", required_argument, O_HEAD_DIM_V, 0, "D,..", 0,
+     "V's and O's head dims (0 = the --head-dim, the default; e.g. --head-dim 192 "
+     "--head-dim-v 128)"},
     {"threads", required_argument, O_THREADS, 0, "T,..|all", 0,
      "thread counts; 'all' = every core (default 1,all)"},
     {"dtype", required_argument, O_DTYPE, 0, "LIST", 0,
-     "Q/O dtypes fp32,bf16,fp16 (default fp32; a layer's weights, inputs and output); each "
+     "Q/O dtypes fp32,bf16,fp16 (default fp32, llm fp32,bf16; a layer's weights, inputs and "
+     "output); each "
      "kernel runs the dtypes it takes"},
     {"kv-dtype", required_argument, O_KV_DTYPE, 0, "LIST", 0,
      "K/V storage bf16,fp16,int8 of the decode rows (Nq = 1; default: the --dtype); the other "
@@ -60,12 +79,12 @@ static const opt_row ROWS[] = {
      "run only part I of N of the benchmark list (fleet mode: `mhabench merge` joins the "
      "parts' files; a part with no benchmark writes its file with no rows)"},
     {"max-seconds", required_argument, O_MAX_SECONDS, 0, "S", 0,
-     "skip a benchmark whose estimated time per call exceeds S (default 2); the estimate is "
+     "skip a benchmark whose estimated time per call exceeds S (default 2, llm 5); the estimate is "
      "each kernel's rate measured on B1 H1 N256 d64 at start"},
     {"min-time", required_argument, O_MIN_TIME, 0, "S", 0,
-     "Google Benchmark's minimum time per benchmark (quick 0.02, full 0.2, ci 0.05)"},
+     "Google Benchmark's minimum time per benchmark (quick 0.02, full 0.2, ci and llm 0.05)"},
     {"repetitions", required_argument, O_REPS, 0, "N", 0,
-     "repetitions per benchmark (quick 3, roofline 5, interleaved within each shape; ci 9, "
+     "repetitions per benchmark (quick and llm 3, roofline 5, interleaved within each shape; ci 9, "
      "interleaved; given, every kernel gets them); --benchmark_repetitions=N after -- is the "
      "same request"},
     {"passes", required_argument, O_PASSES, 0, "N", 0,
@@ -110,6 +129,8 @@ void sweep_usage(FILE *f) {
     presets_help(f);
     fputs("  The preset's decode and layer shapes are dropped when a shape axis (--seq,\n"
           "  --seq-q, --seq-kv, --heads, --kv-heads, --head-dim, --batch) is given.\n"
+          "  The variant axes (--window, --softcap, --sinks, --head-dim-v) multiply the\n"
+          "  grid's shapes only; the preset's listed shapes keep their own variants.\n"
           "\n",
           f);
     opts_print(f, ROWS, NROWS);
@@ -164,23 +185,65 @@ int parse_peers(const char *list, sweep_args *a) {
     }
 }
 
+/* The field of an option that is kept as given (an axis, a list, a path:
+ * parsed later), or NULL. */
+static const char **kept_as_given(sweep_args *a, int c) {
+    switch (c) {
+    case O_PRESET:
+        return &a->preset_name;
+    case O_KERNELS:
+        return &a->kernel_list;
+    case O_SEQ:
+        return &a->seq;
+    case O_SEQ_Q:
+        return &a->seq_q;
+    case O_SEQ_KV:
+        return &a->seq_kv;
+    case O_HEADS:
+        return &a->heads;
+    case O_KV_HEADS:
+        return &a->kv;
+    case O_HEAD_DIM:
+        return &a->dims;
+    case O_BATCH:
+        return &a->batch;
+    case O_CAUSAL:
+        return &a->causal;
+    case O_WINDOW:
+        return &a->window;
+    case O_SOFTCAP:
+        return &a->softcap;
+    case O_SINKS:
+        return &a->sinks;
+    case O_HEAD_DIM_V:
+        return &a->dims_v;
+    case O_THREADS:
+        return &a->threads;
+    case O_OUT:
+        return &a->out_path;
+    default:
+        return NULL;
+    }
+}
+
 /* Returns 0, 1 when --help or --list-presets was printed, or -1. */
 int parse_sweep_args(int argc, char **argv, sweep_args *a) {
     *a = (sweep_args){.passes = 0, /* the preset's */
                       .preset_name = "quick",
-                      .max_seconds = 2.0,
+                      .max_seconds = -1, /* the preset's */
                       .min_time = -1,
                       .bind = 1,
-                      .seed = 1,
-                      .dtypes = MHA_DTYPE_BIT(MHA_F32)};
+                      .seed = 1};
     int64_t v;
     opts_parser op;
     opts_init(&op, "sweep", ROWS, NROWS);
     for (int c; (c = opts_next(&op, argc, argv)) != -1;) {
+        const char **given = kept_as_given(a, c);
+        if (given) {
+            *given = optarg;
+            continue;
+        }
         switch (c) {
-        case O_PRESET:
-            a->preset_name = optarg;
-            break;
         case O_DTYPE:
             if (!(a->dtypes = parse_dtype_list("sweep: --dtype", optarg, 0))) return -1;
             break;
@@ -190,9 +253,6 @@ int parse_sweep_args(int argc, char **argv, sweep_args *a) {
         case O_PEERS:
             if (parse_peers(optarg, a) != 0) return -1;
             break;
-        case O_KERNELS:
-            a->kernel_list = optarg;
-            break;
         case O_QUIET:
         case O_VERBOSE:
             if (a->progress && a->progress != (c == O_QUIET ? PROGRESS_QUIET : PROGRESS_VERBOSE)) {
@@ -200,33 +260,6 @@ int parse_sweep_args(int argc, char **argv, sweep_args *a) {
                 return -1;
             }
             a->progress = c == O_QUIET ? PROGRESS_QUIET : PROGRESS_VERBOSE;
-            break;
-        case O_SEQ:
-            a->seq = optarg;
-            break;
-        case O_SEQ_Q:
-            a->seq_q = optarg;
-            break;
-        case O_SEQ_KV:
-            a->seq_kv = optarg;
-            break;
-        case O_HEADS:
-            a->heads = optarg;
-            break;
-        case O_KV_HEADS:
-            a->kv = optarg;
-            break;
-        case O_HEAD_DIM:
-            a->dims = optarg;
-            break;
-        case O_BATCH:
-            a->batch = optarg;
-            break;
-        case O_CAUSAL:
-            a->causal = optarg;
-            break;
-        case O_THREADS:
-            a->threads = optarg;
             break;
         case O_MAX_SECONDS:
             if (!parse_double("--max-seconds", optarg, 1e-6, 86400, 0, &a->max_seconds)) return -1;
@@ -246,9 +279,6 @@ int parse_sweep_args(int argc, char **argv, sweep_args *a) {
                 errorf("sweep: --bind '%s': expected cores or none", optarg);
                 return -1;
             }
-            break;
-        case O_OUT:
-            a->out_path = optarg;
             break;
         case O_SEED:
             if (!parse_i64("--seed", optarg, 0, INT64_MAX, &v)) return -1;
@@ -376,5 +406,5 @@ int build_axes(const sweep_args *a, const preset *pr, int all, sweep_axes *x) {
         x->dims[0] = 64;
         x->ndims = 1;
     }
-    return 0;
+    return build_variant_axes(a, x);
 }

@@ -260,6 +260,8 @@ int cmd_sweep(int argc, char **argv) {
         return EXIT_USAGE;
     }
     const preset pr = *prp;
+    if (!a.dtypes) a.dtypes = pr.dtypes ? pr.dtypes : MHA_DTYPE_BIT(MHA_F32);
+    if (a.max_seconds < 0) a.max_seconds = pr.max_seconds > 0 ? pr.max_seconds : SWEEP_MAX_SECONDS;
     note_no_tuning_table(stdout);
     machine_info mi;
     machine_describe(&mi);

@@ -8,7 +8,7 @@
  * fp32, or the first dtype the kernel takes (flash.avx512bf16 takes no fp32:
  * probed in fp32 it read 0 and every row of it was skipped as too slow). */
 double probe_rate(const mha_kernel *k) {
-    shape s = {1, 1, 1, 256, 256, 64, 0, 0, MHA_F32, MHA_F32};
+    shape s = {.b = 1, .h = 1, .kv = 1, .nq = 256, .nkv = 256, .d = 64, .dtype = MHA_F32};
     const unsigned dts = mha_kernel_dtypes(k);
     for (int t = MHA_F32; t < MHA_DTYPE_COUNT && !(dts & MHA_DTYPE_BIT(s.dtype)); t++)
         s.dtype = (mha_dtype)t;
@@ -45,8 +45,10 @@ void shape_text(const shape *s, char *buf, size_t len) {
             const size_t n = strlen(dt);
             snprintf(dt + n, sizeof dt - n, " kv=%s", mha_dtype_name(kvt));
         }
-        snprintf(buf, len, "B=%lld H=%lld%s %s d=%lld causal=%d%s", (long long)s->b,
-                 (long long)s->h, kv, seq, (long long)s->d, s->causal, dt);
+        char var[96];
+        snprintf(buf, len, "B=%lld H=%lld%s %s d=%lld causal=%d%s%s", (long long)s->b,
+                 (long long)s->h, kv, seq, (long long)s->d, s->causal,
+                 meas_variant_text(s, var, sizeof var), dt);
     }
 }
 
@@ -194,6 +196,24 @@ void bench_roofline(const bench_plan *pl, bench *b) {
                                     : results_level_bw(pl->rm, b->level, b->threads);
 }
 
+/* A row's name: the kernel (or auto, peer.<name>), the shape, its dtype and
+ * variant parts (only where not the default: every name as before), the
+ * threads. */
+static void row_name(char *buf, size_t len, const char *kname, const shape *s, const mha_problem *p,
+                     int threads) {
+    char dtp[48], var[96];
+    if (s->layer)
+        snprintf(buf, len, "layer/%s/B:%lld/N:%lld/dm:%lld/H:%lld/causal:%d%s/threads:%d", kname,
+                 (long long)s->b, (long long)s->nq, (long long)(s->h * s->d), (long long)s->h,
+                 s->causal, dtype_part(p, dtp, sizeof dtp), threads);
+    else
+        snprintf(buf, len,
+                 "%s/B:%lld/H:%lld/KV:%lld/Nq:%lld/Nkv:%lld/d:%lld/causal:%d%s%s/threads:%d", kname,
+                 (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
+                 (long long)s->nkv, (long long)s->d, s->causal, dtype_part(p, dtp, sizeof dtp),
+                 variant_part(p, var, sizeof var), threads);
+}
+
 /* A peer's benchmark of shape s at `threads` into *b: 1, or 0 when the peer
  * does not take the shape (noted in skipped). Its name is our row's with
  * peer.<name> for the kernel; the same FLOPs, bytes and peak rules (the
@@ -208,8 +228,11 @@ int plan_peer(const bench_plan *pl, const peer_ops *peer, const shape *s, int th
     b->opts = (mha_options){.threads = threads};
     snprintf(b->kname, sizeof b->kname, "peer.%s", peer->name);
     const mha_problem p = meas_problem(s);
-    char dtp[48], why[256] = "";
-    const int takes = !s->layer && peer->takes(&p, why, sizeof why);
+    char dtp[48], why[256] = "", var[96];
+    /* no adapter passes the variants on (meas_prepare_peer refuses them too) */
+    const int variant = meas_has_variant(s);
+    if (variant) snprintf(why, sizeof why, "its adapter takes no attention variants");
+    const int takes = !s->layer && !variant && peer->takes(&p, why, sizeof why);
     if (s->layer) { /* one note per peer, not one per layer row */
         if (!*layer_noted)
             note_add(skipped, "%s on the layer rows (peers run the attention core only)", b->kname);
@@ -218,17 +241,14 @@ int plan_peer(const bench_plan *pl, const peer_ops *peer, const shape *s, int th
     }
     if (!takes) {
         char shp[160];
-        snprintf(shp, sizeof shp, "B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld causal=%d%s",
+        snprintf(shp, sizeof shp, "B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld causal=%d%s%s",
                  (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
-                 (long long)s->nkv, (long long)s->d, s->causal, dtype_part(&p, dtp, sizeof dtp));
+                 (long long)s->nkv, (long long)s->d, s->causal, dtype_part(&p, dtp, sizeof dtp),
+                 meas_variant_text(s, var, sizeof var));
         if (threads == pl->threads[0]) note_add(skipped, "%s on %s (%s)", b->kname, shp, why);
         return 0;
     }
-    snprintf(b->name, sizeof b->name,
-             "%s/B:%lld/H:%lld/KV:%lld/Nq:%lld/Nkv:%lld/d:%lld/causal:%d%s/threads:%d", b->kname,
-             (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
-             (long long)s->nkv, (long long)s->d, s->causal, dtype_part(&p, dtp, sizeof dtp),
-             threads);
+    row_name(b->name, sizeof b->name, b->kname, s, &p, threads);
     bench_roofline(pl, b);
     b->warmed = 1;              /* prepare made one untimed call */
     b->cost = 2 * pl->min_time; /* and the helper's round trips */
@@ -268,20 +288,7 @@ bench *plan_benches(const bench_plan *pl, const shape *shapes, int nshapes, note
                 if (b->k && mha_kernel_takes(b->k, &p) != MHA_OK) continue;
                 const char *kname = b->k ? mha_kernel_name(b->k) : "auto";
                 snprintf(b->kname, sizeof b->kname, "%s", kname);
-                char dtp[48];
-                if (s->layer)
-                    snprintf(b->name, sizeof b->name,
-                             "layer/%s/B:%lld/N:%lld/dm:%lld/H:%lld/causal:%d%s/threads:%d", kname,
-                             (long long)s->b, (long long)s->nq, (long long)(s->h * s->d),
-                             (long long)s->h, s->causal, dtype_part(&p, dtp, sizeof dtp),
-                             b->threads);
-                else
-                    snprintf(
-                        b->name, sizeof b->name,
-                        "%s/B:%lld/H:%lld/KV:%lld/Nq:%lld/Nkv:%lld/d:%lld/causal:%d%s/threads:%d",
-                        kname, (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
-                        (long long)s->nkv, (long long)s->d, s->causal,
-                        dtype_part(&p, dtp, sizeof dtp), b->threads);
+                row_name(b->name, sizeof b->name, kname, s, &p, b->threads);
                 double krate = pl->rate[ki];
                 if (!b->k) { /* auto: what mha_select picks here, knobs included */
                     mha_selection sel;
@@ -469,6 +476,11 @@ shape *build_shapes(const sweep_args *a, const preset *pr, const sweep_axes *x, 
     }
     int n = 0, cap = 64;
     shape *shapes = sweep_realloc(NULL, (size_t)cap, sizeof *shapes);
+    if (pr->extra_only && !x->shape_axes_given && x->variant_axes_given)
+        note_add(notes,
+                 "--window, --softcap, --sinks and --head-dim-v multiply the grid's shapes; preset "
+                 "%s lists its own (give a shape axis, e.g. --seq, for a grid)",
+                 pr->name);
     if (!pr->extra_only || x->shape_axes_given)
         for (int ib = 0; ib < x->nbatch; ib++)
             for (int ih = 0; ih < x->nheads; ih++)
@@ -482,13 +494,14 @@ shape *build_shapes(const sweep_args *a, const preset *pr, const sweep_axes *x, 
                     for (int id = 0; id < x->ndims; id++)
                         for (int ic = 0; ic < x->ncausal; ic++)
                             for (int is = 0; is < npairs; is++) {
-                                if (n == cap) {
-                                    cap *= 2;
-                                    shapes = sweep_realloc(shapes, (size_t)cap, sizeof *shapes);
-                                }
-                                shapes[n++] = (shape){
-                                    x->batch[ib], x->heads[ih],       kv, sq_list[is], skv_list[is],
-                                    x->dims[id],  (int)x->causal[ic], 0,  MHA_F32,     MHA_F32};
+                                const shape base = {.b = x->batch[ib],
+                                                    .h = x->heads[ih],
+                                                    .kv = kv,
+                                                    .nq = sq_list[is],
+                                                    .nkv = skv_list[is],
+                                                    .d = x->dims[id],
+                                                    .causal = (int)x->causal[ic]};
+                                n = add_grid_shape(&shapes, n, &cap, &base, x);
                             }
                 }
     if (!x->shape_axes_given)

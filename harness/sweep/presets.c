@@ -103,6 +103,71 @@ static const preset PRESETS[] = {
         .interleaved = 1,
         .ci_kernels = 1,
     },
+    {
+        /* This year's attention shapes (issue 30), each with the variants
+         * its model uses; dense [B,H,N,d] layouts only. */
+        .name = "llm",
+        .help = "this year's LLM attention, dense layouts only (the ragged and paged batches\n"
+                "are not in it yet): Llama-3-8B H32 KV8 d128 causal prefill N=2048 and decode\n"
+                "Nkv=8192; Mistral-7B window 4096:0 causal N=8192; Gemma-2 H8 KV4 d256 softcap\n"
+                "50 with window 4096:0 causal N=8192; gpt-oss H64 KV8 d64 sinks with window\n"
+                "128:0 causal N=4096; DeepSeek MLA H16 d_qk 192 d_v 128 causal N=2048; fp32\n"
+                "and bf16; threads 1,all; 3 repetitions of 0.05 s within each shape (1 for\n"
+                "naive and *.scalar); calls estimated over 5 s skipped (--max-seconds); about\n"
+                "140 rows, about 6 min by the planner's estimate on a 2-core Zen 5 (not in CI)",
+        AXIS(batch, 1),
+        AXIS(causal, 0, 1),
+        .extra = {{.b = 1, .h = 32, .kv = 8, .nq = 2048, .nkv = 2048, .d = 128, .causal = 1},
+                  {.b = 1, .h = 32, .kv = 8, .nq = 1, .nkv = 8192, .d = 128},
+                  {.b = 1,
+                   .h = 32,
+                   .kv = 8,
+                   .nq = 8192,
+                   .nkv = 8192,
+                   .d = 128,
+                   .causal = 1,
+                   .window = 1,
+                   .window_left = 4096},
+                  {.b = 1,
+                   .h = 8,
+                   .kv = 4,
+                   .nq = 8192,
+                   .nkv = 8192,
+                   .d = 256,
+                   .causal = 1,
+                   .window = 1,
+                   .window_left = 4096,
+                   .softcap = 50},
+                  {.b = 1,
+                   .h = 64,
+                   .kv = 8,
+                   .nq = 4096,
+                   .nkv = 4096,
+                   .d = 64,
+                   .causal = 1,
+                   .window = 1,
+                   .window_left = 128,
+                   .sinks = 1},
+                  {.b = 1,
+                   .h = 16,
+                   .kv = 16,
+                   .nq = 2048,
+                   .nkv = 2048,
+                   .d = 192,
+                   .causal = 1,
+                   .head_dim_v = 128}},
+        .nextra = 6,
+        .extra_only = 1,
+        .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
+        /* the windowed N=8192 rows take seconds a call on the SIMD kernels */
+        .max_seconds = 5,
+        .min_time = 0.05,
+        .repetitions = 3,
+        .baseline_reps = 1,
+        .passes = 2,
+        .interleaved = 1,
+        .by_shape = 1,
+    },
 };
 
 #undef AXIS

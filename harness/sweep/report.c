@@ -10,6 +10,7 @@
  *   order statistics) reaches the fastest's lower end;
  * - auto agrees where its row (or the row it is an alias of) is the
  *   fastest, tied with it, or within 5% of its median. */
+#include <ctype.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,17 +26,31 @@
 
 /* ---- text ------------------------------------------------------------------------ */
 
+/* 1 when a part of a row's name is a variant's (sweep/variants.c's
+ * variant_part: w<L>:<R>, cap<C>, sinks, dv<D>). */
+static int variant_name_part(const char *part) {
+    if (!strcmp(part, "sinks")) return 1;
+    if (part[0] == 'w' && (isdigit((unsigned char)part[1]) || part[1] == '-') && strchr(part, ':'))
+        return 1;
+    if (!strncmp(part, "cap", 3) && (isdigit((unsigned char)part[3]) || part[3] == '.')) return 1;
+    return !strncmp(part, "dv", 2) && isdigit((unsigned char)part[2]);
+}
+
 /* "B:1/H:8/KV:8/Nq:128/Nkv:128/d:64/causal:0/dtype:bf16" -> "B1 H8 N128 d64 bf16" */
 void report_shape_short(const char *key, char *out, size_t len) {
     long long b = 0, h = 0, kv = 0, nq = 0, nkv = 0, d = 0, n = 0, dm = 0;
     int causal = 0;
-    char dt[16] = "", kvdt[16] = "";
+    char dt[16] = "", kvdt[16] = "", var[96] = "";
     const int layer = strncmp(key, "layer/", 6) == 0;
     for (const char *p = key + (layer ? 6 : 0); *p;) {
         const char *end = strchr(p, '/');
         const size_t l = end ? (size_t)(end - p) : strlen(p);
         char part[64];
         snprintf(part, sizeof part, "%.*s", (int)(l < 63 ? l : 63), p);
+        if (variant_name_part(part)) { /* w4096:0, cap50, sinks, dv128: as they are */
+            const size_t o = strlen(var);
+            snprintf(var + o, sizeof var - o, " %s", part);
+        }
         char *c = strchr(part, ':');
         if (c) {
             *c++ = '\0';
@@ -64,11 +79,13 @@ void report_shape_short(const char *key, char *out, size_t len) {
         snprintf(seq, sizeof seq, "N%lld", nq);
     else
         snprintf(seq, sizeof seq, "Nq%lld Nkv%lld", nq, nkv);
-    snprintf(out, len, "B%lld H%lld%s %s d%lld%s%s%s", b, h, kvs, seq, d, causal ? " causal" : "",
-             dt, kvdt);
+    snprintf(out, len, "B%lld H%lld%s %s d%lld%s%s%s%s", b, h, kvs, seq, d, causal ? " causal" : "",
+             var, dt, kvdt);
 }
 
-/* The family a group's shape belongs to, for the verdict, and its dtypes. */
+/* The family a group's shape belongs to, for the verdict, its dtypes and
+ * the kinds of variant it has (window, softcap, sinks, d_v: a kernel's
+ * verdict on dense attention is not mixed with its variants'). */
 static void family(const char *key, char *out, size_t len) {
     const char *fam = "prefill";
     if (strncmp(key, "layer/", 6) == 0)
@@ -84,7 +101,19 @@ static void family(const char *key, char *out, size_t len) {
     char dts[32] = "fp32", kvs[32] = "";
     if (dt) snprintf(dts, sizeof dts, "%.*s", (int)strcspn(dt + 7, "/"), dt + 7);
     if (kvdt) snprintf(kvs, sizeof kvs, " kv:%.*s", (int)strcspn(kvdt + 10, "/"), kvdt + 10);
-    snprintf(out, len, "%s %s%s", fam, dts, kvs);
+    char var[48] = "";
+    for (const char *p = strchr(key, '/'); p; p = strchr(p + 1, '/')) {
+        char part[64];
+        snprintf(part, sizeof part, "%.*s", (int)strcspn(p + 1, "/"), p + 1);
+        if (!variant_name_part(part)) continue;
+        const char *kind = part[0] == 'w'   ? " window"
+                           : part[0] == 'c' ? " softcap"
+                           : part[0] == 's' ? " sinks"
+                                            : " d_v";
+        const size_t o = strlen(var);
+        snprintf(var + o, sizeof var - o, "%s", kind);
+    }
+    snprintf(out, len, "%s %s%s%s", fam, dts, kvs, var);
 }
 
 /* The %-of-roof text of a row: of its compute peak, or of its read

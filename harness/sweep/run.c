@@ -158,12 +158,15 @@ void on_report(const mha_gbench_result *r, void *user) {
     /* the row, with the fields its benchmark was registered with */
     char why[256];
     const char *dt = NULL, *kvdt = NULL;
+    mha_problem vp;
+    const mha_problem *var = NULL;
     if (b) {
         const mha_problem p = meas_problem(&b->s);
         dt = mha_dtype_name(p.dtype);
         kvdt = mha_dtype_name(b->s.layer ? p.dtype : mha_problem_kv_dtype(&p));
+        var = variant_fields(&b->s, &vp);
     }
-    if (rows_add(&rs->rows, r->json, rs->pass, dt, kvdt, why, sizeof why) != MHA_OK) {
+    if (rows_add(&rs->rows, r->json, rs->pass, dt, kvdt, var, why, sizeof why) != MHA_OK) {
         errorf("sweep: %s: %s", r->name, why);
         rs->row_error = 1;
     }

@@ -2,6 +2,7 @@
  * presets.c  the presets as data (and the help and errors made from them)
  * args.c     the command line: options, the grid's axes
  * plan.c     the benchmark list: shapes, dtypes, rows, estimates, skips, shards
+ * variants.c the attention-variant axes: their shapes, names and row fields
  * run.c      the measurement: the benchmark body, registration, passes and
  *            retakes, the peaks trusted over the run, the result file
  * background.c a steady background (another process on every core all run)
@@ -70,11 +71,16 @@ typedef struct {
     /* > 0: the baseline-ISA kernels (naive, *.scalar: never the fastest,
      * shown for "vs naive") get only this many repetitions */
     int baseline_reps;
-    int passes;      /* --passes when not given (0: SWEEP_MAX_PASSES) */
-    int interleaved; /* repetitions run one at a time in a seeded random order */
-    int by_shape;    /* ... shuffled within each shape only (no input refills) */
-    int ci_kernels;  /* ci: SIMD flash/tiled/decode only, each on its own shapes, no auto */
+    int passes;         /* --passes when not given (0: SWEEP_MAX_PASSES) */
+    int interleaved;    /* repetitions run one at a time in a seeded random order */
+    int by_shape;       /* ... shuffled within each shape only (no input refills) */
+    int ci_kernels;     /* ci: SIMD flash/tiled/decode only, each on its own shapes, no auto */
+    unsigned dtypes;    /* --dtype when not given (MHA_DTYPE_BIT mask; 0: fp32) */
+    double max_seconds; /* --max-seconds when not given (0: SWEEP_MAX_SECONDS) */
 } preset;
+
+/* --max-seconds when neither it nor the preset says */
+#define SWEEP_MAX_SECONDS 2.0
 
 /* One benchmark: a kernel on a shape at a thread count. For the `auto`
  * pseudo-kernel, k and opts are mha_select's choice for this shape; for a
@@ -174,8 +180,10 @@ typedef struct {
     const char *peer_names[MAX_PEERS]; /* --peers, each once (peer_names()' strings) */
     int npeer_names;
     const char *seq, *seq_q, *seq_kv, *heads, *kv, *dims, *batch, *causal, *threads;
-    unsigned dtypes, kv_dtypes;   /* MHA_DTYPE_BIT masks; kv_dtypes 0: each row's dtype */
-    double max_seconds, min_time; /* min_time < 0: the preset's */
+    const char *window, *softcap, *sinks, *dims_v; /* the variant axes (sweep/variants.c) */
+    /* MHA_DTYPE_BIT masks: dtypes 0 the preset's, kv_dtypes 0 each row's dtype */
+    unsigned dtypes, kv_dtypes;
+    double max_seconds, min_time; /* < 0: the preset's */
     int64_t reps;                 /* 0: the preset's */
     int bind;
     uint64_t seed;
@@ -193,6 +201,13 @@ typedef struct {
         dims[MAX_LIST], batch[MAX_LIST], causal[MAX_LIST], threads[MAX_LIST];
     int nseq, nsq, nskv, nheads, nkv, ndims, nbatch, ncausal, nthreads;
     int shape_axes_given;
+    /* The variant axes: each the grid's shapes once per value (default one
+     * value, none); the preset's listed shapes keep their own variants. */
+    window_spec windows[MAX_LIST];
+    double softcaps[MAX_LIST];
+    int64_t sinks[MAX_LIST], dims_v[MAX_LIST];
+    int nwindows, nsoftcaps, nsinks, ndims_v;
+    int variant_axes_given;
 } sweep_axes;
 
 /* ---- shared state (run.c) ------------------------------------------------------------ */
@@ -267,6 +282,13 @@ int run_and_commit(const sweep_args *a, bench *benches, int nbench, int ngroups,
                    int repetitions, double min_time, int nskipped, mha_out *out, time_t started,
                    run_state *rs, double *t0);
 int write_empty_shard(const sweep_args *a, mha_out *out, time_t started);
+/* variants.c: the variant axes of a (0, or -1 after a message naming the
+ * value); the grid shape base once per combination of them; a row's name
+ * part and result-file fields (NULL: a row without variants). */
+int build_variant_axes(const sweep_args *a, sweep_axes *x);
+int add_grid_shape(shape **shapes, int n, int *cap, const shape *base, const sweep_axes *x);
+const char *variant_part(const mha_problem *p, char *buf, size_t len);
+const mha_problem *variant_fields(const shape *s, mha_problem *p);
 int cmd_sweep(int argc, char **argv);
 
 /* background.c: after the first pass, whether the run is under a steady

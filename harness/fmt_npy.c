@@ -1,5 +1,6 @@
 /* fmt_npy.c - NumPy .npy reader/writer for little-endian C-order arrays of
- * fp32 ('<f4'), fp16 ('<f2'), bf16 (its bits as '<u2') and int8 ('|i1').
+ * fp32 ('<f4'), fp16 ('<f2'), bf16 (its bits as '<u2') and int8 ('|i1'), and
+ * a reader of int32 ('<i4') index arrays.
  * Reads format 1.0/2.0 (and 3.0, whose header is UTF-8 but here plain ASCII),
  * rejects everything else with one line naming the file and the problem (file
  * text escaped); writes 1.0 headers padded to 64 bytes through fileio's
@@ -229,21 +230,31 @@ const char *npy_descr(mha_dtype t) {
     return (unsigned)t < MHA_DTYPE_COUNT ? DESCR[t] : "?";
 }
 
+/* An accept bit beside the dtype bits: '<i4' (int32), read by npy_read_i32
+ * only (no mha_dtype is int32: the index arrays are not tensors). */
+#define NPY_ACCEPT_I32 (1u << 16)
+
 /* "'<f4' (float32)" or "'<f4' (float32), '<u2' (bf16 bits) or '<f2' (float16)" */
 static void accepted_list(unsigned accept, char *buf, size_t len) {
-    size_t n = 0;
-    int count = 0, total = 0;
-    for (int t = 0; t < MHA_DTYPE_COUNT; t++) total += !!(accept & MHA_DTYPE_BIT(t));
-    buf[0] = '\0';
-    for (int t = 0; t < MHA_DTYPE_COUNT && n < len; t++)
+    const char *descr[MHA_DTYPE_COUNT + 1], *means[MHA_DTYPE_COUNT + 1];
+    int total = 0;
+    for (int t = 0; t < MHA_DTYPE_COUNT; t++)
         if (accept & MHA_DTYPE_BIT(t)) {
-            count++;
-            n += (size_t)snprintf(buf + n, len - n, "%s'%s' (%s)",
-                                  count == 1       ? ""
-                                  : count == total ? " or "
-                                                   : ", ",
-                                  DESCR[t], DESCR_MEANS[t]);
+            descr[total] = DESCR[t];
+            means[total++] = DESCR_MEANS[t];
         }
+    if (accept & NPY_ACCEPT_I32) {
+        descr[total] = "<i4";
+        means[total++] = "int32";
+    }
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < total && n < len; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s'%s' (%s)",
+                              i == 0           ? ""
+                              : i == total - 1 ? " or "
+                                               : ", ",
+                              descr[i], means[i]);
 }
 
 /* The file's descr to a dtype in accept: MHA_OK, or MHA_EFORMAT naming it. A
@@ -252,6 +263,15 @@ static mha_status check_descr(const char *d, unsigned accept, mha_dtype *t, cons
                               char *err, size_t errlen) {
     char want[160];
     accepted_list(accept, want, sizeof want);
+    if ((accept & NPY_ACCEPT_I32) && strcmp(d, "<i4") == 0) {
+        *t = (mha_dtype)MHA_DTYPE_COUNT; /* int32: no mha_dtype */
+        return MHA_OK;
+    }
+    if ((accept & NPY_ACCEPT_I32) && strcmp(d, "<i8") == 0) /* numpy's default int */
+        return fail(err, errlen, MHA_EFORMAT, path,
+                    "dtype '%s' (int64) is not supported, expected %s: save it as int32 "
+                    "(numpy: a.astype(np.int32); torch: t.to(torch.int32).numpy())",
+                    d, want);
     for (int i = 0; i < MHA_DTYPE_COUNT; i++)
         if (strcmp(d, DESCR[i]) == 0 || (i == MHA_I8 && strcmp(d, "i1") == 0)) {
             if (accept & MHA_DTYPE_BIT(i)) {
@@ -287,12 +307,17 @@ void npy_free(npy_array *a) {
     mha_free(a->raw);
     a->raw = NULL;
     a->data = NULL;
+    a->i32 = NULL;
     a->count = 0;
     a->ndim = 0;
 }
 
 mha_status npy_read(const char *path, npy_array *out, char *err, size_t errlen) {
     return npy_read_typed(path, MHA_DTYPE_BIT(MHA_F32), out, err, errlen);
+}
+
+mha_status npy_read_i32(const char *path, npy_array *out, char *err, size_t errlen) {
+    return npy_read_typed(path, NPY_ACCEPT_I32, out, err, errlen);
 }
 
 mha_status npy_read_typed(const char *path, unsigned accept, npy_array *out, char *err,
@@ -380,7 +405,7 @@ mha_status npy_read_typed(const char *path, unsigned accept, npy_array *out, cha
     if ((st = parse_header(text, path, &h, err, errlen)) != MHA_OK) goto done;
     mha_dtype dt = MHA_F32;
     if ((st = check_descr(h.descr, accept, &dt, path, err, errlen)) != MHA_OK) goto done;
-    const size_t esize = mha_dtype_size(dt);
+    const size_t esize = dt == (mha_dtype)MHA_DTYPE_COUNT ? sizeof(int32_t) : mha_dtype_size(dt);
     if (h.fortran) {
         st = fail(err, errlen, MHA_EFORMAT, path,
                   "fortran_order True is not supported, expected C order");
@@ -437,6 +462,7 @@ mha_status npy_read_typed(const char *path, unsigned accept, npy_array *out, cha
     out->dtype = dt;
     out->raw = data;
     out->data = dt == MHA_F32 ? data : NULL;
+    out->i32 = dt == (mha_dtype)MHA_DTYPE_COUNT ? data : NULL;
     data = NULL;
 
 done:

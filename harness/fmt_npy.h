@@ -1,6 +1,7 @@
 /* fmt_npy.h - NumPy .npy read/write for C-order arrays (format 1.0/2.0) of
  * the element types mhabench knows: '<f4' fp32, '<f2' fp16, '<u2' holding
- * bf16 bits (NumPy has no bf16) and '|i1' int8.
+ * bf16 bits (NumPy has no bf16) and '|i1' int8; '<i4' int32 index arrays
+ * are read (npy_read_i32).
  * Every failure gives a message naming the file and the problem; inputs must
  * be regular files (a FIFO is refused, never waited on); writes go through
  * variants/fileio.h (an unnamed file renamed into place). */
@@ -20,6 +21,8 @@ typedef struct {
     mha_dtype dtype; /* the file's element type */
     void *raw;       /* mha_alloc'ed, count elements of dtype (NULL when count == 0) */
     float *data;     /* = raw when dtype is fp32, else NULL */
+    int32_t *i32;    /* = raw for an '<i4' file read by npy_read_i32 (dtype is then
+                        MHA_DTYPE_COUNT: no mha_dtype is int32), else NULL */
 } npy_array;
 
 /* Reads PATH, a '<f4' file. Returns MHA_OK, MHA_EIO (cannot open/read) or
@@ -32,6 +35,11 @@ mha_status npy_read(const char *path, npy_array *out, char *err, size_t errlen);
  * (float32)"). */
 mha_status npy_read_typed(const char *path, unsigned accept, npy_array *out, char *err,
                           size_t errlen);
+/* Reads PATH, an '<i4' (int32) file: the index arrays of attend's packed and
+ * paged layouts (cu_seqlens, block table, sequence lengths). Any other dtype
+ * is MHA_EFORMAT naming the file and its descr (int64, numpy's default int,
+ * with the conversion that fixes it). */
+mha_status npy_read_i32(const char *path, npy_array *out, char *err, size_t errlen);
 /* The descr of a dtype ("<f4", "<f2", "<u2", "|i1") and its reading. */
 const char *npy_descr(mha_dtype t);
 /* Writes a '<f4' C-order array atomically (unnamed temp file + fsync + rename).

@@ -53,15 +53,14 @@ static void dtype_list(unsigned mask, char *out, size_t len) {
                      mha_dtype_name((mha_dtype)t));
 }
 
-/* "window,softcap,sinks,d_v" (the problem variants its traits take), or "-". */
+/* "window,softcap,sinks,d_v,packed,paged" (the problem variants and layouts
+ * beside dense its traits take), or "-". */
 static void variant_list(unsigned traits, char *out, size_t len) {
     static const struct {
         unsigned bit;
         const char *name;
-    } v[] = {{MHA_KT_WINDOW, "window"},
-             {MHA_KT_SOFTCAP, "softcap"},
-             {MHA_KT_SINKS, "sinks"},
-             {MHA_KT_HEAD_DIM_V, "d_v"}};
+    } v[] = {{MHA_KT_WINDOW, "window"},  {MHA_KT_SOFTCAP, "softcap"}, {MHA_KT_SINKS, "sinks"},
+             {MHA_KT_HEAD_DIM_V, "d_v"}, {MHA_KT_PACKED, "packed"},   {MHA_KT_PAGED, "paged"}};
     out[0] = '\0';
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         if (traits & v[i].bit)
@@ -75,8 +74,8 @@ static void list_usage(FILE *f) {
     opts_usage(f, "list", NULL, LIST_ROWS, 1, NULL);
     fputs("Prints every kernel: name, algorithm, ISA, the dtypes it takes for Q/O\n"
           "and for the K/V storage, whether it runs here (under the MHA_ISA cap), the\n"
-          "attention variants it takes (window, softcap, sinks, d_v != d: include/mha.h),\n"
-          "and a one-line summary.\n",
+          "attention variants it takes (window, softcap, sinks, d_v != d) and layouts\n"
+          "beside dense (packed, paged: include/mha.h), and a one-line summary.\n",
           f);
     opts_print(f, LIST_ROWS, 1);
 }

@@ -94,6 +94,22 @@ MHA_API mha_status mha_quantize_rows_i8(const float *src, int64_t rows, int64_t 
                                         float *scales); /* MHA_EINVAL: NULL, n < 0, ld < n */
 
 /* ---- problem and tensors --------------------------------------------------- */
+/* How the tensors of a problem hold their sequences (mha_problem.layout; the
+ * index arrays come with the call in mha_extras). */
+typedef enum {
+    MHA_LAYOUT_DENSE = 0,  /* q [B,H,Nq,d], k [B,G,Nkv,d], v [B,G,Nkv,d_v] strided views */
+    MHA_LAYOUT_PACKED = 1, /* a ragged batch packed token by token (FlashAttention's varlen):
+                              q [Tq,H,d], k [Tkv,G,d], v [Tkv,G,d_v], out [Tq,H,d_v]; sequence
+                              b is rows [cu_seqlens_q[b], cu_seqlens_q[b+1]) of q and out and
+                              [cu_seqlens_kv[b], cu_seqlens_kv[b+1]) of k and v */
+    MHA_LAYOUT_PAGED = 2,  /* a paged KV cache (vLLM's): q and out packed as above; k and v
+                              pools of blocks, k [NB,BS,G,d], v [NB,BS,G,d_v]; key t of sequence
+                              b (t < seq_lens_kv[b]) is slot t % BS of block
+                              block_table[b][t / BS] */
+} mha_layout;
+#define MHA_LAYOUT_COUNT 3
+MHA_API const char *mha_layout_name(int layout); /* "dense", "packed", "paged"; "?" otherwise */
+
 typedef struct {
     int64_t batch;
     int64_t heads;    /* query heads */
@@ -126,6 +142,22 @@ typedef struct {
                              sum_j e^(s_j-m) v_j / (sum_j e^(s_j-m) + e^(sink_h-m)),
                              m = max(max_j s_j, sink_h) */
     int64_t head_dim_v;   /* V's and O's head dim; 0 = head_dim. scale stays 1/sqrt(head_dim) */
+    /* The layout (issue 30, phase 2): 0 (MHA_LAYOUT_DENSE) is the views above.
+     * In the packed and paged layouts batch is the number of sequences B,
+     * each of its own length (the index arrays of mha_extras), and seq_q and
+     * seq_kv are the longest a sequence may be (bounds, as FlashAttention's
+     * max_seqlen: workspaces are sized by them, a longer sequence is
+     * MHA_EINVAL). Causal and the window align bottom-right per sequence:
+     * off = Nkv_b - Nq_b. Each size below is 0 in the layouts that have no
+     * use for it (a value there is refused, not ignored); all fit int32, as
+     * the index arrays do. */
+    int layout;         /* mha_layout */
+    int64_t total_q;    /* packed, paged: Tq >= 0, the rows of q and out (every query) */
+    int64_t total_kv;   /* packed: Tkv >= 0, the rows of k and v (every key) */
+    int64_t num_blocks; /* paged: NB >= 1, the blocks of the k and v pools */
+    int64_t block_size; /* paged: BS >= 1, the tokens (slots) per block */
+    int64_t max_blocks; /* paged: MB >= 1, the columns of block_table (a sequence has at
+                           most MB * BS keys) */
 } mha_problem;
 
 /* A strided 4-D view [batch][head][seq][head_dim]; head_dim is contiguous and
@@ -133,7 +165,15 @@ typedef struct {
  * are both views. An int8 view also points at its scales: one float per
  * (b, h, n) row at scale + b*scale_stride_b + h*scale_stride_h +
  * n*scale_stride_n. Views made by the constructors below are fp32; set
- * .dtype (and the scales) for others, or use mha_view_typed. */
+ * .dtype (and the scales) for others, or use mha_view_typed.
+ * In the packed and paged layouts q and out hold token t of head h at
+ * t*stride_n + h*stride_h (stride_b is not used: set it >= 0): the contiguous
+ * [Tq,H,d] is mha_view_bnhd(q, H, Tq, d); packed k and v likewise
+ * (mha_view_bnhd(k, G, Tkv, d)), int8 scales [Tkv,G] at t*scale_stride_n +
+ * g*scale_stride_h. Paged k and v hold slot s of block nb at nb*stride_b +
+ * s*stride_n + g*stride_h: the pool [NB,BS,G,d] is mha_view_bnhd(k, G, BS,
+ * d); int8 scales [NB,BS,G] at nb*scale_stride_b + s*scale_stride_n +
+ * g*scale_stride_h (strides BS*G, G, 1). */
 typedef struct {
     const void *data;
     int64_t stride_b, stride_h, stride_n;
@@ -173,11 +213,16 @@ MHA_API float mha_problem_scale(const mha_problem *p);
  * that is not fp32/bf16/fp16 (int8 is a kv_dtype only), element or byte
  * counts that overflow, and malformed variants: window not 0 or 1, a
  * window_left/right below -1 (or non-zero without window), softcap < 0 or
- * non-finite, sinks not 0 or 1, head_dim_v < 0. Each message names the field. */
+ * non-finite, sinks not 0 or 1, head_dim_v < 0, a layout outside
+ * mha_layout, and a layout's size out of range or set in a layout without
+ * it. Each message names the field. The index arrays of the packed and
+ * paged layouts are checked with the call (mha_attend_ex). */
 MHA_API mha_status mha_problem_validate(const mha_problem *p);
 /* FLOPs by the DESIGN convention: 2*(head_dim + head_dim_v) (= 4*d when
  * they are equal) per (query, key) pair the causal mask and the window
- * allow; NaN for a problem mha_problem_validate refuses (and NULL). */
+ * allow; NaN for a problem mha_problem_validate refuses (and NULL). The
+ * packed and paged layouts count per sequence, so they need the lengths:
+ * mha_problem_flops_ex (below); here they are NaN. */
 MHA_API double mha_problem_flops(const mha_problem *p);
 
 /* ---- options ----------------------------------------------------------------- */
@@ -215,8 +260,9 @@ MHA_API mha_status mha_kernel_supported(const mha_kernel *k);
  * Any combination of one from each runs. */
 MHA_API unsigned mha_kernel_dtypes(const mha_kernel *k);
 MHA_API unsigned mha_kernel_kv_dtypes(const mha_kernel *k);
-/* MHA_OK if k takes p's dtypes and variants (window, softcap, sinks,
- * head_dim_v: its MHA_KT_* traits), else MHA_EUNSUPPORTED naming them. */
+/* MHA_OK if k takes p's dtypes, variants (window, softcap, sinks,
+ * head_dim_v) and layout (packed, paged): its MHA_KT_* traits; else
+ * MHA_EUNSUPPORTED naming them. */
 MHA_API mha_status mha_kernel_takes(const mha_kernel *k, const mha_problem *p);
 
 /* What a kernel can do: the traits column of the kernel list
@@ -236,10 +282,12 @@ enum {
                                      or anyone's twin */
     /* The variants of mha_problem a kernel takes (mha_kernel_takes refuses
      * the others, naming the variant and the kernel): */
-    MHA_KT_WINDOW = 1 << 7,     /* problem.window (a sliding window) */
-    MHA_KT_SOFTCAP = 1 << 8,    /* problem.softcap > 0 */
-    MHA_KT_SINKS = 1 << 9,      /* problem.sinks (mha_extras.sinks) */
-    MHA_KT_HEAD_DIM_V = 1 << 10 /* head_dim_v != head_dim */
+    MHA_KT_WINDOW = 1 << 7,      /* problem.window (a sliding window) */
+    MHA_KT_SOFTCAP = 1 << 8,     /* problem.softcap > 0 */
+    MHA_KT_SINKS = 1 << 9,       /* problem.sinks (mha_extras.sinks) */
+    MHA_KT_HEAD_DIM_V = 1 << 10, /* head_dim_v != head_dim */
+    MHA_KT_PACKED = 1 << 11,     /* problem.layout = MHA_LAYOUT_PACKED (cu_seqlens) */
+    MHA_KT_PAGED = 1 << 12       /* problem.layout = MHA_LAYOUT_PAGED (block_table) */
 };
 MHA_API unsigned mha_kernel_traits(const mha_kernel *k);
 /* Preference among kernels that fit a shape (lower first; ties: higher ISA). */
@@ -300,12 +348,36 @@ MHA_API mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const m
 typedef struct {
     const float *sinks; /* problem.sinks: [heads] fp32 logits, sinks[h] for query head h
                            (natural-log units, as the scaled scores); -inf = no sink */
+    /* The index arrays of the packed and paged layouts (int32, as
+     * FlashAttention's and vLLM's). Checked with every call, each bad value
+     * named (MHA_EINVAL): a cu_seqlens that does not start at 0, decreases,
+     * or does not end at its total; a sequence longer than its bound
+     * (problem.seq_q / seq_kv) or than its blocks (max_blocks * block_size);
+     * a block index outside [0, num_blocks) among the entries read. A
+     * sequence may have no queries or no keys; a query that sees no key is
+     * zeros, with a sink or without. */
+    const int32_t *cu_seqlens_q;  /* packed, paged: [batch + 1] row offsets into q and out:
+                                     0 first, non-decreasing, total_q last */
+    const int32_t *cu_seqlens_kv; /* packed: [batch + 1] row offsets into k and v: 0 first,
+                                     non-decreasing, total_kv last */
+    const int32_t *seq_lens_kv;   /* paged: [batch] keys per sequence, 0..max_blocks*block_size */
+    const int32_t *block_table;   /* paged: [batch][max_blocks] row-major block indices;
+                                     sequence b reads its first ceil(seq_lens_kv[b] /
+                                     block_size) entries, the rest are never read (any value) */
 } mha_extras;
+
+/* mha_problem_flops counting the visible pairs of each sequence of a packed
+ * or paged problem by x's lengths (checked as mha_attend_ex checks them);
+ * for a dense problem x is not read. NaN when p or x is refused, with
+ * mha_last_error() naming the value. */
+MHA_API double mha_problem_flops_ex(const mha_problem *p, const mha_extras *x);
 
 /* mha_attend with the extras: x may be NULL when the problem asks for none
  * (mha_attend is this with x = NULL); a problem with sinks and no
- * x->sinks is MHA_EINVAL. The heads of v and out are head_dim_v wide:
- * v [B,kv_heads,Nkv,d_v], out [B,H,Nq,d_v]. The sinks may share memory
+ * x->sinks, or a packed or paged one without its index arrays, is
+ * MHA_EINVAL. The heads of v and out are head_dim_v wide:
+ * v [B,kv_heads,Nkv,d_v], out [B,H,Nq,d_v] (packed, paged: the layout's
+ * shapes, mha_layout). The sinks and the index arrays may share memory
  * with the inputs, never with out or the workspace. */
 MHA_API mha_status mha_attend_ex(const mha_kernel *k, const mha_problem *p, const mha_options *o,
                                  const mha_tensor *q, const mha_tensor *kt, const mha_tensor *v,
@@ -315,7 +387,8 @@ MHA_API mha_status mha_attend_ex(const mha_kernel *k, const mha_problem *p, cons
 /* The float64 oracle: the same math in double, never optimised, on the
  * inputs exactly as stored (bf16/fp16 values, int8 * scale), with every
  * variant of the problem computed as its definition reads. out is a
- * contiguous [B,H,Nq,d_v] double array. Allocates its own scratch.
+ * contiguous [B,H,Nq,d_v] double array ([Tq,H,d_v] in the packed and paged
+ * layouts, in q's row order). Allocates its own scratch.
  * mha_reference is mha_reference_ex with x = NULL. */
 MHA_API mha_status mha_reference(const mha_problem *p, const mha_tensor *q, const mha_tensor *k,
                                  const mha_tensor *v, double *out);

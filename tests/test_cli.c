@@ -320,8 +320,10 @@ static const cmd_opts ALL_OPTS[] = {
      {"kernels=", "seed=", "quick", "threads=", "dtype=", "kv-dtype=", "case=", "verbose", "help"}},
     {"attend",
      1,
-     {"kernel=", "q=", "k=", "v=", "out=", "causal", "scale=", "threads=", "dtype=", "kv-dtype=",
-      "out-dtype=", "k-scale=", "v-scale=", "window=", "softcap=", "sinks=", "help"}},
+     {"kernel=",  "q=",       "k=",           "v=",           "out=",          "causal",
+      "scale=",   "threads=", "dtype=",       "kv-dtype=",    "out-dtype=",    "k-scale=",
+      "v-scale=", "window=",  "softcap=",     "sinks=",       "cu-seqlens-q=", "cu-seqlens-kv=",
+      "k-cache=", "v-cache=", "block-table=", "seq-lens-kv=", "help"}},
     {"forward",
      1,
      {"kernel=", "query=", "key=", "value=", "heads=", "kv-heads=", "weights=", "out=", "causal",
@@ -770,8 +772,12 @@ static void test_attend_variants(void **state) {
         if (!kl) continue;
         const unsigned tr = mha_kernel_traits(kl);
         if (tr & MHA_KT_WINDOW) assert_non_null(strstr(line, " window,"));
-        if (tr & MHA_KT_HEAD_DIM_V) assert_non_null(strstr(line, ",d_v "));
-        if (!(tr & (MHA_KT_WINDOW | MHA_KT_SOFTCAP | MHA_KT_SINKS | MHA_KT_HEAD_DIM_V)))
+        if (tr & MHA_KT_HEAD_DIM_V) assert_non_null(strstr(line, ",d_v"));
+        /* the layouts beside dense: naive's packed and paged, nobody else's */
+        assert_int_equal(strstr(line, ",packed") != NULL, !!(tr & MHA_KT_PACKED));
+        assert_int_equal(strstr(line, ",paged ") != NULL, !!(tr & MHA_KT_PAGED));
+        if (!(tr & (MHA_KT_WINDOW | MHA_KT_SOFTCAP | MHA_KT_SINKS | MHA_KT_HEAD_DIM_V |
+                    MHA_KT_PACKED | MHA_KT_PAGED)))
             assert_non_null(strstr(line, " - "));
     }
     print_message("sinks of the wrong length\n");

@@ -129,17 +129,20 @@ mha_status mha_workspace_size(const mha_kernel *k, const mha_problem *p, const m
 
 /* Checks one view: data present, the dtype the problem says, scales for
  * int8, strides >= 0, rows of an output do not overlap, and the largest
- * offset fits. */
+ * offset fits. A view of no rows (a packed layout's total of 0) may have
+ * NULL data. */
 static mha_status check_view(const char *what, const void *data, mha_dtype t, mha_dtype want,
                              int64_t sb, int64_t sh, int64_t sn, int64_t B, int64_t H, int64_t N,
                              int64_t d, int is_out) {
-    if (!data) return mha_set_error(MHA_EINVAL, "%s.data is NULL", what);
+    const int empty = B == 0 || H == 0 || N == 0;
+    if (!data && !empty) return mha_set_error(MHA_EINVAL, "%s.data is NULL", what);
     if (t != want)
         return mha_set_error(MHA_EINVAL, "%s.dtype = %s, but the problem says %s", what,
                              mha_dtype_name(t), mha_dtype_name(want));
     if (sb < 0 || sh < 0 || sn < 0)
         return mha_set_error(MHA_EINVAL, "%s strides (%lld, %lld, %lld) must be >= 0", what,
                              (long long)sb, (long long)sh, (long long)sn);
+    if (empty) return MHA_OK;
     if (is_out && ((N > 1 && sn < d) || (H > 1 && sh < d) || (B > 1 && sb < d)))
         return mha_set_error(MHA_EINVAL, "%s strides (%lld, %lld, %lld) make rows of %lld overlap",
                              what, (long long)sb, (long long)sh, (long long)sn, (long long)d);
@@ -155,7 +158,7 @@ static mha_status check_view(const char *what, const void *data, mha_dtype t, mh
 /* The scales of an int8 view: present, strides >= 0, largest offset fits. */
 static mha_status check_scales(const char *what, const mha_tensor *v, int64_t B, int64_t H,
                                int64_t N) {
-    if (v->dtype != MHA_I8) return MHA_OK;
+    if (v->dtype != MHA_I8 || B == 0 || H == 0 || N == 0) return MHA_OK;
     if (!v->scale) return mha_set_error(MHA_EINVAL, "%s is int8 but %s.scale is NULL", what, what);
     if (v->scale_stride_b < 0 || v->scale_stride_h < 0 || v->scale_stride_n < 0)
         return mha_set_error(MHA_EINVAL, "%s scale strides (%lld, %lld, %lld) must be >= 0", what,
@@ -172,38 +175,61 @@ static mha_status check_scales(const char *what, const mha_tensor *v, int64_t B,
     return MHA_OK;
 }
 
+/* The extents (view batch, heads, view seq) of q and out (qe) and of k and
+ * v (ke) in p's layout: dense [B,H,Nq] and [B,G,Nkv]; packed [1,H,Tq] and
+ * [1,G,Tkv] (token rows, stride_b unused); paged [1,H,Tq] and [NB,G,BS]
+ * (blocks, heads, slots). */
+static void extents(const mha_problem *p, int64_t qe[3], int64_t ke[3]) {
+    const int dense = p->layout == MHA_LAYOUT_DENSE, paged = p->layout == MHA_LAYOUT_PAGED;
+    qe[0] = dense ? p->batch : 1;
+    qe[1] = p->heads;
+    qe[2] = dense ? p->seq_q : p->total_q;
+    ke[0] = dense ? p->batch : paged ? p->num_blocks : 1;
+    ke[1] = p->kv_heads;
+    ke[2] = dense ? p->seq_kv : paged ? p->block_size : p->total_kv;
+}
+
 /* Every view of a call against p (shared with the oracle). */
 mha_status mha_check_views(const mha_problem *p, const mha_tensor *q, const mha_tensor *kt,
                            const mha_tensor *v, const mha_tensor_mut *out) {
     mha_status st;
     if (!q || !kt || !v) return mha_set_error(MHA_EINVAL, "a tensor view is NULL");
-    const int64_t B = p->batch, H = p->heads, G = p->kv_heads, d = p->head_dim, dv = mha_dv(p);
+    const int64_t d = p->head_dim, dv = mha_dv(p);
+    int64_t qe[3], ke[3];
+    extents(p, qe, ke);
     const mha_dtype kv = mha_problem_kv_dtype(p);
-    if ((st = check_view("q", q->data, q->dtype, p->dtype, q->stride_b, q->stride_h, q->stride_n, B,
-                         H, p->seq_q, d, 0)) ||
-        (st = check_view("k", kt->data, kt->dtype, kv, kt->stride_b, kt->stride_h, kt->stride_n, B,
-                         G, p->seq_kv, d, 0)) ||
-        (st = check_view("v", v->data, v->dtype, kv, v->stride_b, v->stride_h, v->stride_n, B, G,
-                         p->seq_kv, dv, 0)) ||
-        (st = check_scales("k", kt, B, G, p->seq_kv)) ||
-        (st = check_scales("v", v, B, G, p->seq_kv)))
+    if ((st = check_view("q", q->data, q->dtype, p->dtype, q->stride_b, q->stride_h, q->stride_n,
+                         qe[0], qe[1], qe[2], d, 0)) ||
+        (st = check_view("k", kt->data, kt->dtype, kv, kt->stride_b, kt->stride_h, kt->stride_n,
+                         ke[0], ke[1], ke[2], d, 0)) ||
+        (st = check_view("v", v->data, v->dtype, kv, v->stride_b, v->stride_h, v->stride_n, ke[0],
+                         ke[1], ke[2], dv, 0)) ||
+        (st = check_scales("k", kt, ke[0], ke[1], ke[2])) ||
+        (st = check_scales("v", v, ke[0], ke[1], ke[2])))
         return st;
     if (out && (st = check_view("out", out->data, out->dtype, p->dtype, out->stride_b,
-                                out->stride_h, out->stride_n, B, H, p->seq_q, dv, 1)))
+                                out->stride_h, out->stride_n, qe[0], qe[1], qe[2], dv, 1)))
         return st;
     return MHA_OK;
 }
 
-/* A tensor view as the bytes it touches. */
+/* A tensor view as the bytes it touches (none for a view of no rows). */
 static mha_span view_span(const void *data, mha_dtype t, int64_t sb, int64_t sh, int64_t sn,
                           int64_t B, int64_t H, int64_t N, int64_t d) {
+    if (B == 0 || H == 0 || N == 0) return (mha_span){0};
     const int64_t count[3] = {B, H, N}, stride[3] = {sb, sh, sn};
     return mha_span_make(data, mha_dtype_size(t), count, stride, d);
+}
+/* An index array of n int32 (none when absent or empty). */
+static mha_span index_span(const int32_t *a, int64_t n) {
+    const int64_t one[3] = {1, 1, 1}, zero[3] = {0, 0, 0};
+    return a && n > 0 ? mha_span_make(a, sizeof(int32_t), one, zero, n) : (mha_span){0};
 }
 static mha_span tensor_span(const mha_tensor *v, int64_t B, int64_t H, int64_t N, int64_t d) {
     return view_span(v->data, v->dtype, v->stride_b, v->stride_h, v->stride_n, B, H, N, d);
 }
 static mha_span scale_span(const mha_tensor *v, int64_t B, int64_t H, int64_t N) {
+    if (B == 0 || H == 0 || N == 0) return (mha_span){0};
     const int64_t count[3] = {B, H, N};
     const int64_t stride[3] = {v->scale_stride_b, v->scale_stride_h, v->scale_stride_n};
     return mha_span_make(v->scale, sizeof(float), count, stride, 1);
@@ -233,9 +259,11 @@ static mha_status check_aliasing(const mha_problem *p, const mha_tensor *q, cons
                                  const mha_tensor *v, const mha_extras *x,
                                  const mha_tensor_mut *out, const void *workspace,
                                  size_t workspace_size) {
-    const int64_t B = p->batch, H = p->heads, G = p->kv_heads, d = p->head_dim, dv = mha_dv(p);
+    const int64_t B = p->batch, H = p->heads, d = p->head_dim, dv = mha_dv(p);
+    int64_t qe[3], ke[3];
+    extents(p, qe, ke);
     const mha_span so = view_span(out->data, out->dtype, out->stride_b, out->stride_h,
-                                  out->stride_n, B, H, p->seq_q, dv);
+                                  out->stride_n, qe[0], qe[1], qe[2], dv);
     const int64_t one[3] = {1, 1, 1}, zero[3] = {0, 0, 0};
     const int in_place = out->data == q->data && out->stride_b == q->stride_b &&
                          out->stride_h == q->stride_h && out->stride_n == q->stride_n;
@@ -244,15 +272,20 @@ static mha_status check_aliasing(const mha_problem *p, const mha_tensor *q, cons
         mha_span s;
         int present;
     } in[] = {
-        {"q", tensor_span(q, B, H, p->seq_q, d), 1},
-        {"k", tensor_span(kt, B, G, p->seq_kv, d), 1},
-        {"v", tensor_span(v, B, G, p->seq_kv, dv), 1},
-        {"k.scale", kt->dtype == MHA_I8 ? scale_span(kt, B, G, p->seq_kv) : (mha_span){0},
+        {"q", tensor_span(q, qe[0], qe[1], qe[2], d), 1},
+        {"k", tensor_span(kt, ke[0], ke[1], ke[2], d), 1},
+        {"v", tensor_span(v, ke[0], ke[1], ke[2], dv), 1},
+        {"k.scale", kt->dtype == MHA_I8 ? scale_span(kt, ke[0], ke[1], ke[2]) : (mha_span){0},
          kt->dtype == MHA_I8},
-        {"v.scale", v->dtype == MHA_I8 ? scale_span(v, B, G, p->seq_kv) : (mha_span){0},
+        {"v.scale", v->dtype == MHA_I8 ? scale_span(v, ke[0], ke[1], ke[2]) : (mha_span){0},
          v->dtype == MHA_I8},
         {"sinks", p->sinks ? mha_span_make(x->sinks, sizeof(float), one, zero, H) : (mha_span){0},
          p->sinks},
+        /* the index arrays are read while out is written (absent ones: NULL, no span) */
+        {"mha_extras.cu_seqlens_q", index_span(x->cu_seqlens_q, B + 1), 1},
+        {"mha_extras.cu_seqlens_kv", index_span(x->cu_seqlens_kv, B + 1), 1},
+        {"mha_extras.seq_lens_kv", index_span(x->seq_lens_kv, B), 1},
+        {"mha_extras.block_table", index_span(x->block_table, B * p->max_blocks), 1},
     };
     mha_status st;
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
@@ -284,7 +317,7 @@ mha_status mha_check_extras(const mha_problem *p, const mha_extras *x) {
                                  "mha_extras.sinks[%lld] = inf: a sink logit must be finite or "
                                  "-inf (no sink)",
                                  (long long)h);
-    return MHA_OK;
+    return mha_check_layout(p, x);
 }
 
 mha_status mha_attend(const mha_kernel *k, const mha_problem *p, const mha_options *o,
@@ -307,7 +340,12 @@ mha_status mha_attend_ex(const mha_kernel *k, const mha_problem *p, const mha_op
     if ((st = mha_check_views(p, q, kt, v, out)) != MHA_OK) return st;
     if ((st = mha_check_extras(p, x)) != MHA_OK) return st;
     /* the kernels read only what the problem asks for */
-    const mha_extras ex = {.sinks = p->sinks ? x->sinks : NULL};
+    const int packed = p->layout == MHA_LAYOUT_PACKED, paged = p->layout == MHA_LAYOUT_PAGED;
+    const mha_extras ex = {.sinks = p->sinks ? x->sinks : NULL,
+                           .cu_seqlens_q = packed || paged ? x->cu_seqlens_q : NULL,
+                           .cu_seqlens_kv = packed ? x->cu_seqlens_kv : NULL,
+                           .seq_lens_kv = paged ? x->seq_lens_kv : NULL,
+                           .block_table = paged ? x->block_table : NULL};
     const mha_options r = resolve_options(k, p, o);
     const int threads = mha_resolve_threads(&r);
     const size_t need = k->workspace(p, &r, threads);

@@ -17,8 +17,9 @@
 
 /* The one kernel signature. Arguments are validated by mha_attend before the
  * call; workspace is aligned and large enough; threads is resolved (>= 1);
- * x is never NULL (x->sinks is set iff p->sinks), and p asks only for the
- * variants the kernel's traits name. */
+ * x is never NULL (x->sinks is set iff p->sinks; the index arrays of p's
+ * layout are set and checked, the others NULL), and p asks only for the
+ * variants and layout the kernel's traits name. */
 typedef mha_status (*mha_attend_fn)(const mha_problem *p, const mha_options *o, int threads,
                                     const mha_tensor *q, const mha_tensor *k, const mha_tensor *v,
                                     const mha_extras *x, const mha_tensor_mut *out,
@@ -52,8 +53,40 @@ mha_status mha_check_views(const mha_problem *p, const mha_tensor *q, const mha_
                            const mha_tensor *v, const mha_tensor_mut *out);
 
 /* MHA_OK if the extras p asks for are in x (x may be NULL when it asks for
- * none), else MHA_EINVAL naming the missing one. */
+ * none) and the layout's index arrays hold (mha_check_layout), else
+ * MHA_EINVAL naming the missing or bad one. */
 mha_status mha_check_extras(const mha_problem *p, const mha_extras *x);
+
+/* The index arrays of a packed or paged problem (layout.c): present, and
+ * every value mha_extras says (cu_seqlens from 0, non-decreasing, ending at
+ * the total; lengths within their bounds and blocks; the block indices read
+ * inside the pool), else MHA_EINVAL naming it. MHA_OK for a dense problem.
+ * p is validated. Called by mha_check_extras. */
+mha_status mha_check_layout(const mha_problem *p, const mha_extras *x);
+/* The layout and its sizes in mha_problem (layout.c): part of
+ * mha_problem_validate. */
+mha_status mha_validate_layout(const mha_problem *p);
+
+/* One sequence of a problem whose extras passed mha_check_layout: its
+ * queries are rows [q0, q0 + nq) of q and out (dense: sequence b's own nq =
+ * seq_q rows), its nkv keys rows [kv0, kv0 + nkv) of packed k and v (paged:
+ * through the block table, kv0 = 0; dense: b's own). */
+typedef struct {
+    int64_t q0, nq, kv0, nkv;
+} mha_seq;
+static inline mha_seq mha_seq_of(const mha_problem *p, const mha_extras *x, int64_t b) {
+    mha_seq s = {0, p->seq_q, 0, p->seq_kv};
+    if (p->layout == MHA_LAYOUT_DENSE) return s;
+    s.q0 = x->cu_seqlens_q[b];
+    s.nq = (int64_t)x->cu_seqlens_q[b + 1] - s.q0;
+    if (p->layout == MHA_LAYOUT_PACKED) {
+        s.kv0 = x->cu_seqlens_kv[b];
+        s.nkv = (int64_t)x->cu_seqlens_kv[b + 1] - s.kv0;
+    } else {
+        s.nkv = x->seq_lens_kv[b];
+    }
+    return s;
+}
 
 /* MHA_OK if a and b share no byte, else MHA_EINVAL naming them ("a is
  * written while b is still read"). */
@@ -101,9 +134,11 @@ static inline int64_t mha_kv_count(const mha_problem *p, int64_t i) {
 static inline int64_t mha_dv(const mha_problem *p) {
     return p->head_dim_v > 0 ? p->head_dim_v : p->head_dim;
 }
-/* The MHA_KT_* variant traits a problem needs of its kernel. */
+/* The MHA_KT_* variant and layout traits a problem needs of its kernel. */
 static inline unsigned mha_problem_needs(const mha_problem *p) {
-    return (p->window ? (unsigned)MHA_KT_WINDOW : 0u) |
+    return (p->layout == MHA_LAYOUT_PACKED ? (unsigned)MHA_KT_PACKED : 0u) |
+           (p->layout == MHA_LAYOUT_PAGED ? (unsigned)MHA_KT_PAGED : 0u) |
+           (p->window ? (unsigned)MHA_KT_WINDOW : 0u) |
            (p->softcap > 0 ? (unsigned)MHA_KT_SOFTCAP : 0u) |
            (p->sinks ? (unsigned)MHA_KT_SINKS : 0u) |
            (mha_dv(p) != p->head_dim ? (unsigned)MHA_KT_HEAD_DIM_V : 0u);

@@ -1,6 +1,7 @@
 /* problem.c - the attention problem itself: tensor views, the default scale,
  * validation (every bad dimension named) and the FLOP count. The kernels,
- * the oracle and the entry points call in; it calls only error.c. */
+ * the oracle and the entry points call in; it calls only error.c and
+ * layout.c (the packed and paged layouts' sizes and index arrays). */
 #include <math.h>
 
 #include "internal.h"
@@ -155,17 +156,54 @@ mha_status mha_problem_validate(const mha_problem *p) {
     if (p->sinks != 0 && p->sinks != 1)
         return mha_set_error(
             MHA_EINVAL, "problem.sinks = %d: must be 0 (none) or 1 (one logit per head)", p->sinks);
+    mha_status st = mha_validate_layout(p);
+    if (st != MHA_OK) return st;
+    /* the packed rows and the paged pools (sizes < 2^31 each, so only the
+     * products can overflow) */
+    const int64_t rows_kv =
+        p->layout == MHA_LAYOUT_PAGED ? p->num_blocks * p->block_size : p->total_kv;
+    if (elems4(p->total_q, p->heads, p->head_dim, 1) < 0 ||
+        elems4(p->total_q, p->heads, dv, 1) < 0 ||
+        elems4(rows_kv, p->kv_heads, p->head_dim, 1) < 0 ||
+        elems4(rows_kv, p->kv_heads, dv, 1) < 0 || elems4(p->batch, p->max_blocks, 1, 1) < 0)
+        return mha_set_error(MHA_ENOMEM,
+                             "problem sizes overflow: total_q %lld, total_kv %lld, num_blocks "
+                             "%lld x block_size %lld (x heads %lld, kv_heads %lld, head_dim "
+                             "%lld) do not fit in size_t",
+                             (long long)p->total_q, (long long)p->total_kv,
+                             (long long)p->num_blocks, (long long)p->block_size,
+                             (long long)p->heads, (long long)p->kv_heads, (long long)p->head_dim);
     return MHA_OK;
 }
 
-double mha_problem_flops(const mha_problem *p) {
-    if (mha_problem_validate(p) != MHA_OK) return NAN; /* its message names the value */
+/* The (query, key) pairs one sequence of nq queries and nkv keys lets
+ * through the mask, aligned bottom-right (off = nkv - nq). */
+static double visible_pairs(const mha_problem *p, int64_t nq, int64_t nkv) {
+    if (!p->causal && !p->window) return (double)nq * (double)nkv;
+    mha_problem s = *p;
+    s.seq_q = nq;
+    s.seq_kv = nkv;
     double pairs = 0;
-    if (!p->causal && !p->window) {
-        pairs = (double)p->seq_q * (double)p->seq_kv;
-    } else {
-        for (int64_t i = 0; i < p->seq_q; i++) pairs += (double)mha_kv_count(p, i);
-    }
+    for (int64_t i = 0; i < nq; i++) pairs += (double)mha_kv_count(&s, i);
+    return pairs;
+}
+
+double mha_problem_flops(const mha_problem *p) {
+    return mha_problem_flops_ex(p, NULL);
+}
+
+double mha_problem_flops_ex(const mha_problem *p, const mha_extras *x) {
+    if (mha_problem_validate(p) != MHA_OK) return NAN; /* its message names the value */
     /* 2*d_qk for the score's dot product, 2*d_v for the P.V row: 4*d when equal */
-    return 2.0 * (double)(p->head_dim + mha_dv(p)) * (double)p->batch * (double)p->heads * pairs;
+    const double per_pair = 2.0 * (double)(p->head_dim + mha_dv(p));
+    if (p->layout == MHA_LAYOUT_DENSE)
+        return per_pair * (double)p->batch * (double)p->heads *
+               visible_pairs(p, p->seq_q, p->seq_kv);
+    if (mha_check_layout(p, x) != MHA_OK) return NAN; /* named there */
+    double pairs = 0;
+    for (int64_t b = 0; b < p->batch; b++) {
+        const mha_seq s = mha_seq_of(p, x, b);
+        pairs += visible_pairs(p, s.nq, s.nkv);
+    }
+    return per_pair * (double)p->heads * pairs;
 }

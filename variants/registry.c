@@ -105,6 +105,20 @@ static const char *mask_names(unsigned mask, char *buf, size_t n) {
 mha_status mha_kernel_takes(const mha_kernel *k, const mha_problem *p) {
     if (!k || !p) return mha_set_error(MHA_EINVAL, "kernel or problem is NULL");
     char buf[64];
+    const unsigned missing = mha_problem_needs(p) & ~k->traits;
+    /* the layout first: it decides how every tensor is read */
+    if (missing & MHA_KT_PACKED)
+        return mha_set_error(MHA_EUNSUPPORTED,
+                             "kernel %s does not take the packed ragged layout (problem.layout = "
+                             "packed: rows by cu_seqlens); see `mhabench list` for the kernels "
+                             "that do",
+                             k->name);
+    if (missing & MHA_KT_PAGED)
+        return mha_set_error(MHA_EUNSUPPORTED,
+                             "kernel %s does not take the paged KV layout (problem.layout = "
+                             "paged: keys by block_table); see `mhabench list` for the kernels "
+                             "that do",
+                             k->name);
     const mha_dtype kv = mha_problem_kv_dtype(p);
     if (!((unsigned)p->dtype < MHA_DTYPE_COUNT && k->dtypes & MHA_DTYPE_BIT(p->dtype)))
         return mha_set_error(MHA_EUNSUPPORTED, "kernel %s takes dtype %s, not %s", k->name,
@@ -112,7 +126,6 @@ mha_status mha_kernel_takes(const mha_kernel *k, const mha_problem *p) {
     if (!((unsigned)kv < MHA_DTYPE_COUNT && k->kv_dtypes & MHA_DTYPE_BIT(kv)))
         return mha_set_error(MHA_EUNSUPPORTED, "kernel %s takes a %s K/V cache, not %s", k->name,
                              mask_names(k->kv_dtypes, buf, sizeof buf), mha_dtype_name(kv));
-    const unsigned missing = mha_problem_needs(p) & ~k->traits;
     if (missing & MHA_KT_WINDOW)
         return mha_set_error(MHA_EUNSUPPORTED,
                              "kernel %s does not take a sliding window (problem.window, left "

@@ -207,9 +207,10 @@ mha_status mha_select(const mha_problem *p, const mha_options *o, mha_selection 
             if (!k)
                 return mha_set_error(MHA_EUNSUPPORTED,
                                      "no kernel that runs here takes dtype %s with a "
-                                     "%s K/V cache and the problem's variants (%s)",
+                                     "%s K/V cache, the problem's variants and its %s layout (%s)",
                                      mha_dtype_name(p->dtype),
-                                     mha_dtype_name(mha_problem_kv_dtype(p)), why);
+                                     mha_dtype_name(mha_problem_kv_dtype(p)),
+                                     mha_layout_name(p->layout), why);
             out->kernel = k;
             out->options = req;
             fill_blocks(p, k, &out->options);

@@ -1,22 +1,43 @@
 /* attend.c - `mhabench attend`: the attention core on q, k, v read from .npy
  * files (fp32, bf16, fp16; int8 K/V with row scales; window, softcap,
- * sinks), its output written as .npy (harness/io/io.h). */
+ * sinks; dense, packed ragged or paged KV layouts with int32 index files),
+ * its output written as .npy (harness/io/io.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
+#include "attend.h"
 #include "io.h"
 #include "mha_private.h"
 #include "util.h"
 
-enum { A_Q = O_OWN, A_K, A_V, A_KV_DTYPE, A_K_SCALE, A_V_SCALE, A_WINDOW, A_SOFTCAP, A_SINKS };
+enum {
+    A_Q = O_OWN,
+    A_K,
+    A_V,
+    A_KV_DTYPE,
+    A_K_SCALE,
+    A_V_SCALE,
+    A_WINDOW,
+    A_SOFTCAP,
+    A_SINKS,
+    A_CU_Q,
+    A_CU_KV,
+    A_K_CACHE,
+    A_V_CACHE,
+    A_BLOCK_TABLE,
+    A_SEQ_LENS_KV
+};
 static const opt_row ATTEND_ROWS[] = {
     IO_KERNEL("a kernel from `mhabench list`, or auto (mha_select's choice)"),
-    {"q", required_argument, A_Q, 0, "Q.npy", OPT_REQUIRED, "queries [B,H,Nq,d]"},
-    {"k", required_argument, A_K, 0, "K.npy", OPT_REQUIRED, "keys [B,G,Nkv,d]"},
-    {"v", required_argument, A_V, 0, "V.npy", OPT_REQUIRED, "values [B,G,Nkv,d_v]"},
-    IO_OUT("O.npy", "the output [B,H,Nq,d_v]"),
+    {"q", required_argument, A_Q, 0, "Q.npy", OPT_REQUIRED,
+     "queries [B,H,Nq,d]; [Tq,H,d] with --cu-seqlens-q"},
+    {"k", required_argument, A_K, 0, "K.npy", 0,
+     "keys [B,G,Nkv,d]; [Tkv,G,d] with --cu-seqlens-kv (required unless --k-cache)"},
+    {"v", required_argument, A_V, 0, "V.npy", 0,
+     "values [B,G,Nkv,d_v]; [Tkv,G,d_v] with --cu-seqlens-kv (required unless --v-cache)"},
+    IO_OUT("O.npy", "the output [B,H,Nq,d_v]; [Tq,H,d_v] with --cu-seqlens-q"),
     IO_CAUSAL("bottom-right aligned mask: query i sees key j iff j <= i + Nkv - Nq"),
     IO_SCALE("softmax scale (default 1/sqrt(d))"),
     IO_THREADS,
@@ -38,6 +59,19 @@ static const opt_row ATTEND_ROWS[] = {
     {"sinks", required_argument, A_SINKS, 0, "S.npy", 0,
      "attention sinks: '<f4' [H], one logit per query head that takes softmax mass and gives "
      "no value"},
+    {"cu-seqlens-q", required_argument, A_CU_Q, 0, "CQ.npy", 0,
+     "a packed ragged batch: '<i4' [B+1] row offsets of the B sequences into q and out "
+     "(0 first, non-decreasing, Tq last)"},
+    {"cu-seqlens-kv", required_argument, A_CU_KV, 0, "CK.npy", 0,
+     "packed keys: '<i4' [B+1] row offsets into k and v (0 first, Tkv last)"},
+    {"k-cache", required_argument, A_K_CACHE, 0, "KC.npy", 0,
+     "a paged KV cache instead of --k: the key pool, NB blocks of BS tokens [NB,BS,G,d]"},
+    {"v-cache", required_argument, A_V_CACHE, 0, "VC.npy", 0,
+     "the value pool [NB,BS,G,d_v] (with --k-cache)"},
+    {"block-table", required_argument, A_BLOCK_TABLE, 0, "BT.npy", 0,
+     "'<i4' [B,MB]: key t of sequence b is slot t % BS of block BT[b][t / BS]"},
+    {"seq-lens-kv", required_argument, A_SEQ_LENS_KV, 0, "SL.npy", 0,
+     "'<i4' [B]: the keys of each sequence in the paged cache"},
     OPTS_HELP,
 };
 
@@ -47,34 +81,18 @@ static void attend_usage(FILE *f) {
           "  q: [B,H,Nq,d]; k: [B,G,Nkv,d], v: [B,G,Nkv,d_v] with G dividing H\n"
           "  (grouped-query; d_v is v's, may differ from d where the kernel takes it);\n"
           "  out: [B,H,Nq,d_v]. C-order .npy files: '<f4' float32, or a typed file\n"
-          "  ('<f2' fp16, '<u2' holding bf16 bits, '|i1' int8) of the dtype asked for.\n",
+          "  ('<f2' fp16, '<u2' holding bf16 bits, '|i1' int8) of the dtype asked for.\n"
+          "  A packed ragged batch (--cu-seqlens-q, --cu-seqlens-kv) or a paged KV\n"
+          "  cache (--cu-seqlens-q, --k-cache, --v-cache, --block-table, --seq-lens-kv;\n"
+          "  index files '<i4' int32) runs on the kernels that take the layout\n"
+          "  (`mhabench list`); causal and --window align per sequence.\n",
           f);
     opts_print(f, ATTEND_ROWS, sizeof ATTEND_ROWS / sizeof *ATTEND_ROWS);
 }
 
-/* attend's tensors: q, k and v, in the order they are read. */
-static const char *const ATTEND_NAME[3] = {"q", "k", "v"};
-
-typedef struct {
-    const char *path[3];       /* --q, --k, --v */
-    const char *scale_path[2]; /* --k-scale, --v-scale */
-    const char *kv_dtype_s;    /* --kv-dtype */
-    const char *window_s;      /* --window L,R */
-    const char *softcap_s;     /* --softcap C */
-    const char *sinks_path;    /* --sinks S.npy */
-    int window;                /* parsed: a window given, its edges */
-    int64_t window_lr[2];
-    float softcap;
-    npy_array sinks;  /* '<f4' [H] */
-    mha_dtype dt, kv; /* the problem's dtype and K/V storage */
-    npy_array a[3];   /* as read */
-    npy_array sc[2];  /* int8 scales as read */
-    void *conv[3];    /* data converted on load, else NULL */
-    float *qsc[2];    /* int8 scales made on load, else NULL */
-} attend_inputs;
-
 static void free_attend_inputs(attend_inputs *in) {
     npy_free(&in->sinks);
+    for (int i = 0; i < 4; i++) npy_free(&in->ix[i]);
     for (int i = 0; i < 3; i++) {
         npy_free(&in->a[i]);
         mha_free(in->conv[i]);
@@ -83,15 +101,6 @@ static void free_attend_inputs(attend_inputs *in) {
         npy_free(&in->sc[i]);
         mha_free(in->qsc[i]);
     }
-}
-
-/* The data of tensor i as the kernel reads it, and its int8 scales. */
-static const void *attend_data(const attend_inputs *in, int i) {
-    return in->conv[i] ? in->conv[i] : in->a[i].raw;
-}
-static const float *attend_scales(const attend_inputs *in, int i) {
-    if (i == 0 || in->kv != MHA_I8) return NULL;
-    return in->qsc[i - 1] ? in->qsc[i - 1] : in->sc[i - 1].data;
 }
 
 /* Checks q, k and v against each other: rank 4, no empty dimension, k and v
@@ -173,7 +182,9 @@ static int store_as(attend_inputs *in, int i, mha_dtype want) {
                    sopt, spath, in->path[i], sopt);
             return -1;
         }
-        const int64_t rows = a->shape[0] * a->shape[1] * a->shape[2], d = a->shape[3];
+        int64_t rows = 1; /* one scale per row: the dims before the last */
+        for (int j = 0; j < a->ndim - 1; j++) rows *= a->shape[j];
+        const int64_t d = a->shape[a->ndim - 1];
         in->conv[i] = mha_alloc(a->count);
         in->qsc[i - 1] = mha_alloc((size_t)rows * sizeof(float));
         if (!in->conv[i] || !in->qsc[i - 1]) exit_out_of_memory("quantising to int8");
@@ -181,12 +192,13 @@ static int store_as(attend_inputs *in, int i, mha_dtype want) {
         return 0;
     }
     if (want == MHA_I8) { /* an int8 file: its scales */
-        char s1[160], s2[160], err[512];
+        char s1[160], s2[160], s3[160], err[512];
+        npy_array rows = *a; /* the shape of its scales: a's but the last dim */
+        rows.ndim = a->ndim - 1;
+        shape_str(&rows, s3, sizeof s3);
         if (!spath) {
-            errorf("%s: %s is int8 ('|i1'): give its row scales with %s S.npy ('<f4', [%lld, %lld, "
-                   "%lld])",
-                   in->path[i], ATTEND_NAME[i], sopt, (long long)a->shape[0],
-                   (long long)a->shape[1], (long long)a->shape[2]);
+            errorf("%s: %s is int8 ('|i1'): give its row scales with %s S.npy ('<f4', %s)",
+                   in->path[i], ATTEND_NAME[i], sopt, s3);
             return -1;
         }
         npy_array *sc = &in->sc[i - 1];
@@ -194,11 +206,10 @@ static int store_as(attend_inputs *in, int i, mha_dtype want) {
             errorf("%s: %s", sopt, err);
             return -1;
         }
-        if (sc->ndim != 3 || memcmp(sc->shape, a->shape, 3 * sizeof a->shape[0]) != 0) {
-            errorf("%s: %s scales have shape %s, expected [%lld, %lld, %lld] (one per row of %s "
-                   "%s)",
-                   spath, ATTEND_NAME[i], shape_str(sc, s1, sizeof s1), (long long)a->shape[0],
-                   (long long)a->shape[1], (long long)a->shape[2], in->path[i],
+        if (sc->ndim != rows.ndim ||
+            memcmp(sc->shape, a->shape, (size_t)rows.ndim * sizeof a->shape[0]) != 0) {
+            errorf("%s: %s scales have shape %s, expected %s (one per row of %s %s)", spath,
+                   ATTEND_NAME[i], shape_str(sc, s1, sizeof s1), s3, in->path[i],
                    shape_str(a, s2, sizeof s2));
             return -1;
         }
@@ -257,7 +268,7 @@ static int load_sinks(attend_inputs *in, int64_t heads) {
 /* Reads q, k and v, checks them and stores them in their dtypes: 0, or -1
  * after a message. */
 static int load_attend_inputs(const io_opts *o, attend_inputs *in) {
-    if (parse_variants(in) != 0) return -1;
+    if (parse_variants(in) != 0 || attend_load_index_files(in) != 0) return -1;
     in->dt = o->dtype;
     in->kv = o->dtype;
     if (in->kv_dtype_s) {
@@ -271,25 +282,30 @@ static int load_attend_inputs(const io_opts *o, attend_inputs *in) {
     }
     for (int i = 0; i < 3; i++)
         if (load_typed(in, i, i == 0 ? in->dt : in->kv) != 0) return -1;
-    if (check_attend_shapes(in) != 0) return -1;
+    if ((in->layout == MHA_LAYOUT_DENSE ? check_attend_shapes(in)
+                                        : attend_check_layout_shapes(in)) != 0)
+        return -1;
     if (load_sinks(in, in->a[0].shape[1]) != 0) return -1;
     for (int i = 0; i < 3; i++)
         if (store_as(in, i, i == 0 ? in->dt : in->kv) != 0) return -1;
     return 0;
 }
 
-/* Runs the attention core on the checked inputs, writes --out and prints the
- * summary line: 0, or -1 after a message. */
-static int run_attend(const io_opts *o, const attend_inputs *in, io_run *r) {
+/* The problem of the checked inputs in their layout, and the data of the
+ * call beyond q, k and v (the sinks, the index arrays). */
+static mha_problem attend_problem(const io_opts *o, const attend_inputs *in, mha_extras *x) {
     const npy_array *q = &in->a[0], *k = &in->a[1], *v = &in->a[2];
-    const int64_t dv = v->shape[3];
-    const mha_problem p = {
+    /* dense q [B,H,Nq,d], k [B,G,Nkv,d]; packed [Tq,H,d], [Tkv,G,d]; paged
+     * [Tq,H,d], [NB,BS,G,d] */
+    const int qr = q->ndim, kr = k->ndim;
+    const int64_t d = q->shape[qr - 1], dv = v->shape[kr - 1];
+    mha_problem p = {
         .batch = q->shape[0],
         .heads = q->shape[1],
-        .kv_heads = k->shape[1],
-        .seq_q = q->shape[2],
-        .seq_kv = k->shape[2],
-        .head_dim = q->shape[3],
+        .kv_heads = in->layout == MHA_LAYOUT_DENSE ? k->shape[1] : k->shape[kr - 2],
+        .seq_q = qr == 4 ? q->shape[2] : 0,
+        .seq_kv = kr == 4 && in->layout == MHA_LAYOUT_DENSE ? k->shape[2] : 0,
+        .head_dim = d,
         .causal = o->causal,
         .scale = o->scale,
         .dtype = in->dt,
@@ -299,51 +315,91 @@ static int run_attend(const io_opts *o, const attend_inputs *in, io_run *r) {
         .window_right = in->window_lr[1],
         .softcap = in->softcap,
         .sinks = in->sinks_path != NULL,
-        .head_dim_v = dv != q->shape[3] ? dv : 0,
+        .head_dim_v = dv != d ? dv : 0,
     };
+    *x = (mha_extras){.sinks = p.sinks ? in->sinks.data : NULL};
+    if (in->layout != MHA_LAYOUT_DENSE) attend_layout_problem(in, &p, x);
+    return p;
+}
+
+/* q, k, v and out as views of p's layout: dense [B,H,N,d]; packed and paged
+ * token rows [T,H,d] (k and v packed [Tkv,G,d] or pools [NB,BS,G,d], int8
+ * scales [Tkv,G] or [NB,BS,G]). */
+static void attend_views(const attend_inputs *in, const mha_problem *p, void *out, mha_tensor t[3],
+                         mha_tensor_mut *to) {
+    const int64_t H = p->heads, G = p->kv_heads, d = p->head_dim, dv = mha_problem_head_dim_v(p);
+    if (p->layout == MHA_LAYOUT_DENSE) {
+        t[0] = mha_view_typed(attend_data(in, 0), in->dt, NULL, H, p->seq_q, d);
+        t[1] = mha_view_typed(attend_data(in, 1), in->kv, attend_scales(in, 1), G, p->seq_kv, d);
+        t[2] = mha_view_typed(attend_data(in, 2), in->kv, attend_scales(in, 2), G, p->seq_kv, dv);
+        *to = mha_view_typed_mut(out, in->dt, H, p->seq_q, dv);
+        return;
+    }
+    attend_layout_views(in, p, out, t, to);
+}
+
+/* " window=.. softcap=.. sinks d_v=.. packed Tq=.. Tkv=.." for the summary line. */
+static void describe_variants(const mha_problem *p, char *var, size_t len) {
+    size_t vl = 0;
+    var[0] = '\0';
+    if (p->window)
+        vl += (size_t)snprintf(var, len, " window=%lld,%lld", (long long)p->window_left,
+                               (long long)p->window_right);
+    if (p->softcap > 0 && vl < len)
+        vl += (size_t)snprintf(var + vl, len - vl, " softcap=%g", (double)p->softcap);
+    if (p->sinks && vl < len) vl += (size_t)snprintf(var + vl, len - vl, " sinks");
+    if (p->head_dim_v && vl < len)
+        vl += (size_t)snprintf(var + vl, len - vl, " d_v=%lld", (long long)p->head_dim_v);
+    if (p->layout == MHA_LAYOUT_PACKED && vl < len)
+        snprintf(var + vl, len - vl, " packed Tq=%lld Tkv=%lld", (long long)p->total_q,
+                 (long long)p->total_kv);
+    if (p->layout == MHA_LAYOUT_PAGED && vl < len)
+        snprintf(var + vl, len - vl, " paged Tq=%lld blocks=%lldx%lld max_blocks=%lld",
+                 (long long)p->total_q, (long long)p->num_blocks, (long long)p->block_size,
+                 (long long)p->max_blocks);
+}
+
+/* Runs the attention core on the checked inputs, writes --out and prints the
+ * summary line: 0, or -1 after a message. */
+static int run_attend(const io_opts *o, const attend_inputs *in, io_run *r) {
+    mha_extras x;
+    const mha_problem p = attend_problem(o, in, &x);
     if (mha_problem_validate(&p) != MHA_OK) {
         errorf("%s", mha_last_error());
         return -1;
     }
+    if (attend_check_index_values(in, &p, &x) != 0) return -1;
     if (choose_kernel(o, &p, r) != 0) return -1;
-    const mha_tensor tq =
-        mha_view_typed(attend_data(in, 0), in->dt, NULL, p.heads, p.seq_q, p.head_dim);
-    const mha_tensor tk = mha_view_typed(attend_data(in, 1), in->kv, attend_scales(in, 1),
-                                         p.kv_heads, p.seq_kv, p.head_dim);
-    const mha_tensor tv =
-        mha_view_typed(attend_data(in, 2), in->kv, attend_scales(in, 2), p.kv_heads, p.seq_kv, dv);
     /* the output has q's shape with v's head dim */
-    const int64_t oshape[4] = {q->shape[0], q->shape[1], q->shape[2], dv};
-    const size_t ocount = (size_t)(oshape[0] * oshape[1] * oshape[2] * dv);
+    const int64_t dv = mha_problem_head_dim_v(&p);
+    const int dense = p.layout == MHA_LAYOUT_DENSE;
+    const int64_t oshape[4] = {dense ? p.batch : p.total_q, p.heads, dense ? p.seq_q : dv, dv};
+    const int ondim = dense ? 4 : 3;
+    const size_t ocount = (size_t)(oshape[0] * oshape[1] * oshape[2] * (dense ? dv : 1));
     if (alloc_buffers(r, mha_workspace_size(r->kern, &p, &r->opt, &r->wbytes), ocount) != 0)
         return -1;
-    mha_tensor_mut to = mha_view_typed_mut(r->out, in->dt, p.heads, p.seq_q, dv);
-    meas_call call = meas_call_attend(r->kern, &p, &r->opt, &tq, &tk, &tv, &to, r->ws, r->wbytes);
-    call.x.sinks = p.sinks ? in->sinks.data : NULL;
+    mha_tensor t[3];
+    mha_tensor_mut to;
+    attend_views(in, &p, r->out, t, &to);
+    meas_call call =
+        meas_call_attend(r->kern, &p, &r->opt, &t[0], &t[1], &t[2], &to, r->ws, r->wbytes);
+    call.x = x;
     double dt;
-    if (run_and_write(r, &call, o->out, oshape, 4, ocount, in->dt, o->out_dtype, &dt) != 0)
+    if (run_and_write(r, &call, o->out, oshape, ondim, ocount, in->dt, o->out_dtype, &dt) != 0)
         return -1;
     char dts[80] = "";
     if (in->dt != MHA_F32 || in->kv != MHA_F32 || o->out_dtype != MHA_F32)
         snprintf(dts, sizeof dts, " dtype=%s kv_dtype=%s out_dtype=%s", mha_dtype_name(in->dt),
                  mha_dtype_name(in->kv), mha_dtype_name(o->out_dtype));
-    char var[128] = "";
-    size_t vl = 0;
-    if (p.window)
-        vl += (size_t)snprintf(var, sizeof var, " window=%lld,%lld", (long long)p.window_left,
-                               (long long)p.window_right);
-    if (p.softcap > 0 && vl < sizeof var)
-        vl += (size_t)snprintf(var + vl, sizeof var - vl, " softcap=%g", (double)p.softcap);
-    if (p.sinks && vl < sizeof var) vl += (size_t)snprintf(var + vl, sizeof var - vl, " sinks");
-    if (p.head_dim_v && vl < sizeof var)
-        snprintf(var + vl, sizeof var - vl, " d_v=%lld", (long long)dv);
+    char var[192];
+    describe_variants(&p, var, sizeof var);
     printf("kernel %s block_q=%d block_kv=%d split=%d: attend B=%lld H=%lld kv_heads=%lld "
            "Nq=%lld Nkv=%lld d=%lld causal=%d%s%s threads=%d: %.3f ms, %.2f GFLOP/s -> %s\n",
            mha_kernel_name(r->kern), r->opt.block_q, r->opt.block_kv, r->opt.split,
            (long long)p.batch, (long long)p.heads, (long long)p.kv_heads, (long long)p.seq_q,
            (long long)p.seq_kv, (long long)p.head_dim, o->causal, var, dts,
-           mha_resolve_threads(&r->opt), dt * 1e3, dt > 0 ? mha_problem_flops(&p) / dt * 1e-9 : 0.0,
-           o->out);
+           mha_resolve_threads(&r->opt), dt * 1e3,
+           dt > 0 ? mha_problem_flops_ex(&p, &x) / dt * 1e-9 : 0.0, o->out);
     return 0;
 }
 
@@ -355,10 +411,12 @@ int cmd_attend(int argc, char **argv) {
                         ATTEND_ROWS,
                         sizeof ATTEND_ROWS / sizeof *ATTEND_ROWS,
                         {&in.path[0], &in.path[1], &in.path[2], &in.kv_dtype_s, &in.scale_path[0],
-                         &in.scale_path[1], &in.window_s, &in.softcap_s, &in.sinks_path}};
+                         &in.scale_path[1], &in.window_s, &in.softcap_s, &in.sinks_path,
+                         &in.ix_path[IX_CU_Q], &in.ix_path[IX_CU_KV], &in.cache_path[0],
+                         &in.cache_path[1], &in.ix_path[IX_TABLE], &in.ix_path[IX_LENS]}};
     int parsed = parse_io_opts(&cmd, argc, argv, &o);
     if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
-    if (check_before_inputs(&o) != 0) return EXIT_USAGE;
+    if (attend_choose_layout(&in) != 0 || check_before_inputs(&o) != 0) return EXIT_USAGE;
 
     io_run r = {0};
     int failed = load_attend_inputs(&o, &in) != 0 || run_attend(&o, &in, &r) != 0;

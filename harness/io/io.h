@@ -40,7 +40,7 @@ enum {
     O_DTYPE,
     O_OUT_DTYPE,
     O_OWN = 512, /* O_OWN + i: the command's own option i, a value kept as given */
-    MAX_OWN = 12
+    MAX_OWN = 16
 };
 typedef struct {
     const char *name; /* "attend", for messages */

@@ -68,6 +68,10 @@ const peer_ops *const *peer_all(int *n);
 const peer_ops *peer_find(const char *name);
 /* Every peer the project has an adapter for, built in this build or not,
  * in the order of peer_all; *n is the count. */
+/* The most peers the list may name: the sweep's tables are this long
+ * (harness/sweep/sweep.h's MAX_PEERS), and peers.c fails to compile when the
+ * list outgrows it, rather than the sweep cutting a name off. */
+#define MHA_PEERS_MAX 16
 const char *const *peer_names(int *n);
 /* Why a peer of peer_names is missing from peer_all ("not built: meson did
  * not find its library (libdnnl-dev)"); NULL when it is built. */

@@ -40,6 +40,7 @@ static const struct {
     {"libxsmm", "libxsmm-dev"},
 };
 enum { NKNOWN = sizeof KNOWN / sizeof KNOWN[0] };
+_Static_assert(NKNOWN <= MHA_PEERS_MAX, "more peers than MHA_PEERS_MAX (peer.h): raise it");
 
 const char *const *peer_names(int *n) {
     static const char *names[NKNOWN];

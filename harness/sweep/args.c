@@ -157,7 +157,6 @@ int dedupe(int64_t *v, int n) {
 int parse_peers(const char *list, sweep_args *a) {
     int nnames;
     const char *const *names = peer_names(&nnames);
-    if (nnames > MAX_PEERS) nnames = MAX_PEERS;
     a->npeer_names = 0;
     if (strcmp(list, "all") == 0) {
         for (int i = 0; i < nnames; i++) a->peer_names[a->npeer_names++] = names[i];

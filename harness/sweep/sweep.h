@@ -41,7 +41,7 @@
 
 enum { MAX_LIST = 64, MAX_KERNELS = 64, MAX_REPS = 1000 };
 /* --peers at most (peers.c lists five) */
-enum { MAX_PEERS = 8 };
+enum { MAX_PEERS = MHA_PEERS_MAX }; /* peer.h: peers.c checks the list against it */
 #define RUNS_DIR "results/runs"
 
 /* Every allocation in the sweep: exit 2 on an exhausted heap (util.h). */

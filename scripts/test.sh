@@ -19,7 +19,21 @@ tally() { # adds meson test's summary counts from log $1
     if [ -z "$ok" ]; then fail=$((fail + 1)); fi # meson itself failed
 }
 log=$(mktemp)
-for setup in native scalar avx2 avx512; do
+# The caps: every ISA level below the one this CPU runs natively (the native
+# setup covers that one), from the binary's own table (`mhabench --help`'s
+# MHA_ISA= list and `info --json`'s isa_detected), never a list kept here.
+levels=$(./build/mhabench --help 2>/dev/null | sed -n 's/^environment: MHA_ISA=\([^ ]*\) .*/\1/p' | tr '|' ' ')
+native=$(./build/mhabench info --json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["isa_detected"])' 2>/dev/null)
+caps=""
+for l in $levels; do
+    [ "$l" = "$native" ] && break
+    caps="$caps $l"
+done
+if [ -z "$levels" ] || [ -z "$native" ]; then
+    echo "test.sh: could not read the ISA levels from ./build/mhabench (--help, info --json)"
+    fail=$((fail + 1))
+fi
+for setup in native $caps; do
     echo "== meson test --setup $setup"
     meson test -C build --setup "$setup" --print-errorlogs 2>&1 | tee "$log"
     tally "$log"

@@ -417,6 +417,22 @@ const char *results_row_str(json_object *row, const char *key) {
     return json_object_get_string(v);
 }
 
+double results_row_num(json_object *row, const char *key, double dflt) {
+    json_object *v;
+    if (!json_object_object_get_ex(row, key, &v) ||
+        !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
+        return dflt;
+    return json_object_get_double(v);
+}
+
+int results_background_steady(json_object *ctx) {
+    json_object *bg;
+    return ctx && json_object_is_type(ctx, json_type_object) &&
+           json_object_object_get_ex(ctx, "mha_background", &bg) &&
+           json_object_is_type(bg, json_type_string) &&
+           strncmp(json_object_get_string(bg), "steady", 6) == 0;
+}
+
 int results_row_is_iteration(json_object *row) {
     const char *type = results_row_str(row, "run_type");
     return type ? strcmp(type, "iteration") == 0

@@ -64,6 +64,12 @@ struct json_object *results_load_json(const char *who, const char *path);
 /* A Google Benchmark row's string field key, or NULL when absent or not a
  * string. */
 const char *results_row_str(struct json_object *row, const char *key);
+/* A row's (or any object's) number field key, or dflt when absent or not a
+ * number. */
+double results_row_num(struct json_object *row, const char *key, double dflt);
+/* 1 when a result file's context says its run was under a steady background
+ * (mha_background "steady: ...", harness/sweep/background.c); ctx may be NULL. */
+int results_background_steady(struct json_object *ctx);
 /* 1 for a per-repetition row (run_type "iteration"; files without run_type
  * mark aggregates with aggregate_name), 0 for an aggregate. */
 int results_row_is_iteration(struct json_object *row);

@@ -18,14 +18,6 @@
 #include "stats.h"
 #include "util.h"
 
-static double num_of(json_object *o, const char *key, double dflt) {
-    json_object *v;
-    if (!json_object_object_get_ex(o, key, &v) ||
-        !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
-        return dflt;
-    return json_object_get_double(v);
-}
-
 typedef struct {
     char *name;
     double *ns, *gf;
@@ -199,10 +191,10 @@ mha_status rows_commit(rows_file *f, mha_out *w, char *why, size_t len) {
         const int failed =
             json_object_object_get_ex(row, "error_occurred", &err) && json_object_get_boolean(err);
         if (!failed) {
-            x->ns[x->n] =
-                num_of(row, "real_time", 0) * results_unit_ns(results_row_str(row, "time_unit"));
-            x->gf[x->n] = num_of(row, "GFLOPS", 0);
-            dist[k][x->n] = num_of(row, "disturbed", 0) > 0;
+            x->ns[x->n] = results_row_num(row, "real_time", 0) *
+                          results_unit_ns(results_row_str(row, "time_unit"));
+            x->gf[x->n] = results_row_num(row, "GFLOPS", 0);
+            dist[k][x->n] = results_row_num(row, "disturbed", 0) > 0;
             x->disturbed += dist[k][x->n];
             x->extra += f->pass[i] > 0;
             x->n++;

@@ -84,14 +84,9 @@ int load_results(const char *path, result_set *rs) {
         goto out;
     }
     rs->files++;
-    {
-        json_object *c, *bg;
-        if (json_object_object_get_ex(root, "context", &c) &&
-            json_object_is_type(c, json_type_object) &&
-            json_object_object_get_ex(c, "mha_background", &bg) &&
-            strncmp(json_object_get_string(bg), "steady", 6) == 0)
-            rs->steady++;
-    }
+    json_object *bctx = NULL;
+    json_object_object_get_ex(root, "context", &bctx);
+    rs->steady += results_background_steady(bctx);
     if (!rs->path) {
         rs->path = path;
         if (json_object_object_get_ex(root, "context", &ctx) &&

@@ -16,14 +16,6 @@ int is_candidate(const char *kernel) {
     return strcmp(kernel, "auto") != 0 && strncmp(kernel, "peer.", 5) != 0;
 }
 
-static double num(json_object *row, const char *key, double dflt) {
-    json_object *v;
-    if (!json_object_object_get_ex(row, key, &v) ||
-        !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
-        return dflt;
-    return json_object_get_double(v);
-}
-
 static int group_of(rfile *f, const char *key) {
     for (int i = 0; i < f->ng; i++)
         if (strcmp(f->g[i].key, key) == 0) return i;
@@ -74,12 +66,12 @@ static void add_sample(rrow *r, json_object *row) {
         r->pbw = xrealloc_or_exit(r->pbw, (size_t)r->cap, sizeof *r->pbw, "report");
         r->dist = xrealloc_or_exit(r->dist, (size_t)r->cap, sizeof *r->dist, "report");
     }
-    const double gf = num(row, "GFLOPS", 0), pp = num(row, "pct_peak", 0);
+    const double gf = results_row_num(row, "GFLOPS", 0), pp = results_row_num(row, "pct_peak", 0);
     r->gf[r->n] = gf;
-    r->peak[r->n] = num(row, "peak", pp > 0 ? 100.0 * gf / pp : 0);
-    r->pbw[r->n] = num(row, "pct_bw", -1);
-    r->dist[r->n] = num(row, "disturbed", 0) > 0;
-    r->above += num(row, "peak_exceeded", 0) > 0;
+    r->peak[r->n] = results_row_num(row, "peak", pp > 0 ? 100.0 * gf / pp : 0);
+    r->pbw[r->n] = results_row_num(row, "pct_bw", -1);
+    r->dist[r->n] = results_row_num(row, "disturbed", 0) > 0;
+    r->above += results_row_num(row, "peak_exceeded", 0) > 0;
     r->n++;
 }
 
@@ -219,13 +211,10 @@ int report_load(const char *path, rfile *f) {
         if (label) snprintf(r->label, sizeof r->label, "%s", label);
         f->reps++;
         f->disturbed += r->dist[r->n - 1];
-        f->above += num(row, "peak_exceeded", 0) > 0;
+        f->above += results_row_num(row, "peak_exceeded", 0) > 0;
     }
     read_aliases(f, json_object_is_type(ctx, json_type_object) ? ctx : NULL);
-    json_object *bg;
-    f->steady = json_object_is_type(ctx, json_type_object) &&
-                json_object_object_get_ex(ctx, "mha_background", &bg) &&
-                strncmp(json_object_get_string(bg), "steady", 6) == 0;
+    f->steady = results_background_steady(ctx);
     json_object_put(root);
     for (int i = 0; i < f->ng; i++) decide(f, &f->g[i]);
     return 0;

@@ -9,6 +9,10 @@
 
 #include "stats.h"
 
+double background_rate(double preempted, double window_s, int threads) {
+    return window_s > 0 ? preempted / window_s / (threads > 0 ? threads : 1) : 0;
+}
+
 /* The first pass's median preemption rate at this thread count (0 if none). */
 static double median_rate(const run_state *rs, int threads) {
     for (int i = 0; i < rs->nmed; i++)
@@ -64,28 +68,21 @@ void background_decide(run_state *rs, bench *benches, int nbench) {
     }
 }
 
-static double row_number(json_object *row, const char *key) {
-    json_object *v;
-    return json_object_object_get_ex(row, key, &v) ? json_object_get_double(v) : 0;
-}
-
 void background_rows(run_state *rs) {
     const size_t n = json_object_array_length(rs->rows.rows);
     int reps = 0, bursts = 0;
     for (size_t i = 0; i < n; i++) {
-        json_object *row = json_object_array_get_idx(rs->rows.rows, i), *v, *rt;
-        if (!json_object_object_get_ex(row, "disturbed", &v)) continue;
-        if (json_object_object_get_ex(row, "run_type", &rt) &&
-            strcmp(json_object_get_string(rt), "iteration") != 0)
+        json_object *row = json_object_array_get_idx(rs->rows.rows, i);
+        if (!json_object_object_get_ex(row, "disturbed", NULL) || !results_row_is_iteration(row))
             continue;
-        const int abs = json_object_get_double(v) > 0;
+        const int abs = results_row_num(row, "disturbed", 0) > 0;
         json_object_object_add(row, "disturbed_abs", json_object_new_double(abs));
         if (!rs->steady) continue;
-        const double win = row_number(row, "window_s"), threads = row_number(row, "threads");
-        const double prate =
-            win > 0 ? row_number(row, "preempted") / win / (threads > 0 ? threads : 1) : 0;
+        const int threads = (int)results_row_num(row, "threads", 1);
+        const double prate = background_rate(results_row_num(row, "preempted", 0),
+                                             results_row_num(row, "window_s", 0), threads);
         const int burst =
-            background_judge(rs, (int)threads, prate, row_number(row, "stolen_ms"), abs);
+            background_judge(rs, threads, prate, results_row_num(row, "stolen_ms", 0), abs);
         json_object_object_add(row, "disturbed", json_object_new_double(burst));
         reps++;
         bursts += burst;

@@ -201,10 +201,8 @@ void on_report(const mha_gbench_result *r, void *user) {
     const double gf = mha_gbench_result_counter(r, "GFLOPS", 0);
     const double pp = mha_gbench_result_counter(r, "pct_peak", 0);
     const double pb = mha_gbench_result_counter(r, "pct_bw", -1);
-    const double win = mha_gbench_result_counter(r, "window_s", 0);
-    const double prate = win > 0 ? mha_gbench_result_counter(r, "preempted", 0) / win /
-                                       (b->threads > 0 ? b->threads : 1)
-                                 : 0;
+    const double prate = background_rate(mha_gbench_result_counter(r, "preempted", 0),
+                                         mha_gbench_result_counter(r, "window_s", 0), b->threads);
     const double stolen = mha_gbench_result_counter(r, "stolen_ms", 0);
     const int disturbed = background_judge(rs, b->threads, prate, stolen,
                                            mha_gbench_result_counter(r, "disturbed", 0) > 0);

@@ -298,6 +298,8 @@ int cmd_sweep(int argc, char **argv);
  * the end, the rows' disturbed fields made the same (the absolute rule's
  * verdict kept as disturbed_abs) and the context's mha_background. */
 void background_decide(run_state *rs, bench *benches, int nbench);
+/* A repetition's preemptions per second and thread (0 without a window). */
+double background_rate(double preempted, double window_s, int threads);
 int background_judge(const run_state *rs, int threads, double prate, double stolen,
                      int disturbed_abs);
 void background_rows(run_state *rs);

@@ -932,16 +932,19 @@ static void test_sweep_dtypes(void **state) {
     tmp_path(out, sizeof out, "sweep-dtypes.json");
     expect_usage(run_bench("sweep", "--dtype", "int8", "--out", out, NULL), "int8");
     expect_usage(run_bench("sweep", "--kv-dtype", "fp8", "--out", out, NULL), "fp8");
-    const int rc =
-        run_bench("sweep", "--kernels", "flash.scalar,decode.scalar", "--seq-q", "1", "--seq-kv",
-                  "64", "--heads", "2", "--head-dim", "16", "--threads", "1", "--min-time", "0.001",
-                  "--dtype", "fp32,bf16", "--kv-dtype", "fp32,bf16,int8", "--out", out, NULL);
+    const int rc = run_bench("sweep", "--kernels", "tiled.scalar,flash.scalar,decode.scalar",
+                             "--seq-q", "1", "--seq-kv", "64", "--heads", "2", "--head-dim", "16",
+                             "--threads", "1", "--min-time", "0.001", "--dtype", "fp32,bf16",
+                             "--kv-dtype", "fp32,bf16,int8", "--out", out, NULL);
     if (rc != 0) fail_msg("sweep --dtype: exit %d: %s", rc, g_err);
     tu_slurp(out, buf, sizeof buf);
     assert_non_null(strstr(buf, "\"dtype\": \"fp32\""));
-    /* flash.scalar takes fp32 only: no typed flash.scalar row */
-    assert_null(strstr(buf, "flash.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/dtype:"));
-    assert_null(strstr(buf, "flash.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/kv_dtype:"));
+    /* tiled.scalar takes fp32 only: no typed tiled.scalar row; flash.scalar
+     * widens bf16 (but takes no int8 cache) */
+    assert_null(strstr(buf, "tiled.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/dtype:"));
+    assert_null(strstr(buf, "tiled.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/kv_dtype:"));
+    assert_non_null(strstr(buf, "flash.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/dtype:bf16"));
+    assert_null(strstr(buf, "flash.scalar/B:1/H:2/KV:2/Nq:1/Nkv:64/d:16/causal:0/kv_dtype:int8"));
     /* with --kv-dtype fp32,bf16,int8 the fp32 decode rows also read bf16 and int8 caches;
      * rows exist only where a kernel takes them */
     const mha_problem pb = {.batch = 1,

@@ -158,11 +158,14 @@ static void test_peak(void **state) {
     assert_true(ratio > 0.4 && ratio < 1.5);
     /* The bf16 dot-product peak: measured exactly where the ISA has the loop;
      * a vdpbf16ps does 2 FLOPs per bf16 element against an FMA's 2 per fp32
-     * lane, so it lands near 2x the FMA rate (Zen 4) and never below 0.5x. */
+     * lane, so it lands near 2x the FMA rate on Zen 4 and 5, but on the
+     * Emerald Rapids VM (no AMX) at 0.45-0.49x: there vdpbf16ps issues at
+     * half the rate of the two FMA pipes (82.8 against 167.5 GFLOP/s in
+     * `mhabench info`). The bound is below both, with room for noise. */
     if (mha_ops_for(isa)->bf16_peak_loop) {
         print_message("%s: bf16 %.1f GFLOP/s (%.2fx the FMA peak)\n", mha_isa_name(isa),
                       p.bf16_gflops, p.bf16_gflops / p.gflops);
-        assert_true(p.bf16_gflops > 0.5 * p.gflops && p.bf16_gflops < 4 * p.gflops);
+        assert_true(p.bf16_gflops > 0.3 * p.gflops && p.bf16_gflops < 4 * p.gflops);
     } else {
         assert_true(p.bf16_gflops == 0);
     }

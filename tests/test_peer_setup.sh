@@ -29,3 +29,15 @@ if "$tmp/scripts/peers/setup-all.sh" --list >"$tmp/log" 2>&1; then
 fi
 grep -q "PY lines, .* with a setup script" "$tmp/log"
 echo "setup-all.sh --list: ok"
+# an environment path that is a dangling link (as three committed links once
+# were) is refused by name before anything is installed
+for s in setup-venv.sh setup-venv-zentorch.sh setup-venv-ggml.sh; do
+    ln -sfn "$tmp/nowhere" "$tmp/link"
+    if "$src/scripts/peers/$s" "$tmp/link" >"$tmp/log" 2>&1; then
+        echo "$s took a dangling link" >&2
+        exit 1
+    fi
+    grep -q "$s: $tmp/link is a link to $tmp/nowhere, which does not exist" "$tmp/log" ||
+        { cat "$tmp/log" >&2; exit 1; }
+done
+echo "dangling links: ok"

@@ -17,9 +17,19 @@
  * row sees go through the fused score tile as above, the window's edges
  * (and, with a softcap, every block) through an unfused pass (S^T = K Q^T,
  * then mask, cap, max and exp lane by lane). A sink starts each row's
- * softmax at m = sink, l = 1: the column with no value. */
+ * softmax at m = sink, l = 1: the column with no value.
+ *
+ * bf16 and fp16 storage (Q/O and K/V, any pair) are widened to fp32 as they
+ * are read: Q's rows once per query block, each K and V block once per
+ * query block into per-thread scratch (exact: every bf16/fp16 value is an
+ * fp32), so the arithmetic is the fp32 kernel's, P is never rounded, and
+ * the output is rounded once to its dtype (nearest even). This is the 16-bit
+ * path on levels without a bf16 dot product, and on CPUs where vdpbf16ps
+ * runs at half the FMA rate (Intel Xeon without AMX: `mhabench info`) it
+ * can beat flash.avx512bf16; tune measures which. */
 #include <math.h>
 #include <omp.h>
+#include <string.h>
 
 #include "internal.h"
 #include "phase.h"
@@ -40,8 +50,10 @@
 #define FLASH_BK 64
 
 typedef struct {
-    int64_t bq, bqp, bk, dp;                 /* dp: head_dim_v padded to VW */
-    size_t qt, st, ob, vec, idx, per_thread; /* byte sizes, each 64-aligned */
+    int64_t bq, bqp, bk, dp; /* dp: head_dim_v padded to VW */
+    /* byte sizes, each 64-aligned; qw, kw, vw: the widened Q rows, K and V
+     * blocks of 16-bit storage (0 for fp32) */
+    size_t qt, st, ob, vec, idx, qw, kw, vw, per_thread;
 } flash_layout;
 
 static flash_layout flash_plan(const mha_problem *p, const mha_options *o) {
@@ -58,8 +70,13 @@ static flash_layout flash_plan(const mha_problem *p, const mha_options *o) {
     L.ob = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.dp, bqp), f));
     L.vec = mha_align64(bqp * f);
     L.idx = mha_align64(mha_mul_sz(2 * bqp, sizeof(int64_t))); /* per-row key ranges */
-    L.per_thread =
-        mha_add_sz(mha_add_sz(L.qt, L.st), mha_add_sz(mha_add_sz(L.ob, 4 * L.vec), L.idx));
+    const int wide_q = p->dtype != MHA_F32, wide_kv = mha_problem_kv_dtype(p) != MHA_F32;
+    L.qw = wide_q ? mha_align64(mha_mul_sz(mha_mul_sz(d, (size_t)L.bq), f)) : 0;
+    L.kw = wide_kv ? mha_align64(mha_mul_sz(mha_mul_sz(d, (size_t)L.bk), f)) : 0;
+    L.vw = wide_kv ? mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.dp, (size_t)L.bk), f)) : 0;
+    L.per_thread = mha_add_sz(
+        mha_add_sz(mha_add_sz(L.qt, L.st), mha_add_sz(mha_add_sz(L.ob, 4 * L.vec), L.idx)),
+        mha_add_sz(mha_add_sz(L.qw, L.kw), L.vw));
     return L;
 }
 
@@ -78,6 +95,61 @@ typedef struct {
     const float *sinks; /* p->sinks: [heads], natural-log units */
 } flash_ctx;
 
+/* ---- 16-bit storage ---------------------------------------------------------------------
+ * Head (b, h) of tensor t: its first element. */
+static const char *head_of(const mha_tensor *t, int64_t b, int64_t h) {
+    return (const char *)t->data +
+           (b * t->stride_b + h * t->stride_h) * (int64_t)mha_dtype_size(t->dtype);
+}
+
+/* Rows [r0, r0 + rows) of head (cols elements each) as fp32 rows: in place
+ * for fp32 (*ld = the tensor's row stride), else widened into scratch with
+ * row stride sld (exact). */
+static const float *rows_f32(const mha_tensor *t, const char *head, int64_t r0, int64_t rows,
+                             int64_t cols, float *scratch, int64_t sld, int64_t *ld) {
+    if (t->dtype == MHA_F32) {
+        *ld = t->stride_n;
+        return (const float *)head + r0 * t->stride_n;
+    }
+    const uint16_t *src = (const uint16_t *)head + r0 * t->stride_n;
+    const int bf = t->dtype == MHA_BF16;
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *s = src + r * t->stride_n;
+        float *d = scratch + r * sld;
+        int64_t c = 0;
+        for (; c + VW <= cols; c += VW) vstoreu(d + c, bf ? vload_bf16(s + c) : vload_f16(s + c));
+        if (c < cols)
+            vstoreu_n(d + c,
+                      bf ? vload_bf16_n(s + c, (int)(cols - c))
+                         : vload_f16_n(s + c, (int)(cols - c)),
+                      (int)(cols - c));
+    }
+    *ld = sld;
+    return scratch;
+}
+
+/* Output rows [i0, i0 + n) (dv elements each), normalised from rows [0, n)
+ * of Ob: fp32 straight through store_normalized; 16-bit normalised in place,
+ * then rounded to the output's dtype. zero_row: output row i is zeros (it
+ * sees no key). */
+static void store_rows(const mha_tensor_mut *out, char *ohead, int64_t i0, int64_t n, int64_t dv,
+                       float *Ob, int64_t ldo, const float *l, int64_t blind) {
+    const int64_t son = out->stride_n;
+    if (out->dtype == MHA_F32) {
+        k_store_normalized(n, dv, Ob, ldo, l, blind, (float *)ohead + i0 * son, son);
+        return;
+    }
+    k_store_normalized(n, dv, Ob, ldo, l, blind, Ob, ldo);
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t *dst = (uint16_t *)ohead + (i0 + i) * son;
+        for (int64_t c = 0; c < dv; c++) mha_store_elem(dst, out->dtype, c, Ob[i * ldo + c]);
+    }
+}
+static void zero_row(const mha_tensor_mut *out, char *ohead, int64_t i, int64_t dv) {
+    const size_t es = mha_dtype_size(out->dtype);
+    memset(ohead + (size_t)(i * out->stride_n) * es, 0, (size_t)dv * es);
+}
+
 /* One (batch, head, query block) work item on this thread's workspace. */
 static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws) {
     const mha_problem *p = x->p;
@@ -87,25 +159,26 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
     float *Qt = (float *)ws, *St = (float *)(ws + L->qt), *Ob = (float *)(ws + L->qt + L->st);
     float *m = (float *)(ws + L->qt + L->st + L->ob), *l = m + L->vec / sizeof(float),
           *alpha = l + L->vec / sizeof(float), *bsum = alpha + L->vec / sizeof(float);
-    const float *qh = (const float *)x->q->data + b * x->q->stride_b + h * x->q->stride_h;
-    const float *kh = (const float *)x->k->data + b * x->k->stride_b + g * x->k->stride_h;
-    const float *vh = (const float *)x->v->data + b * x->v->stride_b + g * x->v->stride_h;
-    const int64_t skn = x->k->stride_n, svn = x->v->stride_n;
-    float *oh = (float *)x->out->data + b * x->out->stride_b + h * x->out->stride_h;
+    float *Qw = (float *)(ws + L->per_thread - L->vw - L->kw - L->qw), *Kw = Qw + L->qw / 4,
+          *Vw = Kw + L->kw / 4; /* the widened rows of 16-bit storage */
+    const char *qh = head_of(x->q, b, h), *kh = head_of(x->k, b, g), *vh = head_of(x->v, b, g);
+    char *oh = (char *)x->out->data + (b * x->out->stride_b + h * x->out->stride_h) *
+                                          (int64_t)mha_dtype_size(x->out->dtype);
 
     const int64_t i0 = qb * L->bq, n = p->seq_q - i0 < L->bq ? p->seq_q - i0 : L->bq;
     const int64_t ncols = (n + VW - 1) / VW * VW;
     const int64_t kv_end = mha_kv_end(p, i0 + n - 1); /* keys any row here sees */
     if (kv_end == 0) {                                /* every row masked: zeros by convention */
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t c = 0; c < dv; c++) oh[(i0 + i) * x->out->stride_n + c] = 0.0f;
+        for (int64_t i = 0; i < n; i++) zero_row(x->out, oh, i0 + i, dv);
         return;
     }
     for (int64_t i = 0; i < ncols; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
     }
-    k_pack_transpose(n, d, qh + i0 * x->q->stride_n, x->q->stride_n, x->qscale, Qt, ld);
+    int64_t ldq, ldk, ldv;
+    const float *qr = rows_f32(x->q, qh, i0, n, d, Qw, d, &ldq);
+    k_pack_transpose(n, d, qr, ldq, x->qscale, Qt, ld);
     PHASE(PHASE_PACK);
     /* Keys [0, full) are visible to every row of the block: they go in equal
      * blocks of at most bk (rounded to the tile height) on the fast path. The
@@ -129,8 +202,9 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
             bsum[i] = 0.0f;
             alpha[i] = 1.0f;
         }
-        k_scores_exp(bkk, ncols, d, kh + j0 * skn, skn, Qt, ld, St, ld, m, bsum, alpha, diag,
-                     j0 - off - i0);
+        const float *kr = rows_f32(x->k, kh, j0, bkk, d, Kw, d, &ldk);
+        const float *vr = rows_f32(x->v, vh, j0, bkk, dv, Vw, L->dp, &ldv);
+        k_scores_exp(bkk, ncols, d, kr, ldk, Qt, ld, St, ld, m, bsum, alpha, diag, j0 - off - i0);
         PHASE(PHASE_QK);
         int changed = 0;
         for (int64_t i = 0; i < ncols; i += VW) {
@@ -142,20 +216,19 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
         /* O[i][:] = alpha[i] O[i][:] + sum_j P^T[j][i] V[j0+j][:] */
         const int init = j0 == 0 ? MHA_INIT_ZERO : (changed ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
         if (!diag) {
-            k_gemm(n, dv, bkk, St, 1, ld, vh + j0 * svn, svn, Ob, L->dp, init | MHA_B_EXACT, alpha);
+            k_gemm(n, dv, bkk, St, 1, ld, vr, ldv, Ob, L->dp, init | MHA_B_EXACT, alpha);
         } else {
             for (int64_t r0 = 0; r0 < n; r0 += MHA_MR) {
                 const int64_t rows = n - r0 < MHA_MR ? n - r0 : MHA_MR;
                 int64_t kc = i0 + r0 + rows - 1 + off + 1 - j0; /* keys the last row sees */
                 kc = kc < 0 ? 0 : (kc > bkk ? bkk : kc);
-                k_gemm(rows, dv, kc, St + r0, 1, ld, vh + j0 * svn, svn, Ob + r0 * L->dp, L->dp,
+                k_gemm(rows, dv, kc, St + r0, 1, ld, vr, ldv, Ob + r0 * L->dp, L->dp,
                        init | MHA_B_EXACT, alpha + r0);
             }
         }
         PHASE(PHASE_PV);
     }
-    k_store_normalized(n, dv, Ob, L->dp, l, mha_rows_blind(p, i0, n), oh + i0 * x->out->stride_n,
-                       x->out->stride_n);
+    store_rows(x->out, oh, i0, n, dv, Ob, L->dp, l, mha_rows_blind(p, i0, n));
     PHASE(PHASE_PACK);
 }
 
@@ -166,11 +239,11 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
  * terms (1 where m did not move; a column that has seen nothing keeps m =
  * -inf and gives P = 0). */
 static void scores_unfused(const flash_ctx *x, int64_t bkk, int64_t ncols, int64_t j0,
-                           const float *kh, int64_t skn, const float *Qt, int64_t ld, float *St,
+                           const float *kr, int64_t ldk, const float *Qt, int64_t ld, float *St,
                            float *m, float *bsum, float *alpha, const int64_t *kb,
                            const int64_t *ke) {
     const mha_problem *p = x->p;
-    k_gemm(bkk, ncols, p->head_dim, kh + j0 * skn, skn, 1, Qt, ld, St, ld, MHA_INIT_ZERO, NULL);
+    k_gemm(bkk, ncols, p->head_dim, kr, ldk, 1, Qt, ld, St, ld, MHA_INIT_ZERO, NULL);
     flash_var_softmax(bkk, ncols, j0, p->softcap, St, ld, m, bsum, alpha, kb, ke);
 }
 
@@ -185,11 +258,11 @@ static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb
     float *m = (float *)(ws + L->qt + L->st + L->ob), *l = m + L->vec / sizeof(float),
           *alpha = l + L->vec / sizeof(float), *bsum = alpha + L->vec / sizeof(float);
     int64_t *kb = (int64_t *)(ws + L->qt + L->st + L->ob + 4 * L->vec), *ke = kb + L->bqp;
-    const float *qh = (const float *)x->q->data + b * x->q->stride_b + h * x->q->stride_h;
-    const float *kh = (const float *)x->k->data + b * x->k->stride_b + g * x->k->stride_h;
-    const float *vh = (const float *)x->v->data + b * x->v->stride_b + g * x->v->stride_h;
-    const int64_t skn = x->k->stride_n, svn = x->v->stride_n, son = x->out->stride_n;
-    float *oh = (float *)x->out->data + b * x->out->stride_b + h * x->out->stride_h;
+    float *Qw = (float *)(ws + L->per_thread - L->vw - L->kw - L->qw), *Kw = Qw + L->qw / 4,
+          *Vw = Kw + L->kw / 4; /* the widened rows of 16-bit storage */
+    const char *qh = head_of(x->q, b, h), *kh = head_of(x->k, b, g), *vh = head_of(x->v, b, g);
+    char *oh = (char *)x->out->data + (b * x->out->stride_b + h * x->out->stride_h) *
+                                          (int64_t)mha_dtype_size(x->out->dtype);
 
     const int64_t i0 = qb * L->bq, n = p->seq_q - i0 < L->bq ? p->seq_q - i0 : L->bq;
     const int64_t ncols = (n + VW - 1) / VW * VW;
@@ -206,7 +279,9 @@ static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb
         m[i] = sink;
         l[i] = sink > -INFINITY || isnan(sink) ? 1.0f : 0.0f;
     }
-    k_pack_transpose(n, d, qh + i0 * x->q->stride_n, x->q->stride_n, x->qscale, Qt, ld);
+    int64_t ldq, ldk, ldv;
+    const float *qr = rows_f32(x->q, qh, i0, n, d, Qw, d, &ldq);
+    k_pack_transpose(n, d, qr, ldq, x->qscale, Qt, ld);
     PHASE(PHASE_PACK);
     /* the keys every row sees go fused (not under a softcap: it needs the
      * score before the exp) in equal blocks of at most bk; the edges
@@ -222,14 +297,16 @@ static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb
         const int full = j0 >= f0 && j0 < f1;
         const int64_t stop = j0 < f0 ? f0 : (full ? f1 : hi), most = full ? even : L->bk;
         bkk = stop - j0 < most ? stop - j0 : most;
+        const float *kr = rows_f32(x->k, kh, j0, bkk, d, Kw, d, &ldk);
+        const float *vr = rows_f32(x->v, vh, j0, bkk, dv, Vw, L->dp, &ldv);
         if (full) {
             for (int64_t i = 0; i < ncols; i++) {
                 bsum[i] = 0.0f;
                 alpha[i] = 1.0f;
             }
-            k_scores_exp(bkk, ncols, d, kh + j0 * skn, skn, Qt, ld, St, ld, m, bsum, alpha, 0, 0);
+            k_scores_exp(bkk, ncols, d, kr, ldk, Qt, ld, St, ld, m, bsum, alpha, 0, 0);
         } else {
-            scores_unfused(x, bkk, ncols, j0, kh, skn, Qt, ld, St, m, bsum, alpha, kb, ke);
+            scores_unfused(x, bkk, ncols, j0, kr, ldk, Qt, ld, St, m, bsum, alpha, kb, ke);
         }
         PHASE(PHASE_QK);
         int changed = 0;
@@ -240,17 +317,16 @@ static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb
         }
         PHASE(PHASE_SOFTMAX);
         const int init = first ? MHA_INIT_ZERO : (changed ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
-        k_gemm(n, dv, bkk, St, 1, ld, vh + j0 * svn, svn, Ob, L->dp, init | MHA_B_EXACT, alpha);
+        k_gemm(n, dv, bkk, St, 1, ld, vr, ldv, Ob, L->dp, init | MHA_B_EXACT, alpha);
         first = 0;
         PHASE(PHASE_PV);
     }
     /* a row that sees no key is zeros, sink or not (also when the block sees none) */
     for (int64_t i = 0; i < n; i++)
-        if (first || ke[i] <= kb[i]) {
-            for (int64_t c = 0; c < dv; c++) oh[(i0 + i) * son + c] = 0.0f;
-        } else {
-            k_store_normalized(1, dv, Ob + i * L->dp, L->dp, l + i, 0, oh + (i0 + i) * son, son);
-        }
+        if (first || ke[i] <= kb[i])
+            zero_row(x->out, oh, i0 + i, dv);
+        else
+            store_rows(x->out, oh, i0 + i, 1, dv, Ob + i * L->dp, L->dp, l + i, 0);
     PHASE(PHASE_PACK);
 }
 

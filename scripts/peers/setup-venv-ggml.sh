@@ -15,6 +15,10 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 dir=${1:-$repo/.venv-ggml}
+if [ -L "$dir" ] && [ ! -e "$dir" ]; then # venv would say only "File exists"
+    echo "setup-venv-ggml.sh: $dir is a link to $(readlink "$dir"), which does not exist: remove the link (rm '$dir') or make its target" >&2
+    exit 2
+fi
 python=${PYTHON:-python3}
 
 # llama-cpp-python 0.3.36 vendors ggml 0.25.3 (the version in the context)

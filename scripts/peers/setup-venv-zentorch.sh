@@ -15,6 +15,10 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 dir=${1:-$repo/.venv-zentorch}
+if [ -L "$dir" ] && [ ! -e "$dir" ]; then # venv would say only "File exists"
+    echo "setup-venv-zentorch.sh: $dir is a link to $(readlink "$dir"), which does not exist: remove the link (rm '$dir') or make its target" >&2
+    exit 2
+fi
 python=${PYTHON:-python3}
 
 # The versions of the rows in results/ (the peer's version, zentorch's and

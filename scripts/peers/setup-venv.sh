@@ -14,6 +14,10 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 dir=${1:-$repo/.venv-peers}
+if [ -L "$dir" ] && [ ! -e "$dir" ]; then # venv would say only "File exists"
+    echo "setup-venv.sh: $dir is a link to $(readlink "$dir"), which does not exist: remove the link (rm '$dir') or make its target" >&2
+    exit 2
+fi
 python=${PYTHON:-python3}
 
 # The versions of the rows in results/ (a peer's version goes into every

@@ -35,9 +35,15 @@ enum { DEC_RB = 4, DEC_BK = 64 }; /* rows per pass over K/V, keys per softmax bl
 enum { DEC_PF_BYTES = 8192 };     /* how far ahead K / V are prefetched (measured best here) */
 
 /* Every cache line of a stored row of `bytes` bytes: into L1 (non-temporal)
- * for the multi-row passes, which read the rows within a few keys; into L2
- * for the one-row stream, whose 64-key blocks of K and V (32 KiB each at d =
- * 128 fp32) do not both fit beside each other in L1. */
+ * for the K rows of the multi-row passes, read within a few keys; into L2
+ * for their V rows, read by the P.V pass a whole 64-key block later, and for
+ * the one-row stream: 64-key blocks of K and V (32 KiB each at d = 128 fp32)
+ * do not both fit beside each other in L1. V prefetched non-temporally was
+ * evicted from L1 before its use and, on Intel, not kept in L2: on the
+ * Emerald Rapids VM (H32 KV8 Nkv4096 d128, 1 thread, `mhabench profile`
+ * alternated 3 x 3) the fp32 GQA decode ran 8.2-8.8 GFLOP/s (4.5 GB/s)
+ * with it and 18.8-20.1 with V into L2; a bf16 cache 14.4-15.5 and
+ * 24.1-27.5. Not measured on Zen since. */
 static inline void prefetch_row(const void *p, int64_t bytes) {
     for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch((const char *)p + c, 0, 0);
 }
@@ -224,7 +230,7 @@ scores_block(const int t, int R, const float *const *qrow, const int64_t *end, c
             kr[u] = elem(t, kh, (j0 + j + u) * skn);
             if (j0 + j + u + pf < kend) {
                 prefetch_row(elem(t, kr[u], pf * skn), rb);
-                prefetch_row(elem(t, vh, (j0 + j + u) * svn), rb);
+                prefetch_row_l2(elem(t, vh, (j0 + j + u) * svn), rb);
             }
         }
         float dj[DEC_RB][4];
@@ -250,7 +256,7 @@ scores_block(const int t, int R, const float *const *qrow, const int64_t *end, c
         const void *krow = elem(t, kh, (j0 + j) * skn);
         if (j0 + j + pf < kend) {
             prefetch_row(elem(t, krow, pf * skn), rb);
-            prefetch_row(elem(t, vh, (j0 + j) * svn), rb);
+            prefetch_row_l2(elem(t, vh, (j0 + j) * svn), rb);
         }
         float dj[DEC_RB];
         switch (R) {

@@ -29,5 +29,6 @@ int mha_amx_judge(const mha_amx_facts *f, char *why, size_t len);
 /* The self-check built against the emulation (kernels/tile_check.c with
  * MHA_TILE_EMU): ops.h's tile_selfcheck, runnable anywhere (tests). */
 int mha_tile_selfcheck__amxemu(int flip, char *why, size_t len);
+long mha_tile_compare__amxemu(uint64_t seed, long count, long *differ, char *why, size_t len);
 
 #endif

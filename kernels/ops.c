@@ -70,7 +70,9 @@ const mha_isa_ops MHA_SYM(ops) = {
 #endif
 #ifdef __AMX_TILE__
     .tile_selfcheck = MHA_SYM(tile_selfcheck),
+    .tile_compare = MHA_SYM(tile_compare),
 #else
     .tile_selfcheck = NULL,
+    .tile_compare = NULL,
 #endif
 };

@@ -54,6 +54,9 @@ typedef struct {
      * results first (a test's way to see a mismatch; -1 otherwise). Needs
      * the tile permission (kernels/cpu.c asks first). NULL below amx. */
     int (*tile_selfcheck)(int flip, char *why, size_t len);
+    /* count seeded random tile products, real vs emulated (kernels/
+     * tile_check.h; `mhabench info --tiles N`). NULL below amx. */
+    long (*tile_compare)(uint64_t seed, long count, long *differ, char *why, size_t len);
 } mha_isa_ops;
 
 /* The table of ISA level isa, or NULL if none was built (or isa is out of

@@ -90,8 +90,8 @@ static void run_emu(const tcase *t, float out[16][16]) {
     mha_tile_emu_release();
 }
 
-int MHA_SYM(tile_selfcheck)(int flip, char *why, size_t len) {
-    static tcase cases[6]; /* 12 KiB: off the stack of whichever thread asks */
+/* The fixed cases: the random shapes, the denormals and the SDM's cancel. */
+static int fixed_cases(tcase *cases) {
     random_case(&cases[0], "random 16x16x16", 16, 16, 16, 20261201, -10, 10, 0);
     random_case(&cases[1], "random 16x16x16, narrow range", 16, 16, 16, 7, -2, 2, 0);
     random_case(&cases[2], "random 7x5x9", 7, 5, 9, 11, -6, 6, 0);
@@ -105,31 +105,75 @@ int MHA_SYM(tile_selfcheck)(int flip, char *why, size_t len) {
     z->a[0][0] = 0x4b80, z->a[0][1] = 0x3f80, z->b[0][0] = 0x3f80, z->b[0][1] = 0x3f80;
     z->c[0][0] = -16777216.0f;
     random_case(&cases[5], "random 16x16x1", 16, 16, 1, 17, -10, 10, 0);
-    static float real[16][16], emu[16][16];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        run_layer(&cases[i], real);
-        run_emu(&cases[i], emu);
-        if (i == 0 && flip >= 0) {
-            uint32_t u;
-            float *e = &real[0][0] + (flip / 32) % 256;
-            memcpy(&u, e, 4);
-            u ^= 1u << (flip % 32);
-            memcpy(e, &u, 4);
-        }
-        for (int m = 0; m < 16; m++)
-            for (int n = 0; n < 16; n++) {
-                uint32_t r, e;
-                memcpy(&r, &real[m][n], 4);
-                memcpy(&e, &emu[m][n], 4);
-                if (r != e) {
+    return 6;
+}
+
+/* Case i of a seeded random run: a shape of 1..16 per side, and a value
+ * range that cycles through wide, narrow, near the overflow edge and the
+ * denormal one (every fourth case), so the rare paths are drawn often. */
+static void drawn_case(tcase *t, uint64_t seed, long i) {
+    uint64_t s = seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1));
+    const int M = 1 + (int)(lcg(&s) % 16), N = 1 + (int)(lcg(&s) % 16), K = 1 + (int)(lcg(&s) % 16);
+    static const int range[4][3] = {{-10, 10, 0}, {-2, 2, 0}, {40, 62, 0}, {-80, -40, 1}};
+    const int *r = range[i % 4];
+    random_case(t, "random", M, N, K, lcg(&s), r[0], r[1], r[2]);
+}
+
+/* One case through both sides; 1 and the first differing element in why
+ * when they differ. */
+static int compare_case(const tcase *t, long index, int flip, char *why, size_t len) {
+    static _Thread_local float real[16][16], emu[16][16];
+    run_layer(t, real);
+    run_emu(t, emu);
+    if (flip >= 0) {
+        uint32_t u;
+        float *e = &real[0][0] + (flip / 32) % 256;
+        memcpy(&u, e, 4);
+        u ^= 1u << (flip % 32);
+        memcpy(e, &u, 4);
+    }
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            uint32_t r, e;
+            memcpy(&r, &real[m][n], 4);
+            memcpy(&e, &emu[m][n], 4);
+            if (r != e) {
+                if (index >= 0)
+                    snprintf(why, len,
+                             "the tile products differ from the emulation: case %ld (%dx%dx%d), "
+                             "C[%d][%d] is %08x (%a) on the tiles, %08x (%a) emulated",
+                             index, t->M, t->N, t->K, m, n, r, (double)real[m][n], e,
+                             (double)emu[m][n]);
+                else
                     snprintf(why, len,
                              "the tile self-check differs from the emulation: %s, C[%d][%d] is "
                              "%08x (%a) on the tiles, %08x (%a) emulated",
-                             cases[i].name, m, n, r, (double)real[m][n], e, (double)emu[m][n]);
-                    return 0;
-                }
+                             t->name, m, n, r, (double)real[m][n], e, (double)emu[m][n]);
+                return 1;
             }
-    }
+        }
+    return 0;
+}
+
+int MHA_SYM(tile_selfcheck)(int flip, char *why, size_t len) {
+    static _Thread_local tcase cases[6]; /* 12 KiB: off the stack of whichever thread asks */
+    const int n = fixed_cases(cases);
+    for (int i = 0; i < n; i++)
+        if (compare_case(&cases[i], -1, i == 0 ? flip : -1, why, len)) return 0;
     if (len) why[0] = 0;
     return 1;
+}
+
+long MHA_SYM(tile_compare)(uint64_t seed, long count, long *differ, char *why, size_t len) {
+    static _Thread_local tcase t;
+    char first[256] = "";
+    *differ = 0;
+    for (long i = 0; i < count; i++) {
+        drawn_case(&t, seed, i);
+        char w[256];
+        if (compare_case(&t, i, -1, w, sizeof w) && (*differ)++ == 0)
+            snprintf(first, sizeof first, "%s", w);
+    }
+    if (len) snprintf(why, len, "%s", first);
+    return count;
 }

@@ -159,6 +159,34 @@ static void test_selfcheck_emulated(void **state) {
     assert_non_null(strstr(why, "C[1][1]"));
 }
 
+/* The seeded random comparison on the emulated twin: every drawn shape and
+ * value range runs through both sides without a fault, and the same seed
+ * draws the same products. */
+static void test_compare_emulated(void **state) {
+    (void)state;
+    char why[256] = "x";
+    long differ = -1;
+    assert_int_equal(mha_tile_compare__amxemu(5, 4000, &differ, why, sizeof why), 4000);
+    assert_int_equal(differ, 0);
+    assert_string_equal(why, "");
+    assert_false(mha_tile_emu_configured());
+}
+
+/* The real one where AMX runs: none of 2,000 products differs. */
+static void test_compare_real(void **state) {
+    (void)state;
+    const char *w;
+    if (!mha_amx_status(&w)) {
+        print_message("skipping the real tile comparison: amx %s\n", w);
+        skip();
+    }
+    char why[256];
+    long differ = -1;
+    assert_int_equal(mha_ops_for(MHA_ISA_AMX)->tile_compare(9, 2000, &differ, why, sizeof why),
+                     2000);
+    if (differ) fail_msg("%ld of 2000 differ; the first: %s", differ, why);
+}
+
 static void test_selfcheck_real(void **state) {
     (void)state;
     const char *w;
@@ -257,6 +285,20 @@ static void test_info(void **state) {
     snprintf(line, sizeof line, "\"amx\": {\"runs\": %s, \"reason\": \"%s\"}",
              amx ? "true" : "false", w);
     if (!strstr(out, line)) fail_msg("info --json lacks '%s':\n%s", line, out);
+    /* --tiles: where AMX does not run, exit 2 naming why; --seed alone is refused */
+    const char *tiles[] = {"info", "--tiles", "50", "--seed", "3", NULL};
+    const int rc = tu_run(bench, tiles, dir, out, sizeof out, err, sizeof err);
+    if (amx) {
+        assert_int_equal(rc, 0);
+        assert_non_null(strstr(out, "50 seeded random ones (seed 3), real vs emulated: 0 differ"));
+    } else {
+        assert_int_equal(rc, 2);
+        snprintf(line, sizeof line, "info: --tiles: the amx level %s", w);
+        if (!strstr(err, line)) fail_msg("info --tiles' stderr lacks '%s':\n%s", line, err);
+    }
+    const char *seed_alone[] = {"info", "--seed", "3", NULL};
+    assert_int_equal(tu_run(bench, seed_alone, dir, out, sizeof out, err, sizeof err), 2);
+    assert_non_null(strstr(err, "--seed is the seed of --tiles"));
     tu_rm_tree(dir);
 }
 
@@ -268,6 +310,8 @@ int main(void) {
         cmocka_unit_test(test_ops_row),
         cmocka_unit_test(test_selfcheck_emulated),
         cmocka_unit_test(test_selfcheck_real),
+        cmocka_unit_test(test_compare_emulated),
+        cmocka_unit_test(test_compare_real),
         cmocka_unit_test(test_info),
         cmocka_unit_test(test_emulated_twin),
         cmocka_unit_test(test_emulated_not_timed),

@@ -165,11 +165,14 @@ static void test_peak(void **state) {
     assert_true(ratio > 0.4 && ratio < 1.5);
     /* The bf16 dot-product peak: measured exactly where the ISA has the loop;
      * a vdpbf16ps does 2 FLOPs per bf16 element against an FMA's 2 per fp32
-     * lane, so it lands near 2x the FMA rate (Zen 4) and never below 0.5x. */
+     * lane, so it lands near 2x the FMA rate on Zen 4, but at 0.49-0.50x on
+     * the Emerald Rapids VM (family 6 model 207: one vdpbf16ps every other
+     * cycle against two FMAs a cycle); the lower bound sits below half, as
+     * the FMA's own does. */
     if (mha_ops_unit(mha_ops_for(isa), MHA_BF16)) {
         print_message("%s: bf16 %.1f GFLOP/s (%.2fx the FMA peak)\n", mha_isa_name(isa),
                       p.bf16_gflops, p.bf16_gflops / p.gflops);
-        assert_true(p.bf16_gflops > 0.5 * p.gflops && p.bf16_gflops < 4 * p.gflops);
+        assert_true(p.bf16_gflops > 0.4 * p.gflops && p.bf16_gflops < 4 * p.gflops);
     } else {
         assert_true(p.bf16_gflops == 0);
     }

@@ -13,9 +13,9 @@
 
 double results_unit_rate(const results_machine *rm, mha_isa isa, const mha_unit *u) {
     const mha_isa_ops *ops = mha_ops_for(isa);
-    if (!ops || !u || u < ops->units || u >= ops->units + ops->nunits) return 0;
-    const long row = u - ops->units;
-    return row < MHA_UNITS_MAX ? rm->unit_rate[isa][row] : 0;
+    for (int row = 0; ops && u && row < ops->nunits && row < MHA_UNITS_MAX; row++)
+        if (&ops->units[row] == u) return rm->unit_rate[isa][row];
+    return 0; /* not a row of that level */
 }
 
 double results_fp32_peak(const results_machine *rm, mha_isa isa) {

@@ -1,7 +1,9 @@
 /* cmd_info.c - `mhabench info`: this machine's CPU identity, ISA flags, hwloc
- * topology and caches (raw and clamped), the measured single-thread FP32 FMA
- * peak of each ISA against its nominal figure, and memory read bandwidth.
- * Text for people, --json for scripts; the facts come from machine.c. */
+ * topology and caches (raw and clamped), the single-thread rate of each
+ * level's compute units (the ops table's rows: FMA against its nominal
+ * figure, the bf16 dot product, the tiles, the exp), memory read bandwidth,
+ * and with --tiles the AMX machine's tile comparison. Text for people,
+ * --json for scripts; the facts come from mach_info.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +32,9 @@ static void usage(FILE *f) {
     fputs("\n"
           "Prints the CPU model, vendor/family/model/stepping, ISA flags, the detected\n"
           "and active ISA (MHA_ISA caps it), cores and caches from hwloc (raw and\n"
-          "clamped), the measured single-thread FP32 FMA peak of each ISA against\n"
-          "nominal (2 FMA pipes x lanes x 2 FLOP x measured GHz), and memory read\n"
+          "clamped), the measured single-thread rate of each level's compute units\n"
+          "(the FP32 FMA against nominal: 2 FMA pipes x lanes x 2 FLOP x measured GHz;\n"
+          "the bf16 dot product, the AMX tiles, the exp in Gexp/s), and memory read\n"
           "bandwidth with 1 thread and with all cores.\n"
           "\n",
           f);
@@ -125,22 +128,32 @@ static void print_text(const machine_info *m, const char *key, const isa_peak *p
                caches[i].clamped ? "  (clamped: implausible or unknown)" : "");
     }
 
-    printf("\nFP32 FMA peak, single thread (bf16: the vdpbf16ps loop where the ISA has it)\n");
-    printf("%-10s %10s %8s %12s %9s %12s\n", "isa", "GFLOP/s", "GHz", "nominal", "measured",
-           "bf16 GFLOP/s");
+    printf("\ncompute units per ISA level, single thread (the ops table's rows; nominal: "
+           "work per cycle x GHz)\n");
+    printf("%-10s %-10s %10s %-8s %7s %9s %9s  %s\n", "isa", "unit", "rate", "", "GHz", "nominal",
+           "measured", "serves");
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
         const isa_peak *p = &peaks[i];
-        if (p->status != MHA_OK) {
-            printf("%-10s %s\n", mha_isa_name((mha_isa)i), p->why);
+        const mha_isa_ops *ops = mha_ops_for((mha_isa)i);
+        if (p->status != MHA_OK) { /* the rows it would have measured */
+            printf("%-10s", mha_isa_name((mha_isa)i));
+            for (int u = 0; u < ops->nunits; u++)
+                printf("%s%s", u ? ", " : " ", ops->units[u].name);
+            printf(": %s\n", p->why);
             continue;
         }
-        printf("%-10s %10.1f %8.3f %12.1f %8.1f%%", mha_isa_name((mha_isa)i), p->peak.gflops,
-               p->peak.ghz, p->peak.nominal_gflops,
-               p->peak.nominal_gflops > 0 ? 100.0 * p->peak.gflops / p->peak.nominal_gflops : 0.0);
-        if (p->peak.bf16_gflops > 0)
-            printf(" %12.1f\n", p->peak.bf16_gflops);
-        else
-            printf(" %12s\n", "-");
+        for (int u = 0; u < p->peak.nunits; u++) {
+            const machine_unit_peak *q = &p->peak.units[u];
+            char unit[24];
+            snprintf(unit, sizeof unit, "G%s/s", q->unit->work);
+            printf("%-10s %-10s %10.*f %-8s %7.3f", mha_isa_name((mha_isa)i), q->unit->name,
+                   strcmp(q->unit->work, "FLOP") == 0 ? 1 : 3, q->rate, unit, q->ghz);
+            if (q->nominal > 0)
+                printf(" %9.1f %8.1f%%", q->nominal, 100.0 * q->rate / q->nominal);
+            else
+                printf(" %9s %9s", "-", "-");
+            printf("  %s\n", q->unit->serves);
+        }
     }
     if (ceil->ratio > 0)
         printf("every core at once (%d threads, %s loop): %.3f x %d x one core "
@@ -232,7 +245,42 @@ static void print_json(const machine_info *m, const char *key, const isa_peak *p
                    p->peak.bf16_gflops);
         printf("%s\n", i + 1 < MHA_ISA_COUNT ? "," : "");
     }
-    printf("  ],\n  \"read_bandwidth\": [");
+    /* every unit of every level's table, one object each */
+    printf("  ],\n  \"units\": [\n");
+    int nu = 0;
+    for (int i = 0; i < MHA_ISA_COUNT; i++) {
+        const isa_peak *p = &peaks[i];
+        const mha_isa_ops *ops = mha_ops_for((mha_isa)i);
+        for (int u = 0; u < ops->nunits; u++) {
+            const mha_unit *unit = &ops->units[u];
+            printf("%s    {\"isa\": \"%s\", \"unit\": ", nu++ ? ",\n" : "",
+                   mha_isa_name((mha_isa)i));
+            json_str(unit->name);
+            printf(", \"serves\": ");
+            json_str(unit->serves);
+            printf(", \"dtypes\": [");
+            for (int t = 0, n = 0; t < 32; t++)
+                if (unit->dtypes & (1u << t))
+                    printf("%s\"%s\"", n++ ? ", " : "", mha_dtype_name((mha_dtype)t));
+            printf("], \"rate_unit\": \"G%s/s\", \"context_key\": \"%s%s\", ", unit->work,
+                   unit->context_key, mha_isa_name((mha_isa)i));
+            const machine_unit_peak *q =
+                p->status == MHA_OK && u < p->peak.nunits ? &p->peak.units[u] : NULL;
+            if (!q) {
+                printf("\"measured\": false, \"reason\": ");
+                json_str(p->why ? p->why : "not measured");
+                putchar('}');
+                continue;
+            }
+            printf("\"measured\": true, \"rate\": %.4f, \"ghz\": %.3f, ", q->rate, q->ghz);
+            if (q->nominal > 0)
+                printf("\"nominal\": %.2f, \"pct_nominal\": %.1f}", q->nominal,
+                       100.0 * q->rate / q->nominal);
+            else
+                printf("\"nominal\": null, \"pct_nominal\": null}");
+        }
+    }
+    printf("\n  ],\n  \"read_bandwidth\": [");
     for (int i = 0; i < nbw; i++)
         printf("%s{\"level\": \"%s\", \"threads\": %d, \"gbs\": %.2f}", i ? ", " : "",
                machine_level_name(bw[i].level), bw[i].threads, bw[i].gbs);
@@ -297,7 +345,7 @@ int cmd_info(int argc, char **argv) {
             p->status = MHA_EUNSUPPORTED;
             p->why = "above the MHA_ISA cap";
         } else {
-            p->status = machine_fma_peak((mha_isa)i, budget, &p->peak);
+            p->status = machine_unit_peaks((mha_isa)i, budget, &p->peak);
             if (p->status != MHA_OK) p->why = mha_status_str(p->status);
         }
     }

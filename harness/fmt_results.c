@@ -109,14 +109,19 @@ void results_context(const results_machine *rm, const results_run_info *ri, resu
     EMITF("mha_l1d_raw", "%llu", (unsigned long long)m->l1d_raw);
     EMITF("mha_l2_raw", "%llu", (unsigned long long)m->l2_raw);
     EMITF("mha_l3_raw", "%llu", (unsigned long long)m->l3_raw);
+    /* each level's measured units under their rows' keys (kernels/ops.c):
+     * mha_peak_gflops_<isa> the FMA, mha_peak_gflops_bf16_<isa> vdpbf16ps,
+     * mha_peak_gflops_tile_<isa> the tiles, mha_peak_gexps_<isa> exp */
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
-        if (rm->peak_gflops[i] <= 0) continue;
-        char key[64];
-        snprintf(key, sizeof key, "mha_peak_gflops_%s", mha_isa_name((mha_isa)i));
-        EMITF(key, "%.2f", rm->peak_gflops[i]);
-        if (rm->bf16_peak_gflops[i] > 0) {
-            snprintf(key, sizeof key, "mha_peak_gflops_bf16_%s", mha_isa_name((mha_isa)i));
-            EMITF(key, "%.2f", rm->bf16_peak_gflops[i]);
+        const mha_isa_ops *ops = mha_ops_for((mha_isa)i);
+        for (int u = 0; u < ops->nunits; u++) {
+            const mha_unit *unit = &ops->units[u];
+            const double rate = results_unit_rate(rm, (mha_isa)i, unit);
+            if (rate <= 0) continue;
+            char key[96];
+            snprintf(key, sizeof key, "%s%s", unit->context_key, mha_isa_name((mha_isa)i));
+            /* FLOP rates in the hundreds, exp rates near one */
+            EMITF(key, "%.*f", strcmp(unit->work, "FLOP") == 0 ? 2 : 3, rate);
         }
     }
     /* every core's FMA loop at once vs cores x one: multi-thread rows' peak */

@@ -1,6 +1,7 @@
 /* mach_info.c - what this machine is: cpuid identity and ISA flags, hwloc
- * topology and caches (raw and clamped), the measured FP32 FMA peak per ISA
- * (kernels/peak.c's loops against a measured clock) and memory read bandwidth.
+ * topology and caches (raw and clamped), each level's compute units measured
+ * (the ops table's rows, kernels/ops.h: their loops against a measured
+ * clock) and memory read bandwidth.
  * Built without SIMD flags like the rest of the harness. */
 #include "mach_info.h"
 
@@ -72,7 +73,7 @@ void machine_describe(machine_info *m) {
     m->l3_clamped = c.l3 != c.l3_raw;
 }
 
-/* ---- clock and FMA peak ------------------------------------------------- */
+/* ---- clock and compute units ------------------------------------------------- */
 
 /* A dependent chain of integer adds, 8 per iteration: add reg, reg has a
  * 1-cycle latency on every current x86 core, so the loop runs at
@@ -132,53 +133,77 @@ static double timed_clock(peak_fn f, int64_t iters) {
     return time_add_chain(iters);
 }
 
-/* The measurement: after a warm-up, TRIALS rounds of (peak loop, clock loop),
- * each about its share of the budget. Rate and clock are each the best over
- * the rounds: an interruption (another process, a VM exit) only ever makes a
- * round slower, so the maximum is the undisturbed figure. The clock loop runs
- * right after the FMA loop so it sees the frequency the FMA work left (AVX-512
- * licences on Intel). nominal = 2 pipes x lanes x 2 FLOP x GHz: a core with
- * one FMA pipe, or one that splits 512-bit ops into two 256-bit halves (Zen 4),
- * measures about 50% of it, which is the point of reporting both. */
+/* One unit's measurement: after a warm-up, TRIALS rounds of (its loop,
+ * clock loop), each about its share of the budget. Rate and clock are each
+ * the best over the rounds: an interruption (another process, a VM exit)
+ * only ever makes a round slower, so the maximum is the undisturbed figure.
+ * The clock loop runs right after the unit's so it sees the frequency that
+ * work left (AVX-512 licences on Intel, the tiles' lower clock).
+ * nominal = the row's work per cycle x GHz (FMA: 2 pipes x lanes x 2 FLOP):
+ * a core with one FMA pipe, or one that splits 512-bit ops into two 256-bit
+ * halves (Zen 4), measures about 50% of it, which is the point of reporting
+ * both. */
 #define PEAK_TRIALS 5
-mha_status machine_fma_peak(mha_isa isa, double seconds_budget, machine_peak *out) {
-    if (!out || (unsigned)isa >= MHA_ISA_COUNT) return MHA_EINVAL;
-    memset(out, 0, sizeof *out);
-    if (isa > mha_isa_detected() || isa > mha_isa_active()) return MHA_EUNSUPPORTED;
-    if (!(seconds_budget > 0.01)) seconds_budget = 0.01; /* also catches NaN */
-    if (seconds_budget > 60) seconds_budget = 60;
-
-    const mha_isa_ops *ops = mha_ops_for(isa);
-    const peak_fn f = ops->fma_peak_loop;
+static void measure_unit(const mha_unit *u, double seconds_budget, machine_unit_peak *out) {
+    const peak_fn f = u->loop;
     const double warm = 0.1 * seconds_budget;
     const double per_trial = 0.9 * seconds_budget / PEAK_TRIALS;
-    int64_t peak_iters = calibrate(timed_peak, f, 1024, 0.8 * per_trial);
-    int64_t clock_iters = calibrate(timed_clock, f, 4096, 0.2 * per_trial);
+    const int64_t peak_iters = calibrate(timed_peak, f, 1024, 0.8 * per_trial);
+    const int64_t clock_iters = calibrate(timed_clock, f, 4096, 0.2 * per_trial);
     /* Warm-up: bring the core to its steady clock for this kind of work. */
     const double t_warm = now_s();
     while (now_s() - t_warm < warm) f(peak_iters / 4 + 1);
 
-    double best_gflops = 0, best_ghz = 0;
+    double best_rate = 0, best_ghz = 0;
     for (int t = 0; t < PEAK_TRIALS; t++) {
         const double t0 = now_s();
-        const double flop = f(peak_iters);
+        const double work = f(peak_iters);
         const double t1 = now_s();
         const double tc = time_add_chain(clock_iters);
-        if (t1 > t0 && flop / (t1 - t0) * 1e-9 > best_gflops) best_gflops = flop / (t1 - t0) * 1e-9;
+        if (t1 > t0 && work / (t1 - t0) * 1e-9 > best_rate) best_rate = work / (t1 - t0) * 1e-9;
         const double ghz = (double)clock_iters * ADD_CHAIN_CYCLES / (tc > 0 ? tc : 1e-9) * 1e-9;
         if (ghz > best_ghz) best_ghz = ghz;
     }
-    out->gflops = best_gflops;
+    out->unit = u;
+    out->rate = best_rate;
     out->ghz = best_ghz;
-    out->nominal_gflops = 2.0 * ops->lanes * 2.0 * best_ghz;
-    if (ops->bf16_peak_loop) { /* the same procedure on the bf16 loop: best of the trials */
-        const peak_fn g = ops->bf16_peak_loop;
-        const int64_t it = calibrate(timed_peak, g, 1024, 0.8 * per_trial);
-        for (int t = 0; t < PEAK_TRIALS; t++) {
-            const double t0 = now_s(), flop = g(it), t1 = now_s();
-            if (t1 > t0 && flop / (t1 - t0) * 1e-9 > out->bf16_gflops)
-                out->bf16_gflops = flop / (t1 - t0) * 1e-9;
+    out->nominal = u->nominal_per_cycle * best_ghz;
+}
+
+/* The budget's bounds: a NaN or tiny one 0.01 s, at most 60 s. */
+static double clamp_budget(double seconds_budget) {
+    if (!(seconds_budget > 0.01)) return 0.01; /* also catches NaN */
+    return seconds_budget > 60 ? 60 : seconds_budget;
+}
+
+mha_status machine_one_unit_peak(mha_isa isa, int unit, double seconds_budget,
+                                 machine_unit_peak *out) {
+    if (!out || (unsigned)isa >= MHA_ISA_COUNT) return MHA_EINVAL;
+    memset(out, 0, sizeof *out);
+    const mha_isa_ops *ops = mha_ops_for(isa);
+    if (unit < 0 || unit >= ops->nunits) return MHA_EINVAL;
+    if (isa > mha_isa_detected() || isa > mha_isa_active()) return MHA_EUNSUPPORTED;
+    measure_unit(&ops->units[unit], clamp_budget(seconds_budget), out);
+    return MHA_OK;
+}
+
+mha_status machine_unit_peaks(mha_isa isa, double seconds_budget, machine_peak *out) {
+    if (!out || (unsigned)isa >= MHA_ISA_COUNT) return MHA_EINVAL;
+    memset(out, 0, sizeof *out);
+    if (isa > mha_isa_detected() || isa > mha_isa_active()) return MHA_EUNSUPPORTED;
+    seconds_budget = clamp_budget(seconds_budget);
+
+    const mha_isa_ops *ops = mha_ops_for(isa);
+    const mha_unit *fma = mha_ops_unit(ops, MHA_F32), *bf16 = mha_ops_unit(ops, MHA_BF16);
+    for (int i = 0; i < ops->nunits && i < MHA_UNITS_MAX; i++) {
+        machine_unit_peak *p = &out->units[out->nunits++];
+        measure_unit(&ops->units[i], seconds_budget, p);
+        if (p->unit == fma) {
+            out->gflops = p->rate;
+            out->ghz = p->ghz;
+            out->nominal_gflops = p->nominal;
         }
+        if (p->unit == bf16) out->bf16_gflops = p->rate;
     }
     return MHA_OK;
 }
@@ -187,9 +212,8 @@ double machine_fma_ceiling(mha_isa isa, int threads, double seconds_budget) {
     if ((unsigned)isa >= MHA_ISA_COUNT || isa > mha_isa_detected() || isa > mha_isa_active())
         return 0;
     if (threads <= 1) return 1;
-    if (!(seconds_budget > 0.01)) seconds_budget = 0.01;
-    if (seconds_budget > 60) seconds_budget = 60;
-    const peak_fn f = mha_ops_for(isa)->fma_peak_loop;
+    seconds_budget = clamp_budget(seconds_budget);
+    const peak_fn f = mha_ops_unit(mha_ops_for(isa), MHA_F32)->loop;
     const double per_trial = seconds_budget / (PEAK_TRIALS + 1);
     const int64_t iters = calibrate(timed_peak, f, 1024, 0.8 * per_trial);
     double one = 0, all = 0;

@@ -1,6 +1,7 @@
 /* mach_info.h - what this machine is: CPU identity and ISA flags (cpuid), cores
- * and caches (hwloc, raw and clamped), measured FP32 FMA peak per ISA and
- * memory read bandwidth. Used by `mhabench info`, the sweep's JSON context and
+ * and caches (hwloc, raw and clamped), each ISA level's compute units measured
+ * (the ops table's rows: FMA, bf16 dot product, tiles, exp) and memory read
+ * bandwidth. Used by `mhabench info`, the sweep's JSON context and
  * the cache-model defaults. */
 #ifndef MHA_HARNESS_MACHINE_H
 #define MHA_HARNESS_MACHINE_H
@@ -8,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "mha.h"
+#include "mha_private.h" /* kernels/ops.h: the units */
 
 typedef struct {
     char model[64];  /* cpuid brand string, trimmed */
@@ -25,20 +27,37 @@ typedef struct {
 /* Fills *m from cpuid and hwloc. Never fails: unknown fields are 0 / "". */
 void machine_describe(machine_info *m);
 
+/* One compute unit of a level measured: its ops-table row (kernels/ops.h's
+ * mha_unit) and what its loop did here. */
 typedef struct {
-    double gflops;         /* measured single-thread FP32 FMA rate */
-    double ghz;            /* measured core clock during the run */
+    const mha_unit *unit;
+    double rate;    /* single thread, G unit->work per second (GFLOP/s, Gexp/s) */
+    double ghz;     /* the core clock measured right after its loop */
+    double nominal; /* unit->nominal_per_cycle x ghz; 0 where the row states none */
+} machine_unit_peak;
+
+typedef struct {
+    double gflops;         /* the FMA's rate (the level's fp32 unit): units[] has it too */
+    double ghz;            /* the core clock during it */
     double nominal_gflops; /* 2 FMA pipes x lanes x 2 FLOP x ghz */
-    /* measured single-thread bf16 dot-product rate (vdpbf16ps, 2 FLOP per
-     * bf16 multiply-add: 64 per zmm instruction); 0 where the ISA has none */
+    /* the first bf16 unit's rate (vdpbf16ps, 2 FLOP per bf16 multiply-add:
+     * 64 per zmm instruction); 0 where the level has none */
     double bf16_gflops;
+    int nunits;
+    machine_unit_peak units[MHA_UNITS_MAX]; /* every unit of the level, in its table's order */
 } machine_peak;
 
-/* Measures the single-thread FP32 FMA peak for an ISA the CPU runs (register
- * resident loop, ~seconds_budget long), and the bf16 dot-product peak where
- * the ISA has one (ops table's bf16_peak_loop; a second budget of the same
- * length). Returns MHA_EUNSUPPORTED otherwise. */
-mha_status machine_fma_peak(mha_isa isa, double seconds_budget, machine_peak *out);
+/* Measures every compute unit of an ISA level the CPU runs (the level's
+ * ops-table rows: FMA, bf16 dot product, tiles, exp), each its loop alone
+ * (register or L1 resident) against a measured clock, ~seconds_budget per
+ * unit. Returns MHA_EUNSUPPORTED for a level that does not run here (not
+ * on the CPU, which for amx means mha_amx_status refused it, or above the
+ * MHA_ISA cap). */
+mha_status machine_unit_peaks(mha_isa isa, double seconds_budget, machine_peak *out);
+/* The same for one unit, row `unit` of the level's table (MHA_EINVAL for
+ * no such row). */
+mha_status machine_one_unit_peak(mha_isa isa, int unit, double seconds_budget,
+                                 machine_unit_peak *out);
 /* The FMA ceiling of `threads` cores together, relative to `threads` x one
  * core: the ISA's peak loop on every thread at once (OpenMP, each thread
  * timed; best of a few trials of the slowest thread), about seconds_budget.

@@ -1,7 +1,8 @@
-/* mach_measure.c - the machine measured for a run (results_machine): peaks
- * per ISA, the all-core FMA ceiling, read bandwidth per level, the retake
- * when the cores together look disturbed, the per-row roofline figures, and
- * hwloc thread pinning. */
+/* mach_measure.c - the machine measured for a run (results_machine): each
+ * level's compute units (the ops tables' rows), the all-core FMA ceiling,
+ * read bandwidth per level, the retake when the cores together look
+ * disturbed, the per-row roofline figures (which unit a row is held to),
+ * and hwloc thread pinning. */
 #include "mach_measure.h"
 
 #include <hwloc.h>
@@ -10,13 +11,24 @@
 
 #include "util.h"
 
+double results_unit_rate(const results_machine *rm, mha_isa isa, const mha_unit *u) {
+    const mha_isa_ops *ops = mha_ops_for(isa);
+    for (int row = 0; ops && u && row < ops->nunits && row < MHA_UNITS_MAX; row++)
+        if (&ops->units[row] == u) return rm->unit_rate[isa][row];
+    return 0; /* not a row of that level */
+}
+
+double results_fp32_peak(const results_machine *rm, mha_isa isa) {
+    return results_unit_rate(rm, isa, mha_ops_unit(mha_ops_for(isa), MHA_F32));
+}
+
 /* The figures taken with every core at once: the FMA ceiling and each
  * level's all-core read bandwidth (the single-core figures must be in rm). */
 static void measure_all_cores(results_machine *rm, double budget_s) {
     rm->bw_threads_all = rm->m.cores > 0 ? rm->m.cores : 1;
     rm->fma_ceiling_all = 1;
     for (int i = MHA_ISA_COUNT - 1; i >= 0 && rm->bw_threads_all > 1; i--)
-        if (rm->peak_gflops[i] > 0) { /* the top ISA's loop on every core at once */
+        if (results_fp32_peak(rm, (mha_isa)i) > 0) { /* the top ISA's loop on every core at once */
             const double c = machine_fma_ceiling((mha_isa)i, rm->bw_threads_all, budget_s);
             if (c > 0) rm->fma_ceiling_all = c;
             break;
@@ -35,10 +47,8 @@ static void measure_all_cores(results_machine *rm, double budget_s) {
 static void measure_once(results_machine *rm, double budget_s) {
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
         machine_peak p;
-        if (machine_fma_peak((mha_isa)i, budget_s, &p) == MHA_OK) {
-            rm->peak_gflops[i] = p.gflops;
-            rm->bf16_peak_gflops[i] = p.bf16_gflops;
-        }
+        if (machine_unit_peaks((mha_isa)i, budget_s, &p) == MHA_OK)
+            for (int u = 0; u < p.nunits; u++) rm->unit_rate[i][u] = p.units[u].rate;
     }
     for (int l = 0; l < MACH_LEVELS; l++)
         rm->level_bw[l][0] = machine_read_bandwidth_bytes(
@@ -86,29 +96,38 @@ void results_measure_machine(results_machine *rm, double budget_s, int retake) {
 }
 
 double results_kernel_peak(const results_machine *rm, const mha_kernel *k) {
-    return rm->peak_gflops[mha_kernel_run_isa(k)];
+    return results_fp32_peak(rm, mha_kernel_run_isa(k));
+}
+
+static int is_half(mha_dtype t) {
+    return t == MHA_BF16 || t == MHA_F16;
+}
+
+/* The best measured unit serving dtype t at levels 0..top. */
+static double best_serving(const results_machine *rm, int top, mha_dtype t) {
+    double best = 0;
+    for (int i = 0; i <= top && i < MHA_ISA_COUNT; i++) {
+        const mha_isa_ops *ops = mha_ops_for((mha_isa)i);
+        for (int u = 0; u < ops->nunits; u++)
+            if (ops->units[u].dtypes & MHA_UNIT_DTYPE(t))
+                best = max2(best, results_unit_rate(rm, (mha_isa)i, &ops->units[u]));
+    }
+    return best;
 }
 
 double results_peak_for(const results_machine *rm, const mha_kernel *k, mha_dtype t) {
-    /* A bf16/fp16 problem on a kernel whose ISA has the BF16 dot-product unit
-     * (flash.avx512bf16: its products run there) is held to that unit's
-     * peak; everything else (fp32, and decode's widen-then-FMA on 16-bit
-     * caches) to the FP32 FMA peak of its ISA. */
+    /* A bf16/fp16 problem on a kernel whose level has a 16-bit unit
+     * (flash.avx512bf16: vdpbf16ps; flash.amx: the tiles) is held to the
+     * best such unit at or below its level; everything else (fp32, and
+     * decode's widen-then-FMA on 16-bit caches) to the FMA of its ISA. */
     const mha_isa isa = mha_kernel_run_isa(k);
-    if ((t == MHA_BF16 || t == MHA_F16) && rm->bf16_peak_gflops[isa] > 0)
-        return rm->bf16_peak_gflops[isa];
-    return results_kernel_peak(rm, k);
+    const double half = is_half(t) ? best_serving(rm, (int)isa, t) : 0;
+    return half > 0 ? half : results_kernel_peak(rm, k);
 }
 
 double results_machine_peak(const results_machine *rm, mha_dtype t) {
-    double best = 0;
-    for (int i = 0; i < MHA_ISA_COUNT; i++) {
-        double v = rm->peak_gflops[i];
-        if ((t == MHA_BF16 || t == MHA_F16) && rm->bf16_peak_gflops[i] > v)
-            v = rm->bf16_peak_gflops[i];
-        best = v > best ? v : best;
-    }
-    return best;
+    double best = best_serving(rm, MHA_ISA_COUNT - 1, MHA_F32);
+    return is_half(t) ? max2(best, best_serving(rm, MHA_ISA_COUNT - 1, t)) : best;
 }
 
 double results_peak_at(const results_machine *rm, double single, int threads) {
@@ -156,16 +175,19 @@ double results_read_bw_retake(double bytes, int threads) {
 
 void results_retake_peaks(results_machine *rm, int isa, int all_cores, double budget_s) {
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
-        machine_peak p;
-        if ((isa >= 0 && i != isa) || rm->peak_gflops[i] <= 0 ||
-            machine_fma_peak((mha_isa)i, budget_s, &p) != MHA_OK)
-            continue;
-        rm->peak_gflops[i] = max2(rm->peak_gflops[i], p.gflops);
-        rm->bf16_peak_gflops[i] = max2(rm->bf16_peak_gflops[i], p.bf16_gflops);
+        if ((isa >= 0 && i != isa) || results_fp32_peak(rm, (mha_isa)i) <= 0) continue;
+        const mha_isa_ops *ops = mha_ops_for((mha_isa)i);
+        for (int u = 0; u < ops->nunits && u < MHA_UNITS_MAX; u++) {
+            machine_unit_peak p;
+            if (ops->units[u].dtypes == 0 || /* no row is held to it */
+                machine_one_unit_peak((mha_isa)i, u, budget_s, &p) != MHA_OK)
+                continue;
+            rm->unit_rate[i][u] = max2(rm->unit_rate[i][u], p.rate);
+        }
     }
     if (all_cores && rm->bw_threads_all > 1)
         for (int i = MHA_ISA_COUNT - 1; i >= 0; i--)
-            if (rm->peak_gflops[i] > 0) {
+            if (results_fp32_peak(rm, (mha_isa)i) > 0) {
                 const double c = machine_fma_ceiling((mha_isa)i, rm->bw_threads_all, budget_s);
                 rm->fma_ceiling_all = max2(rm->fma_ceiling_all, c);
                 break;

@@ -1,5 +1,6 @@
 /* mach_measure.h - this machine measured once per run: mach_info.c's facts
- * plus single-thread FMA / BF16 peaks per ISA, the all-core FMA ceiling and
+ * plus single-thread rates of every compute unit (the ops tables' rows: FMA,
+ * bf16 dot product, tiles, exp) per ISA, the all-core FMA ceiling and
  * each level's read bandwidth (1 thread and all cores), the retakes that keep
  * a disturbed take from setting a peak too low, the per-row peak and
  * bandwidth a roofline is held to, and hwloc thread pinning. The result
@@ -15,12 +16,11 @@
 typedef struct {
     machine_info m;
     char cpu_key[128];
-    /* Measured single-thread FP32 FMA peak per ISA in GFLOP/s; 0 for ISAs
-     * that do not run here (not on the CPU, or above the MHA_ISA cap). */
-    double peak_gflops[MHA_ISA_COUNT];
-    /* Measured single-thread BF16 dot-product peak per ISA (vdpbf16ps), 0
-     * where the ISA has no such unit or does not run here. */
-    double bf16_peak_gflops[MHA_ISA_COUNT];
+    /* Measured single-thread rate of each compute unit of each ISA level,
+     * [level][the unit's row in mha_ops_for(level)->units]: GFLOP/s
+     * (Gexp/s for exp); 0 for levels that do not run here (not on the CPU,
+     * or above the MHA_ISA cap). results_unit_rate reads it. */
+    double unit_rate[MHA_ISA_COUNT][MHA_UNITS_MAX];
     /* Every core's FMA loop at once against bw_threads_all x one core
      * (machine_fma_ceiling, the top ISA): multi-thread peaks are scaled by
      * it (results_peak_at). 1 on one core. */
@@ -33,6 +33,12 @@ typedef struct {
     int disturbed;                   /* the best of the tries still looked disturbed */
 } results_machine;
 
+/* The measured rate of unit u (a row of mha_ops_for(isa)->units), 0 when
+ * not measured; results_fp32_peak: the FMA's (the level's fp32 unit), 0
+ * for a level that does not run here. */
+double results_unit_rate(const results_machine *rm, mha_isa isa, const mha_unit *u);
+double results_fp32_peak(const results_machine *rm, mha_isa isa);
+
 /* Describes the machine and measures peaks (about budget_s per ISA) and read
  * bandwidth (about budget_s each); with retake (a run with multi-thread
  * rows), when the cores together look disturbed (mach_measure.c:
@@ -42,9 +48,10 @@ typedef struct {
 void results_measure_machine(results_machine *rm, double budget_s, int retake);
 
 /* The peaks measured again, each kept at the best of its takes (a
- * disturbance only ever lowers a peak): the single-thread FMA and BF16
- * peaks of ISA isa (-1: every ISA that runs here) and, with all_cores, the
- * all-core ceiling. The sweep calls it before each
+ * disturbance only ever lowers a peak): the single-thread rates of ISA
+ * isa's units that serve rows' FLOPs (the FMA, the bf16 ones; -1: every ISA
+ * that runs here; exp, no row's peak, is not retaken) and, with all_cores,
+ * the all-core ceiling. The sweep calls it before each
  * follow-up pass and whenever a row comes within 3% of its peak, so no row
  * reads above 100% of a peak that one disturbed take set too low. */
 void results_retake_peaks(results_machine *rm, int isa, int all_cores, double budget_s);
@@ -55,14 +62,15 @@ double results_read_bw_retake(double bytes, int threads);
 /* Single-thread peak (GFLOP/s) of the ISA whose code k runs (mha_kernel_run_isa:
  * its own, or the active one for the BLAS baseline). */
 double results_kernel_peak(const results_machine *rm, const mha_kernel *k);
-/* Single-thread peak (GFLOP/s) of the unit kernel k uses for Q/O dtype t:
- * the FP32 FMA peak of its ISA (results_kernel_peak) for fp32; for bf16/fp16
- * the peak of a BF16 dot-product unit when the machine measures one for k's
- * ISA, else the FP32 one (the one place to wire a measured BF16 peak). */
+/* Single-thread peak (GFLOP/s) of the unit kernel k uses for Q/O dtype t,
+ * from the ops tables' units: for fp32 the FMA of its ISA
+ * (results_kernel_peak); for bf16/fp16 the best unit serving t (the
+ * mha_unit's dtypes) at or below k's ISA level (vdpbf16ps from avx512bf16,
+ * the tiles at amx), else the FMA one (16-bit data widened to fp32). */
 double results_peak_for(const results_machine *rm, const mha_kernel *k, mha_dtype t);
 /* The machine's single-thread peak for dtype t: the highest over the ISA
- * levels this CPU runs (a BF16 unit's for bf16/fp16 when measured): what a
- * peer's row, whose code we do not know, is held to. */
+ * levels this CPU runs of the FMAs and the units serving t: what a peer's
+ * row, whose code we do not know, is held to. */
 double results_machine_peak(const results_machine *rm, mha_dtype t);
 /* The peak of `threads` threads from a single-thread one: single x threads x
  * the measured all-core ceiling (fma_ceiling_all, interpolated linearly

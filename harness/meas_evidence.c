@@ -69,7 +69,7 @@ static mha_isa probe_isa = (mha_isa)-1;
 /* Probe `which`'s loop at the level probe_calibrate timed it for. */
 static double (*probe_loop(int which))(int64_t) {
     const mha_isa_ops *ops = mha_ops_for(probe_isa);
-    return which == 0 ? ops->fma_peak_loop : ops->probe_loop;
+    return which == 0 ? mha_ops_unit(ops, MHA_F32)->loop : ops->probe_loop;
 }
 
 /* Probe `which` on every thread of a parallel region of `threads`: the

@@ -30,5 +30,9 @@ int mha_amx_judge(const mha_amx_facts *f, char *why, size_t len);
  * MHA_TILE_EMU): ops.h's tile_selfcheck, runnable anywhere (tests). */
 int mha_tile_selfcheck__amxemu(int flip, char *why, size_t len);
 long mha_tile_compare__amxemu(uint64_t seed, long count, long *differ, char *why, size_t len);
+/* The tiles' unit loop built against the emulation (kernels/tile_peak.c
+ * with MHA_TILE_EMU): the amx row "tdpbf16ps"'s loop, runnable anywhere
+ * (tests: its FLOP count and its configure/release). */
+double mha_tile_peak_loop__amxemu(int64_t iters);
 
 #endif

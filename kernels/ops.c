@@ -19,6 +19,7 @@ OPS_FROM_BASE(pack_transpose)
 OPS_FROM_BASE(scores_exp)
 OPS_FROM_BASE(vexp_array)
 OPS_FROM_BASE(vexp2_array)
+OPS_FROM_BASE(exp_peak_loop)
 #undef OPS_FROM_BASE
 #else
 #define OPS_SYM(name) MHA_SYM(name)
@@ -44,6 +45,47 @@ PROBE_FROM_BASE(linear_half_pack_bytes)
 #include "tile_check.h"
 #endif
 
+/* This level's compute units (ops.h's mha_unit), one row each. The FMA's
+ * nominal is 2 pipes x lanes x 2 FLOP a cycle (the scalar loop's mulss +
+ * addss pairs count the same); the tiles' is 16x16x32 multiply-adds every
+ * 16 cycles (../shared/AMX.md). vdpbf16ps and exp state none: cores differ
+ * (Zen 4 splits 512-bit operations, Zen 5 does not). */
+#define HALF_DTYPES (MHA_UNIT_DTYPE(MHA_BF16) | MHA_UNIT_DTYPE(MHA_F16))
+static const mha_unit units[] = {
+    {.name = "fma",
+     .serves = "fp32 FLOPs",
+     .dtypes = MHA_UNIT_DTYPE(MHA_F32),
+     .work = "FLOP",
+     .loop = PROBE_SYM(fma_peak_loop),
+     .nominal_per_cycle = 4.0 * VW,
+     .context_key = "mha_peak_gflops_"},
+#ifdef __AVX512BF16__
+    {.name = "vdpbf16ps",
+     .serves = "bf16/fp16 FLOPs",
+     .dtypes = HALF_DTYPES,
+     .work = "FLOP",
+     .loop = PROBE_SYM(bf16_peak_loop),
+     .context_key = "mha_peak_gflops_bf16_"},
+#endif
+#ifdef __AMX_TILE__
+    {.name = "tdpbf16ps",
+     .serves = "bf16/fp16 FLOPs",
+     .dtypes = HALF_DTYPES,
+     .work = "FLOP",
+     .loop = MHA_SYM(tile_peak_loop),
+     .nominal_per_cycle = 2.0 * 16 * 16 * 32 / 16,
+     .context_key = "mha_peak_gflops_tile_"},
+#endif
+    {.name = "exp",
+     .serves = "exponentials (softmax)",
+     .dtypes = 0,
+     .work = "exp",
+     .loop = OPS_SYM(exp_peak_loop),
+     .context_key = "mha_peak_gexps_"},
+};
+#undef HALF_DTYPES
+_Static_assert(sizeof units / sizeof units[0] <= MHA_UNITS_MAX, "raise ops.h's MHA_UNITS_MAX");
+
 const mha_isa_ops MHA_SYM(ops) = {
     .isa = MHA_ISA_THIS,
     .lanes = VW,
@@ -56,15 +98,14 @@ const mha_isa_ops MHA_SYM(ops) = {
     .scores_exp = OPS_SYM(scores_exp),
     .vexp_array = OPS_SYM(vexp_array),
     .vexp2_array = OPS_SYM(vexp2_array),
-    .fma_peak_loop = PROBE_SYM(fma_peak_loop),
+    .units = units,
+    .nunits = (int)(sizeof units / sizeof units[0]),
     .probe_loop = PROBE_SYM(probe_loop),
     .read_sum = PROBE_SYM(read_sum),
 #ifdef __AVX512BF16__
-    .bf16_peak_loop = PROBE_SYM(bf16_peak_loop),
     .linear_half = PROBE_SYM(linear_half),
     .linear_half_pack_bytes = PROBE_SYM(linear_half_pack_bytes),
 #else
-    .bf16_peak_loop = NULL,
     .linear_half = NULL,
     .linear_half_pack_bytes = NULL,
 #endif

@@ -11,6 +11,35 @@
 
 #include "mha.h"
 
+/* A compute unit of a level, as one row of its table: the FMAs at every
+ * level, the bf16 dot product (vdpbf16ps) from avx512bf16, the tiles
+ * (tdpbf16ps) at amx, and the exponential that bounds a softmax at every
+ * level. A level lists every unit its code may use, those it shares with
+ * the levels below included. `mhabench info`, the result context and the
+ * peak a row's pct_peak is held to (harness/mach_measure.c) read the rows
+ * and name none, so a new unit is a row (kernels/ops.c) plus its loop. */
+typedef struct {
+    const char *name;   /* "fma", "vdpbf16ps", "tdpbf16ps", "exp" */
+    const char *serves; /* what it serves, for people: "fp32 FLOPs", "exponentials (softmax)" */
+    /* The row dtypes whose FLOPs it serves (a row of such a dtype may be
+     * held to it), MHA_UNIT_DTYPE(t) per mha_dtype; 0 for a unit whose work
+     * is not FLOPs (exp). */
+    unsigned dtypes;
+    const char *work; /* what its loop counts: "FLOP" or "exp" (rates in G<work>/s) */
+    /* iters iterations on registers or an L1-resident buffer (the unit
+     * alone); returns the work done, in `work`. iters <= 0 runs nothing
+     * and returns 0. */
+    double (*loop)(int64_t iters);
+    /* Nominal work per cycle of one core, 0 where none is stated: times a
+     * measured clock, the nominal rate its measured one is shown against. */
+    double nominal_per_cycle;
+    /* The result context's key for its measured rate, less the level's
+     * name: "mha_peak_gflops_" + "avx512". */
+    const char *context_key;
+} mha_unit;
+#define MHA_UNIT_DTYPE(t) (1u << (unsigned)(t))
+#define MHA_UNITS_MAX 8 /* the most rows of one level (kernels/ops.c asserts it) */
+
 typedef struct {
     mha_isa isa;
     int lanes;      /* floats per vector (VW) */
@@ -39,15 +68,15 @@ typedef struct {
                        float *alpha, int masked, int64_t t0);
     void (*vexp_array)(const float *x, float *y, int64_t n);
     void (*vexp2_array)(const float *x, float *y, int64_t n);
-    /* Machine probes (kernels/peak.c): the FMA peak loop (returns FLOPs),
-     * the interference probe (FMAs, loads, adds and integer operations at
-     * once; returns FLOPs) and a sum with the widest loads (read bandwidth). */
-    double (*fma_peak_loop)(int64_t iters);
+    /* This level's compute units (mha_unit above), nunits rows; the first
+     * that serves fp32 is the FMA (mha_ops_unit). */
+    const mha_unit *units;
+    int nunits;
+    /* Machine probes (kernels/peak.c): the interference probe (FMAs,
+     * loads, adds and integer operations at once; returns FLOPs) and a sum
+     * with the widest loads (read bandwidth). */
     double (*probe_loop)(int64_t iters);
     uint64_t (*read_sum)(const uint64_t *p, size_t n);
-    /* The bf16 dot-product peak loop (vdpbf16ps; returns FLOPs, 2 per bf16
-     * multiply-add), NULL at levels without one. */
-    double (*bf16_peak_loop)(int64_t iters);
     /* The tile self-check (kernels/tile_check.c): tile products on the real
      * instructions compared bit for bit with the emulation; 1 if they agree,
      * else 0 and why says where. flip >= 0 flips that bit of the real
@@ -62,5 +91,14 @@ typedef struct {
 /* The table of ISA level isa, or NULL if none was built (or isa is out of
  * range). Every level from scalar to MHA_ISA_COUNT - 1 is built. */
 const mha_isa_ops *mha_ops_for(mha_isa isa);
+
+/* The first unit of ops that serves row dtype t, or NULL: for fp32 the FMA,
+ * at every level (also the loop the interference evidence and the all-core
+ * ceiling run). */
+static inline const mha_unit *mha_ops_unit(const mha_isa_ops *ops, mha_dtype t) {
+    for (int i = 0; ops && i < ops->nunits; i++)
+        if (ops->units[i].dtypes & MHA_UNIT_DTYPE(t)) return &ops->units[i];
+    return NULL;
+}
 
 #endif

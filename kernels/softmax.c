@@ -53,3 +53,23 @@ void MHA_SYM(vexp2_array)(const float *x, float *y, int64_t n) {
     for (; i + VW <= n; i += VW) vstoreu(y + i, vexp2(vloadu(x + i)));
     if (i < n) vstoreu_n(y + i, vexp2(vloadu_n(x + i, (int)(n - i))), (int)(n - i));
 }
+
+/* The exp unit's loop (ops.h's "exp" row): the kernels' own exponential,
+ * vexp2_nonpos (what softmax_columns and the fused score tiles call), on
+ * the inputs a softmax gives it (x - max in log2 units, -16 <= x < 0). Each
+ * pass loads x, computes 2^x and stores y, 4 KiB each, so both stay in L1
+ * and the rate is the exponential's, not memory's; the empty asm with a
+ * memory clobber tells the compiler that x may have changed and y is read,
+ * so no pass is hoisted out or dropped. */
+#define EXP_PEAK_N 1024
+double MHA_SYM(exp_peak_loop)(int64_t iters) {
+    if (iters <= 0) return 0.0;
+    _Alignas(64) float x[EXP_PEAK_N], y[EXP_PEAK_N];
+    for (int i = 0; i < EXP_PEAK_N; i++) x[i] = -16.0f * ((float)i + 0.5f) / EXP_PEAK_N;
+    for (int64_t it = 0; it < iters; it++) {
+        for (int i = 0; i < EXP_PEAK_N; i += VW) vstore(y + i, vexp2_nonpos(vload(x + i)));
+        /* the stores are consumed and x may have changed: nothing hoisted or dropped */
+        __asm__ __volatile__("" : : "r"(x), "r"(y) : "memory");
+    }
+    return (double)iters * EXP_PEAK_N;
+}

@@ -88,6 +88,10 @@ void MHA_SYM(store_normalized)(int64_t n, int64_t d, const float *o, int64_t ldo
 /* Vector exp / exp2 over arrays (tests measure their accuracy). */
 void MHA_SYM(vexp_array)(const float *x, float *y, int64_t n);
 void MHA_SYM(vexp2_array)(const float *x, float *y, int64_t n);
+/* The exp unit's loop (ops.h's mha_unit "exp"): iters passes of the
+ * kernels' vexp2_nonpos over an L1-resident buffer of the range a softmax
+ * feeds it; returns the exponentials computed (1024 a pass). */
+double MHA_SYM(exp_peak_loop)(int64_t iters);
 /* Plain names for the calls in variants/ (and readable under clang-format). */
 #define k_gemm MHA_SYM(gemm)
 #define k_pack_transpose MHA_SYM(pack_transpose)

@@ -122,11 +122,18 @@ def machine_section(ctx):
 def peaks_text(ctx):
     peaks = [(k[len("mha_peak_gflops_"):], v) for k, v in sorted(ctx.items())
              if k.startswith("mha_peak_gflops_")]
-    fma = ", ".join(f"{k} {v}" for k, v in peaks if not k.startswith("bf16_"))
+    fma = ", ".join(f"{k} {v}" for k, v in peaks if not k.startswith(("bf16_", "tile_")))
     bf16 = ", ".join(f"{k[5:]} {v}" for k, v in peaks if k.startswith("bf16_"))
+    tile = ", ".join(f"{k[5:]} {v}" for k, v in peaks if k.startswith("tile_"))
+    exp = ", ".join(f"{k[len('mha_peak_gexps_'):]} {v}" for k, v in sorted(ctx.items())
+                    if k.startswith("mha_peak_gexps_"))
     parts = [f"FP32 FMA peak per core (GFLOP/s): {fma}"] if fma else []
     if bf16:
         parts.append(f"BF16 dot-product peak per core: {bf16}")
+    if tile:
+        parts.append(f"AMX tile peak per core: {tile}")
+    if exp:
+        parts.append(f"exp rate per core (Gexp/s): {exp}")
     if "mha_read_bw_gbs_1t" in ctx:
         parts.append(f"DRAM read bandwidth {ctx['mha_read_bw_gbs_1t']} GB/s (1 thread), "
                      f"{ctx.get('mha_read_bw_gbs_all', '?')} GB/s (all)")

@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
                      vt = mha_view_bhnd(v, heads, seq, dim);
     const mha_tensor_mut ot = mha_view_bhnd_mut(out, heads, seq, dim);
     const mha_isa_ops *ops = mha_ops_for(mha_isa_active());
-    double (*probe[NPROBE])(int64_t) = {ops->fma_peak_loop, ops->probe_loop};
+    double (*probe[NPROBE])(int64_t) = {mha_ops_unit(ops, MHA_F32)->loop, ops->probe_loop};
     int64_t iters[NPROBE];
     for (int i = 0; i < NPROBE; i++) iters[i] = calibrate(probe[i]);
     FILE *lf = log_path ? fopen(log_path, "w") : NULL;

@@ -4,7 +4,8 @@
  * level, the same from racing threads, and shown by `mhabench info`; the
  * MHA_ISA=amx cap; the ops row of the level; and the self-check, emulated
  * (the code runs anywhere; a flipped bit is reported with its case and
- * element) and real where the tiles run (else a visible skip); the rules of
+ * element) and real where the tiles run (else a visible skip); the tiles'
+ * unit loop on the emulation; the rules of
  * the emulated twin flash.amxemu (never selected, nobody's twin, refused by
  * sweep and tune). Its numbers are test_bf16.c's (the grid, the bound and
  * the NaN/Inf rows run it too) and verify's. */
@@ -138,8 +139,13 @@ static void test_ops_row(void **state) {
     /* fp32 micro-kernels from avx512, probes and the bf16 layer from avx512bf16 */
     assert_ptr_equal(amx->linear, avx512->linear);
     assert_ptr_equal(amx->scores_exp, avx512->scores_exp);
-    assert_ptr_equal(amx->fma_peak_loop, bf->fma_peak_loop);
-    assert_ptr_equal(amx->bf16_peak_loop, bf->bf16_peak_loop);
+    assert_ptr_equal(mha_ops_unit(amx, MHA_F32)->loop, mha_ops_unit(bf, MHA_F32)->loop);
+    assert_ptr_equal(mha_ops_unit(amx, MHA_BF16)->loop, mha_ops_unit(bf, MHA_BF16)->loop);
+    /* and one unit of its own, the tiles (tile_peak.c), after vdpbf16ps */
+    assert_int_equal(amx->nunits, bf->nunits + 1);
+    const mha_unit *tiles = &amx->units[2];
+    assert_string_equal(tiles->name, "tdpbf16ps");
+    for (int u = 0; u < bf->nunits; u++) assert_ptr_not_equal(tiles->loop, bf->units[u].loop);
     assert_ptr_equal(amx->linear_half, bf->linear_half);
     assert_int_equal(amx->lanes, avx512->lanes);
 }
@@ -185,6 +191,34 @@ static void test_compare_real(void **state) {
     assert_int_equal(mha_ops_for(MHA_ISA_AMX)->tile_compare(9, 2000, &differ, why, sizeof why),
                      2000);
     if (differ) fail_msg("%ld of 2000 differ; the first: %s", differ, why);
+}
+
+/* The tiles' unit loop (kernels/tile_peak.c, the amx row tdpbf16ps) on the
+ * emulation: 2 x 16 x 16 x 32 FLOPs per TDPBF16PS, four per iteration,
+ * nothing for iters <= 0, and the thread's tiles released when it returns;
+ * from two threads at once, each configuring its own. */
+static void *tile_loop_thread(void *arg) {
+    double *flop = arg;
+    *flop = mha_tile_peak_loop__amxemu(3);
+    return mha_tile_emu_configured() ? arg : NULL;
+}
+
+static void test_tile_unit_emulated(void **state) {
+    (void)state;
+    assert_true(mha_tile_peak_loop__amxemu(0) == 0 && mha_tile_peak_loop__amxemu(-2) == 0);
+    assert_false(mha_tile_emu_configured());
+    assert_true(mha_tile_peak_loop__amxemu(2) == 2 * 4 * 2.0 * 16 * 16 * 32);
+    assert_false(mha_tile_emu_configured());
+    pthread_t t[2];
+    double flop[2] = {0, 0};
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, tile_loop_thread, &flop[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        void *left_configured = &flop[i];
+        assert_int_equal(pthread_join(t[i], &left_configured), 0);
+        assert_null(left_configured);
+        assert_true(flop[i] == 3 * 4 * 2.0 * 16 * 16 * 32);
+    }
 }
 
 static void test_selfcheck_real(void **state) {
@@ -304,17 +338,12 @@ static void test_info(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_judge_steps),
-        cmocka_unit_test(test_this_machine),
-        cmocka_unit_test(test_level_and_cap),
-        cmocka_unit_test(test_ops_row),
-        cmocka_unit_test(test_selfcheck_emulated),
-        cmocka_unit_test(test_selfcheck_real),
-        cmocka_unit_test(test_compare_emulated),
-        cmocka_unit_test(test_compare_real),
-        cmocka_unit_test(test_info),
-        cmocka_unit_test(test_emulated_twin),
-        cmocka_unit_test(test_emulated_not_timed),
+        cmocka_unit_test(test_judge_steps),        cmocka_unit_test(test_this_machine),
+        cmocka_unit_test(test_level_and_cap),      cmocka_unit_test(test_ops_row),
+        cmocka_unit_test(test_selfcheck_emulated), cmocka_unit_test(test_selfcheck_real),
+        cmocka_unit_test(test_compare_emulated),   cmocka_unit_test(test_compare_real),
+        cmocka_unit_test(test_tile_unit_emulated), cmocka_unit_test(test_info),
+        cmocka_unit_test(test_emulated_twin),      cmocka_unit_test(test_emulated_not_timed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -88,7 +88,7 @@ static void test_ops_table(void **state) {
         assert_int_equal(o->isa, i);
         assert_true(o->lanes >= 1 && o->tile_rows >= 1 && o->tile_width % o->lanes == 0);
         assert_true(o->linear && o->linear_pack_floats && o->softmax_columns && o->pack_transpose &&
-                    o->scores_exp && o->vexp_array && o->vexp2_array && o->fma_peak_loop &&
+                    o->scores_exp && o->vexp_array && o->vexp2_array && mha_ops_unit(o, MHA_F32) &&
                     o->probe_loop && o->read_sum);
         if (i > 0) assert_true(o->lanes >= OPS(i - 1)->lanes);
     }

@@ -138,7 +138,8 @@ const char *measure_machine(const sweep_args *a, const preset *pr, const sweep_a
     }
     printf("mhabench sweep: preset %s, %d kernel%s, threads", pr->name, nk, nk == 1 ? "" : "s");
     for (int i = 0; i < x->nthreads; i++) printf("%s%lld", i ? "," : " ", (long long)x->threads[i]);
-    printf(", binding %s, seed %llu\nmeasuring the machine (FMA peak per ISA, read bandwidth)...\n",
+    printf(", binding %s, seed %llu\nmeasuring the machine (compute units per ISA, read "
+           "bandwidth)...\n",
            binding, (unsigned long long)a->seed);
     fflush(stdout);
     results_measure_machine(rm, 0.15, tmax > 1); /* all-core figures matter to multi-thread rows */
@@ -147,14 +148,12 @@ const char *measure_machine(const sweep_args *a, const preset *pr, const sweep_a
      * must bring the rows back under 100%. */
     const char *scale = getenv("MHA_SWEEP_TEST_PEAK_SCALE");
     if (scale && atof(scale) > 0 && atof(scale) < 1)
-        for (int i = 0; i < MHA_ISA_COUNT; i++) {
-            rm->peak_gflops[i] *= atof(scale);
-            rm->bf16_peak_gflops[i] *= atof(scale);
-        }
+        for (int i = 0; i < MHA_ISA_COUNT; i++)
+            for (int u = 0; u < MHA_UNITS_MAX; u++) rm->unit_rate[i][u] *= atof(scale);
     printf("cpu %s (%s), peak GFLOP/s per thread:", rm->m.model, rm->cpu_key);
     for (int i = 0; i < MHA_ISA_COUNT; i++)
-        if (rm->peak_gflops[i] > 0)
-            printf(" %s %.1f", mha_isa_name((mha_isa)i), rm->peak_gflops[i]);
+        if (results_fp32_peak(rm, (mha_isa)i) > 0)
+            printf(" %s %.1f", mha_isa_name((mha_isa)i), results_fp32_peak(rm, (mha_isa)i));
     printf("; read GB/s (1 thread / %d):", rm->bw_threads_all);
     for (int l = 0; l < MACH_LEVELS; l++)
         printf(" %s %.1f/%.1f", machine_level_name((machine_level)l), rm->level_bw[l][0],

@@ -332,7 +332,7 @@ static const cmd_opts ALL_OPTS[] = {
                     "head-dim=",   "causal",   "threads=", "seconds=",  "block-q=", "block-kv=",
                     "split=",      "samples=", "dtype=",   "window=",   "softcap=", "sinks",
                     "head-dim-v=", "layer",    "help"}},
-    {"info", 1, {"quick", "json", "help"}},
+    {"info", 1, {"quick", "json", "tiles=", "seed=", "help"}},
     {"list", 1, {"help"}},
     {"merge", 1, {"out=", "out-dir=", "duplicates=", "allow-partial", "force", "help"}},
     {"bisect",

@@ -166,14 +166,11 @@ int MHA_SYM(tile_selfcheck)(int flip, char *why, size_t len) {
 
 long MHA_SYM(tile_compare)(uint64_t seed, long count, long *differ, char *why, size_t len) {
     static _Thread_local tcase t;
-    char first[256] = "";
     *differ = 0;
-    for (long i = 0; i < count; i++) {
+    if (len) why[0] = 0;
+    for (long i = 0; i < count; i++) { /* only the first difference is described */
         drawn_case(&t, seed, i);
-        char w[256];
-        if (compare_case(&t, i, -1, w, sizeof w) && (*differ)++ == 0)
-            snprintf(first, sizeof first, "%s", w);
+        if (compare_case(&t, i, -1, why, *differ ? 0 : len)) (*differ)++;
     }
-    if (len) snprintf(why, len, "%s", first);
     return count;
 }

@@ -96,10 +96,13 @@ typedef struct {
 } flash_ctx;
 
 /* ---- 16-bit storage ---------------------------------------------------------------------
- * Head (b, h) of tensor t: its first element. */
+ * Head (b, h) of a tensor or of the output (the fields of either): its first
+ * element. */
+#define HEAD_OF(t, b, h)                                                                           \
+    ((char *)(t)->data +                                                                           \
+     ((b) * (t)->stride_b + (h) * (t)->stride_h) * (int64_t)mha_dtype_size((t)->dtype))
 static const char *head_of(const mha_tensor *t, int64_t b, int64_t h) {
-    return (const char *)t->data +
-           (b * t->stride_b + h * t->stride_h) * (int64_t)mha_dtype_size(t->dtype);
+    return HEAD_OF(t, b, h);
 }
 
 /* Rows [r0, r0 + rows) of head (cols elements each) as fp32 rows: in place
@@ -162,8 +165,7 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
     float *Qw = (float *)(ws + L->per_thread - L->vw - L->kw - L->qw), *Kw = Qw + L->qw / 4,
           *Vw = Kw + L->kw / 4; /* the widened rows of 16-bit storage */
     const char *qh = head_of(x->q, b, h), *kh = head_of(x->k, b, g), *vh = head_of(x->v, b, g);
-    char *oh = (char *)x->out->data + (b * x->out->stride_b + h * x->out->stride_h) *
-                                          (int64_t)mha_dtype_size(x->out->dtype);
+    char *oh = HEAD_OF(x->out, b, h);
 
     const int64_t i0 = qb * L->bq, n = p->seq_q - i0 < L->bq ? p->seq_q - i0 : L->bq;
     const int64_t ncols = (n + VW - 1) / VW * VW;
@@ -261,8 +263,7 @@ static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb
     float *Qw = (float *)(ws + L->per_thread - L->vw - L->kw - L->qw), *Kw = Qw + L->qw / 4,
           *Vw = Kw + L->kw / 4; /* the widened rows of 16-bit storage */
     const char *qh = head_of(x->q, b, h), *kh = head_of(x->k, b, g), *vh = head_of(x->v, b, g);
-    char *oh = (char *)x->out->data + (b * x->out->stride_b + h * x->out->stride_h) *
-                                          (int64_t)mha_dtype_size(x->out->dtype);
+    char *oh = HEAD_OF(x->out, b, h);
 
     const int64_t i0 = qb * L->bq, n = p->seq_q - i0 < L->bq ? p->seq_q - i0 : L->bq;
     const int64_t ncols = (n + VW - 1) / VW * VW;

@@ -4,8 +4,9 @@
  * against the oracle on odd lengths (0, 1, 7, 33, 197), GQA and MQA, every
  * variant, paged pools of block size 1 and 16 shuffled across the pool with
  * the unused blocks full of NaN (a stray read shows), an int8 paged cache in
- * the oracle, the FLOP count per sequence, and the refusal by every other
- * kernel. The validation messages: test_layout_errors.c. */
+ * the oracle, the FLOP count per sequence, every other kernel that takes
+ * the packed layout (flash.*) against the oracle in each dtype, and the
+ * refusal by the rest. The validation messages: test_layout_errors.c. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -289,6 +290,63 @@ static double naive_vs_oracle(const ragged *r) {
     return err;
 }
 
+/* Kernel k on r (its q, k, v in dtype t: fp32, or bf16/fp16 copies), with
+ * options opt, against the oracle on the same inputs: max |error| (inf for
+ * NaN, and for a row left unwritten: the output starts as NaN). */
+static double kernel_vs_oracle(const mha_kernel *k, const ragged *r, const mha_options *opt,
+                               mha_dtype t) {
+    const int64_t dv = mha_problem_head_dim_v(&r->p), n = r->p.total_q * r->p.heads * dv;
+    const int64_t nq = r->p.total_q * r->p.heads * r->p.head_dim,
+                  nk = r->p.total_kv * r->p.kv_heads * r->p.head_dim,
+                  nv = r->p.total_kv * r->p.kv_heads * dv;
+    mha_problem p = r->p;
+    p.dtype = p.kv_dtype = t;
+    mha_tensor qt = r->qt, kt = r->kt, vt = r->vt;
+    void *q16 = NULL, *k16 = NULL, *v16 = NULL;
+    if (t != MHA_F32) {
+        q16 = mha_alloc((size_t)(nq + 1) * 2);
+        k16 = mha_alloc((size_t)(nk + 1) * 2);
+        v16 = mha_alloc((size_t)(nv + 1) * 2);
+        assert_int_equal(mha_convert_from_f32(t, r->q, q16, (size_t)nq), MHA_OK);
+        assert_int_equal(mha_convert_from_f32(t, r->k, k16, (size_t)nk), MHA_OK);
+        assert_int_equal(mha_convert_from_f32(t, r->v, v16, (size_t)nv), MHA_OK);
+        qt.data = q16;
+        kt.data = k16;
+        vt.data = v16;
+        qt.dtype = kt.dtype = vt.dtype = t;
+    }
+    double *ref = malloc((size_t)(n + 1) * sizeof(double));
+    float *o = mha_alloc((size_t)(n + 1) * sizeof(float));
+    uint16_t *o16 = mha_alloc((size_t)(n + 1) * 2);
+    for (int64_t i = 0; i < n; i++) o[i] = NAN;       /* every row must be written */
+    for (int64_t i = 0; i <= n; i++) o16[i] = 0x7fc1; /* a NaN in bf16 and in fp16 */
+    assert_int_equal(mha_reference_ex(&p, &qt, &kt, &vt, &r->x, ref), MHA_OK);
+    size_t ws_bytes = 0;
+    assert_int_equal(mha_workspace_size(k, &p, opt, &ws_bytes), MHA_OK);
+    void *ws = mha_alloc(ws_bytes ? ws_bytes : 1);
+    mha_tensor_mut ot = mha_view_bnhd_mut(o, p.heads, p.total_q, dv);
+    if (t != MHA_F32) {
+        ot.data = o16;
+        ot.dtype = t;
+    }
+    if (mha_attend_ex(k, &p, opt, &qt, &kt, &vt, &r->x, &ot, ws, ws_bytes) != MHA_OK)
+        fail_msg("%s: %s", mha_kernel_name(k), mha_last_error());
+    if (t != MHA_F32) assert_int_equal(mha_convert_to_f32(t, o16, o, (size_t)n), MHA_OK);
+    double err = o16[n] == 0x7fc1 ? 0 : INFINITY; /* the guard past the end */
+    for (int64_t i = 0; i < n; i++) {
+        const double e = fabs((double)o[i] - ref[i]);
+        err = isnan(e) ? INFINITY : e > err ? e : err;
+    }
+    mha_free(ws);
+    mha_free(o);
+    mha_free(o16);
+    mha_free(q16);
+    mha_free(k16);
+    mha_free(v16);
+    free(ref);
+    return err;
+}
+
 /* The odd lengths: no queries, no keys, decode rows, chunks shorter than
  * their cache, more queries than keys (blind rows when causal). */
 static const int LQ[] = {0, 1, 7, 33, 1, 7, 33, 197, 5};
@@ -404,6 +462,58 @@ static void test_naive_vs_oracle(void **state) {
     }
 }
 
+/* Every other kernel that takes the packed layout (here: flash.*), on each
+ * config (window, softcap, sinks, d_v, MQA) and the odd lengths, fp32 and
+ * bf16/fp16, 1 and 2 threads, both splits, default and odd blocks, against
+ * the oracle. A kernel this CPU (or MHA_ISA) cannot run is skipped, said so. */
+static void test_packed_kernels(void **state) {
+    (void)state;
+    int ran = 0;
+    for (int i = 0; i < mha_kernel_count(); i++) {
+        const mha_kernel *k = mha_kernel_at(i);
+        if (!(mha_kernel_traits(k) & MHA_KT_PACKED) || !strcmp(mha_kernel_name(k), "naive"))
+            continue;
+        if (mha_kernel_supported(k) != MHA_OK) {
+            print_message("skipped %s: %s\n", mha_kernel_name(k), mha_last_error());
+            continue;
+        }
+        double worst[3] = {0, 0, 0};
+        static const mha_dtype types[] = {MHA_F32, MHA_BF16, MHA_F16};
+        for (int w = 0; w < NCONFIG; w++) {
+            const mha_problem base = config(w);
+            ragged pk;
+            make_packed(&pk, &base, NSEQ, LQ, LKV);
+            for (int ti = 0; ti < 3; ti++) {
+                if (!(mha_kernel_dtypes(k) & MHA_DTYPE_BIT(types[ti]))) continue;
+                for (int c = 0; c < 4; c++) {
+                    const mha_options opt = {.threads = 1 + (c & 1),
+                                             .split = c & 2 ? MHA_SPLIT_HEADS : MHA_SPLIT_AUTO,
+                                             .block_q = c == 3 ? 7 : 0,
+                                             .block_kv = c == 3 ? 5 : (c == 1 ? 16 : 0)};
+                    const double e = kernel_vs_oracle(k, &pk, &opt, types[ti]);
+                    /* fp32: summation order only; 16-bit: the output's rounding
+                     * (|out| < 1: half an ulp is 2^-9 bf16, 2^-12 fp16) */
+                    const double tol = types[ti] == MHA_F32    ? 2e-5
+                                       : types[ti] == MHA_BF16 ? 4e-3
+                                                               : 1e-3;
+                    if (!(e <= tol))
+                        fail_msg("%s packed, config %d, %s, threads %d, split %s, blocks %d/%d: "
+                                 "max error %g (tol %g)",
+                                 mha_kernel_name(k), w, mha_dtype_name(types[ti]), opt.threads,
+                                 c & 2 ? "heads" : "auto", opt.block_q, opt.block_kv, e, tol);
+                    worst[ti] = e > worst[ti] ? e : worst[ti];
+                    ran++;
+                }
+            }
+            free_ragged(&pk, 0);
+        }
+        print_message("%s packed: worst error fp32 %.3g, bf16 %.3g, fp16 %.3g\n",
+                      mha_kernel_name(k), worst[0], worst[1], worst[2]);
+    }
+    print_message("%d kernel runs against the oracle\n", ran);
+    if (!ran) skip(); /* nothing judged is not a pass */
+}
+
 /* A sequence whose queries see no key is zeros, with a sink or without. */
 static void test_no_key_rows_zero(void **state) {
     (void)state;
@@ -464,7 +574,12 @@ static void test_others_refuse(void **state) {
             const unsigned bit = l == 0 ? MHA_KT_PACKED : MHA_KT_PAGED;
             size_t ws = 0;
             if (mha_kernel_traits(k) & bit) {
-                assert_string_equal(mha_kernel_name(k), "naive");
+                /* packed: naive and flash.scalar/avx2/avx512 (flash.* of
+                 * fp32 storage); paged: naive alone */
+                const char *name = mha_kernel_name(k);
+                assert_true(!strcmp(name, "naive") || (l == 0 && (!strcmp(name, "flash.scalar") ||
+                                                                  !strcmp(name, "flash.avx2") ||
+                                                                  !strcmp(name, "flash.avx512"))));
                 assert_int_equal(mha_kernel_takes(k, &r->p), MHA_OK);
                 takers++;
                 continue;
@@ -487,7 +602,7 @@ static void test_others_refuse(void **state) {
         assert_int_equal(mha_select(&r->p, &(mha_options){.threads = 1}, &s), MHA_OK);
         assert_int_equal(mha_kernel_takes(s.kernel, &r->p), MHA_OK);
     }
-    assert_int_equal(takers, 2);
+    assert_int_equal(takers, 5);
     /* an int8 (or bf16, fp16) cache: the oracle takes it, naive refuses it by its dtypes */
     ragged p8;
     make_paged(&p8, &pk, 16, 1);
@@ -504,7 +619,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_oracle_vs_dense),  cmocka_unit_test(test_naive_vs_oracle),
         cmocka_unit_test(test_no_key_rows_zero), cmocka_unit_test(test_flops_per_sequence),
-        cmocka_unit_test(test_others_refuse),
+        cmocka_unit_test(test_others_refuse),    cmocka_unit_test(test_packed_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

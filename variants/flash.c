@@ -331,6 +331,82 @@ static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb
     PHASE(PHASE_PACK);
 }
 
+/* ---- the packed ragged batch -------------------------------------------------------------
+ * Sequence b of a packed problem as a dense problem of its own: batch 1, its
+ * lengths (so the mask helpers align it bottom-right), q, k, v and out views
+ * starting at its first row (no copy). The workspace plan stays the one of
+ * the bounds (seq_q, seq_kv), which covers every sequence. */
+typedef struct {
+    mha_problem p;
+    mha_tensor q, k, v;
+    mha_tensor_mut out;
+    flash_ctx x;
+} flash_seq;
+
+static void seq_view(const flash_ctx *x, const mha_extras *ex, int64_t b, flash_seq *s) {
+    const mha_seq sq = mha_seq_of(x->p, ex, b);
+    s->p = *x->p;
+    s->p.layout = MHA_LAYOUT_DENSE;
+    s->p.batch = 1;
+    s->p.seq_q = sq.nq;
+    s->p.seq_kv = sq.nkv;
+    s->p.total_q = s->p.total_kv = 0;
+    s->q = *x->q;
+    s->k = *x->k;
+    s->v = *x->v;
+    s->out = *x->out;
+    s->q.data =
+        (const char *)x->q->data + sq.q0 * x->q->stride_n * (int64_t)mha_dtype_size(x->q->dtype);
+    s->k.data =
+        (const char *)x->k->data + sq.kv0 * x->k->stride_n * (int64_t)mha_dtype_size(x->k->dtype);
+    s->v.data =
+        (const char *)x->v->data + sq.kv0 * x->v->stride_n * (int64_t)mha_dtype_size(x->v->dtype);
+    s->out.data =
+        (char *)x->out->data + sq.q0 * x->out->stride_n * (int64_t)mha_dtype_size(x->out->dtype);
+    s->x = *x;
+    s->x.p = &s->p;
+    s->x.off = sq.nkv - sq.nq;
+    s->x.q = &s->q;
+    s->x.k = &s->k;
+    s->x.v = &s->v;
+    s->x.out = &s->out;
+}
+
+/* Balanced by work, not by sequence: the tasks are (query block, sequence,
+ * head), the last query blocks of every sequence first, so the longest
+ * sequences' blocks (which exist only there, and under a causal mask or
+ * against a long cache cost the most) are handed out before the short
+ * sequences' single blocks fill the gaps (the dynamic schedule's
+ * longest-first). A task past its sequence's blocks costs a test. With
+ * split = heads, one (sequence, head) per task, its blocks in order. */
+static void packed_run(const flash_ctx *x, const mha_extras *ex,
+                       void (*block)(const flash_ctx *, int64_t, int64_t, int64_t, char *),
+                       int by_heads, int threads, void *workspace) {
+    const mha_problem *p = x->p;
+    const int64_t H = p->heads, B = p->batch, bq = x->L.bq;
+    const int64_t nqb = (p->seq_q + bq - 1) / bq, pairs = B * H;
+    if (by_heads) {
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+        for (int64_t bh = 0; bh < pairs; bh++) {
+            char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x->L.per_thread;
+            flash_seq s;
+            seq_view(x, ex, bh / H, &s);
+            for (int64_t qb = 0; qb * bq < s.p.seq_q; qb++) block(&s.x, 0, bh % H, qb, ws);
+        }
+        return;
+    }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t it = 0; it < nqb * pairs; it++) {
+        const int64_t qb = nqb - 1 - it / pairs, b = it % pairs / H, h = it % H;
+        const int64_t nq = (int64_t)ex->cu_seqlens_q[b + 1] - ex->cu_seqlens_q[b];
+        if (qb * bq >= nq) continue;
+        char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x->L.per_thread;
+        flash_seq s;
+        seq_view(x, ex, b, &s);
+        block(&s.x, 0, h, qb, ws);
+    }
+}
+
 mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options *o, int threads,
                                          const mha_tensor *q, const mha_tensor *k,
                                          const mha_tensor *v, const mha_extras *ex,
@@ -342,6 +418,10 @@ mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options
     void (*block)(const flash_ctx *, int64_t, int64_t, int64_t, char *) =
         p->window || p->softcap > 0 || p->sinks ? flash_block_var : flash_block;
     const int64_t H = p->heads, nqb = (p->seq_q + x.L.bq - 1) / x.L.bq, pairs = p->batch * H;
+    if (p->layout == MHA_LAYOUT_PACKED) {
+        packed_run(&x, ex, block, o->split == MHA_SPLIT_HEADS, threads, workspace);
+        return MHA_OK;
+    }
     if (o->split == MHA_SPLIT_HEADS) {
         /* Per-head parallel: one (batch, head) per task, its query blocks in order. */
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)

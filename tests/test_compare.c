@@ -984,19 +984,21 @@ static void test_calibrate(void **state) {
 }
 
 /* A fake mhabench for --ab: logs its arguments, then copies a prepared result
- * file to its --out argument (or fails with status 3 when src is NULL). */
+ * file to its --out argument (or fails with status 3 when src is NULL); a
+ * tag in lower case sleeps 0.3 s first (a sweep that takes time). */
 static void write_fake(const char *script, const char *tag, const char *src) {
     FILE *f = fopen(script, "w");
     assert_non_null(f);
     fprintf(f,
             "#!/bin/sh\n"
+            "%s"
             "echo \"%s $*\" >> '%s/calls.log'\n"
             "out=\n"
             "while [ $# -gt 0 ]; do\n"
             "  case \"$1\" in --out) out=\"$2\"; shift;; esac\n"
             "  shift\n"
             "done\n",
-            tag, g_tmp);
+            tag[0] >= 'a' && tag[0] <= 'z' ? "sleep 0.3\n" : "", tag, g_tmp);
     if (src)
         fprintf(f, "cp '%s' \"$out\"\n", src);
     else
@@ -1033,13 +1035,14 @@ static void test_ab(void **state) {
     assert_int_equal(json_object_get_int(get(bench_at(r, 1), "base_repetitions")), 27);
     assert_int_equal(json_object_get_int(get(bench_at(r, 1), "new_repetitions")), 27);
     json_object_put(r);
-    /* ABBA: A B, B A, A B (odd rounds run B first), each a ci sweep with
-     * the extra arguments. */
+    /* The Thue-Morse order: A B, B A, B A (a round runs B first when its
+     * number has odd parity), each a ci sweep with the extra arguments and,
+     * under --rounds, the preset's own repetitions. */
     snprintf(calls, sizeof calls, "%s/calls.log", g_tmp);
-    char log[4096];
+    char log[8192];
     tu_slurp(calls, log, sizeof log);
     const char *line = log;
-    static const char order[] = "ABBAAB";
+    static const char order[] = "ABBABA";
     for (int i = 0; i < 6; i++) {
         assert_int_equal(line[0], order[i]);
         assert_true(strncmp(line + 1, " sweep --preset ci --out ", 25) == 0);
@@ -1047,10 +1050,53 @@ static void test_ab(void **state) {
         assert_non_null(nl);
         assert_non_null(strstr(line, "--kernels flash.avx2"));
         assert_true(strstr(line, "--kernels") < nl);
+        const char *reps = strstr(line, "--repetitions");
+        assert_true(reps == NULL || reps > nl);
         line = nl + 1;
     }
     assert_int_equal(*line, '\0');
     assert_int_equal(tu_count_entries(tmpdir), 0); /* temporary files cleaned up */
+
+    /* Under the budget: at least four rounds of 3-repetition sweeps, in the
+     * order ABBA BAAB (here each sweep takes 0.3 s, so a 1.1 s budget stops
+     * at the minimum). */
+    const char *ta = tmp_path("old_t.sh"), *tb = tmp_path("new_t.sh");
+    write_fake(ta, "a", ra);
+    write_fake(tb, "b", rb);
+    unlink(calls);
+    EXPECT_EXIT(1, run_bench("compare", "--ab", ta, tb, "--budget", "1.1", NULL));
+    EXPECT_IN(g_err, "at least 4 rounds of 3 repetitions");
+    tu_slurp(calls, log, sizeof log);
+    line = log;
+    static const char order4[] = "abbabaab";
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(line[0], order4[i]);
+        const char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        const char *reps = strstr(line, " --repetitions 3");
+        assert_true(reps != NULL && reps < nl);
+        line = nl + 1;
+    }
+    assert_int_equal(*line, '\0');
+    /* Repetitions asked for: the sweeps get those alone, at least 2 rounds. */
+    unlink(calls);
+    EXPECT_EXIT(1, run_bench("compare", "--ab", ta, tb, "--budget", "1.1", "--", "--repetitions",
+                             "9", NULL));
+    EXPECT_IN(g_err, "at least 2 rounds)");
+    tu_slurp(calls, log, sizeof log);
+    line = log;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(line[0], "abba"[i]);
+        const char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        const char *reps = strstr(line, "--repetitions");
+        assert_true(reps != NULL && reps < nl && strncmp(reps, "--repetitions 9", 15) == 0);
+        assert_true(strstr(reps + 1, "--repetitions") == NULL ||
+                    strstr(reps + 1, "--repetitions") > nl);
+        line = nl + 1;
+    }
+    assert_int_equal(*line, '\0');
+    assert_int_equal(tu_count_entries(tmpdir), 0);
 
     /* The same build on both sides: no regression (table output). */
     EXPECT_EXIT(0, run_bench("compare", "--ab", sa, sa, "--rounds", "2", NULL));

@@ -31,6 +31,16 @@ static void show_log(const char *log) {
     free(text);
 }
 
+/* Whether the sweep arguments ask for a number of repetitions (the sweep's
+ * --repetitions, or Google Benchmark's flag after --). */
+static int sets_repetitions(char **args, int n) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(args[i], "--repetitions") == 0 || strncmp(args[i], "--repetitions=", 14) == 0 ||
+            strncmp(args[i], "--benchmark_repetitions=", 24) == 0)
+            return 1;
+    return 0;
+}
+
 int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget, char **sweep_args,
            int nsweep, const settings *s) {
     const char *bins[2] = {old_bin, new_bin};
@@ -66,19 +76,38 @@ int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget, 
     const double t0 = now_s();
     int done = 0;
     const int max_rounds = rounds > 0 ? rounds : MAX_ROUNDS;
-    if (rounds <= 0)
+    /* Under the budget (no --rounds) and with no repetitions asked for, more
+     * and shorter rounds: AB_ROUND_REPS repetitions a sweep, at least
+     * AB_MIN_SHORT_ROUNDS rounds, so a host episode as long as a sweep falls
+     * on one short sweep, and the 4-round order cancels a quadratic trend. */
+    const int short_rounds = rounds <= 0 && !sets_repetitions(sweep_args, nsweep);
+    const int min_rounds = short_rounds ? AB_MIN_SHORT_ROUNDS : AB_MIN_ROUNDS;
+    char reps_arg[16];
+    snprintf(reps_arg, sizeof reps_arg, "%d", AB_ROUND_REPS);
+    if (rounds <= 0 && short_rounds)
+        fprintf(stderr,
+                "mhabench: compare: --ab: budget %g s (at least %d rounds of %d repetitions a "
+                "sweep)\n",
+                budget, min_rounds, AB_ROUND_REPS);
+    else if (rounds <= 0)
         fprintf(stderr, "mhabench: compare: --ab: budget %g s (at least %d rounds)\n", budget,
-                AB_MIN_ROUNDS);
+                min_rounds);
     for (int r = 0; r < max_rounds && rc == 0; r++) {
-        if (rounds <= 0 && r >= AB_MIN_ROUNDS) {
+        if (rounds <= 0 && r >= min_rounds) {
             const double spent = now_s() - t0, per = spent / r;
             if (spent + per > budget) break;
         }
         done = r + 1;
-        /* ABBA: odd rounds run B first, so whatever favours the first (or
-         * the second) sweep of a round falls on both sides alike. */
+        /* The sweeps follow the Thue-Morse sequence (A B B A B A A B ...):
+         * sweep k runs B when k has an odd number of 1 bits. Over 2 rounds
+         * that is ABBA, which cancels a linear trend in the host's speed;
+         * over 4 rounds (ABBA BAAB) the positions of A and B have equal sums
+         * and equal sums of squares, so a quadratic one cancels too (the
+         * A/A pairs of 2-round ABBA showed one: the middle sweeps ran faster,
+         * which favours B). Round r runs B first when r has odd parity. */
+        const int b_first = __builtin_parity((unsigned)r);
         for (int turn = 0; turn < 2 && rc == 0; turn++) {
-            const int side = r % 2 ? 1 - turn : turn;
+            const int side = b_first ? 1 - turn : turn;
             snprintf(out, sizeof out, "%s/%c%d.json", dir, side ? 'B' : 'A', r);
             int a = 0;
             argv[a++] = (char *)bins[side];
@@ -87,6 +116,10 @@ int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget, 
             argv[a++] = "ci";
             argv[a++] = "--out";
             argv[a++] = out;
+            if (short_rounds) {
+                argv[a++] = "--repetitions";
+                argv[a++] = reps_arg;
+            }
             for (int i = 0; i < nsweep; i++) argv[a++] = sweep_args[i];
             argv[a] = NULL;
             if (rounds > 0)

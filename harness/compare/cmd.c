@@ -55,10 +55,11 @@ static const opt_row ROWS[] = {
     {"baseline-dir", required_argument, O_DIR, 0, "DIR", 0,
      "where baselines live (default " DEFAULT_BASELINE_DIR ")"},
     {"ab", no_argument, O_AB, 0, NULL, 0,
-     "run OLD and NEW `sweep --preset ci` alternately (A B A B ...), pool each side's "
+     "run OLD and NEW `sweep --preset ci` alternately (A B B A B A A B ...), pool each side's "
      "repetitions, compare NEW against OLD"},
     {"budget", required_argument, O_BUDGET, 0, "S", 0,
-     "--ab: rounds continue while another fits in S seconds (default 120, at least 2 rounds)"},
+     "--ab: rounds continue while another fits in S seconds (default 120; at least 4 rounds of "
+     "3 repetitions a sweep, or 2 rounds where the sweep arguments set --repetitions)"},
     {"rounds", required_argument, O_ROUNDS, 0, "R", 0,
      "--ab: exactly R rounds instead of the budget"},
     {"calibrate", no_argument, O_CALIBRATE, 0, NULL, 0,

@@ -31,16 +31,6 @@ static void show_log(const char *log) {
     free(text);
 }
 
-/* Whether the sweep arguments ask for a number of repetitions (the sweep's
- * --repetitions, or Google Benchmark's flag after --). */
-static int sets_repetitions(char **args, int n) {
-    for (int i = 0; i < n; i++)
-        if (strcmp(args[i], "--repetitions") == 0 || strncmp(args[i], "--repetitions=", 14) == 0 ||
-            strncmp(args[i], "--benchmark_repetitions=", 24) == 0)
-            return 1;
-    return 0;
-}
-
 int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget, char **sweep_args,
            int nsweep, const settings *s) {
     const char *bins[2] = {old_bin, new_bin};
@@ -76,24 +66,11 @@ int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget, 
     const double t0 = now_s();
     int done = 0;
     const int max_rounds = rounds > 0 ? rounds : MAX_ROUNDS;
-    /* Under the budget (no --rounds) and with no repetitions asked for, more
-     * and shorter rounds: AB_ROUND_REPS repetitions a sweep, at least
-     * AB_MIN_SHORT_ROUNDS rounds, so a host episode as long as a sweep falls
-     * on one short sweep, and the 4-round order cancels a quadratic trend. */
-    const int short_rounds = rounds <= 0 && !sets_repetitions(sweep_args, nsweep);
-    const int min_rounds = short_rounds ? AB_MIN_SHORT_ROUNDS : AB_MIN_ROUNDS;
-    char reps_arg[16];
-    snprintf(reps_arg, sizeof reps_arg, "%d", AB_ROUND_REPS);
-    if (rounds <= 0 && short_rounds)
-        fprintf(stderr,
-                "mhabench: compare: --ab: budget %g s (at least %d rounds of %d repetitions a "
-                "sweep)\n",
-                budget, min_rounds, AB_ROUND_REPS);
-    else if (rounds <= 0)
+    if (rounds <= 0)
         fprintf(stderr, "mhabench: compare: --ab: budget %g s (at least %d rounds)\n", budget,
-                min_rounds);
+                AB_MIN_ROUNDS);
     for (int r = 0; r < max_rounds && rc == 0; r++) {
-        if (rounds <= 0 && r >= min_rounds) {
+        if (rounds <= 0 && r >= AB_MIN_ROUNDS) {
             const double spent = now_s() - t0, per = spent / r;
             if (spent + per > budget) break;
         }
@@ -116,10 +93,6 @@ int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget, 
             argv[a++] = "ci";
             argv[a++] = "--out";
             argv[a++] = out;
-            if (short_rounds) {
-                argv[a++] = "--repetitions";
-                argv[a++] = reps_arg;
-            }
             for (int i = 0; i < nsweep; i++) argv[a++] = sweep_args[i];
             argv[a] = NULL;
             if (rounds > 0)

@@ -58,8 +58,7 @@ static const opt_row ROWS[] = {
      "run OLD and NEW `sweep --preset ci` alternately (A B B A B A A B ...), pool each side's "
      "repetitions, compare NEW against OLD"},
     {"budget", required_argument, O_BUDGET, 0, "S", 0,
-     "--ab: rounds continue while another fits in S seconds (default 120; at least 4 rounds of "
-     "3 repetitions a sweep, or 2 rounds where the sweep arguments set --repetitions)"},
+     "--ab: rounds continue while another fits in S seconds (default 120, at least 2 rounds)"},
     {"rounds", required_argument, O_ROUNDS, 0, "R", 0,
      "--ab: exactly R rounds instead of the budget"},
     {"calibrate", no_argument, O_CALIBRATE, 0, NULL, 0,

@@ -212,10 +212,7 @@ int save_noreplace(const char *dir, const char *key, const char *suffix, const c
  * spread includes the real change). A 5% slowdown measured +4.1..+5.3% in
  * 2-round A/Bs on the Zen 4 VM, so a 5% gate would miss half of them. */
 #define AB_DEFAULT_THRESHOLD 3.0
-/* With --repetitions (or --benchmark_repetitions) among the sweep arguments
- * the budget runs at least AB_MIN_ROUNDS rounds of them; without, at least
- * AB_MIN_SHORT_ROUNDS rounds of AB_ROUND_REPS repetitions a sweep (ab.c). */
-enum { AB_MIN_ROUNDS = 2, AB_MIN_SHORT_ROUNDS = 4, AB_ROUND_REPS = 3 };
+enum { AB_MIN_ROUNDS = 2 };
 int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget, char **sweep_args,
            int nsweep, const settings *s);
 

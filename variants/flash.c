@@ -343,29 +343,27 @@ typedef struct {
     flash_ctx x;
 } flash_seq;
 
-static void seq_view(const flash_ctx *x, const mha_extras *ex, int64_t b, flash_seq *s) {
-    const mha_seq sq = mha_seq_of(x->p, ex, b);
+/* Row r of a tensor or of the output (the fields of either): its first element. */
+#define ROW_OF(t, r) ((char *)(t)->data + (r) * (t)->stride_n * (int64_t)mha_dtype_size((t)->dtype))
+
+static void seq_view(const flash_ctx *x, const mha_seq *sq, flash_seq *s) {
     s->p = *x->p;
     s->p.layout = MHA_LAYOUT_DENSE;
     s->p.batch = 1;
-    s->p.seq_q = sq.nq;
-    s->p.seq_kv = sq.nkv;
+    s->p.seq_q = sq->nq;
+    s->p.seq_kv = sq->nkv;
     s->p.total_q = s->p.total_kv = 0;
     s->q = *x->q;
     s->k = *x->k;
     s->v = *x->v;
     s->out = *x->out;
-    s->q.data =
-        (const char *)x->q->data + sq.q0 * x->q->stride_n * (int64_t)mha_dtype_size(x->q->dtype);
-    s->k.data =
-        (const char *)x->k->data + sq.kv0 * x->k->stride_n * (int64_t)mha_dtype_size(x->k->dtype);
-    s->v.data =
-        (const char *)x->v->data + sq.kv0 * x->v->stride_n * (int64_t)mha_dtype_size(x->v->dtype);
-    s->out.data =
-        (char *)x->out->data + sq.q0 * x->out->stride_n * (int64_t)mha_dtype_size(x->out->dtype);
+    s->q.data = ROW_OF(x->q, sq->q0);
+    s->k.data = ROW_OF(x->k, sq->kv0);
+    s->v.data = ROW_OF(x->v, sq->kv0);
+    s->out.data = ROW_OF(x->out, sq->q0);
     s->x = *x;
     s->x.p = &s->p;
-    s->x.off = sq.nkv - sq.nq;
+    s->x.off = sq->nkv - sq->nq;
     s->x.q = &s->q;
     s->x.k = &s->k;
     s->x.v = &s->v;
@@ -389,8 +387,9 @@ static void packed_run(const flash_ctx *x, const mha_extras *ex,
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
         for (int64_t bh = 0; bh < pairs; bh++) {
             char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x->L.per_thread;
+            const mha_seq sq = mha_seq_of(p, ex, bh / H);
             flash_seq s;
-            seq_view(x, ex, bh / H, &s);
+            seq_view(x, &sq, &s);
             for (int64_t qb = 0; qb * bq < s.p.seq_q; qb++) block(&s.x, 0, bh % H, qb, ws);
         }
         return;
@@ -398,11 +397,11 @@ static void packed_run(const flash_ctx *x, const mha_extras *ex,
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
     for (int64_t it = 0; it < nqb * pairs; it++) {
         const int64_t qb = nqb - 1 - it / pairs, b = it % pairs / H, h = it % H;
-        const int64_t nq = (int64_t)ex->cu_seqlens_q[b + 1] - ex->cu_seqlens_q[b];
-        if (qb * bq >= nq) continue;
+        const mha_seq sq = mha_seq_of(p, ex, b);
+        if (qb * bq >= sq.nq) continue;
         char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x->L.per_thread;
         flash_seq s;
-        seq_view(x, ex, b, &s);
+        seq_view(x, &sq, &s);
         block(&s.x, 0, h, qb, ws);
     }
 }

@@ -263,33 +263,6 @@ static void oracle_vs_dense(const ragged *r, const char *what) {
     free(want);
 }
 
-/* naive on r against the oracle: max |error| (inf for NaN). */
-static double naive_vs_oracle(const ragged *r) {
-    const mha_kernel *k = mha_kernel_find("naive");
-    const int64_t n = r->p.total_q * r->p.heads * mha_problem_head_dim_v(&r->p);
-    double *ref = malloc((size_t)(n + 1) * sizeof(double));
-    float *o = mha_alloc((size_t)(n + 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) o[i] = NAN; /* every row must be written */
-    assert_int_equal(mha_reference_ex(&r->p, &r->qt, &r->kt, &r->vt, &r->x, ref), MHA_OK);
-    const mha_options opt = {.threads = 2};
-    size_t ws_bytes = 0;
-    assert_int_equal(mha_workspace_size(k, &r->p, &opt, &ws_bytes), MHA_OK);
-    void *ws = mha_alloc(ws_bytes);
-    const mha_tensor_mut ot =
-        mha_view_bnhd_mut(o, r->p.heads, r->p.total_q, mha_problem_head_dim_v(&r->p));
-    if (mha_attend_ex(k, &r->p, &opt, &r->qt, &r->kt, &r->vt, &r->x, &ot, ws, ws_bytes) != MHA_OK)
-        fail_msg("naive: %s", mha_last_error());
-    double err = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const double e = fabs((double)o[i] - ref[i]);
-        err = isnan(e) ? INFINITY : e > err ? e : err;
-    }
-    mha_free(ws);
-    mha_free(o);
-    free(ref);
-    return err;
-}
-
 /* Kernel k on r (its q, k, v in dtype t: fp32, or bf16/fp16 copies), with
  * options opt, against the oracle on the same inputs: max |error| (inf for
  * NaN, and for a row left unwritten: the output starts as NaN). */
@@ -300,10 +273,10 @@ static double kernel_vs_oracle(const mha_kernel *k, const ragged *r, const mha_o
                   nk = r->p.total_kv * r->p.kv_heads * r->p.head_dim,
                   nv = r->p.total_kv * r->p.kv_heads * dv;
     mha_problem p = r->p;
-    p.dtype = p.kv_dtype = t;
     mha_tensor qt = r->qt, kt = r->kt, vt = r->vt;
     void *q16 = NULL, *k16 = NULL, *v16 = NULL;
-    if (t != MHA_F32) {
+    if (t != MHA_F32) { /* packed r only: its k and v are [Tkv,G,d] */
+        p.dtype = p.kv_dtype = t;
         q16 = mha_alloc((size_t)(nq + 1) * 2);
         k16 = mha_alloc((size_t)(nk + 1) * 2);
         v16 = mha_alloc((size_t)(nv + 1) * 2);
@@ -345,6 +318,12 @@ static double kernel_vs_oracle(const mha_kernel *k, const ragged *r, const mha_o
     mha_free(v16);
     free(ref);
     return err;
+}
+
+/* naive on r against the oracle at 2 threads: max |error| (inf for NaN). */
+static double naive_vs_oracle(const ragged *r) {
+    const mha_options opt = {.threads = 2};
+    return kernel_vs_oracle(mha_kernel_find("naive"), r, &opt, MHA_F32);
 }
 
 /* The odd lengths: no queries, no keys, decode rows, chunks shorter than

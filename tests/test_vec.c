@@ -60,6 +60,51 @@ static void test_accuracy(void **state) {
     assert_true(e2 <= 4.0);
 }
 
+/* The degree-3 exp2 of the bf16 kernels' P (kernels/vec_avx512bf16.h, which
+ * harness/check.c's tolerance cites): relative error within the stated
+ * 7.5e-5 over [-126, 0], -inf and below -200 give 0, NaN stays NaN. Built
+ * for AVX512_BF16 here, run where the CPU has it. */
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")
+#include "../kernels/vec_avx512bf16.h"
+static void exp2_bf16_array(const float *x, float *y, int n) {
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 k = (__mmask16)(n - j >= 16 ? 0xffff : (1u << (n - j)) - 1u);
+        _mm512_mask_storeu_ps(y + j, k, vexp2_nonpos_bf16(_mm512_maskz_loadu_ps(k, x + j)));
+    }
+}
+#pragma GCC pop_options
+
+static void test_exp2_bf16(void **state) {
+    (void)state;
+    if (mha_isa_active() < MHA_ISA_AVX512BF16) {
+        print_message("skipping: avx512bf16 not available here (or capped by MHA_ISA)\n");
+        skip();
+    }
+    enum { N = 400003 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    assert_non_null(x);
+    assert_non_null(y);
+    for (int j = 0; j < N; j++) x[j] = (float)(-126.0 * j / (N - 1));
+    exp2_bf16_array(x, y, N);
+    double worst = 0;
+    for (int j = 0; j < N; j++) {
+        const double want = exp2((double)x[j]);
+        worst = fmax(worst, fabs((double)y[j] - want) / want);
+    }
+    print_message("vexp2_nonpos_bf16: max relative error %.5g over [-126, 0]\n", worst);
+    assert_true(worst <= MHA_EXP2_BF16_REL);
+    assert_true(worst > 1e-5); /* it is the short polynomial, not the full one */
+    const float e[] = {-INFINITY, -1000.0f, -200.5f, NAN, 0.0f};
+    float r[5];
+    exp2_bf16_array(e, r, 5);
+    assert_true(r[0] == 0.0f && r[1] == 0.0f && r[2] == 0.0f);
+    assert_true(isnan(r[3]));
+    assert_true(fabs(r[4] - 1.0) <= MHA_EXP2_BF16_REL);
+    free(x);
+    free(y);
+}
+
 static void test_edges(void **state) {
     const int i = (int)(intptr_t)*state;
     if ((mha_isa)i > mha_isa_active()) skip();
@@ -97,7 +142,7 @@ static void test_ops_table(void **state) {
 }
 
 int main(void) {
-    enum { N = 2 * MHA_ISA_COUNT + 1 };
+    enum { N = 2 * MHA_ISA_COUNT + 2 };
     struct CMUnitTest tests[N];
     static char names[N][32];
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
@@ -107,6 +152,7 @@ int main(void) {
         tests[MHA_ISA_COUNT + i] = (struct CMUnitTest){names[MHA_ISA_COUNT + i], test_edges, NULL,
                                                        NULL, (void *)(intptr_t)i};
     }
-    tests[N - 1] = (struct CMUnitTest){"ops_table", test_ops_table, NULL, NULL, NULL};
+    tests[N - 2] = (struct CMUnitTest){"ops_table", test_ops_table, NULL, NULL, NULL};
+    tests[N - 1] = (struct CMUnitTest){"exp2_bf16", test_exp2_bf16, NULL, NULL, NULL};
     return _cmocka_run_group_tests("vec", tests, N, NULL, NULL);
 }

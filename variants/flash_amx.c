@@ -1,86 +1,184 @@
 /* flash_amx.c - kernels flash.amx and flash.amxemu: flash.avx512bf16's
  * problems (bf16/fp16 Q/O and K/V, any pair; fp16 rounded to bf16 while
- * packing) with both products on AMX tiles (kernels/tile.h). One source,
- * built twice: with the instructions (level amx, mha_flash__amx) and against
- * the emulation (MHA_TILE_EMU, mha_flash__amxemu: a verification kernel for
- * any avx512bf16 machine, never swept, tuned or selected).
+ * packing; every variant: window, softcap, sinks, head_dim_v) with both
+ * products on AMX tiles (kernels/tile.h). One source, built twice: with the
+ * instructions (level amx, mha_flash__amx) and against the emulation
+ * (MHA_TILE_EMU, mha_flash__amxemu: a verification kernel for any
+ * avx512bf16 machine, never swept, tuned or selected).
  *
- * Per (batch, head, query block): Q rows as bf16 with head_dim padded to 32
- * (the A operand of S = Q K^T). Per KV block: K^T as pairs along head_dim
- * with the keys along a row (the VNNI B operand) and V as pairs of keys (B of
- * O = P V), keys padded to 32 with zeros (P = 0 and V = 0 there). Every tile
- * is 16 x 64 bytes and the products are 2x2 (four accumulators, two A and
- * two B tiles), so queries, keys and head_dim are all padded to 32. S is
- * stored as fp32; the online softmax runs per query row on AVX-512 fp32
- * (flash.c's lazy reference max, exp2 in log2 units) and writes P rounded to
- * bf16 straight into P.V's A layout (a row of keys is a row of pairs). O
- * stays in fp32 memory: rescaled by alpha per row, then loaded into the
- * accumulators, added to and stored per KV block. Causal: KV blocks past the
- * last visible key are never visited and 32 x 32 products with every score
- * masked are skipped. K/V of a GQA group are read in place through the
- * group's head (no copies). Each OpenMP thread loads the tile configuration
- * inside the parallel region and releases the tiles at its end.
- * The variants (mha.h): head_dim_v sizes V's pack and O; a window streams only the KV blocks a
- * query block's rows see and each row's softmax takes its visible keys
- * [lo, hi) of the block; a softcap caps the scaled scores (natural units)
- * before the mask; a sink starts each row at m = sink, l = 1. */
+ * K and V of a (batch, KV head) are packed once into the layouts the tiles
+ * read: K^T as 16-key panels of head-dim pairs (the VNNI B operand of
+ * S = Q K^T; a 16 x 16 dword transpose per panel and 32 head-dim elements)
+ * and V as pairs of keys per 16 columns (the B operand of O = P V); every
+ * tile is then 1 KiB of contiguous memory (rows 64 bytes apart) and the
+ * pack serves every query block and every head of a GQA group. Keys are
+ * padded to 32 with zeros, head dims to 32. Where the packs live and who
+ * makes them: amx_per_group.
+ *
+ * Per (batch, head, query block): Q is packed once into A tiles; then for
+ * each KV block and each 32-row sub-block: S (2 x 2 tiles of 16 x 16, four
+ * accumulators) over the 32-key chunks the rows see, stored as fp32 tiles;
+ * the online softmax per row on AVX-512 in fp32 (the scale folded into the
+ * exponent's FMA, a lazy reference max, one pass where the max need not
+ * move, a degree-3 exp2 since P is rounded to bf16 next) writing P straight
+ * into A tiles; O (fp32 tiles in memory) rescaled by alpha per row where the
+ * max moved, then O += P V. Causal and window: a sub-block visits only the
+ * key chunks its rows see; each row's softmax takes its own keys [lo, hi).
+ * Each OpenMP thread loads the tile configuration before its first tile
+ * instruction and releases the tiles at the end of the region. The
+ * measurements behind these choices: docs/amx.md. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "bf16_pack.h"
 #include "internal.h"
+#include "phase.h"
 #include "ukernels.h"
 #include "flash_var.h"
 
 #include "tile.h"
+#include "tile_pack.h"
 
 #ifndef __AVX512BF16__
 #error "flash_amx.c needs AVX512_BF16 (its softmax and packs)"
 #endif
 
 #define LOG2E 1.44269504088896341f
-#define AMX_BQ 64 /* defaults when the options leave blocks at 0 */
-#define AMX_BK 64
+#define AMX_BQ 64     /* defaults when the options leave blocks at 0 */
+#define AMX_BK 256    /* (mha_attend resolves them first: the cache model or a table) */
+#define PACK_CHUNKS 8 /* 32-key chunks per packing task */
 
 static int64_t up32(int64_t x) {
     return (x + 31) / 32 * 32;
 }
 
 typedef struct {
-    int64_t bq, bqp, bk, bkp, dp, dv;
-    size_t qa, kt, vp, s, pa, ob, vec, per_thread; /* byte sizes, each 64-aligned */
+    int per_group; /* amx_per_group: packs per thread, a task per KV head */
+    /* dc: 32-element chunks of d, vc: 16-column groups of dv */
+    int64_t bq, nqp, bk, dp, dvp, nkp, dc, vc;
+    size_t kt_head, vp_head, shared;       /* bytes: the packs of one (batch, KV head), all */
+    size_t qa, s, pa, ob, vec, per_thread; /* bytes, each 64-aligned */
 } amx_layout;
 
-/* The one plan of the workspace. Per thread: Qa (bqp x dp bf16), Kt (dp/2 x
- * bkp pair words), Vp (bkp/2 x dv pair words), S (bqp x bkp fp32), Pa (bqp
- * x bkp bf16), O (bqp x dv fp32) and the per-query m, l. */
-static amx_layout amx_plan(const mha_problem *p, const mha_options *o) {
+/* The two ways to share the work. Per KV group (split = heads, and auto
+ * where there are at least 4 (batch, KV head) pairs per thread): a task is a
+ * (batch, KV head) with every query block of its heads, and it packs that
+ * head's K and V into the thread's own buffer first, which the L2 then
+ * holds for the whole task. Per query block (split = query blocks, and
+ * auto with fewer pairs): a task is a (batch, head, query block) and every
+ * (batch, KV head) is packed once, in parallel, into the shared part of the
+ * workspace before any task starts. */
+static int amx_per_group(const mha_problem *p, const mha_options *o, int threads) {
+    if (o->split != MHA_SPLIT_AUTO) return o->split == MHA_SPLIT_HEADS;
+    return p->batch * p->kv_heads >= 4 * (int64_t)threads;
+}
+
+/* The one plan of the workspace. Packs of a (batch, KV head): K^T (nkp x dp
+ * bf16) and V (nkp x dvp bf16), one per thread or one per pair (shared).
+ * Per thread besides: Qa (nqp x dp bf16), S (32 x bk fp32), Pa (32 x bk
+ * bf16), O (nqp x dvp fp32) and the per-query m and l (16 lanes each). The KV block is a
+ * multiple of 32 (the pack's chunks): block_kv rounds up. */
+static amx_layout amx_plan(const mha_problem *p, const mha_options *o, int threads) {
     amx_layout L;
+    L.per_group = amx_per_group(p, o, threads);
     L.bq = o->block_q > 0 ? o->block_q : AMX_BQ;
     if (L.bq > p->seq_q) L.bq = p->seq_q;
-    L.bqp = up32(L.bq);
-    L.bk = o->block_kv > 0 ? o->block_kv : AMX_BK;
-    if (L.bk > p->seq_kv) L.bk = p->seq_kv;
-    L.bkp = up32(L.bk);
+    if (L.bq < 1) L.bq = 1;
+    L.nqp = up32(L.bq);
+    L.nkp = up32(p->seq_kv);
+    L.bk = up32(o->block_kv > 0 ? o->block_kv : AMX_BK);
+    if (L.bk > L.nkp) L.bk = L.nkp;
     L.dp = up32(p->head_dim);
-    L.dv = up32(mha_dv(p)); /* V's and O's head dim, padded as head_dim is */
-    const size_t bqp = (size_t)L.bqp, bkp = (size_t)L.bkp, dp = (size_t)L.dp;
-    L.qa = mha_align64(mha_mul_sz(mha_mul_sz(bqp, dp), 2));
-    L.kt = mha_align64(mha_mul_sz(mha_mul_sz(dp / 2, bkp), 4));
-    L.vp = mha_align64(mha_mul_sz(mha_mul_sz(bkp / 2, (size_t)L.dv), 4));
-    L.s = mha_align64(mha_mul_sz(mha_mul_sz(bqp, bkp), 4));
-    L.pa = mha_align64(mha_mul_sz(mha_mul_sz(bqp, bkp), 2));
-    L.ob = mha_align64(mha_mul_sz(mha_mul_sz(bqp, (size_t)L.dv), 4));
-    L.vec = mha_align64(bqp * 4);
-    L.per_thread = mha_add_sz(mha_add_sz(mha_add_sz(L.qa, L.kt), mha_add_sz(L.vp, L.s)),
-                              mha_add_sz(mha_add_sz(L.pa, L.ob), mha_mul_sz(2, L.vec)));
+    L.dvp = up32(mha_dv(p));
+    L.dc = L.dp / 32;
+    L.vc = L.dvp / 16;
+    const size_t nkp = (size_t)L.nkp, nqp = (size_t)L.nqp, bk = (size_t)L.bk;
+    L.kt_head = mha_mul_sz(mha_mul_sz(nkp, (size_t)L.dp), 2);
+    L.vp_head = mha_mul_sz(mha_mul_sz(nkp, (size_t)L.dvp), 2);
+    const size_t packs = mha_add_sz(L.kt_head, L.vp_head);
+    L.shared =
+        L.per_group
+            ? 0
+            : mha_align64(mha_mul_sz(packs, mha_mul_sz((size_t)p->batch, (size_t)p->kv_heads)));
+    L.qa = mha_align64(mha_mul_sz(mha_mul_sz(nqp, (size_t)L.dp), 2));
+    L.s = mha_align64(mha_mul_sz(32 * 4, bk));
+    L.pa = mha_align64(mha_mul_sz(32 * 2, bk));
+    L.ob = mha_align64(mha_mul_sz(mha_mul_sz(nqp, (size_t)L.dvp), 4));
+    L.vec = mha_align64(nqp * 4); /* m; l takes 16 floats a row (l_update) */
+    L.per_thread = mha_add_sz(mha_add_sz(mha_add_sz(L.qa, L.s), mha_add_sz(L.pa, L.ob)),
+                              mha_add_sz(mha_mul_sz(17, L.vec), L.per_group ? packs : 0));
     return L;
 }
 
 size_t MHA_CAT(MHA_SYM(flash), _workspace)(const mha_problem *p, const mha_options *o,
                                            int threads) {
-    return mha_mul_sz(amx_plan(p, o).per_thread, (size_t)threads);
+    const amx_layout L = amx_plan(p, o, threads);
+    return mha_add_sz(L.shared, mha_mul_sz(L.per_thread, (size_t)threads));
+}
+
+/* ---- packing ------------------------------------------------------------- */
+
+typedef struct {
+    const mha_problem *p;
+    amx_layout L;
+    int64_t group;
+    float qscale; /* scale * log2(e), or scale alone under a softcap */
+    mha_dtype qt, kvt;
+    const mha_tensor *q, *k, *v;
+    const mha_tensor_mut *out;
+    const float *sinks;
+    char *shared;
+} amx_ctx;
+
+/* The packs of (b, g) in the shared part (per query block), or this thread's
+ * (per group: ws is its workspace). */
+static uint32_t *packs_of(const amx_ctx *x, int64_t b, int64_t g, char *ws) {
+    if (x->L.per_group) return (uint32_t *)(ws + x->L.per_thread - x->L.kt_head - x->L.vp_head);
+    const size_t bg = (size_t)(b * x->p->kv_heads + g);
+    return (uint32_t *)(x->shared + bg * (x->L.kt_head + x->L.vp_head));
+}
+
+/* Keys [32 kc, 32 kc + 32) of (b, g): two K^T panels of 16 keys, each
+ * [dc chunks][16 pairs][16 keys] words, and the V chunk [vc column groups]
+ * [16 key pairs][16 columns] words; keys past seq_kv are zeros. */
+static void pack_kv_chunk(const amx_ctx *x, int64_t b, int64_t g, int64_t kc, uint32_t *kt) {
+    const mha_problem *p = x->p;
+    const amx_layout *L = &x->L;
+    const int64_t d = p->head_dim, dvr = mha_dv(p), nkv = p->seq_kv;
+    const uint16_t *kh = (const uint16_t *)x->k->data + b * x->k->stride_b + g * x->k->stride_h;
+    const uint16_t *vh = (const uint16_t *)x->v->data + b * x->v->stride_b + g * x->v->stride_h;
+    const int64_t skn = x->k->stride_n, svn = x->v->stride_n;
+    uint32_t *vp = (uint32_t *)((char *)kt + L->kt_head);
+    for (int64_t pnl = 2 * kc; pnl < 2 * kc + 2; pnl++)
+        for (int64_t c = 0; c < L->dc; c++)
+            tile_pack_b(kh + 16 * pnl * skn, skn, nkv - 16 * pnl, x->kvt, d, c,
+                        kt + (pnl * L->dc + c) * 256);
+    for (int64_t q = 0; q < 16; q++) {
+        const int64_t ka = 32 * kc + 2 * q, kb = ka + 1;
+        for (int64_t cg = 0; cg < L->vc; cg++) {
+            const __m256i lo =
+                ka < nkv ? row16_bf16(vh + ka * svn, x->kvt, 16 * cg, dvr) : _mm256_setzero_si256();
+            const __m256i hi =
+                kb < nkv ? row16_bf16(vh + kb * svn, x->kvt, 16 * cg, dvr) : _mm256_setzero_si256();
+            const vbf both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            _mm512_store_si512(vp + (kc * L->vc + cg) * 256 + 16 * q, vbf_interleave(both));
+        }
+    }
+}
+
+/* Rows [i0, i0 + n) of Q as A tiles: [nqp / 16 row groups][dc chunks][16
+ * rows][32 bf16], rows past n zero. */
+static void pack_q_tiles(const amx_ctx *x, const uint16_t *qh, int64_t i0, int64_t n,
+                         uint16_t *qa) {
+    const amx_layout *L = &x->L;
+    const int64_t d = x->p->head_dim, sqn = x->q->stride_n;
+    for (int64_t i = 0; i < up32(n); i++)
+        for (int64_t c = 0; c < L->dc; c++) {
+            const __m512i v = i < n ? tile_row32_bf16(qh + (i0 + i) * sqn, x->qt, 32 * c, d)
+                                    : _mm512_setzero_si512();
+            _mm512_store_si512(qa + ((i / 16) * L->dc + c) * 512 + (i % 16) * 32, v);
+        }
 }
 
 /* ---- the tile products (tiles 0-3 accumulate, 4-5 hold A, 6-7 B) --------- */
@@ -92,228 +190,326 @@ static void configure_tiles(void) {
     MHA_TILE_CONFIGURE(&cfg);
 }
 
-/* S[32 queries][32 keys] = Qa rows . Kt columns over nchunks chunks of 32
- * head-dim elements: qa at (q0, 0) with ldq bf16 per row, kt at (0, k0) with
- * ldk words per pair row, s at (q0, k0) with lds floats per row. */
-static void qk_2x2(const uint16_t *qa, int64_t ldq, const uint32_t *kt, int64_t ldk, float *s,
-                   int64_t lds, int64_t nchunks) {
-    MHA_TILE_ZERO(0);
-    MHA_TILE_ZERO(1);
-    MHA_TILE_ZERO(2);
-    MHA_TILE_ZERO(3);
-    for (int64_t c = 0; c < nchunks; c++) {
-        MHA_TILE_LOAD(4, qa + c * 32, ldq * 2);
-        MHA_TILE_LOAD(5, qa + 16 * ldq + c * 32, ldq * 2);
-        MHA_TILE_LOAD(6, kt + c * 16 * ldk, ldk * 4);
-        MHA_TILE_LOAD(7, kt + c * 16 * ldk + 16, ldk * 4);
-        MHA_TILE_DPBF16PS(0, 4, 6);
-        MHA_TILE_DPBF16PS(1, 4, 7);
-        MHA_TILE_DPBF16PS(2, 5, 6);
-        MHA_TILE_DPBF16PS(3, 5, 7);
-    }
-    MHA_TILE_STORE(0, s, lds * 4);
-    MHA_TILE_STORE(1, s + 16, lds * 4);
-    MHA_TILE_STORE(2, s + 16 * lds, lds * 4);
-    MHA_TILE_STORE(3, s + 16 * lds + 16, lds * 4);
-}
-
-/* O[32 queries][32 columns] (+)= Pa rows . Vp over nchunks chunks of 32 keys:
- * pa at (q0, 0) with ldp bf16 per row, vp at (0, c0) with ldv words per pair
- * row, o at (q0, c0) with ldo floats per row; zero: start from 0. */
-static void pv_2x2(const uint16_t *pa, int64_t ldp, const uint32_t *vp, int64_t ldv, float *o,
-                   int64_t ldo, int64_t nchunks, int zero) {
+/* Four 16 x 16 fp32 tiles s[2 r + c] = A_r . B_c over n chunks: A_r at
+ * a[r] + 512 i (bf16), B_c at b[c] + bstep i (words); every tile 1 KiB,
+ * rows 64 bytes apart. zero: start from 0, else from s (O += P V). */
+static inline void mul_2x2(const uint16_t *a0, const uint16_t *a1, const uint32_t *b0,
+                           const uint32_t *b1, int64_t bstep, int64_t n, float *s0, float *s1,
+                           float *s2, float *s3, int zero) {
     if (zero) {
         MHA_TILE_ZERO(0);
         MHA_TILE_ZERO(1);
         MHA_TILE_ZERO(2);
         MHA_TILE_ZERO(3);
     } else {
-        MHA_TILE_LOAD(0, o, ldo * 4);
-        MHA_TILE_LOAD(1, o + 16, ldo * 4);
-        MHA_TILE_LOAD(2, o + 16 * ldo, ldo * 4);
-        MHA_TILE_LOAD(3, o + 16 * ldo + 16, ldo * 4);
+        MHA_TILE_LOAD(0, s0, 64);
+        MHA_TILE_LOAD(1, s1, 64);
+        MHA_TILE_LOAD(2, s2, 64);
+        MHA_TILE_LOAD(3, s3, 64);
     }
-    for (int64_t c = 0; c < nchunks; c++) {
-        MHA_TILE_LOAD(4, pa + c * 32, ldp * 2);
-        MHA_TILE_LOAD(5, pa + 16 * ldp + c * 32, ldp * 2);
-        MHA_TILE_LOAD(6, vp + c * 16 * ldv, ldv * 4);
-        MHA_TILE_LOAD(7, vp + c * 16 * ldv + 16, ldv * 4);
+    for (int64_t i = 0; i < n; i++) {
+        MHA_TILE_LOAD(4, a0 + 512 * i, 64);
+        MHA_TILE_LOAD(6, b0 + bstep * i, 64);
         MHA_TILE_DPBF16PS(0, 4, 6);
+        MHA_TILE_LOAD(7, b1 + bstep * i, 64);
         MHA_TILE_DPBF16PS(1, 4, 7);
+        MHA_TILE_LOAD(5, a1 + 512 * i, 64);
         MHA_TILE_DPBF16PS(2, 5, 6);
         MHA_TILE_DPBF16PS(3, 5, 7);
     }
-    MHA_TILE_STORE(0, o, ldo * 4);
-    MHA_TILE_STORE(1, o + 16, ldo * 4);
-    MHA_TILE_STORE(2, o + 16 * ldo, ldo * 4);
-    MHA_TILE_STORE(3, o + 16 * ldo + 16, ldo * 4);
+    MHA_TILE_STORE(0, s0, 64);
+    MHA_TILE_STORE(1, s1, 64);
+    MHA_TILE_STORE(2, s2, 64);
+    MHA_TILE_STORE(3, s3, 64);
 }
 
 /* ---- the softmax of one query row of one KV block ---------------------- */
 
-/* Lanes l of the VW at key j with lo <= j + l < hi. */
+/* Lanes l of the 16 keys from j with lo <= j + l < hi. */
 static inline __mmask16 lanes_in(int64_t j, int64_t lo, int64_t hi) {
     const int64_t a = lo - j < 0 ? 0 : (lo - j > VW ? VW : lo - j);
     const int64_t e = hi - j < 0 ? 0 : (hi - j > VW ? VW : hi - j);
     return e <= a ? 0 : (__mmask16)(((1u << e) - 1u) & ~((1u << a) - 1u));
 }
 
-/* One query row of the score block: s has bkp floats, the keys [lo, hi) of
- * them visible (the rest masked or padding). The scaled score (capped when
- * cap > 0: qscale is then the natural scale) in log2 units; updates m
- * (lazily, by more than MHA_LAZY_LOG2) and l, writes P = 2^(score - m)
- * rounded to bf16 into prow (0 where not visible) and returns alpha, the
- * factor the row's earlier O must take. */
-static float softmax_row(const float *s, int64_t lo, int64_t hi, int64_t bkp, float qscale,
-                         float cap, float *m, float *l, uint16_t *prow) {
-    const vf sc = vset1(qscale), ninf = vset1(-INFINITY);
-    vf mx = ninf;
-    for (int64_t j = lo / VW * VW; j < hi; j += VW) {
-        const __mmask16 k = lanes_in(j, lo, hi);
-        vf x = vmul(_mm512_maskz_loadu_ps(k, s + j), sc);
-        if (cap > 0) x = flash_softcap_log2(x, cap);
-        mx = _mm512_mask_max_ps(mx, k, mx, x);
+/* l = l alpha + sum: a row's running sum kept in 16 lanes (added across
+ * them once, at the output), so that no row pays a horizontal add per block. */
+static inline void l_update(float *l, float alpha, vf sum) {
+    vstore(l, alpha == 1.0f ? vadd(vload(l), sum) : vfma(vload(l), vset1(alpha), sum));
+}
+
+/* One query row: its scores s (the 16-key group g at s + 256 g, as the S
+ * tiles hold them) over the 32-key chunks [c0, c1) of the block, of which
+ * keys [lo, hi) are visible. The score in log2 units is s * sc (a softcap
+ * first caps s * sc in natural units, in place); m moves (lazily, by more
+ * than MHA_LAZY_LOG2) and l (16 lanes: l_update) takes the row's sum; P = 2^(score - m) rounded
+ * to bf16 goes to prow + 512 c (the A tiles' row), 0 where not visible.
+ * Returns alpha, the factor the row's earlier O must take. */
+static inline float softmax_row(float *s, int64_t c0, int64_t c1, int64_t lo, int64_t hi, float sc,
+                                float cap, float *m, float *l, uint16_t *prow) {
+    if (hi <= lo) {
+        for (int64_t c = c0; c < c1; c++)
+            _mm512_store_si512(prow + 512 * c, _mm512_setzero_si512());
+        return 1.0f;
     }
-    const float tm = vhmax(mx), mo = *m;
+    const int64_t g0 = lo / VW, g1 = (hi + VW - 1) / VW;
+    if (cap > 0) {
+        for (int64_t g = g0; g < g1; g++)
+            vstore(s + 256 * g, flash_softcap_log2(vmul(vload(s + 256 * g), vset1(sc)), cap));
+        sc = 1.0f;
+    }
+    vf mx = vset1(-INFINITY);
+    for (int64_t g = g0; g < g1; g++)
+        mx = _mm512_mask_max_ps(mx, lanes_in(g * VW, lo, hi), mx, vload(s + 256 * g));
+    /* sc > 0 (mha_problem_validate: scale >= 0, 0 = 1/sqrt(d)): max(s) sc = max(s sc) */
+    const float tm = vhmax(mx) * sc, mo = *m;
     float mn = mo, alpha = 1.0f;
     if (tm > mo + MHA_LAZY_LOG2) { /* NaN compares false: its P is NaN, so is the row */
         mn = tm;
         alpha = mo == -INFINITY ? 0.0f : exp2f(mo - mn);
         *m = mn;
     }
-    const vf mref = vset1(mn == -INFINITY ? 0.0f : mn);
+    const vf vsc = vset1(sc), nm = vset1(mn == -INFINITY ? 0.0f : -mn);
     vf sum = vzero();
-    for (int64_t j = 0; j < bkp; j += 2 * VW) {
-        vf p[2];
+    for (int64_t c = c0; c < c1; c++) {
+        vf pr[2];
         for (int h = 0; h < 2; h++) {
-            const int64_t jj = j + h * VW;
-            const __mmask16 k = lanes_in(jj, lo, hi);
-            vf x = vmul(_mm512_maskz_loadu_ps(k, s + jj), sc);
-            if (cap > 0) x = flash_softcap_log2(x, cap);
-            p[h] = _mm512_maskz_mov_ps(k, vexp2_nonpos(vsub(x, mref)));
-            sum = vadd(sum, p[h]);
+            const int64_t g = 2 * c + h;
+            const __mmask16 k = lanes_in(g * VW, lo, hi);
+            pr[h] = _mm512_maskz_mov_ps(k, vexp2_nonpos_bf16(vfma(vload(s + 256 * g), vsc, nm)));
+            sum = vadd(sum, pr[h]);
         }
-        _mm512_storeu_si512(prow + j, vbf_from2(p[0], p[1]));
+        _mm512_store_si512(prow + 512 * c, vbf_from2(pr[0], pr[1]));
     }
-    *l = *l * alpha + vhsum(sum);
+    l_update(l, alpha, sum);
+    return alpha;
+}
+
+/* softmax_row for a row that sees every key of the chunks [c0, c1), without
+ * a softcap: no masks. Once the row has a reference max, one pass: P against
+ * it while the block's max is taken alongside, and only where a score
+ * exceeds m + MHA_LAZY_LOG2 (rare after a row's first blocks) the row again
+ * with the max moved. Else two passes (max, then P) with four max and two
+ * sum accumulators, so that no chain of dependent max or add sets the pace. */
+static inline float softmax_row_full(const float *s, int64_t c0, int64_t c1, float sc, float *m,
+                                     float *l, uint16_t *prow) {
+    const float mo = *m;
+    const vf vsc = vset1(sc);
+    if (mo > -INFINITY) { /* NaN compares false: the two passes, as softmax_row */
+        const vf nm = vset1(-mo);
+        vf sum[2] = {vzero(), vzero()}, mx[2] = {vset1(-INFINITY), vset1(-INFINITY)};
+        for (int64_t c = c0; c < c1; c++) {
+            vf pr[2];
+            for (int h = 0; h < 2; h++) {
+                const vf x = vload(s + 256 * (2 * c + h));
+                mx[h] = vmax(mx[h], x);
+                pr[h] = vexp2_nonpos_bf16(vfma(x, vsc, nm));
+                sum[h] = vadd(sum[h], pr[h]);
+            }
+            _mm512_store_si512(prow + 512 * c, vbf_from2(pr[0], pr[1]));
+        }
+        /* softmax_row's test, lane by lane: max(s) sc > m + lazy */
+        if (!_mm512_cmp_ps_mask(vmul(vmax(mx[0], mx[1]), vsc), vset1(mo + MHA_LAZY_LOG2),
+                                _CMP_GT_OQ)) {
+            l_update(l, 1.0f, vadd(sum[0], sum[1]));
+            return 1.0f;
+        }
+    }
+    vf mx[4] = {vset1(-INFINITY), vset1(-INFINITY), vset1(-INFINITY), vset1(-INFINITY)};
+    int64_t c = c0;
+    for (; c + 1 < c1; c += 2)
+        for (int h = 0; h < 4; h++) mx[h] = vmax(mx[h], vload(s + 256 * (2 * c + h)));
+    if (c < c1)
+        for (int h = 0; h < 2; h++) mx[h] = vmax(mx[h], vload(s + 256 * (2 * c + h)));
+    const float tm = vhmax(vmax(vmax(mx[0], mx[1]), vmax(mx[2], mx[3]))) * sc;
+    float mn = mo, alpha = 1.0f;
+    if (tm > mo + MHA_LAZY_LOG2) { /* as softmax_row */
+        mn = tm;
+        alpha = mo == -INFINITY ? 0.0f : exp2f(mo - mn);
+        *m = mn;
+    }
+    const vf nm = vset1(mn == -INFINITY ? 0.0f : -mn);
+    vf sum[2] = {vzero(), vzero()};
+    for (c = c0; c < c1; c++) {
+        vf pr[2];
+        for (int h = 0; h < 2; h++) {
+            pr[h] = vexp2_nonpos_bf16(vfma(vload(s + 256 * (2 * c + h)), vsc, nm));
+            sum[h] = vadd(sum[h], pr[h]);
+        }
+        _mm512_store_si512(prow + 512 * c, vbf_from2(pr[0], pr[1]));
+    }
+    l_update(l, alpha, vadd(sum[0], sum[1]));
     return alpha;
 }
 
 /* ---- the algorithm ------------------------------------------------------- */
 
-typedef struct {
-    const mha_problem *p;
-    amx_layout L;
-    int64_t group, off;
-    float qscale; /* scale * log2(e), or scale alone under a softcap */
-    mha_dtype qt, kvt;
-    const mha_tensor *q, *k, *v;
-    const mha_tensor_mut *out;
-    const float *sinks;
-} amx_ctx;
+/* Rows [r0, r0 + nr) (a 32-row sub-block of the task's query block, global
+ * rows i0 + r0 + i) against the keys [j0, je) of one KV block: S over the
+ * 32-key chunks the rows see, their softmax into P (O rescaled where a
+ * row's max moved), O += P V. No software pipeline: on the AMX machine
+ * measured (docs: flash.amx) the tile unit and the AVX-512 units did not
+ * overlap (a tile step and independent vector work took the sum of their
+ * times), and a second S and P buffer only pushed the working set out of
+ * the L1d. */
+static void amx_sub_block(const amx_ctx *x, int64_t i0, int64_t r0, int64_t nr, int64_t j0,
+                          int64_t je, const uint16_t *qa, const uint32_t *kt, const uint32_t *vp,
+                          float *S, uint16_t *Pa, float *Ob, float *m, float *l) {
+    const mha_problem *p = x->p;
+    const amx_layout *L = &x->L;
+    const int64_t slo = mha_kv_begin(p, i0 + r0), shi = mha_kv_end(p, i0 + r0 + nr - 1);
+    const int64_t lo = slo > j0 ? slo : j0, hi = shi < je ? shi : je;
+    if (hi <= lo) return;
+    const int first = slo >= j0; /* the block holding the rows' first key: O starts here */
+    const int64_t c0 = (lo - j0) / 32, c1 = (hi - j0 + 31) / 32, kc = j0 / 32;
+    const int64_t sg = L->bk / 16, pg = L->bk / 32; /* S and P tiles per row group */
+    const uint16_t *q0 = qa + (r0 / 16) * L->dc * 512, *q1 = q0 + L->dc * 512;
+    PHASE_START();
+    for (int64_t c = c0; c < c1; c++) {
+        const uint32_t *b0 = kt + (2 * (kc + c)) * L->dc * 256, *b1 = b0 + L->dc * 256;
+        mul_2x2(q0, q1, b0, b1, 256, L->dc, S + 256 * (2 * c), S + 256 * (2 * c + 1),
+                S + 256 * (sg + 2 * c), S + 256 * (sg + 2 * c + 1), 1);
+    }
+    PHASE(PHASE_QK);
+    /* every row sees all of [lo, hi), whole chunks: no row needs its own range
+     * (the first row's end and the last row's start are the binding ones) */
+    const int interior = !(p->softcap > 0) && lo == j0 + 32 * c0 && hi == j0 + 32 * c1 &&
+                         mha_kv_end(p, i0 + r0) >= hi && mha_kv_begin(p, i0 + r0 + nr - 1) <= lo;
+    for (int64_t i = 0; i < 32; i++) {
+        uint16_t *prow = Pa + (i / 16) * pg * 512 + (i % 16) * 32;
+        if (i >= nr) { /* padding rows: P = 0 */
+            for (int64_t c = c0; c < c1; c++)
+                _mm512_store_si512(prow + 512 * c, _mm512_setzero_si512());
+            continue;
+        }
+        float *srow = S + (i / 16) * sg * 256 + (i % 16) * 16, *li = l + (r0 + i) * VW;
+        float al;
+        if (interior) {
+            al = softmax_row_full(srow, c0, c1, x->qscale, &m[r0 + i], li, prow);
+        } else {
+            const int64_t row = i0 + r0 + i, a = mha_kv_begin(p, row), e = mha_kv_end(p, row);
+            const int64_t rlo = (a > lo ? a : lo) - j0, rhi = (e < hi ? e : hi) - j0;
+            al = rlo == 32 * c0 && rhi == 32 * c1 && !(p->softcap > 0)
+                     ? softmax_row_full(srow, c0, c1, x->qscale, &m[r0 + i], li, prow)
+                     : softmax_row(srow, c0, c1, rlo, rhi, x->qscale, p->softcap, &m[r0 + i], li,
+                                   prow);
+        }
+        if (!first && al != 1.0f) {
+            const vf av = vset1(al);
+            float *orow = Ob + ((r0 + i) / 16) * L->vc * 256 + ((r0 + i) % 16) * 16;
+            for (int64_t cg = 0; cg < L->vc; cg++)
+                vstore(orow + 256 * cg, vmul(vload(orow + 256 * cg), av));
+        }
+    }
+    PHASE(PHASE_SOFTMAX);
+    float *o0 = Ob + (r0 / 16) * L->vc * 256, *o1 = o0 + L->vc * 256;
+    for (int64_t cg = 0; cg < L->vc; cg += 2) {
+        const uint32_t *b0 = vp + ((kc + c0) * L->vc + cg) * 256;
+        mul_2x2(Pa + 512 * c0, Pa + (pg + c0) * 512, b0, b0 + 256, L->vc * 256, c1 - c0,
+                o0 + 256 * cg, o0 + 256 * (cg + 1), o1 + 256 * cg, o1 + 256 * (cg + 1), first);
+    }
+    PHASE(PHASE_PV);
+}
 
+/* One (batch, head, query block) task: Q packed once, then every KV block
+ * against every 32-row sub-block. */
 static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws) {
     const mha_problem *p = x->p;
     const amx_layout *L = &x->L;
-    const int64_t d = p->head_dim, dvr = mha_dv(p), g = h / x->group;
-    const int64_t bkp = L->bkp, dp = L->dp, dv = L->dv;
+    const int64_t dvr = mha_dv(p), g = h / x->group;
     char *w = ws;
     uint16_t *Qa = (uint16_t *)w;
-    uint32_t *Kt = (uint32_t *)(w += L->qa);
-    uint32_t *Vp = (uint32_t *)(w += L->kt);
-    float *S = (float *)(w += L->vp);
+    float *S = (float *)(w += L->qa);
     uint16_t *Pa = (uint16_t *)(w += L->s);
     float *Ob = (float *)(w += L->pa);
     float *m = (float *)(w += L->ob), *l = m + L->vec / 4;
     const uint16_t *qh = (const uint16_t *)x->q->data + b * x->q->stride_b + h * x->q->stride_h;
-    const uint16_t *kh = (const uint16_t *)x->k->data + b * x->k->stride_b + g * x->k->stride_h;
-    const uint16_t *vh = (const uint16_t *)x->v->data + b * x->v->stride_b + g * x->v->stride_h;
-    const int64_t skn = x->k->stride_n, svn = x->v->stride_n, son = x->out->stride_n;
+    const int64_t son = x->out->stride_n;
     uint16_t *oh = (uint16_t *)x->out->data + b * x->out->stride_b + h * x->out->stride_h;
 
     const int64_t i0 = qb * L->bq, n = p->seq_q - i0 < L->bq ? p->seq_q - i0 : L->bq;
-    const int64_t nq = up32(n); /* query rows the tiles cover */
     /* the keys of the block's rows: [kv_lo, kv_end) (both ends never decrease with the row) */
     const int64_t kv_lo = mha_kv_begin(p, i0), kv_end = mha_kv_end(p, i0 + n - 1);
     if (kv_end <= kv_lo) { /* every row masked: zeros by convention */
         for (int64_t i = 0; i < n; i++) memset(oh + (i0 + i) * son, 0, (size_t)dvr * 2);
         return;
     }
+    PHASE_START();
     const float sink = p->sinks ? x->sinks[h] * LOG2E : -INFINITY;
-    for (int64_t i = 0; i < nq; i++) { /* a sink: m = sink, its term 2^0 = 1 */
+    for (int64_t i = 0; i < L->nqp; i++) { /* a sink: m = sink, its term 2^0 = 1 */
         m[i] = sink;
-        l[i] = sink > -INFINITY || isnan(sink) ? 1.0f : 0.0f;
+        vstore(l + i * VW, vzero());
+        l[i * VW] = sink > -INFINITY || isnan(sink) ? 1.0f : 0.0f;
     }
-    pack_k(n, d, qh + i0 * x->q->stride_n, x->q->stride_n, x->qt, Qa, dp);
-    memset(Qa + n * dp, 0, (size_t)((nq - n) * dp) * 2);
-    memset(Pa + n * bkp, 0, (size_t)((nq - n) * bkp) * 2); /* padding queries: P = 0 */
-    const int64_t dh = (d + 1) / 2;
-    for (int64_t j0 = kv_lo; j0 < kv_end; j0 += L->bk) {
-        const int64_t bkk = kv_end - j0 < L->bk ? kv_end - j0 : L->bk, nk = up32(bkk);
-        pack_q(bkk, d, kh + j0 * skn, skn, x->kvt, Kt, bkp);
-        memset(Kt + dh * bkp, 0, (size_t)((dp / 2 - dh) * bkp) * 4);
-        pack_v(bkk, dvr, dv, vh + j0 * svn, svn, x->kvt, (uint16_t *)Vp);
-        const int64_t vpairs = (bkk + 1) / 2;
-        memset(Vp + vpairs * dv, 0, (size_t)((nk / 2 - vpairs) * dv) * 4);
-        /* the keys row i sees in this block: [VLO(i), VIS(i)) */
-#define CLAMPK(t) ((t) < 0 ? 0 : ((t) > bkk ? bkk : (t)))
-#define VIS(i) CLAMPK(mha_kv_end(p, i0 + (i)) - j0)
-#define VLO(i) CLAMPK(mha_kv_begin(p, i0 + (i)) - j0)
-        for (int64_t q0 = 0; q0 < nq; q0 += 32) {
-            const int64_t kvis = VIS(q0 + 31 < n ? q0 + 31 : n - 1); /* the pair's last row */
-            for (int64_t k0 = 0; k0 < nk && k0 < kvis; k0 += 32)
-                qk_2x2(Qa + q0 * dp, dp, Kt + k0, bkp, S + q0 * bkp + k0, bkp, dp / 32);
-        }
-        for (int64_t i = 0; i < n; i++) {
-            const float a = softmax_row(S + i * bkp, VLO(i), VIS(i), nk, x->qscale, p->softcap,
-                                        &m[i], &l[i], Pa + i * bkp);
-            if (j0 > kv_lo && a != 1.0f) {
-                const vf av = vset1(a);
-                for (int64_t c = 0; c < dv; c += VW)
-                    vstore(Ob + i * dv + c, vmul(vload(Ob + i * dv + c), av));
-            }
-        }
-        for (int64_t q0 = 0; q0 < nq; q0 += 32) {
-            const int64_t kvis = VIS(q0 + 31 < n ? q0 + 31 : n - 1);
-            for (int64_t c0 = 0; c0 < dv; c0 += 32)
-                pv_2x2(Pa + q0 * bkp, bkp, Vp + c0, dv, Ob + q0 * dv + c0, dv, up32(kvis) / 32,
-                       j0 == kv_lo);
-        }
-#undef VIS
-#undef VLO
-#undef CLAMPK
+    pack_q_tiles(x, qh, i0, n, Qa);
+    PHASE(PHASE_PACK);
+    const uint32_t *kt = packs_of(x, b, g, ws);
+    const uint32_t *vp = (const uint32_t *)((const char *)kt + L->kt_head);
+    for (int64_t j0 = kv_lo / 32 * 32; j0 < kv_end; j0 += L->bk) {
+        const int64_t je = j0 + L->bk < kv_end ? j0 + L->bk : kv_end;
+        for (int64_t r0 = 0; r0 < n; r0 += 32)
+            amx_sub_block(x, i0, r0, n - r0 < 32 ? n - r0 : 32, j0, je, Qa, kt, vp, S, Pa, Ob, m,
+                          l);
     }
-    if (!p->window) {
-        store_out(n, dvr, Ob, dv, l, mha_rows_blind(p, i0, n), oh + i0 * son, son, p->dtype);
-    } else { /* a row that sees no key is zeros, sink or not */
-        for (int64_t i = 0; i < n; i++)
-            store_out(1, dvr, Ob + i * dv, dv, l + i, mha_kv_count(p, i0 + i) == 0,
-                      oh + (i0 + i) * son, son, p->dtype);
+    PHASE_RESTART();
+    /* out = O / l in the output dtype; a row that sees no key is zeros, sink or not */
+    for (int64_t i = 0; i < n; i++) {
+        const int blind = mha_kv_count(p, i0 + i) == 0;
+        const vf inv = blind ? vzero() : vset1(1.0f / vhsum(vload(l + i * VW)));
+        const float *orow = Ob + (i / 16) * L->vc * 256 + (i % 16) * 16;
+        uint16_t *dst = oh + (i0 + i) * son;
+        for (int64_t c = 0; c < dvr; c += VW) {
+            const int nc = (int)(dvr - c < VW ? dvr - c : VW);
+            const vf y = blind ? vzero() : vmul(vload(orow + 256 * (c / 16)), inv);
+            const __m256i hv = p->dtype == MHA_BF16 ? vf_to_bf16(y) : vf_to_f16(y);
+            _mm256_mask_storeu_epi16(dst + c, (__mmask16)((1u << nc) - 1u), hv);
+        }
     }
+    PHASE(PHASE_PACK);
 }
 
 mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options *o, int threads,
                                          const mha_tensor *q, const mha_tensor *k,
                                          const mha_tensor *v, const mha_extras *ex,
                                          const mha_tensor_mut *out, void *workspace) {
-    const amx_ctx x = {p, amx_plan(p, o), p->heads / p->kv_heads, p->seq_kv - p->seq_q,
+    const amx_ctx x = {p, amx_plan(p, o, threads), p->heads / p->kv_heads,
                        /* scores in log2 units -> exp2; a softcap takes them natural */
                        mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E), p->dtype,
-                       mha_problem_kv_dtype(p), q, k, v, out, ex->sinks};
-    const int64_t H = p->heads, nqb = (p->seq_q + x.L.bq - 1) / x.L.bq, pairs = p->batch * H;
-    const int per_head = o->split == MHA_SPLIT_HEADS;
-    const int64_t tasks = per_head ? pairs : pairs * nqb;
+                       mha_problem_kv_dtype(p), q, k, v, out, ex->sinks, (char *)workspace};
+    const int64_t H = p->heads, G = p->kv_heads, nqb = (p->seq_q + x.L.bq - 1) / x.L.bq;
+    const int64_t nkc = x.L.nkp / 32, per_bg = (nkc + PACK_CHUNKS - 1) / PACK_CHUNKS;
+    const int64_t packs = p->batch * G * per_bg, tasks = p->batch * H * nqb;
+    char *priv = (char *)workspace + x.L.shared;
 #pragma omp parallel num_threads(threads)
     {
-        /* per thread, before its first tile instruction; never a config
-         * left by other code */
-        configure_tiles();
-        char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x.L.per_thread;
+        char *ws = priv + (size_t)omp_get_thread_num() * x.L.per_thread;
+        if (x.L.per_group) {
+            configure_tiles(); /* per thread, before its first tile instruction */
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t it = 0; it < tasks; it++) {
-            if (per_head) {
-                for (int64_t qb = 0; qb < nqb; qb++) amx_block(&x, it / H, it % H, qb, ws);
-            } else { /* (batch, head, query block) tasks, the costly last blocks first */
+            for (int64_t bg = 0; bg < p->batch * G; bg++) {
+                const int64_t b = bg / G, g = bg % G;
+                uint32_t *kt = packs_of(&x, b, g, ws);
+                PHASE_START();
+                for (int64_t c = 0; c < nkc; c++) pack_kv_chunk(&x, b, g, c, kt);
+                PHASE(PHASE_PACK);
+                for (int64_t h = g * x.group; h < (g + 1) * x.group; h++)
+                    for (int64_t qb = 0; qb < nqb; qb++) amx_block(&x, b, h, qb, ws);
+            }
+        } else {
+            {
+                PHASE_START();
+#pragma omp for schedule(static)
+                for (int64_t t = 0; t < packs; t++) {
+                    const int64_t bg = t / per_bg, c0 = (t % per_bg) * PACK_CHUNKS;
+                    uint32_t *kt = packs_of(&x, bg / G, bg % G, ws);
+                    for (int64_t c = c0; c < c0 + PACK_CHUNKS && c < nkc; c++)
+                        pack_kv_chunk(&x, bg / G, bg % G, c, kt);
+                }
+                PHASE(PHASE_PACK);
+            } /* the implicit barrier: every pack is written before any task reads it */
+            configure_tiles(); /* never a config left by other code */
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t it = 0; it < tasks; it++) { /* the costly last (causal) blocks first */
                 const int64_t bh = it / nqb;
                 amx_block(&x, bh / H, bh % H, nqb - 1 - it % nqb, ws);
             }

@@ -16,6 +16,9 @@ extern struct mha_phase_slot {
     _Alignas(64) uint64_t cycles[8];
 } mha_phase_slots[PHASE_MAX_THREADS];
 #define PHASE_START() uint64_t phase_t_ = __rdtsc()
+/* the clock restarted where the cycles since the last PHASE belong to no phase
+ * (they were counted elsewhere, e.g. by a callee's own PHASE_START) */
+#define PHASE_RESTART() (phase_t_ = __rdtsc())
 #define PHASE(id)                                                                                  \
     do {                                                                                           \
         const uint64_t phase_n_ = __rdtsc();                                                       \
@@ -25,6 +28,7 @@ extern struct mha_phase_slot {
     } while (0)
 #else
 #define PHASE_START() ((void)0)
+#define PHASE_RESTART() ((void)0)
 #define PHASE(id) ((void)0)
 #endif
 #endif

@@ -2,8 +2,8 @@
  * ISA like the micro-kernels it points to. A level that compiles only its own
  * files (meson's isa_own_sources, e.g. avx512bf16) gets MHA_ISA_BASE_SUFFIX:
  * its fp32 micro-kernels are those of that base level (same vector width);
- * one without peak.c and gemm_bf16.c (amx) gets MHA_ISA_PROBE_SUFFIX: its
- * machine probes and bf16 linear layer are that level's. */
+ * one without peak.c (amx) gets MHA_ISA_PROBE_SUFFIX: its machine probes
+ * are that level's (its bf16 linear layer is its own, gemm_amx.c). */
 #include "ops.h"
 
 #include "peak.h"
@@ -33,8 +33,6 @@ PROBE_FROM_BASE(probe_loop)
 PROBE_FROM_BASE(read_sum)
 #ifdef __AVX512BF16__
 PROBE_FROM_BASE(bf16_peak_loop)
-PROBE_FROM_BASE(linear_half)
-PROBE_FROM_BASE(linear_half_pack_bytes)
 #endif
 #undef PROBE_FROM_BASE
 #else
@@ -102,9 +100,9 @@ const mha_isa_ops MHA_SYM(ops) = {
     .nunits = (int)(sizeof units / sizeof units[0]),
     .probe_loop = PROBE_SYM(probe_loop),
     .read_sum = PROBE_SYM(read_sum),
-#ifdef __AVX512BF16__
-    .linear_half = PROBE_SYM(linear_half),
-    .linear_half_pack_bytes = PROBE_SYM(linear_half_pack_bytes),
+#ifdef __AVX512BF16__ /* gemm_bf16.c, or at the amx level gemm_amx.c (the tiles) */
+    .linear_half = MHA_SYM(linear_half),
+    .linear_half_pack_bytes = MHA_SYM(linear_half_pack_bytes),
 #else
     .linear_half = NULL,
     .linear_half_pack_bytes = NULL,

@@ -12,7 +12,14 @@
 
 /* The projections run on the attention kernel's ISA, so a layer timed with
  * flash.avx2 is all AVX2 (its % of peak means something); blas.cblas, whose
- * BLAS and softmax follow the active ISA, gets the active ISA's GEMM. */
+ * BLAS and softmax follow the active ISA, gets the active ISA's GEMM. An
+ * emulated kernel (flash.amxemu, MHA_KT_EMULATED) gets the emulated tiles
+ * for a bf16/fp16 layer: kernels/gemm_amx.c built on the emulation, so that
+ * the AMX projections are checked on every machine. */
+void mha_linear_half__amxemu(int64_t M, int64_t N, int64_t K, mha_dtype t, const void *x,
+                             int64_t ldx, const void *w, int64_t ldw, const void *bias, void *y,
+                             int64_t ldy, void *pack, int threads);
+size_t mha_linear_half_pack_bytes__amxemu(int64_t N, int64_t K, int threads);
 static const mha_isa_ops *linear_for(const mha_kernel *k) {
     return mha_ops_for(mha_kernel_run_isa(k));
 }
@@ -81,7 +88,7 @@ static wide_plan wide_plan_of(int64_t M, int64_t N, int64_t K) {
 /* Pack bytes of one projection (M x K by N x K) on every path a level could
  * take, so the size cannot change under MHA_ISA. */
 static size_t pack_bytes(mha_dtype t, int64_t M, int64_t N, int64_t K, int threads) {
-    size_t pk = 0;
+    size_t pk = t == MHA_F32 ? 0 : mha_linear_half_pack_bytes__amxemu(N, K, threads);
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
         const mha_isa_ops *ops = mha_ops_for((mha_isa)i);
         size_t n;
@@ -156,11 +163,15 @@ static void linear_wide(const mha_isa_ops *lin, int64_t M, int64_t N, int64_t K,
     mha_convert_from_f32(t, yf, y, (size_t)(M * N));
 }
 
-/* Y[M,N] = X[M,K] W^T + b, everything contiguous and of dtype t. */
-static void project(const mha_isa_ops *lin, int64_t M, int64_t N, int64_t K, mha_dtype t,
-                    const void *x, const void *w, const void *b, void *y, void *pack, int threads) {
+/* Y[M,N] = X[M,K] W^T + b, everything contiguous and of dtype t; emulated:
+ * the kernel runs emulated tiles (linear_for). */
+static void project(const mha_isa_ops *lin, int emulated, int64_t M, int64_t N, int64_t K,
+                    mha_dtype t, const void *x, const void *w, const void *b, void *y, void *pack,
+                    int threads) {
     if (t == MHA_F32)
         lin->linear(M, N, K, x, K, w, K, b, y, N, pack, threads);
+    else if (emulated)
+        mha_linear_half__amxemu(M, N, K, t, x, K, w, K, b, y, N, pack, threads);
     else if (lin->linear_half)
         lin->linear_half(M, N, K, t, x, K, w, K, b, y, N, pack, threads);
     else
@@ -233,6 +244,7 @@ mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_
 
     const int threads = mha_resolve_threads(o);
     const mha_isa_ops *lin = linear_for(k);
+    const int emu = (mha_kernel_traits(k) & MHA_KT_EMULATED) != 0;
     const mha_dtype t = L->dtype;
     const int64_t dm = L->d_model, dk = p.head_dim, dkv = p.kv_heads * dk;
     const int64_t Mq = p.batch * p.seq_q, Mkv = p.batch * p.seq_kv;
@@ -241,9 +253,9 @@ mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_
     char *pack = ws + lp.q + 2 * lp.kv + lp.a;
     void *attn_ws = ws + lp.q + 2 * lp.kv + lp.a + lp.pack;
 
-    project(lin, Mq, dm, dm, t, query, L->w_q, L->b_q, Qp, pack, threads);
-    project(lin, Mkv, dkv, dm, t, key, L->w_k, L->b_k, Kp, pack, threads);
-    project(lin, Mkv, dkv, dm, t, value, L->w_v, L->b_v, Vp, pack, threads);
+    project(lin, emu, Mq, dm, dm, t, query, L->w_q, L->b_q, Qp, pack, threads);
+    project(lin, emu, Mkv, dkv, dm, t, key, L->w_k, L->b_k, Kp, pack, threads);
+    project(lin, emu, Mkv, dkv, dm, t, value, L->w_v, L->b_v, Vp, pack, threads);
 
     const mha_tensor qv = view_bnhd(Qp, t, p.heads, p.seq_q, dk);
     const mha_tensor kv = view_bnhd(Kp, t, p.kv_heads, p.seq_kv, dk);
@@ -257,6 +269,6 @@ mha_status mha_forward(const mha_kernel *k, const mha_layer *L, const mha_layer_
     st = mha_attend(k, &p, o, &qv, &kv, &vv, &av, attn_ws, lp.attn);
     if (st != MHA_OK) return st;
 
-    project(lin, Mq, dm, dm, t, A, L->w_o, L->b_o, out, pack, threads);
+    project(lin, emu, Mq, dm, dm, t, A, L->w_o, L->b_o, out, pack, threads);
     return MHA_OK;
 }

@@ -252,35 +252,63 @@ static inline float softmax_row(float *s, int64_t c0, int64_t c1, int64_t lo, in
             _mm512_store_si512(prow + 512 * c, _mm512_setzero_si512());
         return 1.0f;
     }
-    const int64_t g0 = lo / VW, g1 = (hi + VW - 1) / VW;
+    const int64_t g0 = lo / VW, g1 = (hi + VW - 1) / VW; /* the groups with a visible key */
     if (cap > 0) {
         for (int64_t g = g0; g < g1; g++)
             vstore(s + 256 * g, flash_softcap_log2(vmul(vload(s + 256 * g), vset1(sc)), cap));
         sc = 1.0f;
     }
+/* the visible lanes of group g: all of an inner group, no test */
+#define LANES(g) ((g)*VW >= lo && (g)*VW + VW <= hi ? (__mmask16)0xffff : lanes_in((g)*VW, lo, hi))
+    const vf vsc = vset1(sc);
+    const float mo = *m;
+    if (mo > -INFINITY) { /* one pass against m, as softmax_row_full */
+        const vf nm = vset1(-mo);
+        vf sum = vzero(), mx = vset1(-INFINITY);
+        for (int64_t c = c0; c < c1; c++) {
+            vf pr[2];
+            for (int h = 0; h < 2; h++) {
+                const int64_t g = 2 * c + h;
+                pr[h] = vzero();
+                if (g < g0 || g >= g1) continue;
+                const __mmask16 k = LANES(g);
+                const vf x = vload(s + 256 * g);
+                mx = _mm512_mask_max_ps(mx, k, mx, x);
+                pr[h] = _mm512_maskz_mov_ps(k, vexp2_nonpos_bf16(vfma(x, vsc, nm)));
+                sum = vadd(sum, pr[h]);
+            }
+            _mm512_store_si512(prow + 512 * c, vbf_from2(pr[0], pr[1]));
+        }
+        if (!_mm512_cmp_ps_mask(vmul(mx, vsc), vset1(mo + MHA_LAZY_LOG2), _CMP_GT_OQ)) {
+            l_update(l, 1.0f, sum);
+            return 1.0f;
+        }
+    }
     vf mx = vset1(-INFINITY);
-    for (int64_t g = g0; g < g1; g++)
-        mx = _mm512_mask_max_ps(mx, lanes_in(g * VW, lo, hi), mx, vload(s + 256 * g));
+    for (int64_t g = g0; g < g1; g++) mx = _mm512_mask_max_ps(mx, LANES(g), mx, vload(s + 256 * g));
     /* sc > 0 (mha_problem_validate: scale >= 0, 0 = 1/sqrt(d)): max(s) sc = max(s sc) */
-    const float tm = vhmax(mx) * sc, mo = *m;
+    const float tm = vhmax(mx) * sc;
     float mn = mo, alpha = 1.0f;
     if (tm > mo + MHA_LAZY_LOG2) { /* NaN compares false: its P is NaN, so is the row */
         mn = tm;
         alpha = mo == -INFINITY ? 0.0f : exp2f(mo - mn);
         *m = mn;
     }
-    const vf vsc = vset1(sc), nm = vset1(mn == -INFINITY ? 0.0f : -mn);
+    const vf nm = vset1(mn == -INFINITY ? 0.0f : -mn);
     vf sum = vzero();
     for (int64_t c = c0; c < c1; c++) {
         vf pr[2];
         for (int h = 0; h < 2; h++) {
             const int64_t g = 2 * c + h;
-            const __mmask16 k = lanes_in(g * VW, lo, hi);
+            pr[h] = vzero();
+            if (g < g0 || g >= g1) continue;
+            const __mmask16 k = LANES(g);
             pr[h] = _mm512_maskz_mov_ps(k, vexp2_nonpos_bf16(vfma(vload(s + 256 * g), vsc, nm)));
             sum = vadd(sum, pr[h]);
         }
         _mm512_store_si512(prow + 512 * c, vbf_from2(pr[0], pr[1]));
     }
+#undef LANES
     l_update(l, alpha, sum);
     return alpha;
 }

@@ -52,13 +52,13 @@ typedef struct {
     size_t (*linear_pack_floats)(int64_t N, int64_t K);
     /* The typed linear layer of a bf16/fp16 layer (kernels/gemm_bf16.c):
      * X, W, bias and Y all of dtype t, fp32 sums, Y rounded to t; pack is
-     * linear_half_pack_bytes(N, K, threads) bytes, 64-aligned. NULL at levels
+     * linear_half_pack_bytes(M, N, K, threads) bytes, 64-aligned. NULL at levels
      * without a bf16 dot product: the layer then widens to fp32 and uses
      * linear (variants/layer.c). */
     void (*linear_half)(int64_t M, int64_t N, int64_t K, mha_dtype t, const void *x, int64_t ldx,
                         const void *w, int64_t ldw, const void *bias, void *y, int64_t ldy,
                         void *pack, int threads);
-    size_t (*linear_half_pack_bytes)(int64_t N, int64_t K, int threads);
+    size_t (*linear_half_pack_bytes)(int64_t M, int64_t N, int64_t K, int threads);
     /* Micro-kernels other algorithms and the tests reach (kernels/ukernels.h). */
     void (*softmax_columns)(int64_t n, int64_t ncols, float *s, int64_t ld, float *m, float *l);
     void (*pack_transpose)(int64_t n, int64_t d, const float *src, int64_t ld, float scale,

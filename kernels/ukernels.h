@@ -62,11 +62,11 @@ size_t MHA_SYM(linear_pack_floats)(int64_t N, int64_t K);
 /* The typed projection (kernels/gemm_bf16.c, levels with AVX512_BF16 only):
  * Y = X W^T + bias with X, W, bias and Y of dtype t (bf16, or fp16 rounded
  * to bf16 while packing), fp32 sums, Y rounded to t (RNE). pack: 64-byte
- * aligned, linear_half_pack_bytes(N, K, threads) bytes. */
+ * aligned, linear_half_pack_bytes(M, N, K, threads) bytes. */
 void MHA_SYM(linear_half)(int64_t M, int64_t N, int64_t K, mha_dtype t, const void *x, int64_t ldx,
                           const void *w, int64_t ldw, const void *bias, void *y, int64_t ldy,
                           void *pack, int threads);
-size_t MHA_SYM(linear_half_pack_bytes)(int64_t N, int64_t K, int threads);
+size_t MHA_SYM(linear_half_pack_bytes)(int64_t M, int64_t N, int64_t K, int threads);
 
 /* Packs rows [0,n) of a strided row-major matrix (n x d, row stride ld)
  * transposed and scaled into dst[c][i] (row stride ldd >= n, multiple of VW);

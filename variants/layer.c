@@ -19,7 +19,7 @@
 void mha_linear_half__amxemu(int64_t M, int64_t N, int64_t K, mha_dtype t, const void *x,
                              int64_t ldx, const void *w, int64_t ldw, const void *bias, void *y,
                              int64_t ldy, void *pack, int threads);
-size_t mha_linear_half_pack_bytes__amxemu(int64_t N, int64_t K, int threads);
+size_t mha_linear_half_pack_bytes__amxemu(int64_t M, int64_t N, int64_t K, int threads);
 static const mha_isa_ops *linear_for(const mha_kernel *k) {
     return mha_ops_for(mha_kernel_run_isa(k));
 }
@@ -88,14 +88,14 @@ static wide_plan wide_plan_of(int64_t M, int64_t N, int64_t K) {
 /* Pack bytes of one projection (M x K by N x K) on every path a level could
  * take, so the size cannot change under MHA_ISA. */
 static size_t pack_bytes(mha_dtype t, int64_t M, int64_t N, int64_t K, int threads) {
-    size_t pk = t == MHA_F32 ? 0 : mha_linear_half_pack_bytes__amxemu(N, K, threads);
+    size_t pk = t == MHA_F32 ? 0 : mha_linear_half_pack_bytes__amxemu(M, N, K, threads);
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
         const mha_isa_ops *ops = mha_ops_for((mha_isa)i);
         size_t n;
         if (t == MHA_F32)
             n = mha_mul_sz(ops->linear_pack_floats(N, K), sizeof(float));
         else if (ops->linear_half)
-            n = ops->linear_half_pack_bytes(N, K, threads);
+            n = ops->linear_half_pack_bytes(M, N, K, threads);
         else
             n = wide_plan_of(M, N, K).total;
         pk = n > pk ? n : pk;

@@ -287,7 +287,10 @@ enum {
     MHA_KT_SINKS = 1 << 9,       /* problem.sinks (mha_extras.sinks) */
     MHA_KT_HEAD_DIM_V = 1 << 10, /* head_dim_v != head_dim */
     MHA_KT_PACKED = 1 << 11,     /* problem.layout = MHA_LAYOUT_PACKED (cu_seqlens) */
-    MHA_KT_PAGED = 1 << 12       /* problem.layout = MHA_LAYOUT_PAGED (block_table) */
+    MHA_KT_PAGED = 1 << 12,      /* problem.layout = MHA_LAYOUT_PAGED (block_table) */
+    MHA_KT_TILES = 1 << 13       /* block model: AMX tiles' (flash.amx and its emulated twin
+                                    flash.amxemu, which must get the same default blocks to
+                                    give the same bits) */
 };
 MHA_API unsigned mha_kernel_traits(const mha_kernel *k);
 /* Preference among kernels that fit a shape (lower first; ties: higher ISA). */

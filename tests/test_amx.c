@@ -246,6 +246,18 @@ static void test_emulated_twin(void **state) {
     assert_int_equal(mha_kernel_isa(emu), MHA_ISA_AVX512BF16);
     assert_int_equal(mha_kernel_isa(amx), MHA_ISA_AMX);
     assert_int_equal(mha_kernel_dtypes(emu), mha_kernel_dtypes(bf));
+    /* the tiles' block model on both (MHA_KT_TILES), so that left at 0 their
+     * blocks agree and so do their bits (test_bf16's grid compares them) */
+    assert_true(mha_kernel_traits(emu) & mha_kernel_traits(amx) & MHA_KT_TILES);
+    assert_false(mha_kernel_traits(bf) & MHA_KT_TILES);
+    const mha_problem p = {.batch = 1, .heads = 4, .kv_heads = 2, .seq_q = 197, .seq_kv = 197,
+                           .head_dim = 80, .dtype = MHA_BF16, .kv_dtype = MHA_BF16};
+    const mha_options o = {.threads = 2};
+    mha_options re, ra;
+    assert_int_equal(mha_resolve_options(emu, &p, &o, &re), MHA_OK);
+    assert_int_equal(mha_resolve_options(amx, &p, &o, &ra), MHA_OK);
+    assert_int_equal(re.block_q, ra.block_q);
+    assert_int_equal(re.block_kv, ra.block_kv);
     /* the same algorithm and dtypes at avx512bf16, yet nobody's twin */
     assert_ptr_equal(mha_kernel_twin(bf, MHA_ISA_AVX512BF16), bf);
     assert_ptr_equal(mha_kernel_twin(amx, MHA_ISA_AVX512BF16), bf);

@@ -74,46 +74,6 @@ size_t MHA_SYM(linear_half_pack_bytes)(int64_t M, int64_t N, int64_t K, int thre
     return lin_plan(M, N, K, threads).total;
 }
 
-static void configure_tiles(void) {
-    mha_tile_config cfg;
-    mha_tile_config_init(&cfg);
-    for (int t = 0; t < MHA_TILE_COUNT; t++) mha_tile_config_set(&cfg, t, 16, 64);
-    MHA_TILE_CONFIGURE(&cfg);
-}
-
-/* c[0..3] (16 x 16 fp32 each, 1 KiB apart: rows 0-15 x cols 0-15, 0-15 x
- * 16-31, 16-31 x 0-15, 16-31 x 16-31) = (zero ? 0 : c) + A rows . B columns
- * over n chunks of 32: A_r's chunk i at a[r] + 512 i (bf16), B_c's at
- * b[c] + 256 i (words); every tile 1 KiB, rows 64 bytes apart. */
-static void block_2x2(const uint16_t *a0, const uint16_t *a1, const uint32_t *b0,
-                      const uint32_t *b1, int64_t n, float *c, int zero) {
-    if (zero) {
-        MHA_TILE_ZERO(0);
-        MHA_TILE_ZERO(1);
-        MHA_TILE_ZERO(2);
-        MHA_TILE_ZERO(3);
-    } else {
-        MHA_TILE_LOAD(0, c, 64);
-        MHA_TILE_LOAD(1, c + 256, 64);
-        MHA_TILE_LOAD(2, c + 512, 64);
-        MHA_TILE_LOAD(3, c + 768, 64);
-    }
-    for (int64_t i = 0; i < n; i++) {
-        MHA_TILE_LOAD(4, a0 + 512 * i, 64);
-        MHA_TILE_LOAD(6, b0 + 256 * i, 64);
-        MHA_TILE_DPBF16PS(0, 4, 6);
-        MHA_TILE_LOAD(7, b1 + 256 * i, 64);
-        MHA_TILE_DPBF16PS(1, 4, 7);
-        MHA_TILE_LOAD(5, a1 + 512 * i, 64);
-        MHA_TILE_DPBF16PS(2, 5, 6);
-        MHA_TILE_DPBF16PS(3, 5, 7);
-    }
-    MHA_TILE_STORE(0, c, 64);
-    MHA_TILE_STORE(1, c + 256, 64);
-    MHA_TILE_STORE(2, c + 512, 64);
-    MHA_TILE_STORE(3, c + 768, 64);
-}
-
 void MHA_SYM(linear_half)(int64_t M, int64_t N, int64_t K, mha_dtype t, const void *x, int64_t ldx,
                           const void *w, int64_t ldw, const void *bias, void *y, int64_t ldy,
                           void *pack, int threads) {
@@ -148,7 +108,7 @@ void MHA_SYM(linear_half)(int64_t M, int64_t N, int64_t K, mha_dtype t, const vo
                                    r < M ? tile_row32_bf16(xs + r * ldx, t, 32 * c, K)
                                          : _mm512_setzero_si512());
         /* the implicit barrier: every tile is packed before any task reads it */
-        configure_tiles(); /* per thread, before its first tile instruction */
+        tile_configure_all(); /* per thread, before its first tile instruction */
 #pragma omp for collapse(2) schedule(static)
         for (int64_t gq = 0; gq < groups; gq++) {
             for (int64_t rc = 0; rc < chunks; rc++) {
@@ -163,8 +123,9 @@ void MHA_SYM(linear_half)(int64_t M, int64_t N, int64_t K, mha_dtype t, const vo
                             const int64_t nk = kc - k0 < KB_CHUNKS ? kc - k0 : KB_CHUNKS;
                             for (int64_t q = q0; q < q1; q++) {
                                 const uint32_t *b0 = wp + (2 * q * kc + k0) * 256;
-                                block_2x2(a0 + 512 * k0, a1 + 512 * k0, b0, b0 + kc * 256, nk,
-                                          cb + 1024 * (q - q0), k0 == 0);
+                                float *c = cb + 1024 * (q - q0);
+                                tile_mul_2x2(a0 + 512 * k0, a1 + 512 * k0, b0, b0 + kc * 256, 256,
+                                             nk, c, c + 256, c + 512, c + 768, k0 == 0);
                             }
                         }
                         for (int64_t q = q0; q < q1; q++) { /* + bias, rounded to t */

@@ -1,14 +1,16 @@
-/* tile_pack.h - the packs of the AMX code (variants/flash_amx.c,
- * kernels/gemm_amx.c; compiled with AVX512_BF16, after vec.h): rows of a
- * bf16 or fp16 matrix as 32 bf16 (fp16 rounded, RNE), and a 16 x 32 block
- * of such rows turned into a VNNI B tile: 16 rows of 16 dwords where dword
- * (j, n) holds elements (2j, 2j + 1) of row n, i.e. the block's pairs
- * transposed 16 x 16. Every tile is 1 KiB, rows 64 bytes apart. */
+/* tile_pack.h - what the AMX code shares (variants/flash_amx.c,
+ * kernels/gemm_amx.c; compiled with AVX512_BF16, after vec.h and tile.h):
+ * rows of a bf16 or fp16 matrix as 32 bf16 (fp16 rounded, RNE), a 16 x 32
+ * block of such rows turned into a VNNI B tile (16 rows of 16 dwords where
+ * dword (j, n) holds elements (2j, 2j + 1) of row n, i.e. the block's pairs
+ * transposed 16 x 16), the tile configuration and the 2 x 2 tile step. Every tile is 1 KiB, rows
+ * 64 bytes apart. */
 #ifndef MHA_KERNELS_TILE_PACK_H
 #define MHA_KERNELS_TILE_PACK_H
 #include <stdint.h>
 
 #include "mha.h"
+#include "tile.h"
 
 /* Columns [c0, c0 + 32) of one row as 32 bf16 (columns past d read 0). */
 static inline __m512i tile_row32_bf16(const uint16_t *row, mha_dtype t, int64_t c0, int64_t d) {
@@ -32,6 +34,51 @@ static inline void tile_pack_b(const uint16_t *m, int64_t ld, int64_t nrows, mha
         r[n] = n < nrows ? _mm512_castsi512_ps(tile_row32_bf16(m + n * ld, t, 32 * c, d)) : vzero();
     vtranspose(r); /* row n: row n's 16 pairs -> row j: pair j of the 16 rows */
     for (int j = 0; j < 16; j++) _mm512_store_si512(dst + 16 * j, _mm512_castps_si512(r[j]));
+}
+
+/* Loads the configuration every kernel here uses: all 8 tiles 16 rows of
+ * 64 bytes. Per thread, before its first tile instruction (and never a
+ * configuration other code left). */
+static inline void tile_configure_all(void) {
+    mha_tile_config cfg;
+    mha_tile_config_init(&cfg);
+    for (int t = 0; t < MHA_TILE_COUNT; t++) mha_tile_config_set(&cfg, t, 16, 64);
+    MHA_TILE_CONFIGURE(&cfg);
+}
+
+/* Four 16 x 16 fp32 tiles c0..c3 = (zero ? 0 : c) + A_0 . B_0, A_0 . B_1,
+ * A_1 . B_0, A_1 . B_1 over n chunks of 32 (tiles 0-3 accumulate, 4-5 hold
+ * A, 6-7 B): A_r's chunk i at a_r + 512 i (bf16), B_c's at b_c + bstep i
+ * (words). Four independent accumulators keep the unit busy (a product's
+ * latency is about three of its issue intervals: ../shared/AMX.md). */
+static inline void tile_mul_2x2(const uint16_t *a0, const uint16_t *a1, const uint32_t *b0,
+                                const uint32_t *b1, int64_t bstep, int64_t n, float *c0, float *c1,
+                                float *c2, float *c3, int zero) {
+    if (zero) {
+        MHA_TILE_ZERO(0);
+        MHA_TILE_ZERO(1);
+        MHA_TILE_ZERO(2);
+        MHA_TILE_ZERO(3);
+    } else {
+        MHA_TILE_LOAD(0, c0, 64);
+        MHA_TILE_LOAD(1, c1, 64);
+        MHA_TILE_LOAD(2, c2, 64);
+        MHA_TILE_LOAD(3, c3, 64);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        MHA_TILE_LOAD(4, a0 + 512 * i, 64);
+        MHA_TILE_LOAD(6, b0 + bstep * i, 64);
+        MHA_TILE_DPBF16PS(0, 4, 6);
+        MHA_TILE_LOAD(7, b1 + bstep * i, 64);
+        MHA_TILE_DPBF16PS(1, 4, 7);
+        MHA_TILE_LOAD(5, a1 + 512 * i, 64);
+        MHA_TILE_DPBF16PS(2, 5, 6);
+        MHA_TILE_DPBF16PS(3, 5, 7);
+    }
+    MHA_TILE_STORE(0, c0, 64);
+    MHA_TILE_STORE(1, c1, 64);
+    MHA_TILE_STORE(2, c2, 64);
+    MHA_TILE_STORE(3, c3, 64);
 }
 
 #endif

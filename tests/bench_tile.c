@@ -47,6 +47,15 @@ static double ghz_ratio = 1.0; /* core cycles per TSC tick */
         printf("  %-44s %5.1f cycles per tdpbf16ps\n", name,                                       \
                (double)(__rdtsc() - t0) / REPS / 16 * ghz_ratio);                                  \
     } while (0)
+#define STEP_END() /* a 2x2 step's end: the accumulators stored, then zeroed */                    \
+    _tile_stored(0, C, 64);                                                                        \
+    _tile_stored(1, C + 256, 64);                                                                  \
+    _tile_stored(2, C + 512, 64);                                                                  \
+    _tile_stored(3, C + 768, 64);                                                                  \
+    _tile_zero(0);                                                                                 \
+    _tile_zero(1);                                                                                 \
+    _tile_zero(2);                                                                                 \
+    _tile_zero(3)
 #define TDP4()                                                                                     \
     _tile_dpbf16ps(0, 4, 6);                                                                       \
     _tile_dpbf16ps(1, 4, 7);                                                                       \
@@ -186,27 +195,13 @@ int main(int argc, char **argv) {
         "+ 4 stores and 4 zeros per 8 products", for (int i = 0; i < 2; i++) {
             TDP4();
             TDP4();
-            _tile_stored(0, C, 64);
-            _tile_stored(1, C + 256, 64);
-            _tile_stored(2, C + 512, 64);
-            _tile_stored(3, C + 768, 64);
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
+            STEP_END();
         });
     PER_TDP("+ 4 stores and 4 zeros per 16 products", {
         for (int i = 0; i < 4; i++) {
             TDP4();
         }
-        _tile_stored(0, C, 64);
-        _tile_stored(1, C + 256, 64);
-        _tile_stored(2, C + 512, 64);
-        _tile_stored(3, C + 768, 64);
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
+        STEP_END();
     });
     printf("2. a 2x2 step (16 products) and the softmax's vector work: do they overlap?\n");
     __m512 acc = _mm512_setzero_ps();

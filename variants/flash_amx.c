@@ -183,46 +183,6 @@ static void pack_q_tiles(const amx_ctx *x, const uint16_t *qh, int64_t i0, int64
 
 /* ---- the tile products (tiles 0-3 accumulate, 4-5 hold A, 6-7 B) --------- */
 
-static void configure_tiles(void) {
-    mha_tile_config cfg;
-    mha_tile_config_init(&cfg);
-    for (int t = 0; t < MHA_TILE_COUNT; t++) mha_tile_config_set(&cfg, t, 16, 64);
-    MHA_TILE_CONFIGURE(&cfg);
-}
-
-/* Four 16 x 16 fp32 tiles s[2 r + c] = A_r . B_c over n chunks: A_r at
- * a[r] + 512 i (bf16), B_c at b[c] + bstep i (words); every tile 1 KiB,
- * rows 64 bytes apart. zero: start from 0, else from s (O += P V). */
-static inline void mul_2x2(const uint16_t *a0, const uint16_t *a1, const uint32_t *b0,
-                           const uint32_t *b1, int64_t bstep, int64_t n, float *s0, float *s1,
-                           float *s2, float *s3, int zero) {
-    if (zero) {
-        MHA_TILE_ZERO(0);
-        MHA_TILE_ZERO(1);
-        MHA_TILE_ZERO(2);
-        MHA_TILE_ZERO(3);
-    } else {
-        MHA_TILE_LOAD(0, s0, 64);
-        MHA_TILE_LOAD(1, s1, 64);
-        MHA_TILE_LOAD(2, s2, 64);
-        MHA_TILE_LOAD(3, s3, 64);
-    }
-    for (int64_t i = 0; i < n; i++) {
-        MHA_TILE_LOAD(4, a0 + 512 * i, 64);
-        MHA_TILE_LOAD(6, b0 + bstep * i, 64);
-        MHA_TILE_DPBF16PS(0, 4, 6);
-        MHA_TILE_LOAD(7, b1 + bstep * i, 64);
-        MHA_TILE_DPBF16PS(1, 4, 7);
-        MHA_TILE_LOAD(5, a1 + 512 * i, 64);
-        MHA_TILE_DPBF16PS(2, 5, 6);
-        MHA_TILE_DPBF16PS(3, 5, 7);
-    }
-    MHA_TILE_STORE(0, s0, 64);
-    MHA_TILE_STORE(1, s1, 64);
-    MHA_TILE_STORE(2, s2, 64);
-    MHA_TILE_STORE(3, s3, 64);
-}
-
 /* ---- the softmax of one query row of one KV block ---------------------- */
 
 /* Lanes l of the 16 keys from j with lo <= j + l < hi. */
@@ -238,13 +198,83 @@ static inline void l_update(float *l, float alpha, vf sum) {
     vstore(l, alpha == 1.0f ? vadd(vload(l), sum) : vfma(vload(l), vset1(alpha), sum));
 }
 
+/* The row's reference max m moves to tm (a block's max, log2 units) only
+ * when tm exceeds it by more than MHA_LAZY_LOG2 (NaN compares false: its P
+ * is NaN, so is the row); returns alpha, the factor the row's earlier terms
+ * take (1 when m stays, 0 from -inf). */
+static inline float move_max(float tm, float *m) {
+    const float mo = *m;
+    if (!(tm > mo + MHA_LAZY_LOG2)) return 1.0f;
+    *m = tm;
+    return mo == -INFINITY ? 0.0f : exp2f(mo - tm);
+}
+
+/* Whether no lane of mx * sc exceeds m + MHA_LAZY_LOG2: move_max's test,
+ * lane by lane (no horizontal max) for the one-pass softmax. */
+static inline int max_stays(vf mx, vf vsc, float m) {
+    return !_mm512_cmp_ps_mask(vmul(mx, vsc), vset1(m + MHA_LAZY_LOG2), _CMP_GT_OQ);
+}
+
+/* The visible lanes of the 16 keys of group g, [lo, hi): all of an inner
+ * group without a test. */
+static inline __mmask16 group_lanes(int64_t g, int64_t lo, int64_t hi) {
+    return g * VW >= lo && g * VW + VW <= hi ? (__mmask16)0xffff : lanes_in(g * VW, lo, hi);
+}
+
+/* P = 2^(s sc - m) (nm = -m) over the chunks [c0, c1) into prow + 512 c, 0
+ * outside the keys [lo, hi) (groups [g0, g1) hold them); returns the sum
+ * of P; with mx, the max of the visible s alongside. */
+static inline __attribute__((always_inline)) vf exp_masked(const float *s, int64_t c0, int64_t c1,
+                                                           int64_t lo, int64_t hi, vf vsc, vf nm,
+                                                           vf *mx, uint16_t *prow) {
+    const int64_t g0 = lo / VW, g1 = (hi + VW - 1) / VW;
+    vf sum = vzero();
+    for (int64_t c = c0; c < c1; c++) {
+        vf pr[2];
+        for (int h = 0; h < 2; h++) {
+            const int64_t g = 2 * c + h;
+            pr[h] = vzero();
+            if (g < g0 || g >= g1) continue;
+            const __mmask16 k = group_lanes(g, lo, hi);
+            const vf x = vload(s + 256 * g);
+            if (mx) *mx = _mm512_mask_max_ps(*mx, k, *mx, x);
+            pr[h] = _mm512_maskz_mov_ps(k, vexp2_nonpos_bf16(vfma(x, vsc, nm)));
+            sum = vadd(sum, pr[h]);
+        }
+        _mm512_store_si512(prow + 512 * c, vbf_from2(pr[0], pr[1]));
+    }
+    return sum;
+}
+
+/* exp_masked for every key of the chunks: no masks, two sum (and max)
+ * accumulators. */
+static inline __attribute__((always_inline)) vf exp_full(const float *s, int64_t c0, int64_t c1,
+                                                         vf vsc, vf nm, vf *mx, uint16_t *prow) {
+    vf sum[2] = {vzero(), vzero()}, m2[2] = {vset1(-INFINITY), vset1(-INFINITY)};
+    for (int64_t c = c0; c < c1; c++) {
+        vf pr[2];
+        for (int h = 0; h < 2; h++) {
+            const vf x = vload(s + 256 * (2 * c + h));
+            if (mx) m2[h] = vmax(m2[h], x);
+            pr[h] = vexp2_nonpos_bf16(vfma(x, vsc, nm));
+            sum[h] = vadd(sum[h], pr[h]);
+        }
+        _mm512_store_si512(prow + 512 * c, vbf_from2(pr[0], pr[1]));
+    }
+    if (mx) *mx = vmax(m2[0], m2[1]);
+    return vadd(sum[0], sum[1]);
+}
+
 /* One query row: its scores s (the 16-key group g at s + 256 g, as the S
  * tiles hold them) over the 32-key chunks [c0, c1) of the block, of which
  * keys [lo, hi) are visible. The score in log2 units is s * sc (a softcap
- * first caps s * sc in natural units, in place); m moves (lazily, by more
- * than MHA_LAZY_LOG2) and l (16 lanes: l_update) takes the row's sum; P = 2^(score - m) rounded
- * to bf16 goes to prow + 512 c (the A tiles' row), 0 where not visible.
- * Returns alpha, the factor the row's earlier O must take. */
+ * first caps s * sc in natural units, in place); m moves (move_max) and l
+ * (16 lanes: l_update) takes the row's sum; P = 2^(score - m) rounded to
+ * bf16 goes to prow + 512 c (the A tiles' row), 0 where not visible. Once
+ * the row has a reference max, one pass: P against it with the block's max
+ * taken alongside, and only where a score exceeds m + MHA_LAZY_LOG2 (rare
+ * after a row's first blocks) the row again with the max moved. Returns
+ * alpha, the factor the row's earlier O must take. */
 static inline float softmax_row(float *s, int64_t c0, int64_t c1, int64_t lo, int64_t hi, float sc,
                                 float cap, float *m, float *l, uint16_t *prow) {
     if (hi <= lo) {
@@ -258,88 +288,36 @@ static inline float softmax_row(float *s, int64_t c0, int64_t c1, int64_t lo, in
             vstore(s + 256 * g, flash_softcap_log2(vmul(vload(s + 256 * g), vset1(sc)), cap));
         sc = 1.0f;
     }
-/* the visible lanes of group g: all of an inner group, no test */
-#define LANES(g) ((g)*VW >= lo && (g)*VW + VW <= hi ? (__mmask16)0xffff : lanes_in((g)*VW, lo, hi))
     const vf vsc = vset1(sc);
-    const float mo = *m;
-    if (mo > -INFINITY) { /* one pass against m, as softmax_row_full */
-        const vf nm = vset1(-mo);
-        vf sum = vzero(), mx = vset1(-INFINITY);
-        for (int64_t c = c0; c < c1; c++) {
-            vf pr[2];
-            for (int h = 0; h < 2; h++) {
-                const int64_t g = 2 * c + h;
-                pr[h] = vzero();
-                if (g < g0 || g >= g1) continue;
-                const __mmask16 k = LANES(g);
-                const vf x = vload(s + 256 * g);
-                mx = _mm512_mask_max_ps(mx, k, mx, x);
-                pr[h] = _mm512_maskz_mov_ps(k, vexp2_nonpos_bf16(vfma(x, vsc, nm)));
-                sum = vadd(sum, pr[h]);
-            }
-            _mm512_store_si512(prow + 512 * c, vbf_from2(pr[0], pr[1]));
-        }
-        if (!_mm512_cmp_ps_mask(vmul(mx, vsc), vset1(mo + MHA_LAZY_LOG2), _CMP_GT_OQ)) {
+    if (*m > -INFINITY) {
+        vf mx = vset1(-INFINITY);
+        const vf sum = exp_masked(s, c0, c1, lo, hi, vsc, vset1(-*m), &mx, prow);
+        if (max_stays(mx, vsc, *m)) {
             l_update(l, 1.0f, sum);
             return 1.0f;
         }
     }
     vf mx = vset1(-INFINITY);
-    for (int64_t g = g0; g < g1; g++) mx = _mm512_mask_max_ps(mx, LANES(g), mx, vload(s + 256 * g));
+    for (int64_t g = g0; g < g1; g++)
+        mx = _mm512_mask_max_ps(mx, group_lanes(g, lo, hi), mx, vload(s + 256 * g));
     /* sc > 0 (mha_problem_validate: scale >= 0, 0 = 1/sqrt(d)): max(s) sc = max(s sc) */
-    const float tm = vhmax(mx) * sc;
-    float mn = mo, alpha = 1.0f;
-    if (tm > mo + MHA_LAZY_LOG2) { /* NaN compares false: its P is NaN, so is the row */
-        mn = tm;
-        alpha = mo == -INFINITY ? 0.0f : exp2f(mo - mn);
-        *m = mn;
-    }
-    const vf nm = vset1(mn == -INFINITY ? 0.0f : -mn);
-    vf sum = vzero();
-    for (int64_t c = c0; c < c1; c++) {
-        vf pr[2];
-        for (int h = 0; h < 2; h++) {
-            const int64_t g = 2 * c + h;
-            pr[h] = vzero();
-            if (g < g0 || g >= g1) continue;
-            const __mmask16 k = LANES(g);
-            pr[h] = _mm512_maskz_mov_ps(k, vexp2_nonpos_bf16(vfma(vload(s + 256 * g), vsc, nm)));
-            sum = vadd(sum, pr[h]);
-        }
-        _mm512_store_si512(prow + 512 * c, vbf_from2(pr[0], pr[1]));
-    }
-#undef LANES
-    l_update(l, alpha, sum);
+    const float alpha = move_max(vhmax(mx) * sc, m);
+    const vf nm = vset1(*m == -INFINITY ? 0.0f : -*m);
+    l_update(l, alpha, exp_masked(s, c0, c1, lo, hi, vsc, nm, NULL, prow));
     return alpha;
 }
 
 /* softmax_row for a row that sees every key of the chunks [c0, c1), without
- * a softcap: no masks. Once the row has a reference max, one pass: P against
- * it while the block's max is taken alongside, and only where a score
- * exceeds m + MHA_LAZY_LOG2 (rare after a row's first blocks) the row again
- * with the max moved. Else two passes (max, then P) with four max and two
- * sum accumulators, so that no chain of dependent max or add sets the pace. */
+ * a softcap: no masks, and in the two-pass case four max accumulators, so
+ * that no chain of dependent max or add sets the pace. */
 static inline float softmax_row_full(const float *s, int64_t c0, int64_t c1, float sc, float *m,
                                      float *l, uint16_t *prow) {
-    const float mo = *m;
     const vf vsc = vset1(sc);
-    if (mo > -INFINITY) { /* NaN compares false: the two passes, as softmax_row */
-        const vf nm = vset1(-mo);
-        vf sum[2] = {vzero(), vzero()}, mx[2] = {vset1(-INFINITY), vset1(-INFINITY)};
-        for (int64_t c = c0; c < c1; c++) {
-            vf pr[2];
-            for (int h = 0; h < 2; h++) {
-                const vf x = vload(s + 256 * (2 * c + h));
-                mx[h] = vmax(mx[h], x);
-                pr[h] = vexp2_nonpos_bf16(vfma(x, vsc, nm));
-                sum[h] = vadd(sum[h], pr[h]);
-            }
-            _mm512_store_si512(prow + 512 * c, vbf_from2(pr[0], pr[1]));
-        }
-        /* softmax_row's test, lane by lane: max(s) sc > m + lazy */
-        if (!_mm512_cmp_ps_mask(vmul(vmax(mx[0], mx[1]), vsc), vset1(mo + MHA_LAZY_LOG2),
-                                _CMP_GT_OQ)) {
-            l_update(l, 1.0f, vadd(sum[0], sum[1]));
+    if (*m > -INFINITY) {
+        vf mx;
+        const vf sum = exp_full(s, c0, c1, vsc, vset1(-*m), &mx, prow);
+        if (max_stays(mx, vsc, *m)) {
+            l_update(l, 1.0f, sum);
             return 1.0f;
         }
     }
@@ -349,24 +327,9 @@ static inline float softmax_row_full(const float *s, int64_t c0, int64_t c1, flo
         for (int h = 0; h < 4; h++) mx[h] = vmax(mx[h], vload(s + 256 * (2 * c + h)));
     if (c < c1)
         for (int h = 0; h < 2; h++) mx[h] = vmax(mx[h], vload(s + 256 * (2 * c + h)));
-    const float tm = vhmax(vmax(vmax(mx[0], mx[1]), vmax(mx[2], mx[3]))) * sc;
-    float mn = mo, alpha = 1.0f;
-    if (tm > mo + MHA_LAZY_LOG2) { /* as softmax_row */
-        mn = tm;
-        alpha = mo == -INFINITY ? 0.0f : exp2f(mo - mn);
-        *m = mn;
-    }
-    const vf nm = vset1(mn == -INFINITY ? 0.0f : -mn);
-    vf sum[2] = {vzero(), vzero()};
-    for (c = c0; c < c1; c++) {
-        vf pr[2];
-        for (int h = 0; h < 2; h++) {
-            pr[h] = vexp2_nonpos_bf16(vfma(vload(s + 256 * (2 * c + h)), vsc, nm));
-            sum[h] = vadd(sum[h], pr[h]);
-        }
-        _mm512_store_si512(prow + 512 * c, vbf_from2(pr[0], pr[1]));
-    }
-    l_update(l, alpha, vadd(sum[0], sum[1]));
+    const float alpha = move_max(vhmax(vmax(vmax(mx[0], mx[1]), vmax(mx[2], mx[3]))) * sc, m);
+    const vf nm = vset1(*m == -INFINITY ? 0.0f : -*m);
+    l_update(l, alpha, exp_full(s, c0, c1, vsc, nm, NULL, prow));
     return alpha;
 }
 
@@ -395,8 +358,8 @@ static void amx_sub_block(const amx_ctx *x, int64_t i0, int64_t r0, int64_t nr, 
     PHASE_START();
     for (int64_t c = c0; c < c1; c++) {
         const uint32_t *b0 = kt + (2 * (kc + c)) * L->dc * 256, *b1 = b0 + L->dc * 256;
-        mul_2x2(q0, q1, b0, b1, 256, L->dc, S + 256 * (2 * c), S + 256 * (2 * c + 1),
-                S + 256 * (sg + 2 * c), S + 256 * (sg + 2 * c + 1), 1);
+        tile_mul_2x2(q0, q1, b0, b1, 256, L->dc, S + 256 * (2 * c), S + 256 * (2 * c + 1),
+                     S + 256 * (sg + 2 * c), S + 256 * (sg + 2 * c + 1), 1);
     }
     PHASE(PHASE_QK);
     /* every row sees all of [lo, hi), whole chunks: no row needs its own range
@@ -433,8 +396,8 @@ static void amx_sub_block(const amx_ctx *x, int64_t i0, int64_t r0, int64_t nr, 
     float *o0 = Ob + (r0 / 16) * L->vc * 256, *o1 = o0 + L->vc * 256;
     for (int64_t cg = 0; cg < L->vc; cg += 2) {
         const uint32_t *b0 = vp + ((kc + c0) * L->vc + cg) * 256;
-        mul_2x2(Pa + 512 * c0, Pa + (pg + c0) * 512, b0, b0 + 256, L->vc * 256, c1 - c0,
-                o0 + 256 * cg, o0 + 256 * (cg + 1), o1 + 256 * cg, o1 + 256 * (cg + 1), first);
+        tile_mul_2x2(Pa + 512 * c0, Pa + (pg + c0) * 512, b0, b0 + 256, L->vc * 256, c1 - c0,
+                     o0 + 256 * cg, o0 + 256 * (cg + 1), o1 + 256 * cg, o1 + 256 * (cg + 1), first);
     }
     PHASE(PHASE_PV);
 }
@@ -512,7 +475,7 @@ mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options
     {
         char *ws = priv + (size_t)omp_get_thread_num() * x.L.per_thread;
         if (x.L.per_group) {
-            configure_tiles(); /* per thread, before its first tile instruction */
+            tile_configure_all(); /* per thread, before its first tile instruction */
 #pragma omp for schedule(dynamic, 1)
             for (int64_t bg = 0; bg < p->batch * G; bg++) {
                 const int64_t b = bg / G, g = bg % G;
@@ -535,7 +498,7 @@ mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options
                 }
                 PHASE(PHASE_PACK);
             } /* the implicit barrier: every pack is written before any task reads it */
-            configure_tiles(); /* never a config left by other code */
+            tile_configure_all(); /* never a config left by other code */
 #pragma omp for schedule(dynamic, 1)
             for (int64_t it = 0; it < tasks; it++) { /* the costly last (causal) blocks first */
                 const int64_t bh = it / nqb;

@@ -77,8 +77,8 @@ static int amx_per_group(const mha_problem *p, const mha_options *o, int threads
 /* The one plan of the workspace. Packs of a (batch, KV head): K^T (nkp x dp
  * bf16) and V (nkp x dvp bf16), one per thread or one per pair (shared).
  * Per thread besides: Qa (nqp x dp bf16), S (32 x bk fp32), Pa (32 x bk
- * bf16), O (nqp x dvp fp32) and the per-query m and l (16 lanes each). The KV block is a
- * multiple of 32 (the pack's chunks): block_kv rounds up. */
+ * bf16), O (nqp x dvp fp32), the per-query m and l (l in 16 lanes a row).
+ * The KV block is a multiple of 32 (the pack's chunks): block_kv rounds up. */
 static amx_layout amx_plan(const mha_problem *p, const mha_options *o, int threads) {
     amx_layout L;
     L.per_group = amx_per_group(p, o, threads);
@@ -180,8 +180,6 @@ static void pack_q_tiles(const amx_ctx *x, const uint16_t *qh, int64_t i0, int64
             _mm512_store_si512(qa + ((i / 16) * L->dc + c) * 512 + (i % 16) * 32, v);
         }
 }
-
-/* ---- the tile products (tiles 0-3 accumulate, 4-5 hold A, 6-7 B) --------- */
 
 /* ---- the softmax of one query row of one KV block ---------------------- */
 

@@ -34,12 +34,13 @@
  * 8 KiB) and K in blocks of KB_CHUNKS x 32 (the rows' A tiles of a block,
  * 16 KiB, reused by the pairs' B tiles). Measured on the AMX VM
  * (docs/amx.md), bf16 at 1 thread: a 2x2 step whose tile loads come from
- * the L2 takes about 52 cycles per tdpbf16ps, from the L1 30; (4096 x 768)
- * . (768 x 768) ran 935 GFLOP/s with all of K per step, X read in place
- * and W streamed per 32 rows, 1,274-1,328 with the K blocks and packed
- * rows (K blocks of 24 x 32: 1,042-1,060; groups of 4 or 24 pairs:
- * 1,152-1,252), and (512 x 768) . (768 x 2304), whose packed W (3.4 MiB)
- * the L2 cannot hold, 710 before the column groups. */
+ * the L2 takes about 52 cycles per tdpbf16ps, from the L1 30. In one run,
+ * the first version (all of K per step, X read in place, W streamed per 32
+ * rows) against this one: (4096 x 768) . (768 x 768) 857-889 -> 969-974
+ * GFLOP/s, (512 x 768) . (768 x 768) 790-835 -> 937-967, and (512 x 768) .
+ * (768 x 2304), whose packed W (3.4 MiB) the L2 cannot hold, 752-761 ->
+ * 979-994. K blocks of 4 to 12 chunks and groups of 1 to 4 pairs came
+ * within 10% of each other (5 interleaved rounds); 8 and 2 were the best. */
 enum {
     KB_CHUNKS = 8, /* K per block, in chunks of 32 */
     QG = 2,        /* column pairs per accumulator group */

@@ -3,8 +3,8 @@
  * rows of a bf16 or fp16 matrix as 32 bf16 (fp16 rounded, RNE), a 16 x 32
  * block of such rows turned into a VNNI B tile (16 rows of 16 dwords where
  * dword (j, n) holds elements (2j, 2j + 1) of row n, i.e. the block's pairs
- * transposed 16 x 16), the tile configuration and the 2 x 2 tile step. Every tile is 1 KiB, rows
- * 64 bytes apart. */
+ * transposed 16 x 16), the tile configuration and the 2 x 2 tile step.
+ * Every tile is 1 KiB, rows 64 bytes apart. */
 #ifndef MHA_KERNELS_TILE_PACK_H
 #define MHA_KERNELS_TILE_PACK_H
 #include <stdint.h>

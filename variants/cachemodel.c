@@ -80,11 +80,13 @@ void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int 
         bq = w * 3 / 2;
         bk = 256;
     }
-    /* The tiles (flash.amx and flash.amxemu: MHA_KT_TILES): 256-key blocks. Its S (32 x bk fp32)
-     * and P (32 x bk bf16) fill the L1d at 256, and the per-row softmax and the P.V step's load and
-     * store of O are amortised over twice the keys of 128: measured on the AMX VM (docs/amx.md),
-     * (1,32,2048,128) bf16 at 1 thread, bq x bk 64 x 128 / 64 x 256 / 64 x 512 ran 714 / 808 / 789
-     * GFLOP/s, and bq 64..256 within 2% at bk 256. */
+    /* The tiles (flash.amx and flash.amxemu: MHA_KT_TILES): 256-key
+     * blocks. Their S (32 x bk fp32) and P (32 x bk bf16) fill the L1d at
+     * 256, and the per-row softmax and the P.V step's load and store of O
+     * are amortised over twice the keys of 128: measured on the AMX VM
+     * (docs/amx.md), (1,32,2048,128) bf16 at 1 thread, bq x bk 64 x 128 /
+     * 64 x 256 / 64 x 512 ran 714 / 808 / 789 GFLOP/s, and bq 64..256
+     * within 2% at bk 256. */
     if (!tiled && (traits & MHA_KT_TILES)) {
         bq = 64;
         bk = 256;

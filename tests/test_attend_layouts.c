@@ -202,16 +202,24 @@ static void test_packed_and_paged_run(void **state) {
                      0);
     assert_non_null(strstr(g_out, "paged Tq=5 blocks=6x2 max_blocks=3"));
     expect_answer();
+    /* and a fast kernel on the same pool: flash reads it block by block */
+    assert_int_equal(bench("attend", "--kernel", "flash.scalar", "--causal", "--q", tmp("q.npy"),
+                           "--k-cache", tmp("kc.npy"), "--v-cache", tmp("vc.npy"), "--block-table",
+                           tmp("table.npy"), "--seq-lens-kv", tmp("lens.npy"), "--cu-seqlens-q",
+                           tmp("cq.npy"), "--out", tmp("out.npy"), NULL),
+                     0);
+    assert_non_null(strstr(g_out, "kernel flash.scalar"));
+    expect_answer();
     /* a kernel without the trait refuses, naming the layout */
     expect_usage(bench("attend", "--kernel", "tiled.scalar", "--q", tmp("q.npy"), "--k",
                        tmp("k.npy"), "--v", tmp("v.npy"), "--cu-seqlens-q", tmp("cq.npy"),
                        "--cu-seqlens-kv", tmp("ck.npy"), "--out", tmp("never.npy"), NULL),
                  "kernel tiled.scalar", "does not take the packed ragged layout");
-    expect_usage(bench("attend", "--kernel", "flash.scalar", "--causal", "--q", tmp("q.npy"),
+    expect_usage(bench("attend", "--kernel", "tiled.scalar", "--causal", "--q", tmp("q.npy"),
                        "--k-cache", tmp("kc.npy"), "--v-cache", tmp("vc.npy"), "--block-table",
                        tmp("table.npy"), "--seq-lens-kv", tmp("lens.npy"), "--cu-seqlens-q",
                        tmp("cq.npy"), "--out", tmp("never.npy"), NULL),
-                 "kernel flash.scalar", "does not take the paged KV layout");
+                 "kernel tiled.scalar", "does not take the paged KV layout");
 }
 
 /* attend with the packed files and one flag's file replaced (NULL: as is). */

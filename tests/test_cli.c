@@ -773,7 +773,7 @@ static void test_attend_variants(void **state) {
         const unsigned tr = mha_kernel_traits(kl);
         if (tr & MHA_KT_WINDOW) assert_non_null(strstr(line, " window,"));
         if (tr & MHA_KT_HEAD_DIM_V) assert_non_null(strstr(line, ",d_v"));
-        /* the layouts beside dense: naive's packed and paged, nobody else's */
+        /* the layouts beside dense: as the kernel's traits say */
         assert_int_equal(strstr(line, ",packed") != NULL, !!(tr & MHA_KT_PACKED));
         assert_int_equal(strstr(line, ",paged ") != NULL, !!(tr & MHA_KT_PAGED));
         if (!(tr & (MHA_KT_WINDOW | MHA_KT_SOFTCAP | MHA_KT_SINKS | MHA_KT_HEAD_DIM_V |

@@ -269,13 +269,15 @@ static void oracle_vs_dense(const ragged *r, const char *what) {
 static double kernel_vs_oracle(const mha_kernel *k, const ragged *r, const mha_options *opt,
                                mha_dtype t) {
     const int64_t dv = mha_problem_head_dim_v(&r->p), n = r->p.total_q * r->p.heads * dv;
+    /* the rows of k and v: packed Tkv, paged the whole pool NB x BS */
+    const int64_t kvrows =
+        r->p.layout == MHA_LAYOUT_PAGED ? r->p.num_blocks * r->p.block_size : r->p.total_kv;
     const int64_t nq = r->p.total_q * r->p.heads * r->p.head_dim,
-                  nk = r->p.total_kv * r->p.kv_heads * r->p.head_dim,
-                  nv = r->p.total_kv * r->p.kv_heads * dv;
+                  nk = kvrows * r->p.kv_heads * r->p.head_dim, nv = kvrows * r->p.kv_heads * dv;
     mha_problem p = r->p;
     mha_tensor qt = r->qt, kt = r->kt, vt = r->vt;
     void *q16 = NULL, *k16 = NULL, *v16 = NULL;
-    if (t != MHA_F32) { /* packed r only: its k and v are [Tkv,G,d] */
+    if (t != MHA_F32) { /* k and v: [Tkv,G,d] packed, [NB,BS,G,d] paged (NaN stays NaN) */
         p.dtype = p.kv_dtype = t;
         q16 = mha_alloc((size_t)(nq + 1) * 2);
         k16 = mha_alloc((size_t)(nk + 1) * 2);
@@ -441,27 +443,33 @@ static void test_naive_vs_oracle(void **state) {
     }
 }
 
-/* Every other kernel that takes the packed layout (here: flash.*), on each
- * config (window, softcap, sinks, d_v, MQA) and the odd lengths, fp32 and
+/* Every other kernel that takes the layout (here: flash.*), on each config
+ * (window, softcap, sinks, d_v, MQA) and the odd lengths, fp32 and
  * bf16/fp16, 1 and 2 threads, both splits, default and odd blocks, against
- * the oracle. A kernel this CPU (or MHA_ISA) cannot run is skipped, said so. */
-static void test_packed_kernels(void **state) {
-    (void)state;
+ * the oracle; paged with cache blocks of 1, 5 and 16 keys shuffled across
+ * the pool, the unused slots NaN (a stray read shows). A kernel this CPU (or
+ * MHA_ISA) cannot run is skipped, said so. */
+static void layout_kernels(int layout) {
+    const unsigned bit = layout == MHA_LAYOUT_PAGED ? MHA_KT_PAGED : MHA_KT_PACKED;
+    const char *lname = mha_layout_name(layout);
+    static const int page_sizes[] = {16, 5, 1};
     int ran = 0;
     for (int i = 0; i < mha_kernel_count(); i++) {
         const mha_kernel *k = mha_kernel_at(i);
-        if (!(mha_kernel_traits(k) & MHA_KT_PACKED) || !strcmp(mha_kernel_name(k), "naive"))
-            continue;
+        if (!(mha_kernel_traits(k) & bit) || !strcmp(mha_kernel_name(k), "naive")) continue;
         if (mha_kernel_supported(k) != MHA_OK) {
             print_message("skipped %s: %s\n", mha_kernel_name(k), mha_last_error());
             continue;
         }
-        double worst[3] = {0, 0, 0};
+        double worst[4] = {0, 0, 0, 0};
         static const mha_dtype types[] = {MHA_F32, MHA_BF16, MHA_F16};
         for (int w = 0; w < NCONFIG; w++) {
             const mha_problem base = config(w);
-            ragged pk;
+            ragged pk, pg;
             make_packed(&pk, &base, NSEQ, LQ, LKV);
+            const int bs = page_sizes[w % 3];
+            if (layout == MHA_LAYOUT_PAGED) make_paged(&pg, &pk, bs, 0);
+            const ragged *r = layout == MHA_LAYOUT_PAGED ? &pg : &pk;
             for (int ti = 0; ti < 3; ti++) {
                 if (!(mha_kernel_dtypes(k) & MHA_DTYPE_BIT(types[ti]))) continue;
                 for (int c = 0; c < 4; c++) {
@@ -469,28 +477,57 @@ static void test_packed_kernels(void **state) {
                                              .split = c & 2 ? MHA_SPLIT_HEADS : MHA_SPLIT_AUTO,
                                              .block_q = c == 3 ? 7 : 0,
                                              .block_kv = c == 3 ? 5 : (c == 1 ? 16 : 0)};
-                    const double e = kernel_vs_oracle(k, &pk, &opt, types[ti]);
+                    const double e = kernel_vs_oracle(k, r, &opt, types[ti]);
                     /* fp32: summation order only; 16-bit: the output's rounding
                      * (|out| < 1: half an ulp is 2^-9 bf16, 2^-12 fp16) */
                     const double tol = types[ti] == MHA_F32    ? 2e-5
                                        : types[ti] == MHA_BF16 ? 4e-3
                                                                : 1e-3;
                     if (!(e <= tol))
-                        fail_msg("%s packed, config %d, %s, threads %d, split %s, blocks %d/%d: "
-                                 "max error %g (tol %g)",
-                                 mha_kernel_name(k), w, mha_dtype_name(types[ti]), opt.threads,
-                                 c & 2 ? "heads" : "auto", opt.block_q, opt.block_kv, e, tol);
+                        fail_msg("%s %s (cache blocks of %d), config %d, %s, threads %d, split "
+                                 "%s, blocks %d/%d: max error %g (tol %g)",
+                                 mha_kernel_name(k), lname, layout == MHA_LAYOUT_PAGED ? bs : 0, w,
+                                 mha_dtype_name(types[ti]), opt.threads, c & 2 ? "heads" : "auto",
+                                 opt.block_q, opt.block_kv, e, tol);
                     worst[ti] = e > worst[ti] ? e : worst[ti];
                     ran++;
                 }
             }
+            if (layout == MHA_LAYOUT_PAGED) free_ragged(&pg, 1);
+            /* an int8 pool (fp32 queries) where the kernel takes one: its
+             * weights are in the oracle's rounding already, so fp32's bound */
+            if (layout == MHA_LAYOUT_PAGED && (mha_kernel_kv_dtypes(k) & MHA_DTYPE_BIT(MHA_I8))) {
+                ragged p8;
+                make_paged(&p8, &pk, bs, 1);
+                for (int c = 0; c < 2; c++) {
+                    const mha_options opt = {.threads = 1 + c};
+                    const double e = kernel_vs_oracle(k, &p8, &opt, MHA_F32);
+                    if (!(e <= 2e-5))
+                        fail_msg("%s paged int8 (cache blocks of %d), config %d, threads %d: max "
+                                 "error %g (tol 2e-5)",
+                                 mha_kernel_name(k), bs, w, opt.threads, e);
+                    worst[3] = e > worst[3] ? e : worst[3];
+                    ran++;
+                }
+                free_ragged(&p8, 1);
+            }
             free_ragged(&pk, 0);
         }
-        print_message("%s packed: worst error fp32 %.3g, bf16 %.3g, fp16 %.3g\n",
-                      mha_kernel_name(k), worst[0], worst[1], worst[2]);
+        char i8[48] = "";
+        if (worst[3] > 0) snprintf(i8, sizeof i8, ", int8 cache %.3g", worst[3]);
+        print_message("%s %s: worst error fp32 %.3g, bf16 %.3g, fp16 %.3g%s\n", mha_kernel_name(k),
+                      lname, worst[0], worst[1], worst[2], i8);
     }
     print_message("%d kernel runs against the oracle\n", ran);
     if (!ran) skip(); /* nothing judged is not a pass */
+}
+static void test_packed_kernels(void **state) {
+    (void)state;
+    layout_kernels(MHA_LAYOUT_PACKED);
+}
+static void test_paged_kernels(void **state) {
+    (void)state;
+    layout_kernels(MHA_LAYOUT_PAGED);
 }
 
 /* A sequence whose queries see no key is zeros, with a sink or without. */
@@ -553,12 +590,12 @@ static void test_others_refuse(void **state) {
             const unsigned bit = l == 0 ? MHA_KT_PACKED : MHA_KT_PAGED;
             size_t ws = 0;
             if (mha_kernel_traits(k) & bit) {
-                /* packed: naive and flash.scalar/avx2/avx512 (flash.* of
-                 * fp32 storage); paged: naive alone */
+                /* both: naive, flash.scalar/avx2/avx512 and decode.scalar/avx2/avx512 */
                 const char *name = mha_kernel_name(k);
-                assert_true(!strcmp(name, "naive") || (l == 0 && (!strcmp(name, "flash.scalar") ||
-                                                                  !strcmp(name, "flash.avx2") ||
-                                                                  !strcmp(name, "flash.avx512"))));
+                assert_true(!strcmp(name, "naive") || !strncmp(name, "flash.", 6) ||
+                            !strncmp(name, "decode.", 7));
+                assert_true(strcmp(name, "flash.avx512bf16") && strcmp(name, "decode.avx512bf16") &&
+                            strncmp(name, "flash.amx", 9));
                 assert_int_equal(mha_kernel_takes(k, &r->p), MHA_OK);
                 takers++;
                 continue;
@@ -581,7 +618,7 @@ static void test_others_refuse(void **state) {
         assert_int_equal(mha_select(&r->p, &(mha_options){.threads = 1}, &s), MHA_OK);
         assert_int_equal(mha_kernel_takes(s.kernel, &r->p), MHA_OK);
     }
-    assert_int_equal(takers, 5);
+    assert_int_equal(takers, 14);
     /* an int8 (or bf16, fp16) cache: the oracle takes it, naive refuses it by its dtypes */
     ragged p8;
     make_paged(&p8, &pk, 16, 1);
@@ -599,6 +636,7 @@ int main(void) {
         cmocka_unit_test(test_oracle_vs_dense),  cmocka_unit_test(test_naive_vs_oracle),
         cmocka_unit_test(test_no_key_rows_zero), cmocka_unit_test(test_flops_per_sequence),
         cmocka_unit_test(test_others_refuse),    cmocka_unit_test(test_packed_kernels),
+        cmocka_unit_test(test_paged_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,7 @@
  * merge (mha_decode_add_sink): a softmax column with no value. */
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "internal.h"
@@ -333,7 +334,72 @@ typedef struct {
     float qscale;  /* scale * log2(e), or scale alone under a softcap */
     int stream_pf; /* dec_plan.stream_pf */
     const float *sinks;
+    const int32_t *blocks; /* paged: the sequence's row of the block table; else NULL */
+    int64_t bs;            /* paged: keys per cache block */
 } dec_ctx;
+
+/* ---- the paged cache -----------------------------------------------------------------------
+ * The streaming loops below read key j's K row at kh + j * skn (its int8
+ * scale at ks + j * kss) and its V row likewise. A paged cache keeps that:
+ * the keys of a block are visited in stretches that end at a cache block's
+ * end (kv_stretch), and each stretch's bases are its cache block's rows
+ * shifted back by the stretch's first key of that block, so the loops, the
+ * masks (key indices) and the scales are unchanged, and nothing is copied.
+ * Dense and packed: one stretch, the block itself, at the head's bases. */
+typedef struct {
+    const void *kh, *vh;  /* key j's rows at kh + j * skn, vh + j * svn */
+    const float *ks, *vs; /* int8: key j's scales at ks + j * kss, vs + j * vss; else NULL */
+    int64_t n;            /* keys in the stretch */
+    int64_t pf_end;       /* the prefetches stay below this key (the stretch's cache block) */
+} kv_stretch;
+
+/* base - by elements of t (a cache block's rows shifted back; never read there) */
+static inline const void *shift_back(int t, const void *base, int64_t by) {
+    return (const void *)((uintptr_t)base - (uintptr_t)(by * esize(t)));
+}
+static inline const float *shift_back_f(const float *base, int64_t by) {
+    return base ? (const float *)((uintptr_t)base - (uintptr_t)by * sizeof(float)) : NULL;
+}
+
+/* The stretch of keys [j, min(stop, end of j's cache block)) of a KV head;
+ * kh, vh, ks, vs: the head's bases (dense, packed) or the pools' head g
+ * (paged: then block blocks[j / bs] holds the keys). kend bounds the
+ * prefetches of a dense stretch. */
+static inline kv_stretch kv_stretch_at(const dec_ctx *x, int t, const void *kh, const void *vh,
+                                       const float *ks, const float *vs, int64_t j, int64_t stop,
+                                       int64_t kend) {
+    kv_stretch st = {kh, vh, ks, vs, stop - j, kend};
+    if (!x->blocks) return st;
+    const int64_t bs = x->bs, first = j / bs * bs, left = first + bs - j;
+    const int64_t blk = x->blocks[j / bs];
+    const mha_tensor *k = x->k, *v = x->v;
+    st.n = st.n < left ? st.n : left;
+    st.pf_end = first + bs < kend ? first + bs : kend;
+    st.kh = shift_back(t, elem(t, kh, blk * k->stride_b), first * k->stride_n);
+    st.vh = shift_back(t, elem(t, vh, blk * v->stride_b), first * v->stride_n);
+    if (t == MHA_I8) {
+        st.ks = shift_back_f(ks + blk * k->scale_stride_b, first * k->scale_stride_n);
+        st.vs = shift_back_f(vs + blk * v->scale_stride_b, first * v->scale_stride_n);
+    }
+    return st;
+}
+
+/* Paged: the K and V rows of keys [from, to) (across cache blocks) fetched
+ * ahead, K into L1 (l1) or L2, V into L2: what a dense stream's per-row
+ * prefetch does beyond the end of the current cache block. */
+static void prefetch_keys(const dec_ctx *x, int t, const void *kh, const void *vh, int64_t from,
+                          int64_t to, int l1) {
+    const int64_t kb = x->p->head_dim * esize(t), vb = mha_dv(x->p) * esize(t);
+    for (int64_t j = from; j < to; j++) {
+        const int64_t blk = x->blocks[j / x->bs], slot = j % x->bs;
+        const void *kr = elem(t, kh, blk * x->k->stride_b + slot * x->k->stride_n);
+        if (l1)
+            prefetch_row(kr, kb);
+        else
+            prefetch_row_l2(kr, kb);
+        prefetch_row_l2(elem(t, vh, blk * x->v->stride_b + slot * x->v->stride_n), vb);
+    }
+}
 
 /* One row, NV (<= 8) vectors from column c0 (the last holding tail valid
  * columns): the accumulators stay in registers across the block. */
@@ -544,13 +610,23 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
     const float cap = p->softcap;
     for (int64_t j0 = kbeg; j0 < kend; j0 += bkb) {
         const int64_t bk = kend - j0 < bkb ? kend - j0 : bkb;
-        /* scores: one pass over the K block serves every row */
-        if (R == 1)
-            F->scores1(qrow[0], end[0], kh, k->stride_n, ks, kss, j0, bk, kend, pf1, d, x->qscale,
-                       s);
-        else
-            F->scores(R, qrow, end, kh, k->stride_n, ks, kss, vh, v->stride_n, j0, bk, kend, pf, d,
-                      x->qscale, s);
+        /* scores: one pass over the K block serves every row (paged: a call
+         * per cache block it spans, each prefetching the next one's first
+         * keys as a dense stream's prefetch would) */
+        for (int64_t js = j0, n; js < j0 + bk; js += n) {
+            const kv_stretch st = kv_stretch_at(x, kvt, kh, vh, ks, vs, js, j0 + bk, kend);
+            n = st.n;
+            const int64_t dist = R == 1 ? pf1 : pf;
+            if (x->blocks && dist > 0 && js + n == st.pf_end && st.pf_end < kend)
+                prefetch_keys(x, kvt, kh, vh, st.pf_end,
+                              st.pf_end + dist < kend ? st.pf_end + dist : kend, R > 1);
+            if (R == 1)
+                F->scores1(qrow[0], end[0], st.kh, k->stride_n, st.ks, kss, js, n, st.pf_end, pf1,
+                           d, x->qscale, s + (js - j0));
+            else
+                F->scores(R, qrow, end, st.kh, k->stride_n, st.ks, kss, st.vh, v->stride_n, js, n,
+                          st.pf_end, pf, d, x->qscale, s + (js - j0));
+        }
         if (cap > 0 || p->window) /* the cap before the mask; a window's left edge */
             for (int r = 0; r < R; r++) {
                 float *sr = s + r * DEC_BK;
@@ -594,13 +670,6 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
             m[r] = m_new;
             arow[r] = alpha;
             rescale |= alpha != 1.0f;
-            /* int8 V: the row scale joins the weight (after the sum, which
-             * is of the weights alone); keys this row cannot see keep
-             * weight 0 whatever their scale, as in the oracle */
-            if (kvt == MHA_I8) {
-                const int64_t vis = end[r] - j0 < bk ? end[r] - j0 : bk;
-                for (j = beg[r] > j0 ? beg[r] - j0 : 0; j < vis; j++) sr[j] *= vs[(j0 + j) * vss];
-            }
         }
         /* o[r] = alpha[r] o[r] + sum_j p[r][j] V[j0+j]. Several rows (GQA
          * groups, Nq > 1): register-blocked, V read in place (its rows were
@@ -608,13 +677,72 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
          * micro-kernel, narrower types widened in pv_rows. One row is a pure
          * stream: V row by row with its own prefetch ahead, o in L1. */
         const int init = j0 == kbeg ? MHA_INIT_ZERO : (rescale ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
-        if (R > 1 && kvt == MHA_F32)
-            k_gemm(R, dv, bk, s, DEC_BK, 1, (const float *)vh + j0 * v->stride_n, v->stride_n, o,
-                   dvp, init | MHA_B_EXACT, arow);
-        else if (R > 1)
-            F->pvn(R, init, arow, s, vh, v->stride_n, j0, bk, dv, o, dvp);
-        else
-            F->pv1(init, arow[0], s, vh, v->stride_n, j0, bk, kend, pf1, dv, o);
+        for (int64_t js = j0, n; js < j0 + bk; js += n) { /* paged: per cache block */
+            const kv_stretch st = kv_stretch_at(x, kvt, kh, vh, ks, vs, js, j0 + bk, kend);
+            n = st.n;
+            const int in = js == j0 ? init : MHA_INIT_ACC;
+            float *sp = s + (js - j0);
+            /* int8 V: the row scale joins the weight (after the sum, which
+             * is of the weights alone); keys this row cannot see keep
+             * weight 0 whatever their scale, as in the oracle */
+            if (kvt == MHA_I8)
+                for (int r = 0; r < R; r++) {
+                    const int64_t vis = end[r] - js < n ? end[r] - js : n;
+                    for (int64_t j = beg[r] > js ? beg[r] - js : 0; j < vis; j++)
+                        sp[r * DEC_BK + j] *= st.vs[(js + j) * vss];
+                }
+            if (R > 1 && kvt == MHA_F32)
+                k_gemm(R, dv, n, sp, DEC_BK, 1, (const float *)st.vh + js * v->stride_n,
+                       v->stride_n, o, dvp, in | MHA_B_EXACT, arow);
+            else if (R > 1)
+                F->pvn(R, in, arow, sp, st.vh, v->stride_n, js, n, dv, o, dvp);
+            else
+                F->pv1(in, arow[0], sp, st.vh, v->stride_n, js, n, st.pf_end, pf1, dv, o);
+        }
+    }
+}
+
+/* Sequence b of a packed or paged problem as a dense problem of its own:
+ * batch 1, its lengths (so the mask helpers align it bottom-right), q and
+ * out views from its first row, k and v (and int8 scales) from its first key
+ * (packed) or the pools with its row of the block table (paged). No copy. */
+typedef struct {
+    mha_problem p;
+    mha_tensor q, k, v;
+    mha_tensor_mut out;
+    dec_ctx x;
+} dec_seq;
+
+static void dec_seq_view(const dec_ctx *x, const mha_tensor_mut *out, const mha_extras *ex,
+                         int64_t b, dec_seq *s) {
+    const mha_seq sq = mha_seq_of(x->p, ex, b);
+    s->p = *x->p;
+    s->p.layout = MHA_LAYOUT_DENSE;
+    s->p.batch = 1;
+    s->p.seq_q = sq.nq;
+    s->p.seq_kv = sq.nkv;
+    s->p.total_q = s->p.total_kv = 0;
+    s->q = *x->q;
+    s->k = *x->k;
+    s->v = *x->v;
+    s->out = *out;
+    s->q.data = elem(s->q.dtype, s->q.data, sq.q0 * s->q.stride_n);
+    s->out.data = (char *)out->data + sq.q0 * out->stride_n * (int64_t)mha_dtype_size(out->dtype);
+    s->x = *x;
+    s->x.p = &s->p;
+    s->x.q = &s->q;
+    s->x.k = &s->k;
+    s->x.v = &s->v;
+    if (x->p->layout == MHA_LAYOUT_PAGED) {
+        s->x.blocks = ex->block_table + b * x->p->max_blocks;
+        s->x.bs = x->p->block_size;
+        return;
+    }
+    s->k.data = elem(s->k.dtype, s->k.data, sq.kv0 * s->k.stride_n);
+    s->v.data = elem(s->v.dtype, s->v.data, sq.kv0 * s->v.stride_n);
+    if (s->k.dtype == MHA_I8) {
+        s->k.scale += sq.kv0 * s->k.scale_stride_n;
+        s->v.scale += sq.kv0 * s->v.scale_stride_n;
     }
 }
 
@@ -646,8 +774,11 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                        p->heads / p->kv_heads,
                        mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E),
                        P.stream_pf,
-                       ex->sinks};
-    const int64_t d = mha_dv(p), dp = (d + 15) / 16 * 16, Nq = p->seq_q, G = p->kv_heads;
+                       ex->sinks,
+                       NULL,
+                       0};
+    const int ragged = p->layout != MHA_LAYOUT_DENSE;
+    const int64_t d = mha_dv(p), dp = (d + 15) / 16 * 16, G = p->kv_heads;
     const int64_t nrc = (P.rows + DEC_RB - 1) / DEC_RB, items = p->batch * G * nrc * P.nsplit;
     float *part = (float *)workspace; /* [pair][split][row][d + 2]: o, m, l */
     char *scratch0 = (char *)workspace + P.part;
@@ -661,11 +792,23 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
         for (int64_t it = 0; it < items; it++) {
             const int64_t split = it % P.nsplit, rc = (it / P.nsplit) % nrc,
                           pair = it / (P.nsplit * nrc);
-            const int64_t b = pair / G, g = pair % G, r0 = rc * DEC_RB;
-            const int R = (int)(P.rows - r0 < DEC_RB ? P.rows - r0 : DEC_RB);
-            const int64_t k0 = split * P.chunk,
-                          k1 = k0 + P.chunk < p->seq_kv ? k0 + P.chunk : p->seq_kv;
-            dec_rows(&x, b, g, r0, R, k0, k1, s, ob, dp, m, l, qw);
+            int64_t b = pair / G;
+            const int64_t g = pair % G, r0 = rc * DEC_RB;
+            /* packed, paged: sequence b as a dense problem of its own (dec_seq_view) */
+            dec_seq sv;
+            const dec_ctx *xs = &x;
+            const mha_tensor_mut *os = out;
+            if (ragged) {
+                dec_seq_view(&x, out, ex, b, &sv);
+                xs = &sv.x;
+                os = &sv.out;
+                b = 0;
+            }
+            const int64_t rows = x.group * xs->p->seq_q, nq = xs->p->seq_q, nkv = xs->p->seq_kv;
+            if (r0 >= rows) continue; /* past a short sequence's rows (merged by nobody) */
+            const int R = (int)(rows - r0 < DEC_RB ? rows - r0 : DEC_RB);
+            const int64_t k0 = split * P.chunk, k1 = k0 + P.chunk < nkv ? k0 + P.chunk : nkv;
+            dec_rows(xs, b, g, r0, R, k0 < k1 ? k0 : k1, k1, s, ob, dp, m, l, qw);
             for (int r = 0; r < R; r++) {
                 const int64_t rr = r0 + r;
                 if (P.nsplit > 1) {
@@ -674,10 +817,10 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     dst[d] = m[r];
                     dst[d + 1] = l[r];
                 } else {
-                    const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
+                    const int64_t h = g * x.group + rr / nq, i = rr % nq;
                     if (p->sinks)
                         mha_decode_add_sink(ob + r * dp, d, &l[r], m[r], x.sinks[h] * LOG2E);
-                    store_row(out, b, h, i, ob + r * dp, d, &l[r], mha_kv_count(p, i) == 0);
+                    store_row(os, b, h, i, ob + r * dp, d, &l[r], mha_kv_count(xs->p, i) == 0);
                 }
             }
         }
@@ -685,11 +828,23 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
             /* Merge the chunks: m = max m_s, l = sum l_s 2^(m_s - m), o likewise. */
 #pragma omp for schedule(static)
             for (int64_t pr = 0; pr < p->batch * G * P.rows; pr++) {
-                const int64_t pair = pr / P.rows, rr = pr % P.rows, b = pair / G, g = pair % G;
-                float *acc = ob; /* this thread's scratch row */
+                const int64_t pair = pr / P.rows, rr = pr % P.rows, g = pair % G;
+                int64_t b = pair / G;
+                dec_seq sv;
+                const dec_ctx *xs = &x;
+                const mha_tensor_mut *os = out;
+                if (ragged) {
+                    dec_seq_view(&x, out, ex, b, &sv);
+                    xs = &sv.x;
+                    os = &sv.out;
+                    b = 0;
+                }
+                const int64_t nq = xs->p->seq_q;
+                if (rr >= x.group * nq) continue; /* past a short sequence's rows */
+                float *acc = ob;                  /* this thread's scratch row */
                 const float *pt = part + (pair * P.nsplit * P.rows + rr) * (d + 2);
                 float lsum = mha_decode_merge(pt, P.nsplit, P.rows * (d + 2), d, acc);
-                const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
+                const int64_t h = g * x.group + rr / nq, i = rr % nq;
                 if (p->sinks) { /* once, after the merge: acc and lsum are at the chunks' max */
                     float mmax = -INFINITY;
                     for (int64_t sp = 0; sp < P.nsplit; sp++) {
@@ -698,7 +853,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     }
                     mha_decode_add_sink(acc, d, &lsum, mmax, x.sinks[h] * LOG2E);
                 }
-                store_row(out, b, h, i, acc, d, &lsum, mha_kv_count(p, i) == 0);
+                store_row(os, b, h, i, acc, d, &lsum, mha_kv_count(xs->p, i) == 0);
             }
         }
     }

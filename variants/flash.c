@@ -92,7 +92,9 @@ typedef struct {
     float qscale; /* Q's prescale: scale * log2(e), or scale alone under a softcap */
     const mha_tensor *q, *k, *v;
     const mha_tensor_mut *out;
-    const float *sinks; /* p->sinks: [heads], natural-log units */
+    const float *sinks;    /* p->sinks: [heads], natural-log units */
+    const int32_t *blocks; /* paged: the sequence's row of the block table; else NULL */
+    int64_t bs;            /* paged: keys per block */
 } flash_ctx;
 
 /* ---- 16-bit storage ---------------------------------------------------------------------
@@ -148,6 +150,38 @@ static void store_rows(const mha_tensor_mut *out, char *ohead, int64_t i0, int64
         for (int64_t c = 0; c < dv; c++) mha_store_elem(dst, out->dtype, c, Ob[i * ldo + c]);
     }
 }
+/* ---- the paged KV cache ----------------------------------------------------------------
+ * A KV block never crosses the end of a cache block (page_cap), so its keys
+ * are rows of one cache block, read in place like a dense block: the stream
+ * goes block by block through the table with no gather copy. */
+static inline int64_t page_cap(const flash_ctx *x, int64_t j0, int64_t n) {
+    if (!x->blocks) return n;
+    const int64_t left = x->bs - j0 % x->bs;
+    return n < left ? n : left;
+}
+/* Where key j0's row of t is: from head (the (batch, KV head)'s first row)
+ * row j0, or, paged (head: the pool's KV head), slot j0 % bs of the block
+ * the table names for j0. Returns the base; *row its row. */
+static const char *kv_at(const flash_ctx *x, const mha_tensor *t, const char *head, int64_t j0,
+                         int64_t *row) {
+    if (!x->blocks) {
+        *row = j0;
+        return head;
+    }
+    *row = j0 % x->bs;
+    return head + (int64_t)x->blocks[j0 / x->bs] * t->stride_b * (int64_t)mha_dtype_size(t->dtype);
+}
+/* Rows [j0, j0 + n) of K and V as fp32 rows (rows_f32), n within one cache block when paged. */
+static void kv_rows_f32(const flash_ctx *x, const char *kh, const char *vh, int64_t j0, int64_t n,
+                        float *Kw, float *Vw, const float **kr, int64_t *ldk, const float **vr,
+                        int64_t *ldv) {
+    int64_t row;
+    const char *kb = kv_at(x, x->k, kh, j0, &row);
+    *kr = rows_f32(x->k, kb, row, n, x->p->head_dim, Kw, x->p->head_dim, ldk);
+    const char *vb = kv_at(x, x->v, vh, j0, &row);
+    *vr = rows_f32(x->v, vb, row, n, mha_dv(x->p), Vw, x->L.dp, ldv);
+}
+
 static void zero_row(const mha_tensor_mut *out, char *ohead, int64_t i, int64_t dv) {
     const size_t es = mha_dtype_size(out->dtype);
     memset(ohead + (size_t)(i * out->stride_n) * es, 0, (size_t)dv * es);
@@ -195,7 +229,7 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
     for (int64_t j0 = 0, bkk; j0 < kv_end; j0 += bkk) {
         const int diag = j0 >= full; /* some pair here is masked */
         bkk = diag ? kv_end - j0 : full - j0;
-        bkk = bkk < (diag ? L->bk : even) ? bkk : (diag ? L->bk : even);
+        bkk = page_cap(x, j0, bkk < (diag ? L->bk : even) ? bkk : (diag ? L->bk : even));
         /* P^T = 2^(K Q^T - m) in one pass, m a lazily raised reference (see
          * k_scores_exp); on the triangle, key j0 + j is visible to columns
          * i >= j0 + j - off - i0 and tiles left of that are skipped. Then
@@ -204,8 +238,8 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
             bsum[i] = 0.0f;
             alpha[i] = 1.0f;
         }
-        const float *kr = rows_f32(x->k, kh, j0, bkk, d, Kw, d, &ldk);
-        const float *vr = rows_f32(x->v, vh, j0, bkk, dv, Vw, L->dp, &ldv);
+        const float *kr, *vr;
+        kv_rows_f32(x, kh, vh, j0, bkk, Kw, Vw, &kr, &ldk, &vr, &ldv);
         k_scores_exp(bkk, ncols, d, kr, ldk, Qt, ld, St, ld, m, bsum, alpha, diag, j0 - off - i0);
         PHASE(PHASE_QK);
         int changed = 0;
@@ -297,9 +331,9 @@ static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb
     for (int64_t j0 = lo, bkk; j0 < hi; j0 += bkk) {
         const int full = j0 >= f0 && j0 < f1;
         const int64_t stop = j0 < f0 ? f0 : (full ? f1 : hi), most = full ? even : L->bk;
-        bkk = stop - j0 < most ? stop - j0 : most;
-        const float *kr = rows_f32(x->k, kh, j0, bkk, d, Kw, d, &ldk);
-        const float *vr = rows_f32(x->v, vh, j0, bkk, dv, Vw, L->dp, &ldv);
+        bkk = page_cap(x, j0, stop - j0 < most ? stop - j0 : most);
+        const float *kr, *vr;
+        kv_rows_f32(x, kh, vh, j0, bkk, Kw, Vw, &kr, &ldk, &vr, &ldv);
         if (full) {
             for (int64_t i = 0; i < ncols; i++) {
                 bsum[i] = 0.0f;
@@ -331,11 +365,13 @@ static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb
     PHASE(PHASE_PACK);
 }
 
-/* ---- the packed ragged batch -------------------------------------------------------------
- * Sequence b of a packed problem as a dense problem of its own: batch 1, its
- * lengths (so the mask helpers align it bottom-right), q, k, v and out views
- * starting at its first row (no copy). The workspace plan stays the one of
- * the bounds (seq_q, seq_kv), which covers every sequence. */
+/* ---- the packed ragged batch and the paged cache ---------------------------------------
+ * Sequence b of a packed or paged problem as a dense problem of its own:
+ * batch 1, its lengths (so the mask helpers align it bottom-right), q, k, v
+ * and out views starting at its first row (no copy); paged, k and v stay the
+ * pools and the context carries the sequence's row of the block table
+ * (kv_at). The workspace plan stays the one of the bounds (seq_q, seq_kv),
+ * which covers every sequence. */
 typedef struct {
     mha_problem p;
     mha_tensor q, k, v;
@@ -346,7 +382,8 @@ typedef struct {
 /* Row r of a tensor or of the output (the fields of either): its first element. */
 #define ROW_OF(t, r) ((char *)(t)->data + (r) * (t)->stride_n * (int64_t)mha_dtype_size((t)->dtype))
 
-static void seq_view(const flash_ctx *x, const mha_seq *sq, flash_seq *s) {
+static void seq_view(const flash_ctx *x, const mha_extras *ex, int64_t b, const mha_seq *sq,
+                     flash_seq *s) {
     s->p = *x->p;
     s->p.layout = MHA_LAYOUT_DENSE;
     s->p.batch = 1;
@@ -368,6 +405,10 @@ static void seq_view(const flash_ctx *x, const mha_seq *sq, flash_seq *s) {
     s->x.k = &s->k;
     s->x.v = &s->v;
     s->x.out = &s->out;
+    if (x->p->layout == MHA_LAYOUT_PAGED) {
+        s->x.blocks = ex->block_table + b * x->p->max_blocks;
+        s->x.bs = x->p->block_size;
+    }
 }
 
 /* Balanced by work, not by sequence: the tasks are (query block, sequence,
@@ -389,7 +430,7 @@ static void packed_run(const flash_ctx *x, const mha_extras *ex,
             char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x->L.per_thread;
             const mha_seq sq = mha_seq_of(p, ex, bh / H);
             flash_seq s;
-            seq_view(x, &sq, &s);
+            seq_view(x, ex, bh / H, &sq, &s);
             for (int64_t qb = 0; qb * bq < s.p.seq_q; qb++) block(&s.x, 0, bh % H, qb, ws);
         }
         return;
@@ -401,7 +442,7 @@ static void packed_run(const flash_ctx *x, const mha_extras *ex,
         if (qb * bq >= sq.nq) continue;
         char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x->L.per_thread;
         flash_seq s;
-        seq_view(x, &sq, &s);
+        seq_view(x, ex, b, &sq, &s);
         block(&s.x, 0, h, qb, ws);
     }
 }
@@ -413,11 +454,11 @@ mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options
     const flash_ctx x = {p, flash_plan(p, o), p->heads / p->kv_heads, p->seq_kv - p->seq_q,
                          /* scores in log2 units -> exp2; a softcap takes them natural */
                          mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E), q, k, v, out,
-                         ex->sinks};
+                         ex->sinks, NULL, 0};
     void (*block)(const flash_ctx *, int64_t, int64_t, int64_t, char *) =
         p->window || p->softcap > 0 || p->sinks ? flash_block_var : flash_block;
     const int64_t H = p->heads, nqb = (p->seq_q + x.L.bq - 1) / x.L.bq, pairs = p->batch * H;
-    if (p->layout == MHA_LAYOUT_PACKED) {
+    if (p->layout != MHA_LAYOUT_DENSE) {
         packed_run(&x, ex, block, o->split == MHA_SPLIT_HEADS, threads, workspace);
         return MHA_OK;
     }

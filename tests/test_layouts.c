@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -333,6 +334,18 @@ static double naive_vs_oracle(const ragged *r) {
 static const int LQ[] = {0, 1, 7, 33, 1, 7, 33, 197, 5};
 static const int LKV[] = {7, 197, 7, 33, 0, 1, 197, 197, 0};
 enum { NSEQ = sizeof LQ / sizeof LQ[0] };
+/* Decode batches: a query or two per sequence over caches of 0..1000 keys
+ * (several 64-key spans, partial cache blocks), and one sequence alone
+ * (split into KV chunks at 2 threads); bounds seq_q 2, seq_kv 1000. */
+static const int LQD[] = {1, 1, 2, 0, 1, 2, 1}, LKVD[] = {300, 1, 197, 5, 0, 64, 129};
+static const int LQ1[] = {2}, LKV1[] = {1000};
+typedef struct {
+    const int *nq, *nkv;
+    int n, bound_q, bound_kv; /* 0: the config's bounds */
+} shape_set;
+static const shape_set SHAPE_SETS[] = {{LQ, LKV, NSEQ, 0, 0},
+                                       {LQD, LKVD, sizeof LQD / sizeof LQD[0], 2, 1000},
+                                       {LQ1, LKV1, 1, 2, 1000}};
 
 /* Config w: heads, dims and variants (bounds above the longest sequence). */
 static mha_problem config(int w) {
@@ -443,12 +456,14 @@ static void test_naive_vs_oracle(void **state) {
     }
 }
 
-/* Every other kernel that takes the layout (here: flash.*), on each config
- * (window, softcap, sinks, d_v, MQA) and the odd lengths, fp32 and
+/* Every other kernel that takes the layout (flash.*, decode.*), on each
+ * config (window, softcap, sinks, d_v, MQA) and three sets of lengths (the
+ * odd ones, decode batches, one long sequence: SHAPE_SETS), fp32 and
  * bf16/fp16, 1 and 2 threads, both splits, default and odd blocks, against
  * the oracle; paged with cache blocks of 1, 5 and 16 keys shuffled across
- * the pool, the unused slots NaN (a stray read shows). A kernel this CPU (or
- * MHA_ISA) cannot run is skipped, said so. */
+ * the pool, the unused slots NaN (a stray read shows), and int8 pools where
+ * the kernel takes them. A kernel this CPU (or MHA_ISA) cannot run is
+ * skipped, said so. */
 static void layout_kernels(int layout) {
     const unsigned bit = layout == MHA_LAYOUT_PAGED ? MHA_KT_PAGED : MHA_KT_PACKED;
     const char *lname = mha_layout_name(layout);
@@ -463,11 +478,17 @@ static void layout_kernels(int layout) {
         }
         double worst[4] = {0, 0, 0, 0};
         static const mha_dtype types[] = {MHA_F32, MHA_BF16, MHA_F16};
-        for (int w = 0; w < NCONFIG; w++) {
-            const mha_problem base = config(w);
+        for (int ws = 0; ws < NCONFIG * 3; ws++) {
+            const int w = ws / 3;
+            const shape_set *sh = &SHAPE_SETS[ws % 3];
+            mha_problem base = config(w);
+            if (sh->bound_q) {
+                base.seq_q = sh->bound_q;
+                base.seq_kv = sh->bound_kv;
+            }
             ragged pk, pg;
-            make_packed(&pk, &base, NSEQ, LQ, LKV);
-            const int bs = page_sizes[w % 3];
+            make_packed(&pk, &base, sh->n, sh->nq, sh->nkv);
+            const int bs = page_sizes[(w + ws) % 3];
             if (layout == MHA_LAYOUT_PAGED) make_paged(&pg, &pk, bs, 0);
             const ragged *r = layout == MHA_LAYOUT_PAGED ? &pg : &pk;
             for (int ti = 0; ti < 3; ti++) {
@@ -484,11 +505,11 @@ static void layout_kernels(int layout) {
                                        : types[ti] == MHA_BF16 ? 4e-3
                                                                : 1e-3;
                     if (!(e <= tol))
-                        fail_msg("%s %s (cache blocks of %d), config %d, %s, threads %d, split "
-                                 "%s, blocks %d/%d: max error %g (tol %g)",
+                        fail_msg("%s %s (cache blocks of %d), config %d, shapes %d, %s, threads "
+                                 "%d, split %s, blocks %d/%d: max error %g (tol %g)",
                                  mha_kernel_name(k), lname, layout == MHA_LAYOUT_PAGED ? bs : 0, w,
-                                 mha_dtype_name(types[ti]), opt.threads, c & 2 ? "heads" : "auto",
-                                 opt.block_q, opt.block_kv, e, tol);
+                                 ws % 3, mha_dtype_name(types[ti]), opt.threads,
+                                 c & 2 ? "heads" : "auto", opt.block_q, opt.block_kv, e, tol);
                     worst[ti] = e > worst[ti] ? e : worst[ti];
                     ran++;
                 }
@@ -503,9 +524,9 @@ static void layout_kernels(int layout) {
                     const mha_options opt = {.threads = 1 + c};
                     const double e = kernel_vs_oracle(k, &p8, &opt, MHA_F32);
                     if (!(e <= 2e-5))
-                        fail_msg("%s paged int8 (cache blocks of %d), config %d, threads %d: max "
-                                 "error %g (tol 2e-5)",
-                                 mha_kernel_name(k), bs, w, opt.threads, e);
+                        fail_msg("%s paged int8 (cache blocks of %d), config %d, shapes %d, "
+                                 "threads %d: max error %g (tol 2e-5)",
+                                 mha_kernel_name(k), bs, w, ws % 3, opt.threads, e);
                     worst[3] = e > worst[3] ? e : worst[3];
                     ran++;
                 }

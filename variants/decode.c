@@ -98,13 +98,31 @@ typedef struct {
     size_t scratch; /* bytes per thread */
     int wide_q;     /* Q is not fp32: its rows are widened into the scratch */
     int stream_pf;  /* one-row passes prefetch K and V ahead: the cache is beyond the L3 */
+    int all_heads;  /* paged GQA: an item is a (sequence, KV chunk) with every KV head (below) */
+    size_t state;   /* all_heads: bytes per thread of every (KV head, row group)'s o, m, l */
 } dec_plan;
+
+/* A paged pool [NB,BS,G,d] holds a key's G heads side by side, so one KV
+ * head's rows are G x d apart: an item per (sequence, KV head) reads d of
+ * every G x d elements, and the stream ran at 0.42-0.71x a head-major dense
+ * cache's bandwidth (docs/attention-variants.md). With all_heads an item is
+ * a (sequence, KV chunk) that walks its keys in spans of DEC_SPAN and runs
+ * every KV head's rows over a span before the next, so the pool is read in
+ * the order it is stored while a span of it (64 keys x G heads: 512 KiB of
+ * K and V at G 8 d 128 fp32) sits in the L2; each (head, row group) keeps
+ * its o, m and l in the thread's state between spans. For few rows per KV
+ * head (decode), where the state stays small. */
+enum { DEC_SPAN = DEC_BK };
 
 static dec_plan plan(const mha_problem *p, int threads) {
     dec_plan P;
     const int64_t group = p->heads / p->kv_heads, pairs = p->batch * p->kv_heads;
     P.rows = group * p->seq_q;
-    P.nsplit = mha_decode_nsplit(p, P.rows, 4 * DEC_RB, threads);
+    const int64_t nrc = (P.rows + DEC_RB - 1) / DEC_RB;
+    P.all_heads = p->layout == MHA_LAYOUT_PAGED && p->kv_heads > 1 && nrc <= 2;
+    mha_problem per_seq = *p; /* all_heads: the items are (sequence, chunk): split by sequences */
+    if (P.all_heads) per_seq.kv_heads = 1;
+    P.nsplit = mha_decode_nsplit(&per_seq, P.rows, 4 * DEC_RB, threads);
     P.chunk = (p->seq_kv + P.nsplit - 1) / P.nsplit;
     const size_t f = sizeof(float), d = (size_t)p->head_dim, dv = (size_t)mha_dv(p);
     P.part =
@@ -125,8 +143,13 @@ static dec_plan plan(const mha_problem *p, int threads) {
      * measured again on huge pages. The multi-row passes are compute-bound
      * and always prefetch. */
     P.stream_pf = mha_decode_cache_per_l3(p) > 1.5;
-    P.scratch = mha_align64(
-        (DEC_RB * DEC_BK + DEC_RB * dvp + 2 * DEC_RB + (P.wide_q ? DEC_RB * dp : 0)) * f);
+    P.state = P.all_heads
+                  ? mha_align64((size_t)(p->kv_heads * nrc) * (DEC_RB * dvp + 2 * DEC_RB) * f)
+                  : 0;
+    P.scratch =
+        mha_align64((DEC_RB * DEC_BK + DEC_RB * dvp + 2 * DEC_RB + (P.wide_q ? DEC_RB * dp : 0)) *
+                    f) +
+        P.state;
     return P;
 }
 
@@ -560,10 +583,12 @@ static const dec_fn_set dec_fns[MHA_DTYPE_COUNT] = {
 
 /* Rows [r0, r0+R) of KV head (b, g) over keys [k0, k1): leaves the unnormalised
  * o (row stride dvp), the max m (log2 units) and the sum l per row in the
- * scratch arrays. qw (R rows of dp floats) takes the Q rows widened to fp32
- * when Q is not fp32. */
+ * scratch arrays; fresh starts them (o = 0, m = -inf, l = 0), else the keys
+ * join the o, m and l left there by earlier calls (all_heads' spans). qw (R
+ * rows of dp floats) takes the Q rows widened to fp32 when Q is not fp32. */
 static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, int64_t k0,
-                     int64_t k1, float *s, float *o, int64_t dvp, float *m, float *l, float *qw) {
+                     int64_t k1, float *s, float *o, int64_t dvp, float *m, float *l, float *qw,
+                     int fresh) {
     const mha_problem *p = x->p;
     const int64_t d = p->head_dim, dv = mha_dv(p), Nq = p->seq_q, dp = (d + 15) / 16 * 16;
     const mha_tensor *q = x->q, *k = x->k, *v = x->v;
@@ -582,8 +607,10 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
         }
         end[r] = mha_kv_end(p, i);
         beg[r] = mha_kv_begin(p, i);
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
+        if (fresh) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+        }
     }
     const void *kh = elem(kvt, k->data, b * k->stride_b + g * k->stride_h);
     const void *vh = elem(kvt, v->data, b * v->stride_b + g * v->stride_h);
@@ -603,7 +630,7 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
     }
     if (kend > k1) kend = k1;
     if (kbeg < k0) kbeg = k0;
-    if (kend <= kbeg) /* no row sees a key of this chunk: o = 0, m = -inf, l = 0 */
+    if (kend <= kbeg && fresh) /* no row sees a key of this chunk: o = 0, m = -inf, l = 0 */
         for (int r = 0; r < R; r++) memset(o + r * dvp, 0, (size_t)dv * sizeof(float));
     /* one row: the stream is prefetched only when it comes from DRAM (see plan) */
     const int64_t pf1 = x->stream_pf ? pf : 0, bkb = DEC_BK;
@@ -676,7 +703,8 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
          * prefetched during the scores): fp32 through the k_gemm
          * micro-kernel, narrower types widened in pv_rows. One row is a pure
          * stream: V row by row with its own prefetch ahead, o in L1. */
-        const int init = j0 == kbeg ? MHA_INIT_ZERO : (rescale ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
+        const int init =
+            fresh && j0 == kbeg ? MHA_INIT_ZERO : (rescale ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
         for (int64_t js = j0, n; js < j0 + bk; js += n) { /* paged: per cache block */
             const kv_stretch st = kv_stretch_at(x, kvt, kh, vh, ks, vs, js, j0 + bk, kend);
             n = st.n;
@@ -760,6 +788,29 @@ static void store_row(const mha_tensor_mut *out, int64_t b, int64_t h, int64_t i
     for (int64_t c = 0; c < d; c++) mha_store_elem(dst, out->dtype, c, row[c]);
 }
 
+/* Rows [r0, r0 + R) of pair (b, g) after their pass over chunk split: o
+ * (row stride dp), m and l into the partial results (split-KV, merged
+ * after) or, normalised with the sink, into out. x: the sequence's (or the
+ * problem's) context. */
+static void finish_rows(const dec_ctx *x, const dec_plan *P, float *part, const mha_tensor_mut *out,
+                        int64_t b, int64_t pair, int64_t split, int64_t r0, int R, float *o,
+                        int64_t dp, float *m, float *l) {
+    const int64_t d = mha_dv(x->p), nq = x->p->seq_q, g = pair % x->p->kv_heads;
+    for (int r = 0; r < R; r++) {
+        const int64_t rr = r0 + r;
+        if (P->nsplit > 1) {
+            float *dst = part + ((pair * P->nsplit + split) * P->rows + rr) * (d + 2);
+            memcpy(dst, o + r * dp, (size_t)d * sizeof(float));
+            dst[d] = m[r];
+            dst[d + 1] = l[r];
+        } else {
+            const int64_t h = g * x->group + rr / nq, i = rr % nq;
+            if (x->p->sinks) mha_decode_add_sink(o + r * dp, d, &l[r], m[r], x->sinks[h] * LOG2E);
+            store_row(out, b, h, i, o + r * dp, d, &l[r], mha_kv_count(x->p, i) == 0);
+        }
+    }
+}
+
 mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_options *o, int threads,
                                           const mha_tensor *q, const mha_tensor *k,
                                           const mha_tensor *v, const mha_extras *ex,
@@ -779,7 +830,8 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                        0};
     const int ragged = p->layout != MHA_LAYOUT_DENSE;
     const int64_t d = mha_dv(p), dp = (d + 15) / 16 * 16, G = p->kv_heads;
-    const int64_t nrc = (P.rows + DEC_RB - 1) / DEC_RB, items = p->batch * G * nrc * P.nsplit;
+    const int64_t nrc = (P.rows + DEC_RB - 1) / DEC_RB,
+                  items = p->batch * (P.all_heads ? 1 : G * nrc) * P.nsplit;
     float *part = (float *)workspace; /* [pair][split][row][d + 2]: o, m, l */
     char *scratch0 = (char *)workspace + P.part;
 
@@ -788,8 +840,41 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
         char *sc = scratch0 + (size_t)omp_get_thread_num() * P.scratch;
         float *s = (float *)sc, *ob = s + DEC_RB * DEC_BK, *m = ob + DEC_RB * dp, *l = m + DEC_RB;
         float *qw = P.wide_q ? l + DEC_RB : NULL;
+        float *state = (float *)(sc + P.scratch - P.state); /* all_heads */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < items; it++) {
+            if (P.all_heads) {
+                const int64_t split = it % P.nsplit, b = it / P.nsplit;
+                dec_seq sv;
+                dec_seq_view(&x, out, ex, b, &sv); /* all_heads: paged */
+                const int64_t rows = x.group * sv.p.seq_q, nkv = sv.p.seq_kv,
+                              nrcs = (rows + DEC_RB - 1) / DEC_RB, per = DEC_RB * dp + 2 * DEC_RB;
+                int64_t k0 = split * P.chunk, k1 = k0 + P.chunk;
+                k0 = k0 < nkv ? k0 : nkv;
+                k1 = k1 < nkv ? k1 : nkv;
+                for (int64_t c0 = k0;;) { /* at least once: a chunk without keys starts zeros */
+                    const int64_t c1 = c0 + DEC_SPAN < k1 ? c0 + DEC_SPAN : k1;
+                    for (int64_t g = 0; g < G; g++)
+                        for (int64_t rc = 0; rc < nrcs; rc++) {
+                            float *o_ = state + (g * nrc + rc) * per, *m_ = o_ + DEC_RB * dp;
+                            const int64_t r0 = rc * DEC_RB;
+                            const int R = (int)(rows - r0 < DEC_RB ? rows - r0 : DEC_RB);
+                            dec_rows(&sv.x, 0, g, r0, R, c0, c1, s, o_, dp, m_, m_ + DEC_RB, qw,
+                                     c0 == k0);
+                        }
+                    if (c1 >= k1) break;
+                    c0 = c1;
+                }
+                for (int64_t g = 0; g < G; g++)
+                    for (int64_t rc = 0; rc < nrcs; rc++) {
+                        float *o_ = state + (g * nrc + rc) * per, *m_ = o_ + DEC_RB * dp;
+                        const int64_t r0 = rc * DEC_RB;
+                        const int R = (int)(rows - r0 < DEC_RB ? rows - r0 : DEC_RB);
+                        finish_rows(&sv.x, &P, part, &sv.out, 0, b * G + g, split, r0, R, o_, dp,
+                                    m_, m_ + DEC_RB);
+                    }
+                continue;
+            }
             const int64_t split = it % P.nsplit, rc = (it / P.nsplit) % nrc,
                           pair = it / (P.nsplit * nrc);
             int64_t b = pair / G;
@@ -804,25 +889,12 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                 os = &sv.out;
                 b = 0;
             }
-            const int64_t rows = x.group * xs->p->seq_q, nq = xs->p->seq_q, nkv = xs->p->seq_kv;
+            const int64_t rows = x.group * xs->p->seq_q, nkv = xs->p->seq_kv;
             if (r0 >= rows) continue; /* past a short sequence's rows (merged by nobody) */
             const int R = (int)(rows - r0 < DEC_RB ? rows - r0 : DEC_RB);
             const int64_t k0 = split * P.chunk, k1 = k0 + P.chunk < nkv ? k0 + P.chunk : nkv;
-            dec_rows(xs, b, g, r0, R, k0 < k1 ? k0 : k1, k1, s, ob, dp, m, l, qw);
-            for (int r = 0; r < R; r++) {
-                const int64_t rr = r0 + r;
-                if (P.nsplit > 1) {
-                    float *dst = part + ((pair * P.nsplit + split) * P.rows + rr) * (d + 2);
-                    memcpy(dst, ob + r * dp, (size_t)d * sizeof(float));
-                    dst[d] = m[r];
-                    dst[d + 1] = l[r];
-                } else {
-                    const int64_t h = g * x.group + rr / nq, i = rr % nq;
-                    if (p->sinks)
-                        mha_decode_add_sink(ob + r * dp, d, &l[r], m[r], x.sinks[h] * LOG2E);
-                    store_row(os, b, h, i, ob + r * dp, d, &l[r], mha_kv_count(xs->p, i) == 0);
-                }
-            }
+            dec_rows(xs, b, g, r0, R, k0 < k1 ? k0 : k1, k1, s, ob, dp, m, l, qw, 1);
+            finish_rows(xs, &P, part, os, b, pair, split, r0, R, ob, dp, m, l);
         }
         if (P.nsplit > 1) {
             /* Merge the chunks: m = max m_s, l = sum l_s 2^(m_s - m), o likewise. */

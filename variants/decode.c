@@ -744,18 +744,11 @@ typedef struct {
 static void dec_seq_view(const dec_ctx *x, const mha_tensor_mut *out, const mha_extras *ex,
                          int64_t b, dec_seq *s) {
     const mha_seq sq = mha_seq_of(x->p, ex, b);
-    s->p = *x->p;
-    s->p.layout = MHA_LAYOUT_DENSE;
-    s->p.batch = 1;
-    s->p.seq_q = sq.nq;
-    s->p.seq_kv = sq.nkv;
-    s->p.total_q = s->p.total_kv = 0;
-    s->q = *x->q;
-    s->k = *x->k;
-    s->v = *x->v;
-    s->out = *out;
-    s->q.data = elem(s->q.dtype, s->q.data, sq.q0 * s->q.stride_n);
-    s->out.data = (char *)out->data + sq.q0 * out->stride_n * (int64_t)mha_dtype_size(out->dtype);
+    s->p = mha_seq_problem(x->p, &sq);
+    s->q = mha_tensor_from_row(x->q, sq.q0);
+    s->k = mha_tensor_from_row(x->k, sq.kv0); /* paged: kv0 = 0, the pool */
+    s->v = mha_tensor_from_row(x->v, sq.kv0);
+    s->out = mha_tensor_mut_from_row(out, sq.q0);
     s->x = *x;
     s->x.p = &s->p;
     s->x.q = &s->q;
@@ -764,14 +757,28 @@ static void dec_seq_view(const dec_ctx *x, const mha_tensor_mut *out, const mha_
     if (x->p->layout == MHA_LAYOUT_PAGED) {
         s->x.blocks = ex->block_table + b * x->p->max_blocks;
         s->x.bs = x->p->block_size;
-        return;
     }
-    s->k.data = elem(s->k.dtype, s->k.data, sq.kv0 * s->k.stride_n);
-    s->v.data = elem(s->v.dtype, s->v.data, sq.kv0 * s->v.stride_n);
-    if (s->k.dtype == MHA_I8) {
-        s->k.scale += sq.kv0 * s->k.scale_stride_n;
-        s->v.scale += sq.kv0 * s->v.scale_stride_n;
-    }
+}
+
+/* The context and output pair (b, .) is run in: the problem's own (dense),
+ * or sequence b's view made in sv (packed, paged), whose batch index *b
+ * becomes 0. */
+static const dec_ctx *pair_ctx(const dec_ctx *x, const mha_tensor_mut *out, const mha_extras *ex,
+                               int64_t *b, dec_seq *sv, const mha_tensor_mut **os) {
+    *os = out;
+    if (x->p->layout == MHA_LAYOUT_DENSE) return x;
+    dec_seq_view(x, out, ex, *b, sv);
+    *os = &sv->out;
+    *b = 0;
+    return &sv->x;
+}
+
+/* all_heads: the o [DEC_RB][dp], m and l [DEC_RB] of (KV head g, row group
+ * rc) in the thread's state, and its row count R of rows in all. */
+static inline float *head_state(float *state, int64_t g, int64_t rc, int64_t nrc, int64_t dp,
+                                int64_t rows, int *R) {
+    *R = (int)(rows - rc * DEC_RB < DEC_RB ? rows - rc * DEC_RB : DEC_RB);
+    return state + (g * nrc + rc) * (DEC_RB * dp + 2 * DEC_RB);
 }
 
 /* Row i of head h of batch b of out = row (d floats, normalised), rounded to
@@ -828,7 +835,6 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                        ex->sinks,
                        NULL,
                        0};
-    const int ragged = p->layout != MHA_LAYOUT_DENSE;
     const int64_t d = mha_dv(p), dp = (d + 15) / 16 * 16, G = p->kv_heads;
     const int64_t nrc = (P.rows + DEC_RB - 1) / DEC_RB,
                   items = p->batch * (P.all_heads ? 1 : G * nrc) * P.nsplit;
@@ -848,7 +854,8 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                 dec_seq sv;
                 dec_seq_view(&x, out, ex, b, &sv); /* all_heads: paged */
                 const int64_t rows = x.group * sv.p.seq_q, nkv = sv.p.seq_kv,
-                              nrcs = (rows + DEC_RB - 1) / DEC_RB, per = DEC_RB * dp + 2 * DEC_RB;
+                              nrcs = (rows + DEC_RB - 1) / DEC_RB;
+                int R;
                 int64_t k0 = split * P.chunk, k1 = k0 + P.chunk;
                 k0 = k0 < nkv ? k0 : nkv;
                 k1 = k1 < nkv ? k1 : nkv;
@@ -856,22 +863,20 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     const int64_t c1 = c0 + DEC_SPAN < k1 ? c0 + DEC_SPAN : k1;
                     for (int64_t g = 0; g < G; g++)
                         for (int64_t rc = 0; rc < nrcs; rc++) {
-                            float *o_ = state + (g * nrc + rc) * per, *m_ = o_ + DEC_RB * dp;
-                            const int64_t r0 = rc * DEC_RB;
-                            const int R = (int)(rows - r0 < DEC_RB ? rows - r0 : DEC_RB);
-                            dec_rows(&sv.x, 0, g, r0, R, c0, c1, s, o_, dp, m_, m_ + DEC_RB, qw,
-                                     c0 == k0);
+                            float *o_ = head_state(state, g, rc, nrc, dp, rows, &R);
+                            float *m_ = o_ + DEC_RB * dp;
+                            dec_rows(&sv.x, 0, g, rc * DEC_RB, R, c0, c1, s, o_, dp, m_,
+                                     m_ + DEC_RB, qw, c0 == k0);
                         }
                     if (c1 >= k1) break;
                     c0 = c1;
                 }
                 for (int64_t g = 0; g < G; g++)
                     for (int64_t rc = 0; rc < nrcs; rc++) {
-                        float *o_ = state + (g * nrc + rc) * per, *m_ = o_ + DEC_RB * dp;
-                        const int64_t r0 = rc * DEC_RB;
-                        const int R = (int)(rows - r0 < DEC_RB ? rows - r0 : DEC_RB);
-                        finish_rows(&sv.x, &P, part, &sv.out, 0, b * G + g, split, r0, R, o_, dp,
-                                    m_, m_ + DEC_RB);
+                        float *o_ = head_state(state, g, rc, nrc, dp, rows, &R);
+                        float *m_ = o_ + DEC_RB * dp;
+                        finish_rows(&sv.x, &P, part, &sv.out, 0, b * G + g, split, rc * DEC_RB, R,
+                                    o_, dp, m_, m_ + DEC_RB);
                     }
                 continue;
             }
@@ -879,16 +884,9 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                           pair = it / (P.nsplit * nrc);
             int64_t b = pair / G;
             const int64_t g = pair % G, r0 = rc * DEC_RB;
-            /* packed, paged: sequence b as a dense problem of its own (dec_seq_view) */
             dec_seq sv;
-            const dec_ctx *xs = &x;
-            const mha_tensor_mut *os = out;
-            if (ragged) {
-                dec_seq_view(&x, out, ex, b, &sv);
-                xs = &sv.x;
-                os = &sv.out;
-                b = 0;
-            }
+            const mha_tensor_mut *os;
+            const dec_ctx *xs = pair_ctx(&x, out, ex, &b, &sv, &os);
             const int64_t rows = x.group * xs->p->seq_q, nkv = xs->p->seq_kv;
             if (r0 >= rows) continue; /* past a short sequence's rows (merged by nobody) */
             const int R = (int)(rows - r0 < DEC_RB ? rows - r0 : DEC_RB);
@@ -903,14 +901,8 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                 const int64_t pair = pr / P.rows, rr = pr % P.rows, g = pair % G;
                 int64_t b = pair / G;
                 dec_seq sv;
-                const dec_ctx *xs = &x;
-                const mha_tensor_mut *os = out;
-                if (ragged) {
-                    dec_seq_view(&x, out, ex, b, &sv);
-                    xs = &sv.x;
-                    os = &sv.out;
-                    b = 0;
-                }
+                const mha_tensor_mut *os;
+                const dec_ctx *xs = pair_ctx(&x, out, ex, &b, &sv, &os);
                 const int64_t nq = xs->p->seq_q;
                 if (rr >= x.group * nq) continue; /* past a short sequence's rows */
                 float *acc = ob;                  /* this thread's scratch row */

@@ -379,25 +379,13 @@ typedef struct {
     flash_ctx x;
 } flash_seq;
 
-/* Row r of a tensor or of the output (the fields of either): its first element. */
-#define ROW_OF(t, r) ((char *)(t)->data + (r) * (t)->stride_n * (int64_t)mha_dtype_size((t)->dtype))
-
 static void seq_view(const flash_ctx *x, const mha_extras *ex, int64_t b, const mha_seq *sq,
                      flash_seq *s) {
-    s->p = *x->p;
-    s->p.layout = MHA_LAYOUT_DENSE;
-    s->p.batch = 1;
-    s->p.seq_q = sq->nq;
-    s->p.seq_kv = sq->nkv;
-    s->p.total_q = s->p.total_kv = 0;
-    s->q = *x->q;
-    s->k = *x->k;
-    s->v = *x->v;
-    s->out = *x->out;
-    s->q.data = ROW_OF(x->q, sq->q0);
-    s->k.data = ROW_OF(x->k, sq->kv0);
-    s->v.data = ROW_OF(x->v, sq->kv0);
-    s->out.data = ROW_OF(x->out, sq->q0);
+    s->p = mha_seq_problem(x->p, sq);
+    s->q = mha_tensor_from_row(x->q, sq->q0);
+    s->k = mha_tensor_from_row(x->k, sq->kv0); /* paged: kv0 = 0, the pool */
+    s->v = mha_tensor_from_row(x->v, sq->kv0);
+    s->out = mha_tensor_mut_from_row(x->out, sq->q0);
     s->x = *x;
     s->x.p = &s->p;
     s->x.off = sq->nkv - sq->nq;

@@ -88,6 +88,33 @@ static inline mha_seq mha_seq_of(const mha_problem *p, const mha_extras *x, int6
     return s;
 }
 
+/* Sequence s of a packed or paged problem as a dense problem of its own:
+ * batch 1, its own lengths (so the mask helpers align it bottom-right); the
+ * workspace planned for p's bounds covers it. The kernels' per-sequence
+ * views (flash.c seq_view, decode.c dec_seq_view) start from it. */
+static inline mha_problem mha_seq_problem(const mha_problem *p, const mha_seq *s) {
+    mha_problem q = *p;
+    q.layout = MHA_LAYOUT_DENSE;
+    q.batch = 1;
+    q.seq_q = s->nq;
+    q.seq_kv = s->nkv;
+    q.total_q = q.total_kv = 0;
+    return q;
+}
+/* A view of t (or of an output) from its row r on (packed rows: token r),
+ * int8 scales included. */
+static inline mha_tensor mha_tensor_from_row(const mha_tensor *t, int64_t r) {
+    mha_tensor v = *t;
+    v.data = (const char *)t->data + r * t->stride_n * (int64_t)mha_dtype_size(t->dtype);
+    if (t->dtype == MHA_I8) v.scale += r * t->scale_stride_n;
+    return v;
+}
+static inline mha_tensor_mut mha_tensor_mut_from_row(const mha_tensor_mut *t, int64_t r) {
+    mha_tensor_mut v = *t;
+    v.data = (char *)t->data + r * t->stride_n * (int64_t)mha_dtype_size(t->dtype);
+    return v;
+}
+
 /* MHA_OK if a and b share no byte, else MHA_EINVAL naming them ("a is
  * written while b is still read"). */
 mha_status mha_check_disjoint(const char *a_name, const mha_span *a, const char *b_name,

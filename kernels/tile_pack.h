@@ -24,16 +24,25 @@ static inline __m512i tile_row32_bf16(const uint16_t *row, mha_dtype t, int64_t 
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* The B tile of rows [0, 16) of m (row stride ld elements; rows at or past
- * nrows read as zeros) and columns [32 c, 32 c + 32) (past d zeros): dst
- * gets 256 dwords, 64-byte aligned. */
-static inline void tile_pack_b(const uint16_t *m, int64_t ld, int64_t nrows, mha_dtype t, int64_t d,
-                               int64_t c, uint32_t *dst) {
+/* The B tile of 16 rows given by pointer (a NULL row reads as zeros; a
+ * paged KV cache's keys lie wherever its table puts them) and columns
+ * [32 c, 32 c + 32) (past d zeros): dst gets 256 dwords, 64-byte aligned. */
+static inline void tile_pack_b_rows(const uint16_t *const rows[16], mha_dtype t, int64_t d,
+                                    int64_t c, uint32_t *dst) {
     vf r[16];
     for (int n = 0; n < 16; n++)
-        r[n] = n < nrows ? _mm512_castsi512_ps(tile_row32_bf16(m + n * ld, t, 32 * c, d)) : vzero();
+        r[n] = rows[n] ? _mm512_castsi512_ps(tile_row32_bf16(rows[n], t, 32 * c, d)) : vzero();
     vtranspose(r); /* row n: row n's 16 pairs -> row j: pair j of the 16 rows */
     for (int j = 0; j < 16; j++) _mm512_store_si512(dst + 16 * j, _mm512_castps_si512(r[j]));
+}
+
+/* tile_pack_b_rows of rows [0, 16) of m (row stride ld elements; rows at or
+ * past nrows read as zeros). */
+static inline void tile_pack_b(const uint16_t *m, int64_t ld, int64_t nrows, mha_dtype t, int64_t d,
+                               int64_t c, uint32_t *dst) {
+    const uint16_t *rows[16];
+    for (int n = 0; n < 16; n++) rows[n] = n < nrows ? m + n * ld : NULL;
+    tile_pack_b_rows(rows, t, d, c, dst);
 }
 
 /* Loads the configuration every kernel here uses: all 8 tiles 16 rows of

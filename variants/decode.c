@@ -730,34 +730,26 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
     }
 }
 
-/* Sequence b of a packed or paged problem as a dense problem of its own:
- * batch 1, its lengths (so the mask helpers align it bottom-right), q and
- * out views from its first row, k and v (and int8 scales) from its first key
- * (packed) or the pools with its row of the block table (paged). No copy. */
+/* Sequence b of a packed or paged problem as a dense problem of its own
+ * (mha_seq_view: batch 1, its lengths, so the mask helpers align it
+ * bottom-right; q and out views from its first row, k and v, int8 scales
+ * included, from its first key (packed) or the pools with its row of the
+ * block table (paged). No copy. */
 typedef struct {
-    mha_problem p;
-    mha_tensor q, k, v;
-    mha_tensor_mut out;
+    mha_seq_view v;
     dec_ctx x;
 } dec_seq;
 
 static void dec_seq_view(const dec_ctx *x, const mha_tensor_mut *out, const mha_extras *ex,
                          int64_t b, dec_seq *s) {
-    const mha_seq sq = mha_seq_of(x->p, ex, b);
-    s->p = mha_seq_problem(x->p, &sq);
-    s->q = mha_tensor_from_row(x->q, sq.q0);
-    s->k = mha_tensor_from_row(x->k, sq.kv0); /* paged: kv0 = 0, the pool */
-    s->v = mha_tensor_from_row(x->v, sq.kv0);
-    s->out = mha_tensor_mut_from_row(out, sq.q0);
+    mha_seq_view_of(x->p, ex, b, x->q, x->k, x->v, out, &s->v);
     s->x = *x;
-    s->x.p = &s->p;
-    s->x.q = &s->q;
-    s->x.k = &s->k;
-    s->x.v = &s->v;
-    if (x->p->layout == MHA_LAYOUT_PAGED) {
-        s->x.blocks = ex->block_table + b * x->p->max_blocks;
-        s->x.bs = x->p->block_size;
-    }
+    s->x.p = &s->v.p;
+    s->x.q = &s->v.q;
+    s->x.k = &s->v.k;
+    s->x.v = &s->v.v;
+    s->x.blocks = s->v.blocks;
+    s->x.bs = s->v.bs;
 }
 
 /* The context and output pair (b, .) is run in: the problem's own (dense),
@@ -768,7 +760,7 @@ static const dec_ctx *pair_ctx(const dec_ctx *x, const mha_tensor_mut *out, cons
     *os = out;
     if (x->p->layout == MHA_LAYOUT_DENSE) return x;
     dec_seq_view(x, out, ex, *b, sv);
-    *os = &sv->out;
+    *os = &sv->v.out;
     *b = 0;
     return &sv->x;
 }
@@ -853,7 +845,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                 const int64_t split = it % P.nsplit, b = it / P.nsplit;
                 dec_seq sv;
                 dec_seq_view(&x, out, ex, b, &sv); /* all_heads: paged */
-                const int64_t rows = x.group * sv.p.seq_q, nkv = sv.p.seq_kv,
+                const int64_t rows = x.group * sv.v.p.seq_q, nkv = sv.v.p.seq_kv,
                               nrcs = (rows + DEC_RB - 1) / DEC_RB;
                 int R;
                 int64_t k0 = split * P.chunk, k1 = k0 + P.chunk;
@@ -875,7 +867,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     for (int64_t rc = 0; rc < nrcs; rc++) {
                         float *o_ = head_state(state, g, rc, nrc, dp, rows, &R);
                         float *m_ = o_ + DEC_RB * dp;
-                        finish_rows(&sv.x, &P, part, &sv.out, 0, b * G + g, split, rc * DEC_RB, R,
+                        finish_rows(&sv.x, &P, part, &sv.v.out, 0, b * G + g, split, rc * DEC_RB, R,
                                     o_, dp, m_, m_ + DEC_RB);
                     }
                 continue;

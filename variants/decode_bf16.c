@@ -48,14 +48,39 @@ typedef struct {
     int64_t rows, nsplit, chunk, dq; /* dq: head_dim rounded up to 32 (one vdpbf16ps) */
     int64_t dvq;                     /* head_dim_v rounded up to 32: o's width */
     int64_t bk1;                     /* keys per block of a one-row pass */
-    size_t part, scratch;
+    int all_heads;                   /* paged GQA: an item is a (sequence, KV chunk) (below) */
+    size_t part, scratch, state;     /* state: all_heads' o, m, l of every (KV head, row group) */
 } db_plan;
+
+/* A paged pool [NB,BS,G,d] holds a key's G heads side by side: an item per
+ * (sequence, KV head) reads d of every G x d elements and ran at the speed of
+ * a dense cache stored that way (0.40-0.43x a head-major one, the AMX VM).
+ * With all_heads, as decode.c's, an item is a (sequence, KV chunk) that
+ * walks its keys in spans of DB_SPAN and runs every KV head's rows over a
+ * span before the next, the pool read in its stored order; each (head, row
+ * group) keeps its o (columns still permuted), m and l in the thread's
+ * state between spans. For few rows per KV head (decode). Spans measured
+ * there (8 sequences of 4,096 keys, H 32, G 8, d 128, pages of 16 / 128,
+ * bandwidth against the head-major dense cache, 1 thread): 16 keys 0.61 /
+ * 0.69, 32 keys 0.63 / 0.69, 64 keys 0.50 / 0.56, 128 keys 0.43 / 0.50,
+ * 256 keys 0.40 / 0.48 (a span of 32 keys x 8 heads, 128 KiB of K and V,
+ * stays in the L2 with the state; longer ones do not). */
+enum { DB_SPAN = 32 };
+/* Floats of one (KV head, row group)'s state: o [DB_RB][dvq], m and l
+ * [DB_RB], padded to 64 bytes (o is read with aligned loads). */
+static inline int64_t db_slot(int64_t dvq) {
+    return DB_RB * dvq + 16;
+}
 
 static db_plan plan(const mha_problem *p, int threads) {
     db_plan P;
     const int64_t group = p->heads / p->kv_heads, pairs = p->batch * p->kv_heads;
     P.rows = group * p->seq_q;
-    P.nsplit = mha_decode_nsplit(p, P.rows, 4 * DB_RB, threads); /* decode.c's split */
+    const int64_t nrc = (P.rows + DB_RB - 1) / DB_RB;
+    P.all_heads = p->layout == MHA_LAYOUT_PAGED && p->kv_heads > 1 && nrc <= 2;
+    mha_problem per_seq = *p; /* all_heads: the items are (sequence, chunk): split by sequences */
+    if (P.all_heads) per_seq.kv_heads = 1;
+    P.nsplit = mha_decode_nsplit(&per_seq, P.rows, 4 * DB_RB, threads); /* decode.c's split */
     P.chunk = (p->seq_kv + P.nsplit - 1) / P.nsplit;
     P.dq = (p->head_dim + 31) / 32 * 32;
     P.dvq = (mha_dv(p) + 31) / 32 * 32;
@@ -73,8 +98,10 @@ static db_plan plan(const mha_problem *p, int threads) {
             : 0;
     /* s[RB][BK] scores, acc[RB][16][16] per-key lanes, o[RB][dvq], m, l [RB],
      * P as bf16 [RB][BK], Q rows as bf16 [RB][dq] */
+    P.state = P.all_heads ? mha_align64((size_t)(p->kv_heads * nrc * db_slot(P.dvq)) * f) : 0;
     P.scratch = mha_align64((DB_RB * DB_BK + DB_RB * 256 + DB_RB * dvq + 2 * DB_RB) * f +
-                            (DB_RB * DB_BK + DB_RB * dq) * 2);
+                            (DB_RB * DB_BK + DB_RB * dq) * 2) +
+                P.state;
     return P;
 }
 
@@ -259,17 +286,42 @@ typedef struct {
     int64_t group, dq, dvq, bk1;
     float qscale; /* scale * log2(e), or scale alone under a softcap */
     const float *sinks;
+    const int32_t *blocks; /* paged: the sequence's row of the block table; else NULL */
+    int64_t bs;            /* paged: keys per cache block */
 } db_ctx;
+
+/* The paged cache as in decode.c: a softmax block never crosses the end of
+ * a cache block (page_cap), and the block's K and V bases are shifted back
+ * so that key j stays at base + j * stride_n (kv_base): the products index
+ * keys as in a dense cache, read in place through the table. */
+static inline int64_t page_cap(const db_ctx *x, int64_t j0, int64_t n) {
+    if (!x->blocks) return n;
+    const int64_t left = x->bs - j0 % x->bs;
+    return n < left ? n : left;
+}
+static inline const uint16_t *kv_base(const db_ctx *x, const mha_tensor *t, const uint16_t *head,
+                                      int64_t j0) {
+    if (!x->blocks) return head;
+    const int64_t first = j0 / x->bs * x->bs;
+    const uint16_t *blk = head + (int64_t)x->blocks[j0 / x->bs] * t->stride_b;
+    return (const uint16_t *)((uintptr_t)blk - (uintptr_t)(first * t->stride_n * 2));
+}
 
 typedef struct {
     float *s, *tmp, *o, *m, *l;
     uint16_t *pw, *qb;
 } db_scratch;
 
+static void store_row(const mha_tensor_mut *out, int64_t b, int64_t h, int64_t i, const float *row,
+                      int64_t d, float lsum, int64_t blind);
+
 /* Rows [r0, r0 + R) of KV head (b, g) over keys [k0, k1): leaves the
- * unnormalised o (in column order), the max m (log2 units) and the sum l. */
+ * unnormalised o (its columns permuted within each 32: unpermute puts them
+ * in order), the max m (log2 units) and the sum l. fresh starts them (o = 0,
+ * m = -inf, l = 0), else the keys join the o, m and l left by earlier calls
+ * (all_heads' spans). */
 static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, int64_t k0,
-                    int64_t k1, const db_scratch *w) {
+                    int64_t k1, const db_scratch *w, int fresh) {
     const mha_problem *p = x->p;
     const int64_t d = p->head_dim, dv = mha_dv(p), Nq = p->seq_q, dq = x->dq, dvq = x->dvq,
                   nc = dq / 32;
@@ -285,8 +337,10 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
                                 _mm512_maskz_loadu_epi16(mask32(d - c), src + c));
         end[r] = mha_kv_end(p, i);
         beg[r] = mha_kv_begin(p, i);
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
+        if (fresh) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+        }
     }
     const uint16_t *kh = (const uint16_t *)k->data + b * k->stride_b + g * k->stride_h;
     const uint16_t *vh = (const uint16_t *)v->data + b * v->stride_b + g * v->stride_h;
@@ -308,13 +362,15 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
     }
     if (kend > k1) kend = k1;
     if (kbeg < k0) kbeg = k0;
-    if (kend <= kbeg) /* no row sees a key of this chunk: o = 0, m = -inf, l = 0 */
+    if (kend <= kbeg && fresh) /* no row sees a key of this chunk: o = 0, m = -inf, l = 0 */
         for (int r = 0; r < R; r++) memset(o + r * dvq, 0, (size_t)dvq * sizeof(float));
     const sc_fn score = sc_fns[R - 1][nc <= 4 ? nc : 0];
     const float cap = p->softcap;
-    for (int64_t j0 = kbeg; j0 < kend; j0 += bkb) {
-        const int64_t bk = kend - j0 < bkb ? kend - j0 : bkb, b16 = (bk + 15) / 16 * 16;
-        score(nc, w->qb, dq, kh, k->stride_n, d, j0, bk, end, x->qscale, s, w->tmp);
+    for (int64_t j0 = kbeg, bk; j0 < kend; j0 += bk) {
+        bk = page_cap(x, j0, kend - j0 < bkb ? kend - j0 : bkb);
+        const int64_t b16 = (bk + 15) / 16 * 16;
+        score(nc, w->qb, dq, kv_base(x, k, kh, j0), k->stride_n, d, j0, bk, end, x->qscale, s,
+              w->tmp);
         if (cap > 0 || p->window) /* the cap before the mask; a window's left edge */
             for (int r = 0; r < R; r++) {
                 float *sr = s + r * DB_BK;
@@ -348,11 +404,35 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
             arow[r] = alpha;
             rescale |= alpha != 1.0f;
         }
-        const int init = j0 == kbeg ? DB_INIT_ZERO : (rescale ? DB_INIT_SCALE : DB_INIT_ACC);
-        pv_fns[R - 1](init, arow, w->pw, vh, v->stride_n, j0, bk, dv, o, dvq);
+        const int init =
+            fresh && j0 == kbeg ? DB_INIT_ZERO : (rescale ? DB_INIT_SCALE : DB_INIT_ACC);
+        pv_fns[R - 1](init, arow, w->pw, kv_base(x, v, vh, j0), v->stride_n, j0, bk, dv, o, dvq);
     }
-    if (kend > kbeg)
-        for (int r = 0; r < R; r++) unpermute(o + r * dvq, dvq);
+}
+
+/* Rows [r0, r0 + R) of KV head g of an item's (sequence, split) as db_rows
+ * left them in w: columns put in order, then either the split's partial
+ * result (pair: the global (batch, KV head)) or, unsplit, the output rows
+ * (sinks joined, normalised). */
+static void emit_rows(const db_ctx *xs, const db_plan *P, float *part, const mha_tensor_mut *os,
+                      int64_t b, int64_t pair, int64_t g, int64_t split, int64_t r0, int R,
+                      const db_scratch *w) {
+    const int64_t d = mha_dv(xs->p), dq = P->dvq, Nq = xs->p->seq_q;
+    for (int r = 0; r < R; r++) {
+        const int64_t rr = r0 + r;
+        float *o = w->o + r * dq;
+        unpermute(o, dq);
+        if (P->nsplit > 1) {
+            float *dst = part + ((pair * P->nsplit + split) * P->rows + rr) * (d + 2);
+            memcpy(dst, o, (size_t)d * sizeof(float));
+            dst[d] = w->m[r];
+            dst[d + 1] = w->l[r];
+        } else {
+            const int64_t h = g * xs->group + rr / Nq, i = rr % Nq;
+            if (xs->p->sinks) mha_decode_add_sink(o, d, &w->l[r], w->m[r], xs->sinks[h] * LOG2E);
+            store_row(os, b, h, i, o, d, w->l[r], mha_kv_count(xs->p, i) == 0);
+        }
+    }
 }
 
 /* Row i of head h of batch b of out = row / lsum rounded to bf16 (RNE); the
@@ -368,6 +448,31 @@ static void store_row(const mha_tensor_mut *out, int64_t b, int64_t h, int64_t i
         const vf xv = blind ? vzero() : vmul(vloadu_n(row + c, nc), inv);
         _mm256_mask_storeu_epi16(dst + c, (__mmask16)((1u << nc) - 1u), vf_to_bf16(xv));
     }
+}
+
+/* The packed batch and the paged cache as in decode.c: the context and
+ * output pair (b, .) runs in, the problem's own (dense) or sequence b's
+ * view (mha_seq_view) made in sv, whose batch index *b becomes 0. */
+typedef struct {
+    mha_seq_view v;
+    db_ctx x;
+} db_seq;
+
+static const db_ctx *pair_ctx(const db_ctx *x, const mha_tensor_mut *out, const mha_extras *ex,
+                              int64_t *b, db_seq *sv, const mha_tensor_mut **os) {
+    *os = out;
+    if (x->p->layout == MHA_LAYOUT_DENSE) return x;
+    mha_seq_view_of(x->p, ex, *b, x->q, x->k, x->v, out, &sv->v);
+    sv->x = *x;
+    sv->x.p = &sv->v.p;
+    sv->x.q = &sv->v.q;
+    sv->x.k = &sv->v.k;
+    sv->x.v = &sv->v.v;
+    sv->x.blocks = sv->v.blocks;
+    sv->x.bs = sv->v.bs;
+    *os = &sv->v.out;
+    *b = 0;
+    return &sv->x;
 }
 
 mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_options *o, int threads,
@@ -386,10 +491,15 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                       P.dvq,
                       P.bk1,
                       mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E),
-                      ex->sinks};
-    /* d: V's and O's head dim from here on; dq the width of o */
-    const int64_t d = mha_dv(p), dq = P.dvq, Nq = p->seq_q, G = p->kv_heads;
-    const int64_t nrc = (P.rows + DB_RB - 1) / DB_RB, items = p->batch * G * nrc * P.nsplit;
+                      ex->sinks,
+                      NULL,
+                      0};
+    /* d: V's and O's head dim from here on; dq the width of o. Packed and
+     * paged, P is the plan of the bounds (rows, splits) and each sequence
+     * takes its own rows and chunks of it. */
+    const int64_t d = mha_dv(p), dq = P.dvq, G = p->kv_heads;
+    const int64_t nrc = (P.rows + DB_RB - 1) / DB_RB,
+                  items = p->batch * (P.all_heads ? 1 : G * nrc) * P.nsplit;
     float *part = (float *)workspace; /* [pair][split][row][d + 2]: o, m, l */
     char *scratch0 = (char *)workspace + P.part;
 
@@ -404,35 +514,72 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
         w.l = w.m + DB_RB;
         w.pw = (uint16_t *)(w.l + DB_RB);
         w.qb = w.pw + DB_RB * DB_BK;
+        float *state = (float *)((char *)base + P.scratch - P.state); /* all_heads */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < items; it++) {
+            if (P.all_heads) {
+                const int64_t split = it % P.nsplit, b0 = it / P.nsplit;
+                int64_t b = b0;
+                db_seq sv;
+                const mha_tensor_mut *os;
+                const db_ctx *xs = pair_ctx(&x, out, ex, &b, &sv, &os);
+                const int64_t rows = x.group * xs->p->seq_q, nkv = xs->p->seq_kv,
+                              nrcs = (rows + DB_RB - 1) / DB_RB,
+                              chunk = (nkv + P.nsplit - 1) / P.nsplit;
+                const int64_t k0 = split * chunk < nkv ? split * chunk : nkv,
+                              k1 = k0 + chunk < nkv ? k0 + chunk : nkv;
+                db_scratch ws = w;
+                for (int64_t c0 = k0;;) { /* at least once: a chunk without keys starts zeros */
+                    const int64_t c1 = c0 + DB_SPAN < k1 ? c0 + DB_SPAN : k1;
+                    for (int64_t g = 0; g < G; g++)
+                        for (int64_t rc = 0; rc < nrcs; rc++) {
+                            ws.o = state + (g * nrc + rc) * db_slot(dq);
+                            ws.m = ws.o + DB_RB * dq;
+                            ws.l = ws.m + DB_RB;
+                            const int R =
+                                (int)(rows - rc * DB_RB < DB_RB ? rows - rc * DB_RB : DB_RB);
+                            db_rows(xs, b, g, rc * DB_RB, R, c0, c1, &ws, c0 == k0);
+                        }
+                    if (c1 >= k1) break;
+                    c0 = c1;
+                }
+                for (int64_t g = 0; g < G; g++)
+                    for (int64_t rc = 0; rc < nrcs; rc++) {
+                        ws.o = state + (g * nrc + rc) * db_slot(dq);
+                        ws.m = ws.o + DB_RB * dq;
+                        ws.l = ws.m + DB_RB;
+                        const int R = (int)(rows - rc * DB_RB < DB_RB ? rows - rc * DB_RB : DB_RB);
+                        emit_rows(xs, &P, part, os, b, b0 * G + g, g, split, rc * DB_RB, R, &ws);
+                    }
+                continue;
+            }
             const int64_t split = it % P.nsplit, rc = (it / P.nsplit) % nrc,
                           pair = it / (P.nsplit * nrc);
-            const int64_t b = pair / G, g = pair % G, r0 = rc * DB_RB;
-            const int R = (int)(P.rows - r0 < DB_RB ? P.rows - r0 : DB_RB);
-            const int64_t k0 = split * P.chunk,
-                          k1 = k0 + P.chunk < p->seq_kv ? k0 + P.chunk : p->seq_kv;
-            db_rows(&x, b, g, r0, R, k0, k1, &w);
-            for (int r = 0; r < R; r++) {
-                const int64_t rr = r0 + r;
-                if (P.nsplit > 1) {
-                    float *dst = part + ((pair * P.nsplit + split) * P.rows + rr) * (d + 2);
-                    memcpy(dst, w.o + r * dq, (size_t)d * sizeof(float));
-                    dst[d] = w.m[r];
-                    dst[d + 1] = w.l[r];
-                } else {
-                    const int64_t h = g * x.group + rr / Nq, i = rr % Nq;
-                    if (p->sinks)
-                        mha_decode_add_sink(w.o + r * dq, d, &w.l[r], w.m[r], x.sinks[h] * LOG2E);
-                    store_row(out, b, h, i, w.o + r * dq, d, w.l[r], mha_kv_count(p, i) == 0);
-                }
-            }
+            const int64_t g = pair % G, r0 = rc * DB_RB;
+            int64_t b = pair / G;
+            db_seq sv;
+            const mha_tensor_mut *os;
+            const db_ctx *xs = pair_ctx(&x, out, ex, &b, &sv, &os);
+            const int64_t rows = x.group * xs->p->seq_q, nkv = xs->p->seq_kv;
+            if (r0 >= rows) continue;
+            const int R = (int)(rows - r0 < DB_RB ? rows - r0 : DB_RB);
+            const int64_t chunk = (nkv + P.nsplit - 1) / P.nsplit;
+            const int64_t k0 = split * chunk < nkv ? split * chunk : nkv,
+                          k1 = k0 + chunk < nkv ? k0 + chunk : nkv;
+            db_rows(xs, b, g, r0, R, k0, k1, &w, 1);
+            emit_rows(xs, &P, part, os, b, pair, g, split, r0, R, &w);
         }
         if (P.nsplit > 1) {
             /* Merge the chunks: m = max m_s, l = sum l_s 2^(m_s - m), o likewise. */
 #pragma omp for schedule(static)
             for (int64_t pr = 0; pr < p->batch * G * P.rows; pr++) {
-                const int64_t pair = pr / P.rows, rr = pr % P.rows, b = pair / G, g = pair % G;
+                const int64_t pair = pr / P.rows, rr = pr % P.rows, g = pair % G;
+                int64_t b = pair / G;
+                db_seq sv;
+                const mha_tensor_mut *os;
+                const db_ctx *xs = pair_ctx(&x, out, ex, &b, &sv, &os);
+                const int64_t Nq = xs->p->seq_q;
+                if (rr >= x.group * Nq) continue;
                 float *acc = w.o;
                 const float *pt = part + (pair * P.nsplit * P.rows + rr) * (d + 2);
                 float lsum = mha_decode_merge(pt, P.nsplit, P.rows * (d + 2), d, acc);
@@ -445,7 +592,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     }
                     mha_decode_add_sink(acc, d, &lsum, mmax, x.sinks[h] * LOG2E);
                 }
-                store_row(out, b, h, i, acc, d, lsum, mha_kv_count(p, i) == 0);
+                store_row(os, b, h, i, acc, d, lsum, mha_kv_count(xs->p, i) == 0);
             }
         }
     }

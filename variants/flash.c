@@ -366,72 +366,49 @@ static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb
 }
 
 /* ---- the packed ragged batch and the paged cache ---------------------------------------
- * Sequence b of a packed or paged problem as a dense problem of its own:
- * batch 1, its lengths (so the mask helpers align it bottom-right), q, k, v
- * and out views starting at its first row (no copy); paged, k and v stay the
- * pools and the context carries the sequence's row of the block table
- * (kv_at). The workspace plan stays the one of the bounds (seq_q, seq_kv),
- * which covers every sequence. */
+ * Sequence b of a packed or paged problem as a dense problem of its own
+ * (mha_seq_view: batch 1, its lengths, so the mask helpers align it
+ * bottom-right; q, k, v and out views from its first row, no copy); paged,
+ * k and v stay the pools and the context carries the sequence's row of the
+ * block table (kv_at). The workspace plan stays the one of the bounds
+ * (seq_q, seq_kv), which covers every sequence. */
 typedef struct {
-    mha_problem p;
-    mha_tensor q, k, v;
-    mha_tensor_mut out;
+    mha_seq_view v;
     flash_ctx x;
 } flash_seq;
 
-static void seq_view(const flash_ctx *x, const mha_extras *ex, int64_t b, const mha_seq *sq,
-                     flash_seq *s) {
-    s->p = mha_seq_problem(x->p, sq);
-    s->q = mha_tensor_from_row(x->q, sq->q0);
-    s->k = mha_tensor_from_row(x->k, sq->kv0); /* paged: kv0 = 0, the pool */
-    s->v = mha_tensor_from_row(x->v, sq->kv0);
-    s->out = mha_tensor_mut_from_row(x->out, sq->q0);
+static void seq_view(const flash_ctx *x, const mha_extras *ex, int64_t b, flash_seq *s) {
+    mha_seq_view_of(x->p, ex, b, x->q, x->k, x->v, x->out, &s->v);
     s->x = *x;
-    s->x.p = &s->p;
-    s->x.off = sq->nkv - sq->nq;
-    s->x.q = &s->q;
-    s->x.k = &s->k;
-    s->x.v = &s->v;
-    s->x.out = &s->out;
-    if (x->p->layout == MHA_LAYOUT_PAGED) {
-        s->x.blocks = ex->block_table + b * x->p->max_blocks;
-        s->x.bs = x->p->block_size;
-    }
+    s->x.p = &s->v.p;
+    s->x.off = s->v.p.seq_kv - s->v.p.seq_q;
+    s->x.q = &s->v.q;
+    s->x.k = &s->v.k;
+    s->x.v = &s->v.v;
+    s->x.out = &s->v.out;
+    s->x.blocks = s->v.blocks;
+    s->x.bs = s->v.bs;
 }
 
-/* Balanced by work, not by sequence: the tasks are (query block, sequence,
- * head), the last query blocks of every sequence first, so the longest
- * sequences' blocks (which exist only there, and under a causal mask or
- * against a long cache cost the most) are handed out before the short
- * sequences' single blocks fill the gaps (the dynamic schedule's
- * longest-first). A task past its sequence's blocks costs a test. With
+/* The tasks: (query block, sequence, head) in mha_seq_task's order; with
  * split = heads, one (sequence, head) per task, its blocks in order. */
 static void packed_run(const flash_ctx *x, const mha_extras *ex,
                        void (*block)(const flash_ctx *, int64_t, int64_t, int64_t, char *),
                        int by_heads, int threads, void *workspace) {
     const mha_problem *p = x->p;
-    const int64_t H = p->heads, B = p->batch, bq = x->L.bq;
-    const int64_t nqb = (p->seq_q + bq - 1) / bq, pairs = B * H;
-    if (by_heads) {
+    const int64_t H = p->heads, bq = x->L.bq, pairs = p->batch * H;
+    const int64_t n = by_heads ? pairs : (p->seq_q + bq - 1) / bq * pairs;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-        for (int64_t bh = 0; bh < pairs; bh++) {
-            char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x->L.per_thread;
-            const mha_seq sq = mha_seq_of(p, ex, bh / H);
-            flash_seq s;
-            seq_view(x, ex, bh / H, &sq, &s);
-            for (int64_t qb = 0; qb * bq < s.p.seq_q; qb++) block(&s.x, 0, bh % H, qb, ws);
-        }
-        return;
-    }
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-    for (int64_t it = 0; it < nqb * pairs; it++) {
-        const int64_t qb = nqb - 1 - it / pairs, b = it % pairs / H, h = it % H;
-        const mha_seq sq = mha_seq_of(p, ex, b);
-        if (qb * bq >= sq.nq) continue;
+    for (int64_t it = 0; it < n; it++) {
         char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x->L.per_thread;
+        int64_t b = it / H, h = it % H, qb = 0;
+        if (!by_heads && !mha_seq_task(p, ex, bq, it, &b, &h, &qb)) continue;
         flash_seq s;
-        seq_view(x, ex, b, &sq, &s);
-        block(&s.x, 0, h, qb, ws);
+        seq_view(x, ex, b, &s);
+        for (; qb * bq < s.v.p.seq_q; qb++) {
+            block(&s.x, 0, h, qb, ws);
+            if (!by_heads) break;
+        }
     }
 }
 

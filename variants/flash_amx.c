@@ -129,14 +129,27 @@ typedef struct {
     const mha_tensor_mut *out;
     const float *sinks;
     char *shared;
+    int64_t seq;           /* packed, paged: the sequence (its packs' index); dense 0 */
+    const int32_t *blocks; /* paged: the sequence's row of the block table; else NULL */
+    int64_t bs;            /* paged: keys per cache block */
 } amx_ctx;
 
 /* The packs of (b, g) in the shared part (per query block), or this thread's
  * (per group: ws is its workspace). */
 static uint32_t *packs_of(const amx_ctx *x, int64_t b, int64_t g, char *ws) {
     if (x->L.per_group) return (uint32_t *)(ws + x->L.per_thread - x->L.kt_head - x->L.vp_head);
-    const size_t bg = (size_t)(b * x->p->kv_heads + g);
+    const size_t bg = (size_t)((x->seq + b) * x->p->kv_heads + g);
     return (uint32_t *)(x->shared + bg * (x->L.kt_head + x->L.vp_head));
+}
+
+/* Key j's row of t (K or V) for (b, g): row j of the (batch, KV head), or,
+ * paged, slot j % bs of the cache block the table names for j (read in
+ * place: the pack is the one copy, as in the dense layout). */
+static inline const uint16_t *kv_row(const amx_ctx *x, const mha_tensor *t, int64_t b, int64_t g,
+                                     int64_t j) {
+    const uint16_t *head = (const uint16_t *)t->data + g * t->stride_h;
+    if (!x->blocks) return head + b * t->stride_b + j * t->stride_n;
+    return head + (int64_t)x->blocks[j / x->bs] * t->stride_b + (j % x->bs) * t->stride_n;
 }
 
 /* Keys [32 kc, 32 kc + 32) of (b, g): two K^T panels of 16 keys, each
@@ -146,21 +159,21 @@ static void pack_kv_chunk(const amx_ctx *x, int64_t b, int64_t g, int64_t kc, ui
     const mha_problem *p = x->p;
     const amx_layout *L = &x->L;
     const int64_t d = p->head_dim, dvr = mha_dv(p), nkv = p->seq_kv;
-    const uint16_t *kh = (const uint16_t *)x->k->data + b * x->k->stride_b + g * x->k->stride_h;
-    const uint16_t *vh = (const uint16_t *)x->v->data + b * x->v->stride_b + g * x->v->stride_h;
-    const int64_t skn = x->k->stride_n, svn = x->v->stride_n;
+    const uint16_t *kr[32], *vr[32];
+    for (int64_t i = 0; i < 32; i++) {
+        const int64_t j = 32 * kc + i;
+        kr[i] = j < nkv ? kv_row(x, x->k, b, g, j) : NULL;
+        vr[i] = j < nkv ? kv_row(x, x->v, b, g, j) : NULL;
+    }
     uint32_t *vp = (uint32_t *)((char *)kt + L->kt_head);
-    for (int64_t pnl = 2 * kc; pnl < 2 * kc + 2; pnl++)
+    for (int64_t pnl = 0; pnl < 2; pnl++)
         for (int64_t c = 0; c < L->dc; c++)
-            tile_pack_b(kh + 16 * pnl * skn, skn, nkv - 16 * pnl, x->kvt, d, c,
-                        kt + (pnl * L->dc + c) * 256);
+            tile_pack_b_rows(kr + 16 * pnl, x->kvt, d, c, kt + ((2 * kc + pnl) * L->dc + c) * 256);
     for (int64_t q = 0; q < 16; q++) {
-        const int64_t ka = 32 * kc + 2 * q, kb = ka + 1;
+        const uint16_t *ra = vr[2 * q], *rb = vr[2 * q + 1];
         for (int64_t cg = 0; cg < L->vc; cg++) {
-            const __m256i lo =
-                ka < nkv ? row16_bf16(vh + ka * svn, x->kvt, 16 * cg, dvr) : _mm256_setzero_si256();
-            const __m256i hi =
-                kb < nkv ? row16_bf16(vh + kb * svn, x->kvt, 16 * cg, dvr) : _mm256_setzero_si256();
+            const __m256i lo = ra ? row16_bf16(ra, x->kvt, 16 * cg, dvr) : _mm256_setzero_si256();
+            const __m256i hi = rb ? row16_bf16(rb, x->kvt, 16 * cg, dvr) : _mm256_setzero_si256();
             const vbf both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
             _mm512_store_si512(vp + (kc * L->vc + cg) * 256 + 16 * q, vbf_interleave(both));
         }
@@ -457,6 +470,84 @@ static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *
     PHASE(PHASE_PACK);
 }
 
+/* ---- the packed ragged batch and the paged cache -------------------------
+ * Sequence b as a dense problem of its own (batch 1, its lengths, so that
+ * the masks align bottom-right), with q, k, v and out views from its first
+ * row (no copy); paged, k and v stay the pools and the context carries the
+ * sequence's row of the block table (kv_row). The plan stays the one of the
+ * bounds (seq_q, seq_kv), which covers every sequence; the shared packs (per
+ * query block) are one per (sequence, KV head), as per (batch, KV head). */
+typedef struct {
+    mha_seq_view v;
+    amx_ctx x;
+} amx_seq;
+
+static void amx_seq_view(const amx_ctx *x, const mha_extras *ex, int64_t b, amx_seq *s) {
+    mha_seq_view_of(x->p, ex, b, x->q, x->k, x->v, x->out, &s->v);
+    s->x = *x;
+    s->x.p = &s->v.p;
+    s->x.q = &s->v.q;
+    s->x.k = &s->v.k;
+    s->x.v = &s->v.v;
+    s->x.out = &s->v.out;
+    s->x.seq = b;
+    s->x.blocks = s->v.blocks;
+    s->x.bs = s->v.bs;
+}
+
+/* The two ways to share the work, as for the dense layout, over sequences:
+ * per KV group a task is a (sequence, KV head); per query block the packs
+ * of every (sequence, KV head) are made first, in parallel, then the tasks
+ * (query block, sequence, head) run in mha_seq_task's order. */
+static void amx_run_layout(const amx_ctx *x, const mha_extras *ex, int threads, char *priv) {
+    const mha_problem *p = x->p;
+    const int64_t B = p->batch, H = p->heads, G = p->kv_heads, bq = x->L.bq;
+    const int64_t nqb = (p->seq_q + bq - 1) / bq;
+    const int64_t per_bg = (x->L.nkp / 32 + PACK_CHUNKS - 1) / PACK_CHUNKS;
+#pragma omp parallel num_threads(threads)
+    {
+        char *ws = priv + (size_t)omp_get_thread_num() * x->L.per_thread;
+        amx_seq s;
+        if (x->L.per_group) {
+            tile_configure_all(); /* per thread, before its first tile instruction */
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t bg = 0; bg < B * G; bg++) {
+                const int64_t g = bg % G;
+                amx_seq_view(x, ex, bg / G, &s);
+                uint32_t *kt = packs_of(&s.x, 0, g, ws);
+                PHASE_START();
+                for (int64_t c = 0; c < up32(s.v.p.seq_kv) / 32; c++)
+                    pack_kv_chunk(&s.x, 0, g, c, kt);
+                PHASE(PHASE_PACK);
+                for (int64_t h = g * x->group; h < (g + 1) * x->group; h++)
+                    for (int64_t qb = 0; qb * bq < s.v.p.seq_q; qb++) amx_block(&s.x, 0, h, qb, ws);
+            }
+        } else {
+            {
+                PHASE_START();
+#pragma omp for schedule(static)
+                for (int64_t t = 0; t < B * G * per_bg; t++) {
+                    const int64_t bg = t / per_bg, c0 = (t % per_bg) * PACK_CHUNKS;
+                    amx_seq_view(x, ex, bg / G, &s);
+                    uint32_t *kt = packs_of(&s.x, 0, bg % G, ws);
+                    for (int64_t c = c0; c < c0 + PACK_CHUNKS && c < up32(s.v.p.seq_kv) / 32; c++)
+                        pack_kv_chunk(&s.x, 0, bg % G, c, kt);
+                }
+                PHASE(PHASE_PACK);
+            } /* the implicit barrier: every pack is written before any task reads it */
+            tile_configure_all();
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t it = 0; it < nqb * B * H; it++) {
+                int64_t b, h, qb;
+                if (!mha_seq_task(p, ex, bq, it, &b, &h, &qb)) continue;
+                amx_seq_view(x, ex, b, &s);
+                amx_block(&s.x, 0, h, qb, ws);
+            }
+        }
+        MHA_TILE_RELEASE();
+    }
+}
+
 mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options *o, int threads,
                                          const mha_tensor *q, const mha_tensor *k,
                                          const mha_tensor *v, const mha_extras *ex,
@@ -464,11 +555,16 @@ mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options
     const amx_ctx x = {p, amx_plan(p, o, threads), p->heads / p->kv_heads,
                        /* scores in log2 units -> exp2; a softcap takes them natural */
                        mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E), p->dtype,
-                       mha_problem_kv_dtype(p), q, k, v, out, ex->sinks, (char *)workspace};
+                       mha_problem_kv_dtype(p), q, k, v, out, ex->sinks, (char *)workspace, 0, NULL,
+                       0};
     const int64_t H = p->heads, G = p->kv_heads, nqb = (p->seq_q + x.L.bq - 1) / x.L.bq;
     const int64_t nkc = x.L.nkp / 32, per_bg = (nkc + PACK_CHUNKS - 1) / PACK_CHUNKS;
     const int64_t packs = p->batch * G * per_bg, tasks = p->batch * H * nqb;
     char *priv = (char *)workspace + x.L.shared;
+    if (p->layout != MHA_LAYOUT_DENSE) {
+        amx_run_layout(&x, ex, threads, priv);
+        return MHA_OK;
+    }
 #pragma omp parallel num_threads(threads)
     {
         char *ws = priv + (size_t)omp_get_thread_num() * x.L.per_thread;

@@ -296,8 +296,28 @@ typedef struct {
     mha_dtype qt, kvt;
     const mha_tensor *q, *k, *v;
     const mha_tensor_mut *out;
-    const float *sinks; /* p->sinks: [heads], natural-log units */
+    const float *sinks;    /* p->sinks: [heads], natural-log units */
+    const int32_t *blocks; /* paged: the sequence's row of the block table; else NULL */
+    int64_t bs;            /* paged: keys per cache block */
 } bf_ctx;
+
+/* The paged KV cache as in flash.c: a KV block never crosses the end of a
+ * cache block (page_cap), so its keys are rows of one cache block, packed
+ * from where they lie (kv_row): block by block through the table, no gather
+ * copy. */
+static inline int64_t page_cap(const bf_ctx *x, int64_t j0, int64_t n) {
+    if (!x->blocks) return n;
+    const int64_t left = x->bs - j0 % x->bs;
+    return n < left ? n : left;
+}
+/* Key j0's row of t: row j0 from head (the (batch, KV head)'s first row),
+ * or, paged (head: the pool's KV head), slot j0 % bs of the block the table
+ * names for j0. */
+static inline const uint16_t *kv_row(const bf_ctx *x, const mha_tensor *t, const uint16_t *head,
+                                     int64_t j0) {
+    if (!x->blocks) return head + j0 * t->stride_n;
+    return head + (int64_t)x->blocks[j0 / x->bs] * t->stride_b + (j0 % x->bs) * t->stride_n;
+}
 
 /* One (batch, head, query block) on this thread's workspace: flash.c's
  * flash_block with the packs and the bf16 products. */
@@ -360,9 +380,9 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
     for (int64_t j0 = lo, bkk; j0 < kv_end; j0 += bkk) {
         const int fast = j0 >= f0 && j0 < full, diag = !fast && !var;
         const int64_t stop = j0 < f0 ? f0 : (fast ? full : kv_end), most = fast ? even : L->bk;
-        bkk = stop - j0 < most ? stop - j0 : most;
-        pack_k(bkk, d, kh + j0 * skn, skn, x->kvt, Kp, 2 * L->dh);
-        pack_v(bkk, dv, L->dv, vh + j0 * svn, svn, x->kvt, Vp);
+        bkk = page_cap(x, j0, stop - j0 < most ? stop - j0 : most);
+        pack_k(bkk, d, kv_row(x, x->k, kh, j0), skn, x->kvt, Kp, 2 * L->dh);
+        pack_v(bkk, dv, L->dv, kv_row(x, x->v, vh, j0), svn, x->kvt, Vp);
         PHASE(PHASE_PACK);
         if (fast || diag) {
             for (int64_t i = 0; i < ncols; i++) {
@@ -407,6 +427,46 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
     PHASE(PHASE_PACK);
 }
 
+/* The packed ragged batch and the paged cache as in flash.c: sequence b as
+ * a dense problem of its own (mha_seq_view), the tasks in mha_seq_task's
+ * order, or one (sequence, head) per task with split = heads. */
+typedef struct {
+    mha_seq_view v;
+    bf_ctx x;
+} bf_seq;
+
+static void bf_seq_view(const bf_ctx *x, const mha_extras *ex, int64_t b, bf_seq *s) {
+    mha_seq_view_of(x->p, ex, b, x->q, x->k, x->v, x->out, &s->v);
+    s->x = *x;
+    s->x.p = &s->v.p;
+    s->x.off = s->v.p.seq_kv - s->v.p.seq_q;
+    s->x.q = &s->v.q;
+    s->x.k = &s->v.k;
+    s->x.v = &s->v.v;
+    s->x.out = &s->v.out;
+    s->x.blocks = s->v.blocks;
+    s->x.bs = s->v.bs;
+}
+
+static void bf_layout_run(const bf_ctx *x, const mha_extras *ex, int by_heads, int threads,
+                          void *workspace) {
+    const mha_problem *p = x->p;
+    const int64_t H = p->heads, bq = x->L.bq, pairs = p->batch * H;
+    const int64_t n = by_heads ? pairs : (p->seq_q + bq - 1) / bq * pairs;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t it = 0; it < n; it++) {
+        char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x->L.per_thread;
+        int64_t b = it / H, h = it % H, qb = 0;
+        if (!by_heads && !mha_seq_task(p, ex, bq, it, &b, &h, &qb)) continue;
+        bf_seq s;
+        bf_seq_view(x, ex, b, &s);
+        for (; qb * bq < s.v.p.seq_q; qb++) {
+            bf_block(&s.x, 0, h, qb, ws);
+            if (!by_heads) break;
+        }
+    }
+}
+
 mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options *o, int threads,
                                          const mha_tensor *q, const mha_tensor *k,
                                          const mha_tensor *v, const mha_extras *ex,
@@ -414,8 +474,12 @@ mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options
     const bf_ctx x = {p, bf_plan(p, o), p->heads / p->kv_heads, p->seq_kv - p->seq_q,
                       /* scores in log2 units -> exp2; a softcap takes them natural */
                       mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E), p->dtype,
-                      mha_problem_kv_dtype(p), q, k, v, out, ex->sinks};
+                      mha_problem_kv_dtype(p), q, k, v, out, ex->sinks, NULL, 0};
     const int64_t H = p->heads, nqb = (p->seq_q + x.L.bq - 1) / x.L.bq, pairs = p->batch * H;
+    if (p->layout != MHA_LAYOUT_DENSE) {
+        bf_layout_run(&x, ex, o->split == MHA_SPLIT_HEADS, threads, workspace);
+        return MHA_OK;
+    }
     if (o->split == MHA_SPLIT_HEADS) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
         for (int64_t bh = 0; bh < pairs; bh++) {

@@ -115,6 +115,49 @@ static inline mha_tensor_mut mha_tensor_mut_from_row(const mha_tensor_mut *t, in
     return v;
 }
 
+/* Sequence b of a packed or paged problem (extras checked) as a dense
+ * problem of its own (mha_seq_problem) with views of q, k, v and out from
+ * its first rows (no copy; paged, k and v stay the pools: kv0 = 0) and,
+ * paged, its row of the block table and the keys per cache block (blocks
+ * NULL and bs 0 otherwise). A kernel points a copy of its context at it
+ * (flash.c, flash_bf16.c, flash_amx.c, decode.c). */
+typedef struct {
+    mha_problem p;
+    mha_tensor q, k, v;
+    mha_tensor_mut out;
+    const int32_t *blocks;
+    int64_t bs;
+} mha_seq_view;
+static inline void mha_seq_view_of(const mha_problem *p, const mha_extras *ex, int64_t b,
+                                   const mha_tensor *q, const mha_tensor *k, const mha_tensor *v,
+                                   const mha_tensor_mut *out, mha_seq_view *s) {
+    const mha_seq sq = mha_seq_of(p, ex, b);
+    s->p = mha_seq_problem(p, &sq);
+    s->q = mha_tensor_from_row(q, sq.q0);
+    s->k = mha_tensor_from_row(k, sq.kv0);
+    s->v = mha_tensor_from_row(v, sq.kv0);
+    s->out = mha_tensor_mut_from_row(out, sq.q0);
+    s->blocks = p->layout == MHA_LAYOUT_PAGED ? ex->block_table + b * p->max_blocks : NULL;
+    s->bs = p->layout == MHA_LAYOUT_PAGED ? p->block_size : 0;
+}
+
+/* Task it of the (query block, sequence, head) tasks of a packed or paged
+ * problem (query blocks of bq rows; nqb blocks of the bound seq_q, times
+ * batch x heads): balanced by work, not by sequence, the last query blocks
+ * of every sequence first, so that the longest sequences' blocks (which
+ * exist only there, and under a causal mask or against a long cache cost
+ * the most) are handed out before the short sequences' single blocks fill
+ * the gaps (a dynamic schedule's longest-first). Sets *b, *h, *qb; returns
+ * 0 for a task past its sequence's blocks (a test, nothing to run). */
+static inline int mha_seq_task(const mha_problem *p, const mha_extras *ex, int64_t bq, int64_t it,
+                               int64_t *b, int64_t *h, int64_t *qb) {
+    const int64_t nqb = (p->seq_q + bq - 1) / bq, pairs = p->batch * p->heads;
+    *qb = nqb - 1 - it / pairs;
+    *b = it % pairs / p->heads;
+    *h = it % p->heads;
+    return *qb * bq < mha_seq_of(p, ex, *b).nq;
+}
+
 /* MHA_OK if a and b share no byte, else MHA_EINVAL naming them ("a is
  * written while b is still read"). */
 mha_status mha_check_disjoint(const char *a_name, const mha_span *a, const char *b_name,

@@ -308,7 +308,10 @@ int check_out_compare(const check_data *d, const check_out *o, check_report *r) 
 
 int check_kernel_opts(const mha_kernel *k, const check_data *d, const mha_options *o,
                       check_report *r) {
-    const mha_problem *p = &d->c.p;
+    /* a packed or paged case in its layout where the kernel takes it, else
+     * its values as [B,N,H,d] (the same memory: LAYOUT_PACKED) */
+    const int in_layout = d->kp.layout != MHA_LAYOUT_DENSE && mha_kernel_takes(k, &d->kp) == MHA_OK;
+    const mha_problem *p = in_layout ? &d->kp : &d->c.p;
     r->max_err = 0;
     r->detail[0] = 0;
     if (mha_kernel_supported(k) != MHA_OK) {
@@ -348,8 +351,15 @@ int check_kernel_opts(const mha_kernel *k, const check_data *d, const mha_option
     mha_status st = MHA_OK;
     if (sig == 0) {
         crash_armed = 1;
-        const mha_extras x = {.sinks = d->sinks};
-        st = mha_attend_ex(k, p, &opt, &d->qv, &d->kv, &d->vv, &x, &out.view, ws, ws_bytes);
+        const mha_extras x = {
+            .sinks = d->sinks,
+            .cu_seqlens_q = in_layout ? d->cu_q : NULL,
+            .cu_seqlens_kv = in_layout && p->layout == MHA_LAYOUT_PACKED ? d->cu_kv : NULL,
+            .seq_lens_kv = in_layout && p->layout == MHA_LAYOUT_PAGED ? d->lens : NULL,
+            .block_table = in_layout ? d->table : NULL};
+        st = in_layout
+                 ? mha_attend_ex(k, p, &opt, &d->lq, &d->lk, &d->lv, &x, &out.view, ws, ws_bytes)
+                 : mha_attend_ex(k, p, &opt, &d->qv, &d->kv, &d->vv, &x, &out.view, ws, ws_bytes);
     }
     crash_armed = 0;
     for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);

@@ -27,7 +27,15 @@ enum {
     INPUT_HUGE,
     INPUT_COUNT
 };
-enum { LAYOUT_BHND, LAYOUT_BNHD, LAYOUT_PADDED, LAYOUT_COUNT };
+/* The memory layouts of a case's tensors: [B,H,N,d], [B,N,H,d], padded
+ * (gaps of NaN), and the two of mha_layout: packed (the B sequences of equal
+ * length one after another, token-major: the [B,N,H,d] memory with
+ * cu_seqlens) and paged (q and out packed, K and V in a pool of cache
+ * blocks shuffled by a seeded table, every unused slot NaN). A packed or
+ * paged case holds the dense case's values, so the oracle is the dense one;
+ * a kernel that does not take the layout runs them as [B,N,H,d]. Ragged
+ * lengths are tests/test_layouts.c's. */
+enum { LAYOUT_BHND, LAYOUT_BNHD, LAYOUT_PADDED, LAYOUT_PACKED, LAYOUT_PAGED, LAYOUT_COUNT };
 
 /* A case's p.dtype / p.kv_dtype say how its inputs are stored: generated in
  * fp32 as for an fp32 case (the same seed gives the same values), then
@@ -100,9 +108,21 @@ typedef struct {
     double smax;           /* scale * max|q| * max|k| (row norms) */
     double tol;            /* allowed max |out - ref| before output rounding */
     double tol_rel;        /* the output dtype's rounding, relative to |ref| */
+    /* LAYOUT_PACKED, LAYOUT_PAGED: the problem, views and index arrays a
+     * kernel that takes the layout gets (kp is c.p otherwise); the pools
+     * and the packed int8 scales [T,G] (check_data.c make_layout) */
+    mha_problem kp;
+    mha_tensor lq, lk, lv;
+    int32_t *cu_q, *cu_kv, *lens, *table;
+    void *pool_k, *pool_v;
+    float *lsk, *lsv;
 } check_data;
 
 uint64_t check_case_seed(uint64_t seed, int index);
+/* A paged case's keys per cache block (5 where Nkv is odd, else 16), and
+ * the problem of a case's layout (c.p, or it packed / paged). */
+int64_t check_page_size(const mha_problem *p);
+mha_problem check_layout_problem(const check_case *c);
 mha_status check_prepare(const check_case *c, uint64_t case_seed, check_data *d);
 void check_release(check_data *d);
 

@@ -163,7 +163,7 @@ int check_cases(check_case *out, int max, int quick) {
     return n;
 }
 
-static const char *const layout_names[] = {"bhnd", "bnhd", "padded"};
+static const char *const layout_names[LAYOUT_COUNT] = {"bhnd", "bnhd", "padded", "packed", "paged"};
 static const char *const input_names[INPUT_COUNT] = {"uniform", "logits-x30", "equal-scores",
                                                      "nan-k",   "nan-q",      "inf-q",
                                                      "ninf-k",  "ninf-all",   "huge-x1e30"};
@@ -186,10 +186,13 @@ void check_describe(const check_case *c, char *buf, size_t len) {
         vl += (size_t)snprintf(var + vl, sizeof var - vl, " sinks=%s", sink_names[c->sinks]);
     if (p->head_dim_v && vl < sizeof var)
         snprintf(var + vl, sizeof var - vl, " d_v=%lld", (long long)p->head_dim_v);
-    snprintf(buf, len, "B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld%s%s layout=%s input=%s%s",
+    char page[24] = "";
+    if (c->layout == LAYOUT_PAGED)
+        snprintf(page, sizeof page, "%lld", (long long)check_page_size(p));
+    snprintf(buf, len, "B=%lld H=%lld KV=%lld Nq=%lld Nkv=%lld d=%lld%s%s layout=%s%s input=%s%s",
              (long long)p->batch, (long long)p->heads, (long long)p->kv_heads, (long long)p->seq_q,
              (long long)p->seq_kv, (long long)p->head_dim, p->causal ? " causal" : "", var,
-             layout_names[c->layout], input_names[c->input], dt);
+             layout_names[c->layout], page, input_names[c->input], dt);
 }
 
 void check_case_set_dtypes(check_case *c, mha_dtype dtype, mha_dtype kv_dtype) {

@@ -15,6 +15,8 @@ strides layout_strides(int layout, int64_t B, int64_t H, int64_t N, int64_t d) {
     strides s;
     switch (layout) {
     case LAYOUT_BNHD:
+    case LAYOUT_PACKED: /* token-major: sequence b's token i is row b N + i */
+    case LAYOUT_PAGED:  /* q and out as packed; K and V as packed before the pool */
         s = (strides){N * H * d, d, H * d, 0};
         break;
     case LAYOUT_PADDED: /* gaps after every row, head and batch: stray reads see NaN */
@@ -155,6 +157,160 @@ static void corrupt(const check_case *c, check_data *d) {
     }
 }
 
+/* ---- packed and paged ------------------------------------------------------------
+ * The keys per cache block of a paged case: 5 where Nkv is odd (no block
+ * ends where a sequence does, and a KV block of the kernels is cut at every
+ * fifth key), else 16 (vLLM's default). */
+int64_t check_page_size(const mha_problem *p) {
+    return p->seq_kv % 2 ? 5 : 16;
+}
+
+/* The problem of case c's layout: c.p itself, or its B sequences packed /
+ * paged (equal lengths, the bounds their lengths). */
+mha_problem check_layout_problem(const check_case *c) {
+    mha_problem p = c->p;
+    if (c->layout == LAYOUT_PACKED) {
+        p.layout = MHA_LAYOUT_PACKED;
+        p.total_q = p.batch * p.seq_q;
+        p.total_kv = p.batch * p.seq_kv;
+    } else if (c->layout == LAYOUT_PAGED) {
+        const int64_t bs = check_page_size(&c->p);
+        p.layout = MHA_LAYOUT_PAGED;
+        p.total_q = p.batch * p.seq_q;
+        p.block_size = bs;
+        p.max_blocks = (p.seq_kv + bs - 1) / bs;
+        if (p.max_blocks < 1) p.max_blocks = 1;
+        p.num_blocks = p.batch * p.max_blocks + 2; /* two blocks nobody owns: NaN */
+    }
+    return p;
+}
+
+/* Int8 row scales [B,G,N] (store_typed) as the packed layout's [B N, G]. */
+static float *scales_packed(const float *sc, int64_t B, int64_t G, int64_t N) {
+    float *out = malloc((size_t)(B * N * G) * sizeof(float) + 1);
+    if (!out) return NULL;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t g = 0; g < G; g++)
+            for (int64_t n = 0; n < N; n++) out[(b * N + n) * G + g] = sc[(b * G + g) * N + n];
+    return out;
+}
+
+/* The pool [NB, BS, G, dd] of the packed (token-major, typed) tensor t:
+ * token n of sequence b in slot n % BS of block table[b][n / BS]; every
+ * other slot NaN (int8: its scale NaN). *view gets the pool's view. */
+static mha_status make_pool(const mha_problem *kp, const mha_tensor *t, int64_t N, int64_t dd,
+                            void **pool, float **scales, mha_tensor *view, const int32_t *table) {
+    const int64_t NB = kp->num_blocks, BS = kp->block_size, G = kp->kv_heads, MB = kp->max_blocks;
+    const mha_dtype dt = t->dtype;
+    const size_t es = mha_dtype_size(dt), slots = (size_t)(NB * BS * G);
+    char *pl = mha_alloc(slots * (size_t)dd * es);
+    float *sc = dt == MHA_I8 ? malloc(slots * sizeof(float)) : NULL;
+    if (!pl || (dt == MHA_I8 && !sc)) {
+        mha_free(pl);
+        free(sc);
+        return MHA_ENOMEM;
+    }
+    if (dt == MHA_I8) {
+        memset(pl, 0x80, slots * (size_t)dd);
+        for (size_t i = 0; i < slots; i++) sc[i] = NAN;
+    } else {
+        const float nan = NAN;
+        char one[4];
+        mha_convert_from_f32(dt, &nan, one, 1);
+        for (size_t i = 0; i < slots * (size_t)dd; i++) memcpy(pl + i * es, one, es);
+    }
+    for (int64_t b = 0; b < kp->batch; b++)
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t g = 0; g < G; g++) {
+                const int64_t blk = table[b * MB + n / BS], slot = (blk * BS + n % BS) * G + g;
+                const int64_t tok = b * N + n;
+                memcpy(pl + (size_t)(slot * dd) * es,
+                       (const char *)t->data + (size_t)(tok * t->stride_n + g * t->stride_h) * es,
+                       (size_t)dd * es);
+                if (dt == MHA_I8)
+                    sc[slot] = t->scale[tok * t->scale_stride_n + g * t->scale_stride_h];
+            }
+    *pool = pl;
+    *scales = sc;
+    *view = (mha_tensor){.data = pl,
+                         .stride_b = BS * G * dd,
+                         .stride_h = dd,
+                         .stride_n = G * dd,
+                         .dtype = dt,
+                         .scale = sc,
+                         .scale_stride_b = BS * G,
+                         .scale_stride_h = 1,
+                         .scale_stride_n = G};
+    return MHA_OK;
+}
+
+/* The packed or paged form of a prepared case (its typed views token-major,
+ * LAYOUT_PACKED / LAYOUT_PAGED's strides): index arrays, packed int8 scales,
+ * the pools with a table shuffled from the case's seed. */
+static mha_status make_layout(check_data *d, uint64_t case_seed) {
+    const check_case *c = &d->c;
+    const mha_problem *p = &c->p;
+    d->kp = check_layout_problem(c);
+    d->lq = d->qv;
+    d->lk = d->kv;
+    d->lv = d->vv;
+    if (c->layout != LAYOUT_PACKED && c->layout != LAYOUT_PAGED) return MHA_OK;
+    const int64_t B = p->batch, G = p->kv_heads, Nkv = p->seq_kv;
+    d->cu_q = malloc((size_t)(B + 1) * sizeof(int32_t));
+    d->cu_kv = malloc((size_t)(B + 1) * sizeof(int32_t));
+    d->lens = malloc((size_t)B * sizeof(int32_t));
+    if (!d->cu_q || !d->cu_kv || !d->lens) return MHA_ENOMEM;
+    for (int64_t b = 0; b <= B; b++) {
+        d->cu_q[b] = (int32_t)(b * p->seq_q);
+        d->cu_kv[b] = (int32_t)(b * Nkv);
+        if (b < B) d->lens[b] = (int32_t)Nkv;
+    }
+    mha_tensor pk = d->kv, pv = d->vv; /* packed: int8 scales as [T, G] */
+    if (d->kv.dtype == MHA_I8) {
+        d->lsk = scales_packed(d->sk, B, G, Nkv);
+        d->lsv = scales_packed(d->sv, B, G, Nkv);
+        if (!d->lsk || !d->lsv) return MHA_ENOMEM;
+        pk.scale = d->lsk;
+        pv.scale = d->lsv;
+        pk.scale_stride_b = pv.scale_stride_b = Nkv * G;
+        pk.scale_stride_h = pv.scale_stride_h = 1;
+        pk.scale_stride_n = pv.scale_stride_n = G;
+    }
+    if (c->layout == LAYOUT_PACKED) {
+        d->lk = pk;
+        d->lv = pv;
+        return MHA_OK;
+    }
+    const int64_t NB = d->kp.num_blocks, MB = d->kp.max_blocks;
+    int32_t *perm = malloc((size_t)NB * sizeof(int32_t));
+    d->table = malloc((size_t)(B * MB) * sizeof(int32_t));
+    if (!perm || !d->table) {
+        free(perm);
+        return MHA_ENOMEM;
+    }
+    uint64_t rng = case_seed ^ 0x9e3779b97f4a7c15ull; /* the inputs' draws stay as they were */
+    for (int64_t i = 0; i < NB; i++) perm[i] = (int32_t)i;
+    for (int64_t i = NB - 1; i > 0; i--) {
+        const int64_t j = (int64_t)(splitmix64(&rng) % (uint64_t)(i + 1));
+        const int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    memcpy(d->table, perm, (size_t)(B * MB) * sizeof(int32_t)); /* perm[B MB..] stay unused */
+    free(perm);
+    float *ksc = NULL, *vsc = NULL;
+    mha_status st = make_pool(&d->kp, &pk, Nkv, p->head_dim, &d->pool_k, &ksc, &d->lk, d->table);
+    if (st == MHA_OK)
+        st = make_pool(&d->kp, &pv, Nkv, mha_problem_head_dim_v(p), &d->pool_v, &vsc, &d->lv,
+                       d->table);
+    /* the pools' scales replace the packed ones (freed with lsk, lsv) */
+    free(d->lsk);
+    free(d->lsv);
+    d->lsk = ksc;
+    d->lsv = vsc;
+    return st;
+}
+
 mha_status check_prepare(const check_case *c, uint64_t case_seed, check_data *d) {
     memset(d, 0, sizeof *d);
     d->c = *c;
@@ -228,6 +384,10 @@ mha_status check_prepare(const check_case *c, uint64_t case_seed, check_data *d)
               max_row_norm(&fq, p->batch, p->heads, p->seq_q, p->head_dim) *
               max_row_norm(&fk, p->batch, p->kv_heads, p->seq_kv, p->head_dim);
     check_tolerance(p, d->mag, d->smax, &d->tol, &d->tol_rel);
+    if ((st = make_layout(d, case_seed)) != MHA_OK) {
+        check_release(d);
+        return st;
+    }
     return MHA_OK;
 }
 
@@ -243,6 +403,17 @@ void check_release(check_data *d) {
     free(d->sv);
     free(d->sinks);
     free(d->ref);
+    free(d->cu_q);
+    free(d->cu_kv);
+    free(d->lens);
+    free(d->table);
+    mha_free(d->pool_k);
+    mha_free(d->pool_v);
+    free(d->lsk);
+    free(d->lsv);
+    d->cu_q = d->cu_kv = d->lens = d->table = NULL;
+    d->pool_k = d->pool_v = NULL;
+    d->lsk = d->lsv = NULL;
     d->sinks = NULL;
     d->q = d->k = d->v = NULL;
     d->tq = d->tk = d->tv = NULL;

@@ -124,6 +124,8 @@ static void add_variant(json_object *out, const mha_problem *p) {
     if (p->sinks) json_object_object_add(out, "sinks", json_object_new_int(p->sinks));
     const int64_t dv = mha_problem_head_dim_v(p);
     if (dv != p->head_dim) json_object_object_add(out, "head_dim_v", json_object_new_int64(dv));
+    if (p->layout == MHA_LAYOUT_PAGED)
+        json_object_object_add(out, "page_size", json_object_new_int64(p->block_size));
 }
 
 mha_status rows_add(rows_file *f, const char *json, int pass, const char *dtype,

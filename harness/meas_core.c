@@ -6,6 +6,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mha_private.h"
@@ -24,6 +25,9 @@ static void inputs_free(meas_inputs *in) {
     mha_free(in->k_sc);
     mha_free(in->v_sc);
     mha_free(in->sinks);
+    free(in->cu_q);
+    free(in->lens);
+    free(in->table);
     memset(in, 0, sizeof *in);
 }
 
@@ -56,7 +60,22 @@ mha_problem meas_problem(const meas_shape *s) {
                      .head_dim_v = s->head_dim_v};
     if (s->kv_dtype != s->dtype) p.kv_dtype = s->kv_dtype;
     if (!s->kv_dtype) p.kv_dtype = MHA_F32; /* 0: the problem's dtype */
+    if (s->page > 0) {
+        p.layout = MHA_LAYOUT_PAGED;
+        p.total_q = s->b * s->nq;
+        p.block_size = s->page;
+        p.max_blocks = (s->nkv + s->page - 1) / s->page;
+        if (p.max_blocks < 1) p.max_blocks = 1;
+        p.num_blocks = s->b * p.max_blocks;
+    }
     return p;
+}
+
+double meas_flops(const meas_shape *s) {
+    meas_shape dense = *s; /* equal lengths: the paged shape's visible pairs are the dense one's */
+    dense.page = 0;
+    const mha_problem p = meas_problem(&dense);
+    return mha_problem_flops(&p);
 }
 
 meas_shape meas_shape_of(const mha_problem *p) {
@@ -74,11 +93,13 @@ meas_shape meas_shape_of(const mha_problem *p) {
                         .window_left = p->window_left,
                         .window_right = p->window_right,
                         .head_dim_v = p->head_dim_v,
-                        .softcap = p->softcap};
+                        .softcap = p->softcap,
+                        .page = p->layout == MHA_LAYOUT_PAGED ? p->block_size : 0};
 }
 
 int meas_has_variant(const meas_shape *s) {
-    return s->window || s->softcap != 0 || s->sinks || (s->head_dim_v && s->head_dim_v != s->d);
+    return s->window || s->softcap != 0 || s->sinks || (s->head_dim_v && s->head_dim_v != s->d) ||
+           s->page > 0;
 }
 
 const char *meas_variant_text(const meas_shape *s, char *buf, size_t len) {
@@ -91,7 +112,8 @@ const char *meas_variant_text(const meas_shape *s, char *buf, size_t len) {
         n += (size_t)snprintf(buf + n, len - n, " softcap=%g", (double)(float)s->softcap);
     if (s->sinks && n < len) n += (size_t)snprintf(buf + n, len - n, " sinks");
     if (s->head_dim_v && s->head_dim_v != s->d && n < len)
-        snprintf(buf + n, len - n, " d_v=%lld", (long long)s->head_dim_v);
+        n += (size_t)snprintf(buf + n, len - n, " d_v=%lld", (long long)s->head_dim_v);
+    if (s->page > 0 && n < len) snprintf(buf + n, len - n, " page=%lld", (long long)s->page);
     return buf;
 }
 
@@ -107,12 +129,17 @@ size_t meas_elems_q(const meas_shape *s) {
     return (size_t)(s->b * s->h * s->nq * s->d);
 }
 
+/* Keys stored per (sequence, KV head): nkv, or a paged pool's slots. */
+static int64_t kv_slots(const meas_shape *s) {
+    return s->page > 0 ? (s->nkv + s->page - 1) / s->page * s->page : s->nkv;
+}
+
 size_t meas_elems_kv(const meas_shape *s) {
-    return (size_t)(s->b * s->kv * s->nkv * s->d);
+    return (size_t)(s->b * s->kv * kv_slots(s) * s->d);
 }
 
 size_t meas_elems_v(const meas_shape *s) {
-    return (size_t)(s->b * s->kv * s->nkv * dim_v(s));
+    return (size_t)(s->b * s->kv * kv_slots(s) * dim_v(s));
 }
 
 size_t meas_elems_o(const meas_shape *s) {
@@ -129,7 +156,7 @@ size_t meas_input_bytes(const meas_shape *s) {
     if (s->layer) /* x, the weights and biases, out; v is unused (self-attention) */
         return mha_dtype_size(s->dtype) * (2 * meas_elems_q(s) + elems_k(s));
     const mha_dtype kv = kv_type(s);
-    const size_t rows = kv == MHA_I8 ? (size_t)(s->b * s->kv * s->nkv) : 0;
+    const size_t rows = kv == MHA_I8 ? (size_t)(s->b * s->kv * kv_slots(s)) : 0;
     return mha_dtype_size(s->dtype) * (meas_elems_q(s) + meas_elems_o(s)) +
            mha_dtype_size(kv) * (meas_elems_kv(s) + meas_elems_v(s)) + sizeof(float) * 2 * rows +
            (s->sinks ? sizeof(float) * (size_t)s->h : 0);
@@ -191,6 +218,30 @@ static int to_dtype(void **buf, size_t n, mha_dtype t, int64_t d, float **scales
     return 1;
 }
 
+/* A paged shape's index arrays: q packed by sequence, every sequence nkv
+ * keys, its blocks a seeded shuffle of the pool. 0 when out of memory. */
+static int paged_tables(meas_inputs *in, const meas_shape *s, uint64_t seed) {
+    const mha_problem p = meas_problem(s);
+    const int64_t nb = p.num_blocks;
+    in->cu_q = malloc((size_t)(s->b + 1) * sizeof(int32_t));
+    in->lens = malloc((size_t)s->b * sizeof(int32_t));
+    in->table = malloc((size_t)nb * sizeof(int32_t));
+    if (!in->cu_q || !in->lens || !in->table) return 0;
+    for (int64_t b = 0; b <= s->b; b++) {
+        in->cu_q[b] = (int32_t)(b * s->nq);
+        if (b < s->b) in->lens[b] = (int32_t)s->nkv;
+    }
+    for (int64_t i = 0; i < nb; i++) in->table[i] = (int32_t)i;
+    uint64_t st = seed;
+    for (int64_t i = nb - 1; i > 0; i--) {
+        const int64_t j = (int64_t)(splitmix64(&st) % (uint64_t)(i + 1));
+        const int32_t t = in->table[i];
+        in->table[i] = in->table[j];
+        in->table[j] = t;
+    }
+    return 1;
+}
+
 /* The inputs of a shape: cached (a few shapes, least recently used goes), so
  * grouped runs fill each shape once and interleaved ones do not refill. */
 static meas_inputs *inputs_for(meas_pool *m, const meas_shape *s) {
@@ -227,6 +278,10 @@ static meas_inputs *inputs_for(meas_pool *m, const meas_shape *s) {
     }
     fill(slot->v, nv, h ^ 3);
     if (slot->sinks) fill(slot->sinks, (size_t)s->h, h ^ 4); /* O(1): a sink takes real mass */
+    if (s->page > 0 && !paged_tables(slot, s, h ^ 5)) {
+        inputs_free(slot);
+        return NULL;
+    }
     memset(slot->o, 0, no * mha_dtype_size(s->dtype));
     /* a layer's x and weights (in q and k) are of its dtype, v is unused */
     if (s->layer ? !to_dtype(&slot->q, nq, s->dtype, s->d, NULL) ||
@@ -251,6 +306,13 @@ void *meas_workspace(meas_pool *m, size_t bytes) {
     m->ws_size = m->ws ? bytes : 0;
     if (m->ws) memset(m->ws, 0, bytes); /* touched: no page faults in a timed call */
     return m->ws;
+}
+
+/* A [B, N, H, d] view (token-major: stride_n = H d) of dtype t. */
+static mha_tensor token_major(const void *data, mha_dtype t, int64_t heads, int64_t n, int64_t d) {
+    mha_tensor v = mha_view_bnhd((const float *)data, heads, n, d);
+    v.dtype = t;
+    return v;
 }
 
 const char *meas_prepare(meas_pool *m, const mha_kernel *k, const meas_shape *s,
@@ -292,6 +354,26 @@ const char *meas_prepare(meas_pool *m, const mha_kernel *k, const meas_shape *s,
     c->k = mha_view_typed(in->k, kv_type(s), in->k_sc, s->kv, s->nkv, s->d);
     c->v = mha_view_typed(in->v, kv_type(s), in->v_sc, s->kv, s->nkv, dim_v(s));
     c->x.sinks = in->sinks;
+    if (s->page >
+        0) { /* q, out [b nq, h, .]; the pools [NB, page, kv, .] with [NB, page, kv] scales */
+        c->q = token_major(in->q, s->dtype, s->h, s->b * s->nq, s->d);
+        const mha_tensor o = token_major(in->o, s->dtype, s->h, s->b * s->nq, dim_v(s));
+        c->out = (mha_tensor_mut){.data = in->o,
+                                  .stride_b = o.stride_b,
+                                  .stride_h = o.stride_h,
+                                  .stride_n = o.stride_n,
+                                  .dtype = o.dtype};
+        c->k = token_major(in->k, kv_type(s), s->kv, s->page, s->d);
+        c->v = token_major(in->v, kv_type(s), s->kv, s->page, dim_v(s));
+        c->k.scale = in->k_sc;
+        c->v.scale = in->v_sc;
+        c->k.scale_stride_b = c->v.scale_stride_b = s->page * s->kv;
+        c->k.scale_stride_h = c->v.scale_stride_h = 1;
+        c->k.scale_stride_n = c->v.scale_stride_n = s->kv;
+        c->x.cu_seqlens_q = in->cu_q;
+        c->x.seq_lens_kv = in->lens;
+        c->x.block_table = in->table;
+    }
     return NULL;
 }
 

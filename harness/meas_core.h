@@ -27,7 +27,12 @@
  * initialisers that stop at kv_dtype keep their meaning): window and its
  * edges (-1 = unbounded), softcap, sinks (the pool holds one seeded fp32
  * logit per query head, passed as mha_extras.sinks) and head_dim_v (0 = d;
- * V and O are head_dim_v wide). No padding: inputs are cached by memcmp. */
+ * V and O are head_dim_v wide). page > 0 is the paged layout: the b
+ * sequences of nq queries (q and out packed [b nq, h, d]) over nkv keys
+ * each in a pool of ceil(nkv / page) blocks per sequence, shuffled by a
+ * seeded block table (mha_problem.layout = MHA_LAYOUT_PAGED); the same
+ * visible pairs as the dense shape. No padding: inputs are cached by
+ * memcmp. */
 typedef struct {
     int64_t b, h, kv, nq, nkv, d;
     int causal;
@@ -36,15 +41,17 @@ typedef struct {
     int window, sinks;
     int64_t window_left, window_right, head_dim_v;
     double softcap;
+    int64_t page; /* > 0: a paged KV cache of `page` keys per block (meas_problem) */
 } meas_shape;
 
 enum { MEAS_INPUT_CACHE = 4 };
 
 typedef struct {
     meas_shape s;
-    void *q, *k, *v, *o; /* in the shape's dtypes */
-    float *k_sc, *v_sc;  /* int8 row scales, else NULL */
-    float *sinks;        /* [h] sink logits, uniform [-1, 1), when s.sinks; else NULL */
+    void *q, *k, *v, *o;          /* in the shape's dtypes */
+    float *k_sc, *v_sc;           /* int8 row scales, else NULL */
+    float *sinks;                 /* [h] sink logits, uniform [-1, 1), when s.sinks; else NULL */
+    int32_t *cu_q, *lens, *table; /* s.page: cu_seqlens_q, seq_lens_kv, block_table */
     size_t bytes;
     uint64_t last_use;
 } meas_inputs;
@@ -105,6 +112,9 @@ size_t meas_elems_v(const meas_shape *s);
 size_t meas_elems_o(const meas_shape *s);
 /* 1 when the shape has an attention variant (window, softcap, sinks, d_v != d). */
 int meas_has_variant(const meas_shape *s);
+/* The FLOPs of a shape's attention (mha_problem_flops; a paged shape's are
+ * its dense shape's: the same visible pairs). */
+double meas_flops(const meas_shape *s);
 /* Its variants in words for progress lines and messages: " window=L:R
  * softcap=C sinks d_v=D" (each only when on; "" without variants). */
 const char *meas_variant_text(const meas_shape *s, char *buf, size_t len);

@@ -121,6 +121,119 @@ static double number(json_object *o, const char *key) {
     return json_object_get_double(v);
 }
 
+/* A paged shape (--page-size): two sequences of 37 keys in a pool of
+ * cache blocks of 5 shuffled by the seeded table, q and out packed; the
+ * prepared call is the oracle's answer on that layout, its FLOPs the dense
+ * shape's, and a kernel without the paged layout is refused. */
+static void test_core_paged_call(void **state) {
+    (void)state;
+    const meas_shape s = {
+        .b = 2, .h = 4, .kv = 2, .nq = 3, .nkv = 37, .d = 8, .causal = 1, .page = 5};
+    const meas_shape dense = {.b = 2, .h = 4, .kv = 2, .nq = 3, .nkv = 37, .d = 8, .causal = 1};
+    assert_true(meas_has_variant(&s));
+    char text[96];
+    assert_string_equal(meas_variant_text(&s, text, sizeof text), " page=5");
+    const mha_problem p = meas_problem(&s);
+    assert_int_equal(p.layout, MHA_LAYOUT_PAGED);
+    assert_true(p.block_size == 5 && p.max_blocks == 8 && p.num_blocks == 16 && p.total_q == 6);
+    const meas_shape back = meas_shape_of(&p);
+    assert_memory_equal(&back, &s, sizeof s);
+    assert_true(meas_flops(&s) == meas_flops(&dense) && meas_flops(&s) > 0);
+    /* the pools hold 8 blocks of 5 per (sequence, KV head): 40 slots, not 37 */
+    assert_int_equal(meas_input_bytes(&s), 4 * (2 * 4 * 3 * 8 * 2 + 2 * 2 * 40 * 8 * 2));
+    meas_pool pool;
+    meas_pool_init(&pool, 7);
+    const mha_options o = {.threads = 2};
+    for (int i = 0; i < 2; i++) {
+        meas_call c;
+        const char *k = i ? "flash.scalar" : "naive";
+        assert_null(meas_prepare(&pool, mha_kernel_find(k), &s, &o, &c));
+        assert_int_equal(meas_run(&c), MHA_OK);
+        const meas_inputs *in = meas_inputs_of(&pool, &s);
+        int32_t seen[16] = {0};
+        for (int j = 0; j < 16; j++) seen[in->table[j]]++;
+        for (int j = 0; j < 16; j++) assert_int_equal(seen[j], 1); /* a permutation */
+        int moved = 0;
+        for (int j = 0; j < 16; j++) moved += in->table[j] != j;
+        assert_true(moved > 0);
+        double ref[6 * 4 * 8];
+        assert_int_equal(mha_reference_ex(&p, &c.q, &c.k, &c.v, &c.x, ref), MHA_OK);
+        const float *got = c.out.data;
+        for (int j = 0; j < 6 * 4 * 8; j++)
+            if (!(fabs(got[j] - ref[j]) < 1e-5))
+                fail_msg("%s: element %d: %g, want %g", k, j, got[j], ref[j]);
+    }
+    meas_call c;
+    assert_non_null(meas_prepare(&pool, mha_kernel_find("tiled.scalar"), &s, &o, &c));
+    meas_pool_release(&pool);
+}
+
+/* --page-size 0,16: flash.scalar makes the dense row and the paged one
+ * (named /page16, with its page_size field, its GFLOP/s from the dense
+ * shape's FLOPs); tiled.scalar the dense row only. */
+static void test_sweep_page_rows(void **state) {
+    (void)state;
+    REQUIRE_BENCH();
+    char out[512];
+    snprintf(out, sizeof out, "%s/paged.json", g_tmp);
+    const char *args[] = {"sweep",
+                          "--passes",
+                          "1",
+                          "--repetitions",
+                          "1",
+                          "--kernels",
+                          "flash.scalar,tiled.scalar",
+                          "--seq-q",
+                          "4",
+                          "--seq-kv",
+                          "40",
+                          "--batch",
+                          "2",
+                          "--heads",
+                          "2",
+                          "--head-dim",
+                          "16",
+                          "--causal",
+                          "1",
+                          "--threads",
+                          "1",
+                          "--min-time",
+                          "0.002",
+                          "--page-size",
+                          "0,16",
+                          "--out",
+                          out,
+                          NULL};
+    const int rc = run_bench(args);
+    if (rc != 0) print_error("exit %d, stderr:\n%s\n", rc, g_err);
+    assert_int_equal(rc, 0);
+    json_object *root = json_object_from_file(out);
+    assert_non_null(root);
+    json_object *rows = field(root, "benchmarks");
+    const meas_shape dense = {.b = 2, .h = 2, .kv = 2, .nq = 4, .nkv = 40, .d = 16, .causal = 1};
+    int paged = 0, flat = 0;
+    for (size_t i = 0; i < json_object_array_length(rows); i++) {
+        json_object *r = json_object_array_get_idx(rows, i);
+        const char *name = json_object_get_string(field(r, "name"));
+        const int pg = strstr(name, "/page16/") != NULL;
+        assert_true((field(r, "page_size") != NULL) == pg);
+        if (pg) {
+            assert_string_equal(name, "flash.scalar/B:2/H:2/KV:2/Nq:4/Nkv:40/d:16/causal:1/"
+                                      "page16/threads:1");
+            assert_true(number(r, "page_size") == 16);
+            paged++;
+        } else {
+            flat++;
+        }
+        const double got = number(r, "GFLOPS") * number(r, "real_time");
+        if (fabs(got - meas_flops(&dense)) > 1e-3 * meas_flops(&dense))
+            fail_msg("%s: GFLOPS x real_time = %g FLOPs, want %g", name, got, meas_flops(&dense));
+    }
+    assert_int_equal(paged, 1);
+    assert_int_equal(flat, 2);
+    json_object_put(root);
+}
+
 /* A tiny grid with every variant axis: flash.scalar (takes them all) makes
  * a row per combination, named and fielded by its variants, its GFLOP/s
  * from the visible pairs (mha_problem_flops); tiled.scalar (takes none)
@@ -327,6 +440,8 @@ static void test_sweep_variant_bad_values(void **state) {
     expect_usage(a6, "sweep: --sinks: 2 is out of range [0, 1]");
     const char *a7[] = {"sweep", "--head-dim-v", "-3", "--out", out, NULL};
     expect_usage(a7, "--head-dim-v: -3 is out of range");
+    const char *a8[] = {"sweep", "--page-size", "-16", "--out", out, NULL};
+    expect_usage(a8, "--page-size: -16 is out of range");
     struct stat sb;
     assert_int_not_equal(stat(out, &sb), 0);
 }
@@ -408,6 +523,8 @@ static void test_profile_variants(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_core_variant_call),
+        cmocka_unit_test(test_core_paged_call),
+        cmocka_unit_test(test_sweep_page_rows),
         cmocka_unit_test(test_sweep_variant_rows),
         cmocka_unit_test(test_sweep_variant_peer_skip),
         cmocka_unit_test(test_sweep_variant_bad_values),

@@ -31,6 +31,7 @@ enum {
     O_SOFTCAP,
     O_SINKS,
     O_HEAD_DIM_V,
+    O_PAGE_SIZE,
 };
 
 /* The options, as data: the parser, the usage and the options section come
@@ -66,6 +67,10 @@ static const opt_row ROWS[] = {
     {"head-dim-v", required_argument, O_HEAD_DIM_V, 0, "D,..", 0,
      "V's and O's head dims (0 = the --head-dim, the default; e.g. --head-dim 192 "
      "--head-dim-v 128)"},
+    {"page-size", required_argument, O_PAGE_SIZE, 0, "BS,..", 0,
+     "a paged KV cache of BS keys per block (0 = dense, the default): the grid's B sequences "
+     "of equal length read through a block table shuffled across the pool (q and out packed), "
+     "named /page16; only the kernels that take the paged layout run it, no peer"},
     {"threads", required_argument, O_THREADS, 0, "T,..|all", 0,
      "thread counts; 'all' = every core (default 1,all)"},
     {"dtype", required_argument, O_DTYPE, 0, "LIST", 0,
@@ -129,8 +134,8 @@ void sweep_usage(FILE *f) {
     presets_help(f);
     fputs("  The preset's decode and layer shapes are dropped when a shape axis (--seq,\n"
           "  --seq-q, --seq-kv, --heads, --kv-heads, --head-dim, --batch) is given.\n"
-          "  The variant axes (--window, --softcap, --sinks, --head-dim-v) multiply the\n"
-          "  grid's shapes only; the preset's listed shapes keep their own variants.\n"
+          "  The variant axes (--window, --softcap, --sinks, --head-dim-v) and --page-size\n"
+          "  multiply the grid's shapes only; the preset's listed shapes keep their own.\n"
           "\n",
           f);
     opts_print(f, ROWS, NROWS);
@@ -216,6 +221,8 @@ static const char **kept_as_given(sweep_args *a, int c) {
         return &a->sinks;
     case O_HEAD_DIM_V:
         return &a->dims_v;
+    case O_PAGE_SIZE:
+        return &a->page_size;
     case O_THREADS:
         return &a->threads;
     case O_OUT:

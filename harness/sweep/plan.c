@@ -15,8 +15,7 @@ double probe_rate(const mha_kernel *k) {
     meas_call c;
     const mha_options one = {.threads = 1};
     if (meas_prepare(&sweep_pool, k, &s, &one, &c) || meas_run(&c) != MHA_OK) return 0;
-    const mha_problem p = meas_problem(&s);
-    const double flops = mha_problem_flops(&p);
+    const double flops = meas_flops(&s);
     double times[20], best = 1e30;
     const int n = meas_repeat(&c, times, 3, 20, 0.03, NULL);
     for (int i = 0; i < n; i++)
@@ -181,13 +180,12 @@ int fold_auto(bench *benches, int nbench, note_list *aliases) {
  * same bytes at the same thread count, its level named). */
 void bench_roofline(const bench_plan *pl, bench *b) {
     const shape *s = &b->s;
-    const mha_problem p = meas_problem(s);
     if (s->layer) {
         const mha_layer lay = meas_layer(s, NULL);
         const mha_layer_shape lsh = {s->b, s->nq, s->nkv, s->causal, 0.0f};
         b->flops = mha_forward_flops(&lay, &lsh);
     } else {
-        b->flops = mha_problem_flops(&p);
+        b->flops = meas_flops(s);
     }
     b->kv_bytes = meas_io_bytes(s);
     b->peak = bench_peak(pl->rm, b);
@@ -231,7 +229,9 @@ int plan_peer(const bench_plan *pl, const peer_ops *peer, const shape *s, int th
     char dtp[48], why[256] = "", var[96];
     /* no adapter passes the variants on (meas_prepare_peer refuses them too) */
     const int variant = meas_has_variant(s);
-    if (variant) snprintf(why, sizeof why, "its adapter takes no attention variants");
+    if (variant)
+        snprintf(why, sizeof why, "its adapter takes no %s",
+                 s->page > 0 ? "paged KV cache" : "attention variants");
     const int takes = !s->layer && !variant && peer->takes(&p, why, sizeof why);
     if (s->layer) { /* one note per peer, not one per layer row */
         if (!*layer_noted)

@@ -181,6 +181,7 @@ typedef struct {
     int npeer_names;
     const char *seq, *seq_q, *seq_kv, *heads, *kv, *dims, *batch, *causal, *threads;
     const char *window, *softcap, *sinks, *dims_v; /* the variant axes (sweep/variants.c) */
+    const char *page_size;                         /* --page-size: the paged layout's axis */
     /* MHA_DTYPE_BIT masks: dtypes 0 the preset's, kv_dtypes 0 each row's dtype */
     unsigned dtypes, kv_dtypes;
     double max_seconds, min_time; /* < 0: the preset's */
@@ -205,8 +206,8 @@ typedef struct {
      * value, none); the preset's listed shapes keep their own variants. */
     window_spec windows[MAX_LIST];
     double softcaps[MAX_LIST];
-    int64_t sinks[MAX_LIST], dims_v[MAX_LIST];
-    int nwindows, nsoftcaps, nsinks, ndims_v;
+    int64_t sinks[MAX_LIST], dims_v[MAX_LIST], pages[MAX_LIST];
+    int nwindows, nsoftcaps, nsinks, ndims_v, npages;
     int variant_axes_given;
 } sweep_axes;
 

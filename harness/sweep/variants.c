@@ -10,7 +10,8 @@ int build_variant_axes(const sweep_args *a, sweep_axes *x) {
     x->softcaps[0] = 0;
     x->sinks[0] = 0;
     x->dims_v[0] = 0;
-    x->nwindows = x->nsoftcaps = x->nsinks = x->ndims_v = 1;
+    x->pages[0] = 0;
+    x->nwindows = x->nsoftcaps = x->nsinks = x->ndims_v = x->npages = 1;
     if ((a->window && (x->nwindows = parse_window_list("sweep: --window", a->window, x->windows,
                                                        MAX_LIST)) < 0) ||
         (a->softcap && (x->nsoftcaps = parse_double_list("sweep: --softcap", a->softcap, 0, 1e30,
@@ -18,10 +19,13 @@ int build_variant_axes(const sweep_args *a, sweep_axes *x) {
         (a->sinks &&
          (x->nsinks = parse_i64_list("sweep: --sinks", a->sinks, 0, 1, x->sinks, MAX_LIST)) < 0) ||
         (a->dims_v && (x->ndims_v = parse_i64_list("sweep: --head-dim-v", a->dims_v, 0, 65536,
-                                                   x->dims_v, MAX_LIST)) < 0))
+                                                   x->dims_v, MAX_LIST)) < 0) ||
+        (a->page_size && (x->npages = parse_i64_list("sweep: --page-size", a->page_size, 0, 1 << 20,
+                                                     x->pages, MAX_LIST)) < 0))
         return -1;
     x->nsinks = dedupe(x->sinks, x->nsinks);
-    x->variant_axes_given = a->window || a->softcap || a->sinks || a->dims_v;
+    x->npages = dedupe(x->pages, x->npages);
+    x->variant_axes_given = a->window || a->softcap || a->sinks || a->dims_v || a->page_size;
     return 0;
 }
 
@@ -34,14 +38,16 @@ int add_grid_shape(shape **shapes, int n, int *cap, const shape *base, const swe
     for (int iw = 0; iw < x->nwindows; iw++)
         for (int ic = 0; ic < x->nsoftcaps; ic++)
             for (int is = 0; is < x->nsinks; is++)
-                for (int iv = 0; iv < x->ndims_v; iv++) {
+                for (int iv = 0; iv < x->ndims_v * x->npages; iv++) {
                     shape s = *base;
+                    s.page = x->pages[iv / x->ndims_v];
                     s.window = x->windows[iw].on;
                     s.window_left = x->windows[iw].left;
                     s.window_right = x->windows[iw].right;
                     s.softcap = x->softcaps[ic];
                     s.sinks = (int)x->sinks[is];
-                    s.head_dim_v = x->dims_v[iv] == s.d ? 0 : x->dims_v[iv];
+                    s.head_dim_v =
+                        x->dims_v[iv % x->ndims_v] == s.d ? 0 : x->dims_v[iv % x->ndims_v];
                     int dup = 0;
                     for (int j = first; j < n && !dup; j++)
                         dup = memcmp(&(*shapes)[j], &s, sizeof s) == 0;
@@ -56,7 +62,8 @@ int add_grid_shape(shape **shapes, int n, int *cap, const shape *base, const swe
 }
 
 /* The variant part of a row's name: "" without variants (every name as
- * before), else "/w<L>:<R>", "/cap<C>", "/sinks", "/dv<D>" in that order. */
+ * before), else "/w<L>:<R>", "/cap<C>", "/sinks", "/dv<D>", "/page<BS>" in
+ * that order. */
 const char *variant_part(const mha_problem *p, char *buf, size_t len) {
     size_t n = 0;
     buf[0] = '\0';
@@ -66,7 +73,10 @@ const char *variant_part(const mha_problem *p, char *buf, size_t len) {
     if (p->softcap != 0 && n < len) n += (size_t)snprintf(buf + n, len - n, "/cap%g", p->softcap);
     if (p->sinks && n < len) n += (size_t)snprintf(buf + n, len - n, "/sinks");
     const int64_t dv = mha_problem_head_dim_v(p);
-    if (dv != p->head_dim && n < len) snprintf(buf + n, len - n, "/dv%lld", (long long)dv);
+    if (dv != p->head_dim && n < len)
+        n += (size_t)snprintf(buf + n, len - n, "/dv%lld", (long long)dv);
+    if (p->layout == MHA_LAYOUT_PAGED && n < len)
+        snprintf(buf + n, len - n, "/page%lld", (long long)p->block_size);
     return buf;
 }
 

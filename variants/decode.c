@@ -106,13 +106,12 @@ typedef struct {
  * head's rows are G x d apart: an item per (sequence, KV head) reads d of
  * every G x d elements, and the stream ran at 0.42-0.71x a head-major dense
  * cache's bandwidth (docs/attention-variants.md). With all_heads an item is
- * a (sequence, KV chunk) that walks its keys in spans of DEC_SPAN and runs
+ * a (sequence, KV chunk) that walks its keys in spans (mha_decode_span) and runs
  * every KV head's rows over a span before the next, so the pool is read in
- * the order it is stored while a span of it (64 keys x G heads: 512 KiB of
- * K and V at G 8 d 128 fp32) sits in the L2; each (head, row group) keeps
- * its o, m and l in the thread's state between spans. For few rows per KV
- * head (decode), where the state stays small. */
-enum { DEC_SPAN = DEC_BK };
+ * the order it is stored while a span of it (128 KiB of K and V: 16 fp32
+ * keys x G heads at G 8 d 128) sits in the L2; each (head, row group)
+ * keeps its o, m and l in the thread's state between spans. For few rows
+ * per KV head (decode), where the state stays small. */
 
 static dec_plan plan(const mha_problem *p, int threads) {
     dec_plan P;
@@ -827,7 +826,8 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                        ex->sinks,
                        NULL,
                        0};
-    const int64_t d = mha_dv(p), dp = (d + 15) / 16 * 16, G = p->kv_heads;
+    const int64_t d = mha_dv(p), dp = (d + 15) / 16 * 16, G = p->kv_heads,
+                  span = mha_decode_span(p);
     const int64_t nrc = (P.rows + DEC_RB - 1) / DEC_RB,
                   items = p->batch * (P.all_heads ? 1 : G * nrc) * P.nsplit;
     float *part = (float *)workspace; /* [pair][split][row][d + 2]: o, m, l */
@@ -852,7 +852,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                 k0 = k0 < nkv ? k0 : nkv;
                 k1 = k1 < nkv ? k1 : nkv;
                 for (int64_t c0 = k0;;) { /* at least once: a chunk without keys starts zeros */
-                    const int64_t c1 = c0 + DEC_SPAN < k1 ? c0 + DEC_SPAN : k1;
+                    const int64_t c1 = c0 + span < k1 ? c0 + span : k1;
                     for (int64_t g = 0; g < G; g++)
                         for (int64_t rc = 0; rc < nrcs; rc++) {
                             float *o_ = head_state(state, g, rc, nrc, dp, rows, &R);

@@ -56,16 +56,11 @@ typedef struct {
  * (sequence, KV head) reads d of every G x d elements and ran at the speed of
  * a dense cache stored that way (0.40-0.43x a head-major one, the AMX VM).
  * With all_heads, as decode.c's, an item is a (sequence, KV chunk) that
- * walks its keys in spans of DB_SPAN and runs every KV head's rows over a
- * span before the next, the pool read in its stored order; each (head, row
- * group) keeps its o (columns still permuted), m and l in the thread's
- * state between spans. For few rows per KV head (decode). Spans measured
- * there (8 sequences of 4,096 keys, H 32, G 8, d 128, pages of 16 / 128,
- * bandwidth against the head-major dense cache, 1 thread): 16 keys 0.61 /
- * 0.69, 32 keys 0.63 / 0.69, 64 keys 0.50 / 0.56, 128 keys 0.43 / 0.50,
- * 256 keys 0.40 / 0.48 (a span of 32 keys x 8 heads, 128 KiB of K and V,
- * stays in the L2 with the state; longer ones do not). */
-enum { DB_SPAN = 32 };
+ * walks its keys in spans (mha_decode_span: 128 KiB of K and V, 32 keys at
+ * G 8 d 128; 256 keys measured 0.40 / 0.48 there) and runs every KV head's
+ * rows over a span before the next, the pool read in its stored order;
+ * each (head, row group) keeps its o (columns still permuted), m and l in
+ * the thread's state between spans. For few rows per KV head (decode). */
 /* Floats of one (KV head, row group)'s state: o [DB_RB][dvq], m and l
  * [DB_RB], padded to 64 bytes (o is read with aligned loads). */
 static inline int64_t db_slot(int64_t dvq) {
@@ -497,7 +492,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
     /* d: V's and O's head dim from here on; dq the width of o. Packed and
      * paged, P is the plan of the bounds (rows, splits) and each sequence
      * takes its own rows and chunks of it. */
-    const int64_t d = mha_dv(p), dq = P.dvq, G = p->kv_heads;
+    const int64_t d = mha_dv(p), dq = P.dvq, G = p->kv_heads, span = mha_decode_span(p);
     const int64_t nrc = (P.rows + DB_RB - 1) / DB_RB,
                   items = p->batch * (P.all_heads ? 1 : G * nrc) * P.nsplit;
     float *part = (float *)workspace; /* [pair][split][row][d + 2]: o, m, l */
@@ -530,7 +525,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                               k1 = k0 + chunk < nkv ? k0 + chunk : nkv;
                 db_scratch ws = w;
                 for (int64_t c0 = k0;;) { /* at least once: a chunk without keys starts zeros */
-                    const int64_t c1 = c0 + DB_SPAN < k1 ? c0 + DB_SPAN : k1;
+                    const int64_t c1 = c0 + span < k1 ? c0 + span : k1;
                     for (int64_t g = 0; g < G; g++)
                         for (int64_t rc = 0; rc < nrcs; rc++) {
                             ws.o = state + (g * nrc + rc) * db_slot(dq);

@@ -238,6 +238,25 @@ static inline int64_t mha_decode_nsplit(const mha_problem *p, int64_t rows, int6
     return want < most ? want : most;
 }
 
+/* Keys per span of a paged GQA decode's all_heads items (decode.c,
+ * decode_bf16.c: every KV head's rows over a span before the next): the
+ * largest power of two from 8 to 64 whose K and V rows of all KV heads fit
+ * 128 KiB. Measured on the AMX VM (family 6 model 167; 8 sequences of 4,096
+ * keys, H 32, G 8, d 128, bandwidth against the head-major dense cache, 1
+ * thread, pages of 16 / 128): decode.avx512 fp32 8 keys 1.15 / 1.20, 16
+ * keys 1.18 / 1.22, 32 keys 0.90 / 1.09, 64 keys 0.80 / 0.96; bf16 8 keys
+ * 0.54 / 0.58, 16 keys 0.65 / 0.69, 32 keys 0.70 / 0.72, 64 keys 0.57 /
+ * 0.73; decode.avx512bf16 16 keys 0.61 / 0.69, 32 keys 0.63 / 0.69, 64
+ * keys 0.50 / 0.56, 128 keys 0.43 / 0.50: the best span holds 128 KiB (16
+ * fp32 keys, 32 bf16 ones at G 8 d 128). */
+static inline int64_t mha_decode_span(const mha_problem *p) {
+    const int64_t row = p->kv_heads * (p->head_dim + mha_problem_head_dim_v(p)) *
+                        (int64_t)mha_dtype_size(mha_problem_kv_dtype(p));
+    int64_t span = 64;
+    while (span > 8 && span * row > 131072) span /= 2;
+    return span;
+}
+
 /* The log-sum-exp merge of one query row's nsplit partial results, each d
  * values of o then m then l, `stride` floats apart: acc[0, d) = sum over the
  * chunks of o_s 2^(m_s - m) with m = max m_s; returns l = sum l_s 2^(m_s - m).

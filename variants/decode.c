@@ -113,12 +113,12 @@ typedef struct {
  * keeps its o, m and l in the thread's state between spans. For few rows
  * per KV head (decode), where the state stays small. */
 
-static dec_plan plan(const mha_problem *p, int threads) {
+static dec_plan plan(const mha_problem *p, int threads, int interleaved) {
     dec_plan P;
     const int64_t group = p->heads / p->kv_heads, pairs = p->batch * p->kv_heads;
     P.rows = group * p->seq_q;
     const int64_t nrc = (P.rows + DEC_RB - 1) / DEC_RB;
-    P.all_heads = p->layout == MHA_LAYOUT_PAGED && p->kv_heads > 1 && nrc <= 2;
+    P.all_heads = interleaved && p->kv_heads > 1 && nrc <= 2;
     mha_problem per_seq = *p; /* all_heads: the items are (sequence, chunk): split by sequences */
     if (P.all_heads) per_seq.kv_heads = 1;
     P.nsplit = mha_decode_nsplit(&per_seq, P.rows, 4 * DEC_RB, threads);
@@ -155,8 +155,11 @@ static dec_plan plan(const mha_problem *p, int threads) {
 size_t MHA_CAT(MHA_SYM(decode), _workspace)(const mha_problem *p, const mha_options *o,
                                             int threads) {
     (void)o;
-    const dec_plan P = plan(p, threads);
-    return mha_add_sz(P.part, mha_mul_sz(P.scratch, (size_t)threads));
+    /* the run picks all_heads by the tensors' strides: room for either plan */
+    const dec_plan P0 = plan(p, threads, 0), P1 = plan(p, threads, 1);
+    const size_t w0 = mha_add_sz(P0.part, mha_mul_sz(P0.scratch, (size_t)threads)),
+                 w1 = mha_add_sz(P1.part, mha_mul_sz(P1.scratch, (size_t)threads));
+    return w0 > w1 ? w0 : w1;
 }
 
 /* out[r] = q[r] . krow for r < R (R <= DEC_RB, a constant where inlined):
@@ -814,7 +817,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                                           const mha_tensor *v, const mha_extras *ex,
                                           const mha_tensor_mut *out, void *workspace) {
     (void)o;
-    const dec_plan P = plan(p, threads);
+    const dec_plan P = plan(p, threads, mha_decode_interleaved(p, k, v));
     /* scores in log2 units -> exp2; a softcap takes them natural */
     const dec_ctx x = {p,
                        q,
@@ -842,10 +845,12 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < items; it++) {
             if (P.all_heads) {
-                const int64_t split = it % P.nsplit, b = it / P.nsplit;
+                const int64_t split = it % P.nsplit, b0 = it / P.nsplit;
+                int64_t b = b0;
                 dec_seq sv;
-                dec_seq_view(&x, out, ex, b, &sv); /* all_heads: paged */
-                const int64_t rows = x.group * sv.v.p.seq_q, nkv = sv.v.p.seq_kv,
+                const mha_tensor_mut *os;
+                const dec_ctx *xs = pair_ctx(&x, out, ex, &b, &sv, &os);
+                const int64_t rows = x.group * xs->p->seq_q, nkv = xs->p->seq_kv,
                               nrcs = (rows + DEC_RB - 1) / DEC_RB;
                 int R;
                 int64_t k0 = split * P.chunk, k1 = k0 + P.chunk;
@@ -857,8 +862,8 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                         for (int64_t rc = 0; rc < nrcs; rc++) {
                             float *o_ = head_state(state, g, rc, nrc, dp, rows, &R);
                             float *m_ = o_ + DEC_RB * dp;
-                            dec_rows(&sv.x, 0, g, rc * DEC_RB, R, c0, c1, s, o_, dp, m_,
-                                     m_ + DEC_RB, qw, c0 == k0);
+                            dec_rows(xs, b, g, rc * DEC_RB, R, c0, c1, s, o_, dp, m_, m_ + DEC_RB,
+                                     qw, c0 == k0);
                         }
                     if (c1 >= k1) break;
                     c0 = c1;
@@ -867,8 +872,8 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     for (int64_t rc = 0; rc < nrcs; rc++) {
                         float *o_ = head_state(state, g, rc, nrc, dp, rows, &R);
                         float *m_ = o_ + DEC_RB * dp;
-                        finish_rows(&sv.x, &P, part, &sv.v.out, 0, b * G + g, split, rc * DEC_RB, R,
-                                    o_, dp, m_, m_ + DEC_RB);
+                        finish_rows(xs, &P, part, os, b, b0 * G + g, split, rc * DEC_RB, R, o_, dp,
+                                    m_, m_ + DEC_RB);
                     }
                 continue;
             }

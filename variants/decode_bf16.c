@@ -67,12 +67,12 @@ static inline int64_t db_slot(int64_t dvq) {
     return DB_RB * dvq + 16;
 }
 
-static db_plan plan(const mha_problem *p, int threads) {
+static db_plan plan(const mha_problem *p, int threads, int interleaved) {
     db_plan P;
     const int64_t group = p->heads / p->kv_heads, pairs = p->batch * p->kv_heads;
     P.rows = group * p->seq_q;
     const int64_t nrc = (P.rows + DB_RB - 1) / DB_RB;
-    P.all_heads = p->layout == MHA_LAYOUT_PAGED && p->kv_heads > 1 && nrc <= 2;
+    P.all_heads = interleaved && p->kv_heads > 1 && nrc <= 2;
     mha_problem per_seq = *p; /* all_heads: the items are (sequence, chunk): split by sequences */
     if (P.all_heads) per_seq.kv_heads = 1;
     P.nsplit = mha_decode_nsplit(&per_seq, P.rows, 4 * DB_RB, threads); /* decode.c's split */
@@ -103,8 +103,11 @@ static db_plan plan(const mha_problem *p, int threads) {
 size_t MHA_CAT(MHA_SYM(decode), _workspace)(const mha_problem *p, const mha_options *o,
                                             int threads) {
     (void)o;
-    const db_plan P = plan(p, threads);
-    return mha_add_sz(P.part, mha_mul_sz(P.scratch, (size_t)threads));
+    /* the run picks all_heads by the tensors' strides: room for either plan */
+    const db_plan P0 = plan(p, threads, 0), P1 = plan(p, threads, 1);
+    const size_t w0 = mha_add_sz(P0.part, mha_mul_sz(P0.scratch, (size_t)threads)),
+                 w1 = mha_add_sz(P1.part, mha_mul_sz(P1.scratch, (size_t)threads));
+    return w0 > w1 ? w0 : w1;
 }
 
 /* Lane u of the result = the sum of the 16 lanes of t[u * 16 ..]: four levels
@@ -475,7 +478,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                                           const mha_tensor *v, const mha_extras *ex,
                                           const mha_tensor_mut *out, void *workspace) {
     (void)o;
-    const db_plan P = plan(p, threads);
+    const db_plan P = plan(p, threads, mha_decode_interleaved(p, k, v));
     /* scores in log2 units -> exp2; a softcap takes them natural */
     const db_ctx x = {p,
                       q,

@@ -126,6 +126,8 @@ static void add_variant(json_object *out, const mha_problem *p) {
     if (dv != p->head_dim) json_object_object_add(out, "head_dim_v", json_object_new_int64(dv));
     if (p->layout == MHA_LAYOUT_PAGED)
         json_object_object_add(out, "page_size", json_object_new_int64(p->block_size));
+    if (p->layout != MHA_LAYOUT_DENSE)
+        json_object_object_add(out, "layout", json_object_new_string(mha_layout_name(p->layout)));
 }
 
 mha_status rows_add(rows_file *f, const char *json, int pass, const char *dtype,

@@ -26,6 +26,7 @@ static void inputs_free(meas_inputs *in) {
     mha_free(in->v_sc);
     mha_free(in->sinks);
     free(in->cu_q);
+    free(in->cu_kv);
     free(in->lens);
     free(in->table);
     memset(in, 0, sizeof *in);
@@ -39,6 +40,43 @@ void meas_pool_release(meas_pool *m) {
     mha_free(m->ws);
     m->ws = NULL;
     m->ws_size = 0;
+}
+
+void meas_ragged_len(const meas_shape *s, int64_t i, int64_t *nq, int64_t *nkv) {
+    uint64_t st = 0x2545f4914f6cdd1dull ^ ((uint64_t)s->b * 1000003u + (uint64_t)s->nq) * 31u ^
+                  (uint64_t)s->nkv * 7919u ^ (uint64_t)s->ragged * 104729u ^
+                  (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ull;
+    const int64_t lo = s->ragged < s->nkv ? s->ragged : s->nkv;
+    const double u = 0.5 * ((double)uniform_pm1(&st) + 1.0); /* [0, 1) */
+    int64_t n =
+        (int64_t)llround(exp(log((double)lo) + u * (log((double)s->nkv) - log((double)lo))));
+    n = n < lo ? lo : (n > s->nkv ? s->nkv : n);
+    *nkv = n;
+    *nq = s->nq == s->nkv ? n : (s->nq < n ? s->nq : n);
+}
+
+/* Sequence i's lengths: its own (ragged) or the shape's. */
+static void seq_len(const meas_shape *s, int64_t i, int64_t *nq, int64_t *nkv) {
+    if (s->ragged > 0) {
+        meas_ragged_len(s, i, nq, nkv);
+        return;
+    }
+    *nq = s->nq;
+    *nkv = s->nkv;
+}
+
+/* Totals of a packed or paged shape: query rows, key rows (packed), cache
+ * blocks (paged). */
+static void layout_totals(const meas_shape *s, int64_t *tq, int64_t *tkv, int64_t *nblocks) {
+    *tq = *tkv = *nblocks = 0;
+    for (int64_t i = 0; i < s->b; i++) {
+        int64_t nq, nkv;
+        seq_len(s, i, &nq, &nkv);
+        *tq += nq;
+        *tkv += nkv;
+        if (s->page > 0) *nblocks += (nkv + s->page - 1) / s->page;
+    }
+    if (s->page > 0 && *nblocks < 1) *nblocks = 1;
 }
 
 mha_problem meas_problem(const meas_shape *s) {
@@ -60,22 +98,39 @@ mha_problem meas_problem(const meas_shape *s) {
                      .head_dim_v = s->head_dim_v};
     if (s->kv_dtype != s->dtype) p.kv_dtype = s->kv_dtype;
     if (!s->kv_dtype) p.kv_dtype = MHA_F32; /* 0: the problem's dtype */
-    if (s->page > 0) {
-        p.layout = MHA_LAYOUT_PAGED;
-        p.total_q = s->b * s->nq;
-        p.block_size = s->page;
-        p.max_blocks = (s->nkv + s->page - 1) / s->page;
-        if (p.max_blocks < 1) p.max_blocks = 1;
-        p.num_blocks = s->b * p.max_blocks;
+    if (s->page > 0 || s->ragged > 0) {
+        int64_t tq, tkv, nb;
+        layout_totals(s, &tq, &tkv, &nb);
+        p.total_q = tq;
+        if (s->page > 0) {
+            p.layout = MHA_LAYOUT_PAGED;
+            p.block_size = s->page;
+            p.max_blocks = (s->nkv + s->page - 1) / s->page;
+            if (p.max_blocks < 1) p.max_blocks = 1;
+            p.num_blocks = nb;
+        } else {
+            p.layout = MHA_LAYOUT_PACKED;
+            p.total_kv = tkv;
+        }
     }
     return p;
 }
 
 double meas_flops(const meas_shape *s) {
-    meas_shape dense = *s; /* equal lengths: the paged shape's visible pairs are the dense one's */
-    dense.page = 0;
-    const mha_problem p = meas_problem(&dense);
-    return mha_problem_flops(&p);
+    meas_shape dense = *s; /* the visible pairs of each sequence as a dense problem */
+    dense.page = dense.ragged = 0;
+    if (s->ragged <= 0) {
+        const mha_problem p = meas_problem(&dense);
+        return mha_problem_flops(&p);
+    }
+    double f = 0;
+    dense.b = 1;
+    for (int64_t i = 0; i < s->b; i++) {
+        meas_ragged_len(s, i, &dense.nq, &dense.nkv);
+        const mha_problem p = meas_problem(&dense);
+        f += mha_problem_flops(&p);
+    }
+    return f;
 }
 
 meas_shape meas_shape_of(const mha_problem *p) {
@@ -99,7 +154,7 @@ meas_shape meas_shape_of(const mha_problem *p) {
 
 int meas_has_variant(const meas_shape *s) {
     return s->window || s->softcap != 0 || s->sinks || (s->head_dim_v && s->head_dim_v != s->d) ||
-           s->page > 0;
+           s->page > 0 || s->ragged > 0;
 }
 
 const char *meas_variant_text(const meas_shape *s, char *buf, size_t len) {
@@ -113,6 +168,8 @@ const char *meas_variant_text(const meas_shape *s, char *buf, size_t len) {
     if (s->sinks && n < len) n += (size_t)snprintf(buf + n, len - n, " sinks");
     if (s->head_dim_v && s->head_dim_v != s->d && n < len)
         n += (size_t)snprintf(buf + n, len - n, " d_v=%lld", (long long)s->head_dim_v);
+    if (s->ragged > 0 && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " ragged=%lld", (long long)s->ragged);
     if (s->page > 0 && n < len) snprintf(buf + n, len - n, " page=%lld", (long long)s->page);
     return buf;
 }
@@ -125,25 +182,37 @@ static int64_t dim_v(const meas_shape *s) {
     return s->head_dim_v ? s->head_dim_v : s->d;
 }
 
-size_t meas_elems_q(const meas_shape *s) {
-    return (size_t)(s->b * s->h * s->nq * s->d);
+/* Query rows of the batch: b nq, or the ragged sequences' total. */
+static int64_t q_rows(const meas_shape *s) {
+    if (s->ragged <= 0) return s->b * s->nq;
+    int64_t tq, tkv, nb;
+    layout_totals(s, &tq, &tkv, &nb);
+    return tq;
 }
 
-/* Keys stored per (sequence, KV head): nkv, or a paged pool's slots. */
-static int64_t kv_slots(const meas_shape *s) {
-    return s->page > 0 ? (s->nkv + s->page - 1) / s->page * s->page : s->nkv;
+/* Key rows stored per KV head over the batch: b nkv, the ragged total
+ * (packed), or a paged pool's slots. */
+static int64_t kv_rows(const meas_shape *s) {
+    if (s->page <= 0 && s->ragged <= 0) return s->b * s->nkv;
+    int64_t tq, tkv, nb;
+    layout_totals(s, &tq, &tkv, &nb);
+    return s->page > 0 ? nb * s->page : tkv;
+}
+
+size_t meas_elems_q(const meas_shape *s) {
+    return (size_t)(q_rows(s) * s->h * s->d);
 }
 
 size_t meas_elems_kv(const meas_shape *s) {
-    return (size_t)(s->b * s->kv * kv_slots(s) * s->d);
+    return (size_t)(kv_rows(s) * s->kv * s->d);
 }
 
 size_t meas_elems_v(const meas_shape *s) {
-    return (size_t)(s->b * s->kv * kv_slots(s) * dim_v(s));
+    return (size_t)(kv_rows(s) * s->kv * dim_v(s));
 }
 
 size_t meas_elems_o(const meas_shape *s) {
-    return (size_t)(s->b * s->h * s->nq * dim_v(s));
+    return (size_t)(q_rows(s) * s->h * dim_v(s));
 }
 
 /* The k buffer: K, or for a layer its four weights and four biases. */
@@ -156,7 +225,7 @@ size_t meas_input_bytes(const meas_shape *s) {
     if (s->layer) /* x, the weights and biases, out; v is unused (self-attention) */
         return mha_dtype_size(s->dtype) * (2 * meas_elems_q(s) + elems_k(s));
     const mha_dtype kv = kv_type(s);
-    const size_t rows = kv == MHA_I8 ? (size_t)(s->b * s->kv * kv_slots(s)) : 0;
+    const size_t rows = kv == MHA_I8 ? (size_t)(kv_rows(s) * s->kv) : 0;
     return mha_dtype_size(s->dtype) * (meas_elems_q(s) + meas_elems_o(s)) +
            mha_dtype_size(kv) * (meas_elems_kv(s) + meas_elems_v(s)) + sizeof(float) * 2 * rows +
            (s->sinks ? sizeof(float) * (size_t)s->h : 0);
@@ -218,27 +287,45 @@ static int to_dtype(void **buf, size_t n, mha_dtype t, int64_t d, float **scales
     return 1;
 }
 
-/* A paged shape's index arrays: q packed by sequence, every sequence nkv
- * keys, its blocks a seeded shuffle of the pool. 0 when out of memory. */
-static int paged_tables(meas_inputs *in, const meas_shape *s, uint64_t seed) {
+/* A packed or paged shape's index arrays: cu_seqlens by the sequences'
+ * lengths, and paged, each sequence's blocks taken in turn from a seeded
+ * shuffle of the whole pool (the table's unused entries 0). 0 when out of
+ * memory. */
+static int layout_tables(meas_inputs *in, const meas_shape *s, uint64_t seed) {
     const mha_problem p = meas_problem(s);
-    const int64_t nb = p.num_blocks;
     in->cu_q = malloc((size_t)(s->b + 1) * sizeof(int32_t));
-    in->lens = malloc((size_t)s->b * sizeof(int32_t));
-    in->table = malloc((size_t)nb * sizeof(int32_t));
-    if (!in->cu_q || !in->lens || !in->table) return 0;
-    for (int64_t b = 0; b <= s->b; b++) {
-        in->cu_q[b] = (int32_t)(b * s->nq);
-        if (b < s->b) in->lens[b] = (int32_t)s->nkv;
+    in->cu_kv = malloc((size_t)(s->b + 1) * sizeof(int32_t));
+    in->lens = malloc((size_t)(s->b + 1) * sizeof(int32_t));
+    if (!in->cu_q || !in->cu_kv || !in->lens) return 0;
+    in->cu_q[0] = in->cu_kv[0] = 0;
+    for (int64_t b = 0; b < s->b; b++) {
+        int64_t nq, nkv;
+        seq_len(s, b, &nq, &nkv);
+        in->cu_q[b + 1] = in->cu_q[b] + (int32_t)nq;
+        in->cu_kv[b + 1] = in->cu_kv[b] + (int32_t)nkv;
+        in->lens[b] = (int32_t)nkv;
     }
-    for (int64_t i = 0; i < nb; i++) in->table[i] = (int32_t)i;
+    if (s->page <= 0) return 1;
+    const int64_t nb = p.num_blocks, mb = p.max_blocks;
+    int32_t *perm = malloc((size_t)nb * sizeof(int32_t));
+    in->table = calloc((size_t)(s->b * mb), sizeof(int32_t));
+    if (!perm || !in->table) {
+        free(perm);
+        return 0;
+    }
+    for (int64_t i = 0; i < nb; i++) perm[i] = (int32_t)i;
     uint64_t st = seed;
     for (int64_t i = nb - 1; i > 0; i--) {
         const int64_t j = (int64_t)(splitmix64(&st) % (uint64_t)(i + 1));
-        const int32_t t = in->table[i];
-        in->table[i] = in->table[j];
-        in->table[j] = t;
+        const int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
     }
+    int64_t next = 0;
+    for (int64_t b = 0; b < s->b; b++)
+        for (int64_t m = 0; m < (in->lens[b] + s->page - 1) / s->page; m++)
+            in->table[b * mb + m] = perm[next++];
+    free(perm);
     return 1;
 }
 
@@ -278,7 +365,7 @@ static meas_inputs *inputs_for(meas_pool *m, const meas_shape *s) {
     }
     fill(slot->v, nv, h ^ 3);
     if (slot->sinks) fill(slot->sinks, (size_t)s->h, h ^ 4); /* O(1): a sink takes real mass */
-    if (s->page > 0 && !paged_tables(slot, s, h ^ 5)) {
+    if ((s->page > 0 || s->ragged > 0) && !layout_tables(slot, s, h ^ 5)) {
         inputs_free(slot);
         return NULL;
     }
@@ -354,25 +441,32 @@ const char *meas_prepare(meas_pool *m, const mha_kernel *k, const meas_shape *s,
     c->k = mha_view_typed(in->k, kv_type(s), in->k_sc, s->kv, s->nkv, s->d);
     c->v = mha_view_typed(in->v, kv_type(s), in->v_sc, s->kv, s->nkv, dim_v(s));
     c->x.sinks = in->sinks;
-    if (s->page >
-        0) { /* q, out [b nq, h, .]; the pools [NB, page, kv, .] with [NB, page, kv] scales */
-        c->q = token_major(in->q, s->dtype, s->h, s->b * s->nq, s->d);
-        const mha_tensor o = token_major(in->o, s->dtype, s->h, s->b * s->nq, dim_v(s));
+    if (s->page > 0 || s->ragged > 0) {
+        /* q, out [T, h, .] packed; k, v packed [T, kv, .] or the pools [NB, page, kv, .];
+         * int8 scales per row in the same order ([T, kv] or [NB, page, kv]) */
+        const mha_problem p = meas_problem(s);
+        const int64_t rows = s->page > 0 ? s->page : p.total_kv;
+        c->q = token_major(in->q, s->dtype, s->h, p.total_q, s->d);
+        const mha_tensor o = token_major(in->o, s->dtype, s->h, p.total_q, dim_v(s));
         c->out = (mha_tensor_mut){.data = in->o,
                                   .stride_b = o.stride_b,
                                   .stride_h = o.stride_h,
                                   .stride_n = o.stride_n,
                                   .dtype = o.dtype};
-        c->k = token_major(in->k, kv_type(s), s->kv, s->page, s->d);
-        c->v = token_major(in->v, kv_type(s), s->kv, s->page, dim_v(s));
+        c->k = token_major(in->k, kv_type(s), s->kv, rows, s->d);
+        c->v = token_major(in->v, kv_type(s), s->kv, rows, dim_v(s));
         c->k.scale = in->k_sc;
         c->v.scale = in->v_sc;
-        c->k.scale_stride_b = c->v.scale_stride_b = s->page * s->kv;
+        c->k.scale_stride_b = c->v.scale_stride_b = rows * s->kv;
         c->k.scale_stride_h = c->v.scale_stride_h = 1;
         c->k.scale_stride_n = c->v.scale_stride_n = s->kv;
         c->x.cu_seqlens_q = in->cu_q;
-        c->x.seq_lens_kv = in->lens;
-        c->x.block_table = in->table;
+        if (s->page > 0) {
+            c->x.seq_lens_kv = in->lens;
+            c->x.block_table = in->table;
+        } else {
+            c->x.cu_seqlens_kv = in->cu_kv;
+        }
     }
     return NULL;
 }

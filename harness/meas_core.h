@@ -31,8 +31,10 @@
  * sequences of nq queries (q and out packed [b nq, h, d]) over nkv keys
  * each in a pool of ceil(nkv / page) blocks per sequence, shuffled by a
  * seeded block table (mha_problem.layout = MHA_LAYOUT_PAGED); the same
- * visible pairs as the dense shape. No padding: inputs are cached by
- * memcmp. */
+ * visible pairs as the dense shape. ragged > 0 gives the b sequences
+ * their own lengths (meas_ragged_len) in the packed layout (q, k, v, out
+ * [T, heads, d]), or the paged one with page. No padding: inputs are
+ * cached by memcmp. */
 typedef struct {
     int64_t b, h, kv, nq, nkv, d;
     int causal;
@@ -41,17 +43,18 @@ typedef struct {
     int window, sinks;
     int64_t window_left, window_right, head_dim_v;
     double softcap;
-    int64_t page; /* > 0: a paged KV cache of `page` keys per block (meas_problem) */
+    int64_t page;   /* > 0: a paged KV cache of `page` keys per block (meas_problem) */
+    int64_t ragged; /* > 0: ragged lengths from `ragged` keys up (meas_ragged_len), packed */
 } meas_shape;
 
 enum { MEAS_INPUT_CACHE = 4 };
 
 typedef struct {
     meas_shape s;
-    void *q, *k, *v, *o;          /* in the shape's dtypes */
-    float *k_sc, *v_sc;           /* int8 row scales, else NULL */
-    float *sinks;                 /* [h] sink logits, uniform [-1, 1), when s.sinks; else NULL */
-    int32_t *cu_q, *lens, *table; /* s.page: cu_seqlens_q, seq_lens_kv, block_table */
+    void *q, *k, *v, *o; /* in the shape's dtypes */
+    float *k_sc, *v_sc;  /* int8 row scales, else NULL */
+    float *sinks;        /* [h] sink logits, uniform [-1, 1), when s.sinks; else NULL */
+    int32_t *cu_q, *cu_kv, *lens, *table; /* packed / paged: the index arrays */
     size_t bytes;
     uint64_t last_use;
 } meas_inputs;
@@ -115,6 +118,11 @@ int meas_has_variant(const meas_shape *s);
 /* The FLOPs of a shape's attention (mha_problem_flops; a paged shape's are
  * its dense shape's: the same visible pairs). */
 double meas_flops(const meas_shape *s);
+/* Sequence i of a ragged shape: keys log-uniform in [min(ragged, nkv), nkv]
+ * from a seed of (b, nq, nkv, ragged, i), so every kernel, thread count,
+ * pass and run sees the same batch; queries as many when nq == nkv
+ * (self-attention), else min(nq, keys). */
+void meas_ragged_len(const meas_shape *s, int64_t i, int64_t *nq, int64_t *nkv);
 /* Its variants in words for progress lines and messages: " window=L:R
  * softcap=C sinks d_v=D" (each only when on; "" without variants). */
 const char *meas_variant_text(const meas_shape *s, char *buf, size_t len);

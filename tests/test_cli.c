@@ -311,7 +311,7 @@ static void expect_usage(int rc, const char *want); /* below, with verify's case
 typedef struct {
     const char *cmd;
     int usage_lists_all; /* compare's usage lines are its forms, not every option */
-    const char *opts[32];
+    const char *opts[40];
 } cmd_opts;
 
 static const cmd_opts ALL_OPTS[] = {
@@ -338,13 +338,13 @@ static const cmd_opts ALL_OPTS[] = {
     {"bisect",
      1,
      {"repo=", "build=", "binary=", "rounds=", "max-rounds=", "alpha=", "keep", "help"}},
-    {"sweep", 1, {"preset=",   "kernels=",     "seq=",      "seq-q=",      "seq-kv=",
-                  "heads=",    "kv-heads=",    "head-dim=", "batch=",      "causal=",
-                  "window=",   "softcap=",     "sinks=",    "head-dim-v=", "page-size=",
-                  "threads=",  "dtype=",       "kv-dtype=", "shard=",      "max-seconds=",
-                  "min-time=", "repetitions=", "passes=",   "bind=",       "peers=",
-                  "out=",      "seed=",        "quiet",     "verbose",     "list-presets",
-                  "help"}},
+    {"sweep", 1, {"preset=",      "kernels=",  "seq=",         "seq-q=",      "seq-kv=",
+                  "heads=",       "kv-heads=", "head-dim=",    "batch=",      "causal=",
+                  "window=",      "softcap=",  "sinks=",       "head-dim-v=", "page-size=",
+                  "ragged=",      "threads=",  "dtype=",       "kv-dtype=",   "shard=",
+                  "max-seconds=", "min-time=", "repetitions=", "passes=",     "bind=",
+                  "peers=",       "out=",      "seed=",        "quiet",       "verbose",
+                  "list-presets", "help"}},
     {"tune",
      1,
      {"budget=", "classes=", "kernels=", "threads=", "dtype=", "out=", "force",

@@ -168,6 +168,66 @@ static void test_core_paged_call(void **state) {
     meas_pool_release(&pool);
 }
 
+/* A ragged shape (--ragged): five sequences of 16..200 keys (self-attention:
+ * as many queries), packed, and the same paged in blocks of 5; each
+ * prepared call is the oracle's answer on its layout, the FLOPs the sum of
+ * the sequences' visible pairs. */
+static void test_core_ragged_call(void **state) {
+    (void)state;
+    meas_shape s = {
+        .b = 5, .h = 4, .kv = 2, .nq = 200, .nkv = 200, .d = 16, .causal = 1, .ragged = 16};
+    int64_t tq = 0, tkv = 0, lo = 1 << 30, hi = 0;
+    double flops = 0;
+    for (int i = 0; i < 5; i++) {
+        int64_t nq, nkv;
+        meas_ragged_len(&s, i, &nq, &nkv);
+        assert_true(nq == nkv && nkv >= 16 && nkv <= 200);
+        tq += nq;
+        tkv += nkv;
+        lo = nkv < lo ? nkv : lo;
+        hi = nkv > hi ? nkv : hi;
+        const mha_problem one = {.batch = 1,
+                                 .heads = 4,
+                                 .kv_heads = 2,
+                                 .seq_q = nq,
+                                 .seq_kv = nkv,
+                                 .head_dim = 16,
+                                 .causal = 1};
+        flops += mha_problem_flops(&one);
+    }
+    assert_true(hi > lo); /* ragged indeed */
+    char text[96];
+    assert_string_equal(meas_variant_text(&s, text, sizeof text), " ragged=16");
+    assert_true(fabs(meas_flops(&s) - flops) < 1e-9 * flops);
+    meas_pool pool;
+    meas_pool_init(&pool, 7);
+    const mha_options o = {.threads = 2};
+    for (int paged = 0; paged < 2; paged++) {
+        s.page = paged ? 5 : 0;
+        const mha_problem p = meas_problem(&s);
+        assert_int_equal(p.layout, paged ? MHA_LAYOUT_PAGED : MHA_LAYOUT_PACKED);
+        assert_int_equal(p.total_q, tq);
+        if (!paged) assert_int_equal(p.total_kv, tkv);
+        for (int i = 0; i < 2; i++) {
+            meas_call c;
+            const char *k = i ? "flash.scalar" : "naive";
+            assert_null(meas_prepare(&pool, mha_kernel_find(k), &s, &o, &c));
+            assert_int_equal(meas_run(&c), MHA_OK);
+            assert_true(fabs(mha_problem_flops_ex(&p, &c.x) - flops) < 1e-9 * flops);
+            const size_t n = (size_t)(tq * 4 * 16);
+            double *ref = malloc(n * sizeof(double));
+            assert_int_equal(mha_reference_ex(&p, &c.q, &c.k, &c.v, &c.x, ref), MHA_OK);
+            const float *got = c.out.data;
+            for (size_t j = 0; j < n; j++)
+                if (!(fabs(got[j] - ref[j]) < 1e-5))
+                    fail_msg("%s %s: element %zu: %g, want %g", k, paged ? "paged" : "packed", j,
+                             got[j], ref[j]);
+            free(ref);
+        }
+    }
+    meas_pool_release(&pool);
+}
+
 /* --page-size 0,16: flash.scalar makes the dense row and the paged one
  * (named /page16, with its page_size field, its GFLOP/s from the dense
  * shape's FLOPs); tiled.scalar the dense row only. */
@@ -442,6 +502,8 @@ static void test_sweep_variant_bad_values(void **state) {
     expect_usage(a7, "--head-dim-v: -3 is out of range");
     const char *a8[] = {"sweep", "--page-size", "-16", "--out", out, NULL};
     expect_usage(a8, "--page-size: -16 is out of range");
+    const char *a9[] = {"sweep", "--ragged", "-1", "--out", out, NULL};
+    expect_usage(a9, "--ragged: -1 is out of range");
     struct stat sb;
     assert_int_not_equal(stat(out, &sb), 0);
 }
@@ -524,6 +586,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_core_variant_call),
         cmocka_unit_test(test_core_paged_call),
+        cmocka_unit_test(test_core_ragged_call),
         cmocka_unit_test(test_sweep_page_rows),
         cmocka_unit_test(test_sweep_variant_rows),
         cmocka_unit_test(test_sweep_variant_peer_skip),

@@ -32,6 +32,7 @@ enum {
     O_SINKS,
     O_HEAD_DIM_V,
     O_PAGE_SIZE,
+    O_RAGGED,
 };
 
 /* The options, as data: the parser, the usage and the options section come
@@ -71,6 +72,11 @@ static const opt_row ROWS[] = {
      "a paged KV cache of BS keys per block (0 = dense, the default): the grid's B sequences "
      "of equal length read through a block table shuffled across the pool (q and out packed), "
      "named /page16; only the kernels that take the paged layout run it, no peer"},
+    {"ragged", required_argument, O_RAGGED, 0, "L,..", 0,
+     "ragged lengths (0 = equal, the default): the grid's B sequences each of its own length, "
+     "keys log-uniform in [L, Nkv] (seeded by the shape), queries as many (self-attention) or "
+     "the shape's Nq at most; packed (paged with --page-size), named /ragged16, FLOPs over "
+     "each sequence's visible pairs; the kernels that take the layout run it, no peer"},
     {"threads", required_argument, O_THREADS, 0, "T,..|all", 0,
      "thread counts; 'all' = every core (default 1,all)"},
     {"dtype", required_argument, O_DTYPE, 0, "LIST", 0,
@@ -134,8 +140,9 @@ void sweep_usage(FILE *f) {
     presets_help(f);
     fputs("  The preset's decode and layer shapes are dropped when a shape axis (--seq,\n"
           "  --seq-q, --seq-kv, --heads, --kv-heads, --head-dim, --batch) is given.\n"
-          "  The variant axes (--window, --softcap, --sinks, --head-dim-v) and --page-size\n"
-          "  multiply the grid's shapes only; the preset's listed shapes keep their own.\n"
+          "  The variant axes (--window, --softcap, --sinks, --head-dim-v), --page-size and\n"
+          "  --ragged multiply the grid's shapes only; the preset's listed shapes keep\n"
+          "  their own.\n"
           "\n",
           f);
     opts_print(f, ROWS, NROWS);
@@ -223,6 +230,8 @@ static const char **kept_as_given(sweep_args *a, int c) {
         return &a->dims_v;
     case O_PAGE_SIZE:
         return &a->page_size;
+    case O_RAGGED:
+        return &a->ragged;
     case O_THREADS:
         return &a->threads;
     case O_OUT:

@@ -209,7 +209,7 @@ static void row_name(char *buf, size_t len, const char *kname, const shape *s, c
                  "%s/B:%lld/H:%lld/KV:%lld/Nq:%lld/Nkv:%lld/d:%lld/causal:%d%s%s/threads:%d", kname,
                  (long long)s->b, (long long)s->h, (long long)s->kv, (long long)s->nq,
                  (long long)s->nkv, (long long)s->d, s->causal, dtype_part(p, dtp, sizeof dtp),
-                 variant_part(p, var, sizeof var), threads);
+                 variant_part(s, p, var, sizeof var), threads);
 }
 
 /* A peer's benchmark of shape s at `threads` into *b: 1, or 0 when the peer
@@ -231,7 +231,7 @@ int plan_peer(const bench_plan *pl, const peer_ops *peer, const shape *s, int th
     const int variant = meas_has_variant(s);
     if (variant)
         snprintf(why, sizeof why, "its adapter takes no %s",
-                 s->page > 0 ? "paged KV cache" : "attention variants");
+                 s->page > 0 || s->ragged > 0 ? "packed or paged layout" : "attention variants");
     const int takes = !s->layer && !variant && peer->takes(&p, why, sizeof why);
     if (s->layer) { /* one note per peer, not one per layer row */
         if (!*layer_noted)

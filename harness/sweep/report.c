@@ -27,10 +27,11 @@
 /* ---- text ------------------------------------------------------------------------ */
 
 /* 1 when a part of a row's name is a variant's (sweep/variants.c's
- * variant_part: w<L>:<R>, cap<C>, sinks, dv<D>, page<BS>). */
+ * variant_part: w<L>:<R>, cap<C>, sinks, dv<D>, ragged<L>, page<BS>). */
 static int variant_name_part(const char *part) {
     if (!strcmp(part, "sinks")) return 1;
     if (!strncmp(part, "page", 4) && isdigit((unsigned char)part[4])) return 1;
+    if (!strncmp(part, "ragged", 6) && isdigit((unsigned char)part[6])) return 1;
     if (part[0] == 'w' && (isdigit((unsigned char)part[1]) || part[1] == '-') && strchr(part, ':'))
         return 1;
     if (!strncmp(part, "cap", 3) && (isdigit((unsigned char)part[3]) || part[3] == '.')) return 1;
@@ -111,6 +112,7 @@ static void family(const char *key, char *out, size_t len) {
                            : part[0] == 'c' ? " softcap"
                            : part[0] == 's' ? " sinks"
                            : part[0] == 'p' ? " paged"
+                           : part[0] == 'r' ? " ragged"
                                             : " d_v";
         const size_t o = strlen(var);
         snprintf(var + o, sizeof var - o, "%s", kind);

@@ -182,6 +182,7 @@ typedef struct {
     const char *seq, *seq_q, *seq_kv, *heads, *kv, *dims, *batch, *causal, *threads;
     const char *window, *softcap, *sinks, *dims_v; /* the variant axes (sweep/variants.c) */
     const char *page_size;                         /* --page-size: the paged layout's axis */
+    const char *ragged;                            /* --ragged: ragged lengths' axis */
     /* MHA_DTYPE_BIT masks: dtypes 0 the preset's, kv_dtypes 0 each row's dtype */
     unsigned dtypes, kv_dtypes;
     double max_seconds, min_time; /* < 0: the preset's */
@@ -206,8 +207,8 @@ typedef struct {
      * value, none); the preset's listed shapes keep their own variants. */
     window_spec windows[MAX_LIST];
     double softcaps[MAX_LIST];
-    int64_t sinks[MAX_LIST], dims_v[MAX_LIST], pages[MAX_LIST];
-    int nwindows, nsoftcaps, nsinks, ndims_v, npages;
+    int64_t sinks[MAX_LIST], dims_v[MAX_LIST], pages[MAX_LIST], rags[MAX_LIST];
+    int nwindows, nsoftcaps, nsinks, ndims_v, npages, nrags;
     int variant_axes_given;
 } sweep_axes;
 
@@ -288,7 +289,7 @@ int write_empty_shard(const sweep_args *a, mha_out *out, time_t started);
  * part and result-file fields (NULL: a row without variants). */
 int build_variant_axes(const sweep_args *a, sweep_axes *x);
 int add_grid_shape(shape **shapes, int n, int *cap, const shape *base, const sweep_axes *x);
-const char *variant_part(const mha_problem *p, char *buf, size_t len);
+const char *variant_part(const shape *s, const mha_problem *p, char *buf, size_t len);
 const mha_problem *variant_fields(const shape *s, mha_problem *p);
 int cmd_sweep(int argc, char **argv);
 

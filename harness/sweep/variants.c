@@ -11,7 +11,8 @@ int build_variant_axes(const sweep_args *a, sweep_axes *x) {
     x->sinks[0] = 0;
     x->dims_v[0] = 0;
     x->pages[0] = 0;
-    x->nwindows = x->nsoftcaps = x->nsinks = x->ndims_v = x->npages = 1;
+    x->rags[0] = 0;
+    x->nwindows = x->nsoftcaps = x->nsinks = x->ndims_v = x->npages = x->nrags = 1;
     if ((a->window && (x->nwindows = parse_window_list("sweep: --window", a->window, x->windows,
                                                        MAX_LIST)) < 0) ||
         (a->softcap && (x->nsoftcaps = parse_double_list("sweep: --softcap", a->softcap, 0, 1e30,
@@ -21,11 +22,15 @@ int build_variant_axes(const sweep_args *a, sweep_axes *x) {
         (a->dims_v && (x->ndims_v = parse_i64_list("sweep: --head-dim-v", a->dims_v, 0, 65536,
                                                    x->dims_v, MAX_LIST)) < 0) ||
         (a->page_size && (x->npages = parse_i64_list("sweep: --page-size", a->page_size, 0, 1 << 20,
-                                                     x->pages, MAX_LIST)) < 0))
+                                                     x->pages, MAX_LIST)) < 0) ||
+        (a->ragged && (x->nrags = parse_i64_list("sweep: --ragged", a->ragged, 0, 1 << 30, x->rags,
+                                                 MAX_LIST)) < 0))
         return -1;
     x->nsinks = dedupe(x->sinks, x->nsinks);
     x->npages = dedupe(x->pages, x->npages);
-    x->variant_axes_given = a->window || a->softcap || a->sinks || a->dims_v || a->page_size;
+    x->nrags = dedupe(x->rags, x->nrags);
+    x->variant_axes_given =
+        a->window || a->softcap || a->sinks || a->dims_v || a->page_size || a->ragged;
     return 0;
 }
 
@@ -38,9 +43,10 @@ int add_grid_shape(shape **shapes, int n, int *cap, const shape *base, const swe
     for (int iw = 0; iw < x->nwindows; iw++)
         for (int ic = 0; ic < x->nsoftcaps; ic++)
             for (int is = 0; is < x->nsinks; is++)
-                for (int iv = 0; iv < x->ndims_v * x->npages; iv++) {
+                for (int iv = 0; iv < x->ndims_v * x->npages * x->nrags; iv++) {
                     shape s = *base;
-                    s.page = x->pages[iv / x->ndims_v];
+                    s.page = x->pages[iv / x->ndims_v % x->npages];
+                    s.ragged = x->rags[iv / (x->ndims_v * x->npages)];
                     s.window = x->windows[iw].on;
                     s.window_left = x->windows[iw].left;
                     s.window_right = x->windows[iw].right;
@@ -62,9 +68,9 @@ int add_grid_shape(shape **shapes, int n, int *cap, const shape *base, const swe
 }
 
 /* The variant part of a row's name: "" without variants (every name as
- * before), else "/w<L>:<R>", "/cap<C>", "/sinks", "/dv<D>", "/page<BS>" in
- * that order. */
-const char *variant_part(const mha_problem *p, char *buf, size_t len) {
+ * before), else "/w<L>:<R>", "/cap<C>", "/sinks", "/dv<D>", "/ragged<L>",
+ * "/page<BS>" in that order. */
+const char *variant_part(const shape *s, const mha_problem *p, char *buf, size_t len) {
     size_t n = 0;
     buf[0] = '\0';
     if (p->window && n < len)
@@ -75,6 +81,8 @@ const char *variant_part(const mha_problem *p, char *buf, size_t len) {
     const int64_t dv = mha_problem_head_dim_v(p);
     if (dv != p->head_dim && n < len)
         n += (size_t)snprintf(buf + n, len - n, "/dv%lld", (long long)dv);
+    if (s->ragged > 0 && n < len)
+        n += (size_t)snprintf(buf + n, len - n, "/ragged%lld", (long long)s->ragged);
     if (p->layout == MHA_LAYOUT_PAGED && n < len)
         snprintf(buf + n, len - n, "/page%lld", (long long)p->block_size);
     return buf;

@@ -293,9 +293,7 @@ typedef struct {
  * so that key j stays at base + j * stride_n (kv_base): the products index
  * keys as in a dense cache, read in place through the table. */
 static inline int64_t page_cap(const db_ctx *x, int64_t j0, int64_t n) {
-    if (!x->blocks) return n;
-    const int64_t left = x->bs - j0 % x->bs;
-    return n < left ? n : left;
+    return mha_page_cap(x->blocks, x->bs, j0, n);
 }
 static inline const uint16_t *kv_base(const db_ctx *x, const mha_tensor *t, const uint16_t *head,
                                       int64_t j0) {

@@ -155,9 +155,7 @@ static void store_rows(const mha_tensor_mut *out, char *ohead, int64_t i0, int64
  * are rows of one cache block, read in place like a dense block: the stream
  * goes block by block through the table with no gather copy. */
 static inline int64_t page_cap(const flash_ctx *x, int64_t j0, int64_t n) {
-    if (!x->blocks) return n;
-    const int64_t left = x->bs - j0 % x->bs;
-    return n < left ? n : left;
+    return mha_page_cap(x->blocks, x->bs, j0, n);
 }
 /* Where key j0's row of t is: from head (the (batch, KV head)'s first row)
  * row j0, or, paged (head: the pool's KV head), slot j0 % bs of the block

@@ -306,9 +306,7 @@ typedef struct {
  * from where they lie (kv_row): block by block through the table, no gather
  * copy. */
 static inline int64_t page_cap(const bf_ctx *x, int64_t j0, int64_t n) {
-    if (!x->blocks) return n;
-    const int64_t left = x->bs - j0 % x->bs;
-    return n < left ? n : left;
+    return mha_page_cap(x->blocks, x->bs, j0, n);
 }
 /* Key j0's row of t: row j0 from head (the (batch, KV head)'s first row),
  * or, paged (head: the pool's KV head), slot j0 % bs of the block the table

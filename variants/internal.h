@@ -141,6 +141,17 @@ static inline void mha_seq_view_of(const mha_problem *p, const mha_extras *ex, i
     s->bs = p->layout == MHA_LAYOUT_PAGED ? p->block_size : 0;
 }
 
+/* The keys of a block from key j0 that stay within j0's cache block: n,
+ * or fewer where the paged cache's block (bs keys) ends first (blocks:
+ * the sequence's row of the block table, NULL when not paged). flash.c,
+ * flash_bf16.c and decode_bf16.c cut their KV blocks there, so every block
+ * is rows of one cache block, read in place. */
+static inline int64_t mha_page_cap(const int32_t *blocks, int64_t bs, int64_t j0, int64_t n) {
+    if (!blocks) return n;
+    const int64_t left = bs - j0 % bs;
+    return n < left ? n : left;
+}
+
 /* Task it of the (query block, sequence, head) tasks of a packed or paged
  * problem (query blocks of bq rows; nqb blocks of the bound seq_q for each
  * of batch x heads pairs): pair by pair, each sequence's own last query

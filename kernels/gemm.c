@@ -82,11 +82,14 @@ ALWAYS_INLINE void tile(const int R, const int NV, const int BT, int64_t ncols, 
  * the block's partial sums and the block's rescale factor alpha follow. */
 ALWAYS_INLINE void tile_exp(const int R, const int NV, const int MASKED, int64_t kc, const float *a,
                             int64_t a_rs, const float *b, int64_t ldb, float *c, int64_t ldc,
-                            int64_t r0, float *m, float *bsum, float *alpha, int64_t t) {
+                            int64_t r0, float *m, float *bsum, float *alpha, int64_t t, float cap) {
     vf acc[6][4];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = vzero();
     accumulate(R, NV, 0, acc, VW, kc, a, a_rs, 1, b, ldb);
+    if (cap > 0) /* natural units -> capped, log2 units (before the mask) */
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < NV; v++) acc[r][v] = vsoftcap_log2(acc[r][v], cap);
     const vf lazy = vset1(MHA_LAZY_LOG2), ninf = vset1(-INFINITY);
     if (MASKED) /* column i of row r is visible iff i >= t + r: others -> -inf */
         for (int v = 0; v < NV; v++) {
@@ -188,8 +191,9 @@ void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int6
 
 static void tile_exp_dispatch(int rows, int nv, int masked, int64_t kc, const float *a,
                               int64_t a_rs, const float *b, int64_t ldb, float *c, int64_t ldc,
-                              int64_t r0, float *m, float *bsum, float *alpha, int64_t t) {
-    TILE_SWITCH(rows, nv, tile_exp, masked, kc, a, a_rs, b, ldb, c, ldc, r0, m, bsum, alpha, t)
+                              int64_t r0, float *m, float *bsum, float *alpha, int64_t t,
+                              float cap) {
+    TILE_SWITCH(rows, nv, tile_exp, masked, kc, a, a_rs, b, ldb, c, ldc, r0, m, bsum, alpha, t, cap)
 }
 
 /* First column of row tile r0 with any visible score (a multiple of VW). */
@@ -201,7 +205,7 @@ static int64_t first_visible(int masked, int64_t t0, int64_t r0, int64_t ncols) 
 
 void MHA_SYM(scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
                          const float *b, int64_t ldb, float *c, int64_t ldc, float *m, float *bsum,
-                         float *alpha, int masked, int64_t t0) {
+                         float *alpha, int masked, int64_t t0, float cap) {
     if (masked) /* columns left of a row tile's first visible vector: P = 0 */
         for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
             const int64_t c0 = first_visible(masked, t0, r0, ncols);
@@ -217,7 +221,7 @@ void MHA_SYM(scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a
             if (s >= j0 + nc) continue;
             tile_exp_dispatch(r, (int)((j0 + nc - s) / VW), masked, kc, a + r0 * a_rs, a_rs, b + s,
                               ldb, c + r0 * ldc + s, ldc, r0, m + s, bsum + s, alpha + s,
-                              t0 + r0 - s);
+                              t0 + r0 - s, cap);
         }
     }
 }

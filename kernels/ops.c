@@ -19,6 +19,7 @@ OPS_FROM_BASE(pack_transpose)
 OPS_FROM_BASE(scores_exp)
 OPS_FROM_BASE(vexp_array)
 OPS_FROM_BASE(vexp2_array)
+OPS_FROM_BASE(vsoftcap_array)
 OPS_FROM_BASE(exp_peak_loop)
 #undef OPS_FROM_BASE
 #else
@@ -96,6 +97,7 @@ const mha_isa_ops MHA_SYM(ops) = {
     .scores_exp = OPS_SYM(scores_exp),
     .vexp_array = OPS_SYM(vexp_array),
     .vexp2_array = OPS_SYM(vexp2_array),
+    .vsoftcap_array = OPS_SYM(vsoftcap_array),
     .units = units,
     .nunits = (int)(sizeof units / sizeof units[0]),
     .probe_loop = PROBE_SYM(probe_loop),

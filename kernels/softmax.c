@@ -54,6 +54,12 @@ void MHA_SYM(vexp2_array)(const float *x, float *y, int64_t n) {
     if (i < n) vstoreu_n(y + i, vexp2(vloadu_n(x + i, (int)(n - i))), (int)(n - i));
 }
 
+void MHA_SYM(vsoftcap_array)(const float *x, float *y, int64_t n, float c) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) vstoreu(y + i, vsoftcap_log2(vloadu(x + i), c));
+    if (i < n) vstoreu_n(y + i, vsoftcap_log2(vloadu_n(x + i, (int)(n - i)), c), (int)(n - i));
+}
+
 /* The exp unit's loop (ops.h's "exp" row): the kernels' own exponential,
  * vexp2_nonpos (what softmax_columns and the fused score tiles call), on
  * the inputs a softmax gives it (x - max in log2 units, -16 <= x < 0). Each

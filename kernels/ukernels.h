@@ -38,6 +38,34 @@ void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int6
  * m moves (scores_exp): p <= 2^8, so sums and outputs keep 120 binades. */
 #define MHA_LAZY_LOG2 8.0f
 
+/* c tanh(s / c) log2(e) lane by lane: the logit softcap (mha.h) of scores s
+ * in natural units, returned in log2 units for the softmax's exp2. y = s / c
+ * is clamped to [-9, 9] (tanh 9 = 1 - 3e-8: 1 in fp32), then tanh y =
+ * y P(y^2) / Q(y^2), P and Q of degree 4 (scripts/fit_tanh.py: relative
+ * error 2.1e-8 in exact arithmetic; test_vec bounds it in fp32), the
+ * quotient by vrcp (no divider), c log2(e) folded into P. Odd, so no sign
+ * handling; NaN stays NaN (each clamp puts y second), +-inf gives +-c.
+ * The _scaled form caps x sc (sc > 0: a prescale folded into 1 / c). */
+static inline vf vsoftcap_log2_scaled(vf x, float sc, float c) {
+    const float k = c * 1.44269504088896341f;
+    const vf y = vmin(vset1(9.0f), vmax(vset1(-9.0f), vmul(x, vset1(sc / c))));
+    const vf u = vmul(y, y);
+    vf p = vset1(k * 1.3347516141722862e-08f);
+    p = vfma(p, u, vset1(k * 2.0604122253435377e-05f));
+    p = vfma(p, u, vset1(k * 3.4952968179446627e-03f));
+    p = vfma(p, u, vset1(k * 1.3380783982212013e-01f));
+    p = vfma(p, u, vset1(k * 9.9999997997931560e-01f));
+    vf q = vset1(7.773688299515702e-07f);
+    q = vfma(q, u, vset1(3.2851511004406884e-04f));
+    q = vfma(q, u, vset1(2.587588503868998e-02f));
+    q = vfma(q, u, vset1(4.671409970934777e-01f));
+    q = vfma(q, u, vset1(1.0f));
+    return vmul(vmul(y, p), vrcp(q));
+}
+static inline vf vsoftcap_log2(vf s, float c) {
+    return vsoftcap_log2_scaled(s, 1.0f, c);
+}
+
 /* The fused score block of flash attention: C = 2^(A B - m) for an unmasked
  * block, with C = S^T[rows = keys][ncols = queries] (ncols a multiple of VW,
  * b = Q^T in log2 units, ldb/ldc multiples of VW), A(r, k) = a[r*a_rs + k].
@@ -47,10 +75,11 @@ void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int6
  * (start a block with bsum = 0, alpha = 1). With masked != 0, score (r, i)
  * is visible iff i >= t0 + r (the causal diagonal): the others give P = 0,
  * tiles wholly left of it are skipped (zeros written), and a lane with
- * nothing visible yet keeps m = -inf. */
+ * nothing visible yet keeps m = -inf. With cap > 0, b is in natural units
+ * and each score takes the softcap first (vsoftcap_log2, before the mask). */
 void MHA_SYM(scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
                          const float *b, int64_t ldb, float *c, int64_t ldc, float *m, float *bsum,
-                         float *alpha, int masked, int64_t t0);
+                         float *alpha, int masked, int64_t t0, float cap);
 
 /* Y[M,N] = X[M,K] W^T + bias with W in nn.Linear layout [N][K] (row stride
  * ldw); pack holds linear_pack_floats(N,K) floats. OpenMP over tiles. */
@@ -88,6 +117,8 @@ void MHA_SYM(store_normalized)(int64_t n, int64_t d, const float *o, int64_t ldo
 /* Vector exp / exp2 over arrays (tests measure their accuracy). */
 void MHA_SYM(vexp_array)(const float *x, float *y, int64_t n);
 void MHA_SYM(vexp2_array)(const float *x, float *y, int64_t n);
+/* y = vsoftcap_log2(x, c) over an array (test_vec measures its accuracy). */
+void MHA_SYM(vsoftcap_array)(const float *x, float *y, int64_t n, float c);
 /* The exp unit's loop (ops.h's mha_unit "exp"): iters passes of the
  * kernels' vexp2_nonpos over an L1-resident buffer of the range a softmax
  * feeds it; returns the exponentials computed (1024 a pass). */

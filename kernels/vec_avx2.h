@@ -87,6 +87,14 @@ static inline vf vsub(vf a, vf b) {
 static inline vf vmax(vf a, vf b) {
     return _mm256_max_ps(a, b);
 }
+static inline vf vmin(vf a, vf b) {
+    return _mm256_min_ps(a, b);
+}
+/* 1 / x to ~2 ulp: the 12-bit estimate and one Newton step (no divider). */
+static inline vf vrcp(vf x) {
+    const vf r = _mm256_rcp_ps(x);
+    return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(x, r, _mm256_set1_ps(1.0f)), r);
+}
 static inline float vhsum(vf a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

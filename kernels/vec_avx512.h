@@ -81,6 +81,14 @@ static inline vf vsub(vf a, vf b) {
 static inline vf vmax(vf a, vf b) {
     return _mm512_max_ps(a, b);
 }
+static inline vf vmin(vf a, vf b) {
+    return _mm512_min_ps(a, b);
+}
+/* 1 / x to ~1 ulp: the 14-bit estimate and one Newton step (no divider). */
+static inline vf vrcp(vf x) {
+    const vf r = _mm512_rcp14_ps(x);
+    return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(x, r, _mm512_set1_ps(1.0f)), r);
+}
 static inline float vhsum(vf a) {
     return _mm512_reduce_add_ps(a);
 }

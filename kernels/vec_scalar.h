@@ -76,6 +76,12 @@ static inline vf vsub(vf a, vf b) {
 static inline vf vmax(vf a, vf b) {
     return a > b ? a : b;
 }
+static inline vf vmin(vf a, vf b) { /* b when either is NaN, as x86's minps */
+    return a < b ? a : b;
+}
+static inline vf vrcp(vf x) {
+    return 1.0f / x;
+}
 static inline float vhsum(vf a) {
     return a;
 }

@@ -58,7 +58,7 @@ static void test_lazy_max(void **state) {
             bsum[i] = 0.0f;
             alpha[i] = 1.0f;
         }
-        OPS(t)->scores_exp(ROWS, COLS, D, kb, D, qt, LD, c, LD, m, bsum, alpha, 0, 0);
+        OPS(t)->scores_exp(ROWS, COLS, D, kb, D, qt, LD, c, LD, m, bsum, alpha, 0, 0, 0.0f);
         for (int i = 0; i < COLS; i++) {
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j < ROWS; j++) mx = fmax(mx, score(kb, qt, j, i));
@@ -110,7 +110,7 @@ static void test_masked(void **state) {
             bsum[i] = 0.0f;
             alpha[i] = 1.0f;
         }
-        OPS(t)->scores_exp(ROWS, COLS, D, k, D, qt, LD, c, LD, m, bsum, alpha, 1, t0);
+        OPS(t)->scores_exp(ROWS, COLS, D, k, D, qt, LD, c, LD, m, bsum, alpha, 1, t0, 0.0f);
         for (int i = 0; i < COLS; i++) {
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j < ROWS && i >= t0 + j; j++) mx = fmax(mx, score(k, qt, j, i));

@@ -1,4 +1,4 @@
-/* test_vec.c - accuracy of the vector exp and exp2 of each ISA against libm,
+/* test_vec.c - accuracy of the vector exp, exp2 and softcap of each ISA against libm,
  * measured in ulp over the softmax range and pinned at the edges:
  * exp(-inf) = 0, exp(large negative) = 0, exp(0) = 1. The measured maxima are
  * printed; the bounds asserted are the documented ones. */
@@ -124,6 +124,49 @@ static void test_edges(void **state) {
     assert_true(y[8] == 0.0f || ulp_err(y[8], exp(-88.0)) <= 4);
 }
 
+/* The softcap (ukernels.h's vsoftcap_log2: c tanh(x / c) log2 e) against
+ * libm's tanh in double, over |x / c| in [1e-6, 12] (past the clamp at 9)
+ * for caps of 0.75, 30 and 50: relative error within 8 ulp, odd to the
+ * bit, +-inf gives +-c log2 e, NaN stays NaN, 0 stays 0. */
+static void test_softcap(void **state) {
+    const int i = (int)(intptr_t)*state;
+    if ((mha_isa)i > mha_isa_active()) {
+        print_message("skipping %s: not available here (or capped by MHA_ISA)\n",
+                      mha_isa_name((mha_isa)i));
+        skip();
+    }
+    enum { N = 100003 };
+    float *x = malloc(2 * N * sizeof *x), *y = malloc(2 * N * sizeof *y);
+    const float caps[] = {0.75f, 30.0f, 50.0f};
+    double worst = 0;
+    for (int ci = 0; ci < 3; ci++) {
+        const float c = caps[ci];
+        for (int j = 0; j < N; j++) { /* log-spaced |y| from 1e-6 to 12, both signs */
+            x[j] = (float)(c * 1e-6 * pow(12e6, (double)j / (N - 1)));
+            x[N + j] = -x[j];
+        }
+        OPS(i)->vsoftcap_array(x, y, 2 * N, c);
+        for (int j = 0; j < N; j++) {
+            const double want = (double)c * tanh((double)x[j] / c) * 1.4426950408889634;
+            const double u = ulp_err(y[j], want);
+            if (u > worst) worst = u;
+            assert_true(u <= 8.0);
+            assert_true(y[N + j] == -y[j]); /* odd */
+        }
+        const float edge[5] = {INFINITY, -INFINITY, NAN, 0.0f, 1e30f};
+        float out[5];
+        OPS(i)->vsoftcap_array(edge, out, 5, c); /* also the masked tail */
+        const double k = (double)c * 1.4426950408889634;
+        assert_true(fabs(out[0] - k) <= 4e-7 * k && fabs(out[1] + k) <= 4e-7 * k);
+        assert_true(isnan(out[2]));
+        assert_true(out[3] == 0.0f);
+        assert_true(fabs(out[4] - k) <= 4e-7 * k);
+    }
+    print_message("%s: softcap max %.2f ulp\n", mha_isa_name((mha_isa)i), worst);
+    free(x);
+    free(y);
+}
+
 /* The ops table: one row per level, in enum order, every entry filled. */
 static void test_ops_table(void **state) {
     (void)state;
@@ -133,8 +176,8 @@ static void test_ops_table(void **state) {
         assert_int_equal(o->isa, i);
         assert_true(o->lanes >= 1 && o->tile_rows >= 1 && o->tile_width % o->lanes == 0);
         assert_true(o->linear && o->linear_pack_floats && o->softmax_columns && o->pack_transpose &&
-                    o->scores_exp && o->vexp_array && o->vexp2_array && mha_ops_unit(o, MHA_F32) &&
-                    o->probe_loop && o->read_sum);
+                    o->scores_exp && o->vexp_array && o->vexp2_array && o->vsoftcap_array &&
+                    mha_ops_unit(o, MHA_F32) && o->probe_loop && o->read_sum);
         if (i > 0) assert_true(o->lanes >= OPS(i - 1)->lanes);
     }
     assert_null(mha_ops_for((mha_isa)MHA_ISA_COUNT));
@@ -142,7 +185,7 @@ static void test_ops_table(void **state) {
 }
 
 int main(void) {
-    enum { N = 2 * MHA_ISA_COUNT + 2 };
+    enum { N = 3 * MHA_ISA_COUNT + 2 };
     struct CMUnitTest tests[N];
     static char names[N][32];
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
@@ -151,6 +194,10 @@ int main(void) {
         tests[i] = (struct CMUnitTest){names[i], test_accuracy, NULL, NULL, (void *)(intptr_t)i};
         tests[MHA_ISA_COUNT + i] = (struct CMUnitTest){names[MHA_ISA_COUNT + i], test_edges, NULL,
                                                        NULL, (void *)(intptr_t)i};
+        snprintf(names[2 * MHA_ISA_COUNT + i], sizeof names[0], "softcap_%s",
+                 mha_isa_name((mha_isa)i));
+        tests[2 * MHA_ISA_COUNT + i] = (struct CMUnitTest){
+            names[2 * MHA_ISA_COUNT + i], test_softcap, NULL, NULL, (void *)(intptr_t)i};
     }
     tests[N - 2] = (struct CMUnitTest){"ops_table", test_ops_table, NULL, NULL, NULL};
     tests[N - 1] = (struct CMUnitTest){"exp2_bf16", test_exp2_bf16, NULL, NULL, NULL};

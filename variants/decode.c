@@ -662,9 +662,9 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
                 if (cap > 0) {
                     int64_t j = 0;
                     for (; j + VW <= bk; j += VW)
-                        vstoreu(sr + j, flash_softcap_log2(vloadu(sr + j), cap));
+                        vstoreu(sr + j, vsoftcap_log2(vloadu(sr + j), cap));
                     if (j < bk)
-                        vstoreu_n(sr + j, flash_softcap_log2(vloadu_n(sr + j, (int)(bk - j)), cap),
+                        vstoreu_n(sr + j, vsoftcap_log2(vloadu_n(sr + j, (int)(bk - j)), cap),
                                   (int)(bk - j));
                 }
                 for (int64_t j = 0; j < bk; j++)

@@ -372,7 +372,7 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
                 float *sr = s + r * DB_BK;
                 if (cap > 0)
                     for (int64_t j = 0; j < b16; j += 16)
-                        vstore(sr + j, flash_softcap_log2(vload(sr + j), cap));
+                        vstore(sr + j, vsoftcap_log2(vload(sr + j), cap));
                 for (int64_t j = 0; j < b16; j++)
                     if (j >= bk || j0 + j < beg[r] || j0 + j >= end[r]) sr[j] = -INFINITY;
             }

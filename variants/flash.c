@@ -14,9 +14,9 @@
  * softcap or sinks take flash_block_var: each query block streams only the
  * KV range its rows can see ([begin of its first row, end of its last)), so
  * a window of W costs ~(W + block_q) keys per row, not seq_kv; the keys every
- * row sees go through the fused score tile as above, the window's edges
- * (and, with a softcap, every block) through an unfused pass (S^T = K Q^T,
- * then mask, cap, max and exp lane by lane). A sink starts each row's
+ * row sees go through the fused score tile as above (a softcap applied to
+ * the tile's scores in registers), the window's edges through an unfused
+ * pass (S^T = K Q^T, then cap, mask, max and exp lane by lane). A sink starts each row's
  * softmax at m = sink, l = 1: the column with no value.
  *
  * bf16 and fp16 storage (Q/O and K/V, any pair) are widened to fp32 as they
@@ -238,7 +238,8 @@ static void flash_block(const flash_ctx *x, int64_t b, int64_t h, int64_t qb, ch
         }
         const float *kr, *vr;
         kv_rows_f32(x, kh, vh, j0, bkk, Kw, Vw, &kr, &ldk, &vr, &ldv);
-        k_scores_exp(bkk, ncols, d, kr, ldk, Qt, ld, St, ld, m, bsum, alpha, diag, j0 - off - i0);
+        k_scores_exp(bkk, ncols, d, kr, ldk, Qt, ld, St, ld, m, bsum, alpha, diag, j0 - off - i0,
+                     0.0f);
         PHASE(PHASE_QK);
         int changed = 0;
         for (int64_t i = 0; i < ncols; i += VW) {
@@ -316,11 +317,11 @@ static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb
     const float *qr = rows_f32(x->q, qh, i0, n, d, Qw, d, &ldq);
     k_pack_transpose(n, d, qr, ldq, x->qscale, Qt, ld);
     PHASE(PHASE_PACK);
-    /* the keys every row sees go fused (not under a softcap: it needs the
-     * score before the exp) in equal blocks of at most bk; the edges
+    /* the keys every row sees go fused (a softcap capping the tile's
+     * scores in registers) in equal blocks of at most bk; the edges
      * [lo, f0) and [f1, hi) unfused in blocks of at most bk */
     int64_t f0 = kb[n - 1], f1 = ke[0];
-    if (p->softcap > 0 || f1 <= f0) f0 = f1 = hi;
+    if (f1 <= f0) f0 = f1 = hi;
     const int64_t nfull = (f1 - f0 + L->bk - 1) / L->bk;
     int64_t even = nfull > 0 ? (f1 - f0 + nfull - 1) / nfull : L->bk;
     even = (even + MHA_MR - 1) / MHA_MR * MHA_MR;
@@ -337,7 +338,7 @@ static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb
                 bsum[i] = 0.0f;
                 alpha[i] = 1.0f;
             }
-            k_scores_exp(bkk, ncols, d, kr, ldk, Qt, ld, St, ld, m, bsum, alpha, 0, 0);
+            k_scores_exp(bkk, ncols, d, kr, ldk, Qt, ld, St, ld, m, bsum, alpha, 0, 0, p->softcap);
         } else {
             scores_unfused(x, bkk, ncols, j0, kr, ldk, Qt, ld, St, m, bsum, alpha, kb, ke);
         }

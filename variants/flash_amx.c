@@ -278,8 +278,7 @@ static inline __attribute__((always_inline)) vf exp_full(const float *s, int64_t
 
 /* One query row: its scores s (the 16-key group g at s + 256 g, as the S
  * tiles hold them) over the 32-key chunks [c0, c1) of the block, of which
- * keys [lo, hi) are visible. The score in log2 units is s * sc (a softcap
- * first caps s * sc in natural units, in place); m moves (move_max) and l
+ * keys [lo, hi) are visible. The score in log2 units is s * sc; m moves (move_max) and l
  * (16 lanes: l_update) takes the row's sum; P = 2^(score - m) rounded to
  * bf16 goes to prow + 512 c (the A tiles' row), 0 where not visible. Once
  * the row has a reference max, one pass: P against it with the block's max
@@ -287,18 +286,13 @@ static inline __attribute__((always_inline)) vf exp_full(const float *s, int64_t
  * after a row's first blocks) the row again with the max moved. Returns
  * alpha, the factor the row's earlier O must take. */
 static inline float softmax_row(float *s, int64_t c0, int64_t c1, int64_t lo, int64_t hi, float sc,
-                                float cap, float *m, float *l, uint16_t *prow) {
+                                float *m, float *l, uint16_t *prow) {
     if (hi <= lo) {
         for (int64_t c = c0; c < c1; c++)
             _mm512_store_si512(prow + 512 * c, _mm512_setzero_si512());
         return 1.0f;
     }
     const int64_t g0 = lo / VW, g1 = (hi + VW - 1) / VW; /* the groups with a visible key */
-    if (cap > 0) {
-        for (int64_t g = g0; g < g1; g++)
-            vstore(s + 256 * g, flash_softcap_log2(vmul(vload(s + 256 * g), vset1(sc)), cap));
-        sc = 1.0f;
-    }
     const vf vsc = vset1(sc);
     if (*m > -INFINITY) {
         vf mx = vset1(-INFINITY);
@@ -318,9 +312,8 @@ static inline float softmax_row(float *s, int64_t c0, int64_t c1, int64_t lo, in
     return alpha;
 }
 
-/* softmax_row for a row that sees every key of the chunks [c0, c1), without
- * a softcap: no masks, and in the two-pass case four max accumulators, so
- * that no chain of dependent max or add sets the pace. */
+/* softmax_row for a row that sees every key of the chunks [c0, c1): no masks, and in the two-pass
+ * case four max accumulators, so that no chain of dependent max or add sets the pace. */
 static inline float softmax_row_full(const float *s, int64_t c0, int64_t c1, float sc, float *m,
                                      float *l, uint16_t *prow) {
     const vf vsc = vset1(sc);
@@ -373,10 +366,20 @@ static void amx_sub_block(const amx_ctx *x, int64_t i0, int64_t r0, int64_t nr, 
                      S + 256 * (sg + 2 * c), S + 256 * (sg + 2 * c + 1), 1);
     }
     PHASE(PHASE_QK);
+    float sc = x->qscale; /* to log2 units */
+    if (p->softcap > 0) { /* a softcap: both row groups' chunks [c0, c1) capped in place */
+        const float cap = p->softcap; /* a local: the stores to S may alias *p */
+        for (int64_t t = 0; t < 2; t++) {
+            float *s0 = S + 256 * (t * sg + 2 * c0);
+            for (int64_t e = 0; e < 512 * (c1 - c0); e += VW)
+                vstore(s0 + e, vsoftcap_log2_scaled(vload(s0 + e), sc, cap));
+        }
+        sc = 1.0f;
+    }
     /* every row sees all of [lo, hi), whole chunks: no row needs its own range
      * (the first row's end and the last row's start are the binding ones) */
-    const int interior = !(p->softcap > 0) && lo == j0 + 32 * c0 && hi == j0 + 32 * c1 &&
-                         mha_kv_end(p, i0 + r0) >= hi && mha_kv_begin(p, i0 + r0 + nr - 1) <= lo;
+    const int interior = lo == j0 + 32 * c0 && hi == j0 + 32 * c1 && mha_kv_end(p, i0 + r0) >= hi &&
+                         mha_kv_begin(p, i0 + r0 + nr - 1) <= lo;
     for (int64_t i = 0; i < 32; i++) {
         uint16_t *prow = Pa + (i / 16) * pg * 512 + (i % 16) * 32;
         if (i >= nr) { /* padding rows: P = 0 */
@@ -387,14 +390,13 @@ static void amx_sub_block(const amx_ctx *x, int64_t i0, int64_t r0, int64_t nr, 
         float *srow = S + (i / 16) * sg * 256 + (i % 16) * 16, *li = l + (r0 + i) * VW;
         float al;
         if (interior) {
-            al = softmax_row_full(srow, c0, c1, x->qscale, &m[r0 + i], li, prow);
+            al = softmax_row_full(srow, c0, c1, sc, &m[r0 + i], li, prow);
         } else {
             const int64_t row = i0 + r0 + i, a = mha_kv_begin(p, row), e = mha_kv_end(p, row);
             const int64_t rlo = (a > lo ? a : lo) - j0, rhi = (e < hi ? e : hi) - j0;
-            al = rlo == 32 * c0 && rhi == 32 * c1 && !(p->softcap > 0)
-                     ? softmax_row_full(srow, c0, c1, x->qscale, &m[r0 + i], li, prow)
-                     : softmax_row(srow, c0, c1, rlo, rhi, x->qscale, p->softcap, &m[r0 + i], li,
-                                   prow);
+            al = rlo == 32 * c0 && rhi == 32 * c1
+                     ? softmax_row_full(srow, c0, c1, sc, &m[r0 + i], li, prow)
+                     : softmax_row(srow, c0, c1, rlo, rhi, sc, &m[r0 + i], li, prow);
         }
         if (!first && al != 1.0f) {
             const vf av = vset1(al);

@@ -18,9 +18,10 @@
  *
  * The variants (mha.h) as in flash.c: head_dim_v widens V's pack and O;
  * sinks start each row at m = sink, l = 1; a window streams only the keys a
- * query block's rows see, the keys all of them see on the fused tile and the
- * window's edges (every block under a softcap) as raw scores (the tile
- * without its exp epilogue) through flash_var.h's unfused step. */
+ * query block's rows see, the keys all of them see on the fused tile (a
+ * softcap capping its scores in registers) and the window's edges as raw
+ * scores (the tile without its exp epilogue) through flash_var.h's unfused
+ * step. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -103,7 +104,7 @@ static void pack_p(int64_t rows, int64_t ncols, const float *st, int64_t ld, uin
 ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64_t dh,
                               const uint16_t *kp, int64_t ldk, const uint32_t *qp, int64_t ldq,
                               float qscale, float *c, int64_t ldc, int64_t r0, float *m,
-                              float *bsum, float *alpha, int64_t t) {
+                              float *bsum, float *alpha, int64_t t, float cap) {
     vf acc[6][4];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = vzero();
@@ -116,8 +117,12 @@ ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64
         }
     }
     const vf sc = vset1(qscale), lazy = vset1(MHA_LAZY_LOG2), ninf = vset1(-INFINITY);
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < NV; v++) acc[r][v] = vmul(acc[r][v], sc);
+    if (MASKED != 2 && cap > 0) /* log2 units: capped in natural units */
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < NV; v++) acc[r][v] = vsoftcap_log2_scaled(acc[r][v], qscale, cap);
+    else
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < NV; v++) acc[r][v] = vmul(acc[r][v], sc);
     if (MASKED == 2) { /* raw scores for flash_var_softmax: no mask, no exp */
         for (int r = 0; r < R; r++)
             for (int v = 0; v < NV; v++) vstore(c + r * ldc + v * VW, acc[r][v]);
@@ -210,16 +215,17 @@ _Static_assert(MHA_MR == 6 && MHA_NV == 4, "the bf16 tiles are written for AVX-5
 #define SCORE_RAW(R, N, ...) score_tile(R, N, 2, __VA_ARGS__)
 static void score_dispatch(int rows, int nv, int masked, int64_t dh, const uint16_t *kp,
                            int64_t ldk, const uint32_t *qp, int64_t ldq, float qscale, float *c,
-                           int64_t ldc, int64_t r0, float *m, float *bsum, float *alpha,
-                           int64_t t) {
+                           int64_t ldc, int64_t r0, float *m, float *bsum, float *alpha, int64_t t,
+                           float cap) {
     if (masked == 2) {
-        BF_SWITCH(rows, nv, SCORE_RAW, dh, kp, ldk, qp, ldq, qscale, c, ldc, r0, m, bsum, alpha, t)
+        BF_SWITCH(rows, nv, SCORE_RAW, dh, kp, ldk, qp, ldq, qscale, c, ldc, r0, m, bsum, alpha, t,
+                  0.0f)
     } else if (masked) {
         BF_SWITCH(rows, nv, SCORE_MASKED, dh, kp, ldk, qp, ldq, qscale, c, ldc, r0, m, bsum, alpha,
-                  t)
+                  t, cap)
     } else {
         BF_SWITCH(rows, nv, SCORE_UNMASKED, dh, kp, ldk, qp, ldq, qscale, c, ldc, r0, m, bsum,
-                  alpha, t)
+                  alpha, t, cap)
     }
 }
 
@@ -239,7 +245,7 @@ static int64_t first_visible(int masked, int64_t t0, int64_t r0, int64_t ncols) 
 /* k_scores_exp's contract (ukernels.h) on the packed bf16 operands. */
 static void scores_exp(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *kp, int64_t ldk,
                        const uint32_t *qp, int64_t ldq, float qscale, float *c, int64_t ldc,
-                       float *m, float *bsum, float *alpha, int masked, int64_t t0) {
+                       float *m, float *bsum, float *alpha, int masked, int64_t t0, float cap) {
     if (masked)
         for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
             const int64_t c0 = first_visible(masked, t0, r0, ncols);
@@ -255,7 +261,7 @@ static void scores_exp(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *
             if (s >= j0 + nc) continue;
             score_dispatch(r, (int)((j0 + nc - s) / VW), masked, dh, kp + r0 * ldk, ldk, qp + s,
                            ldq, qscale, c + r0 * ldc + s, ldc, r0, m + s, bsum + s, alpha + s,
-                           t0 + r0 - s);
+                           t0 + r0 - s, cap);
         }
     }
 }
@@ -268,7 +274,7 @@ static void scores_raw(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *
         for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
             const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
             score_dispatch(r, (int)(nc / VW), 2, dh, kp + r0 * ldk, ldk, qp + j0, ldq, qscale,
-                           c + r0 * ldc + j0, ldc, r0, NULL, NULL, NULL, 0);
+                           c + r0 * ldc + j0, ldc, r0, NULL, NULL, NULL, 0, 0.0f);
         }
     }
 }
@@ -363,13 +369,13 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
     pack_q(n, d, qh + i0 * x->q->stride_n, x->q->stride_n, x->qt, Qp, ld);
     PHASE(PHASE_PACK);
     /* flash.c's split of the keys: [f0, full) seen by every row in equal
-     * blocks of at most bk on the fast path; after it the causal triangle
-     * on the masked tile, or, with a window or a softcap, the edges [lo, f0)
-     * and [full, kv_end) as raw scores through flash_var_softmax (every
-     * block under a softcap: it needs the score before the exp). */
+     * blocks of at most bk on the fast path (a softcap capping the tile's
+     * scores in registers); after it the causal triangle on the masked
+     * tile, or, with a window or a softcap, the edges [lo, f0) and
+     * [full, kv_end) as raw scores through flash_var_softmax. */
     const int var = p->window || p->softcap > 0;
     int64_t f0 = var ? kb[n - 1] : 0, full = ke[0];
-    if (p->softcap > 0 || full <= f0) f0 = full = var ? kv_end : f0;
+    if (full <= f0) f0 = full = var ? kv_end : f0;
     if (!var) full = full < 0 ? 0 : (full > kv_end ? kv_end : full);
     const int64_t nfull = (full - f0 + L->bk - 1) / L->bk;
     int64_t even = nfull > 0 ? (full - f0 + nfull - 1) / nfull : L->bk;
@@ -388,7 +394,7 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
                 alpha[i] = 1.0f;
             }
             scores_exp(bkk, ncols, L->dh, Kp, 2 * L->dh, Qp, ld, x->qscale, St, ld, m, bsum, alpha,
-                       diag, j0 - off - i0);
+                       diag, j0 - off - i0, p->softcap);
         } else {
             scores_raw(bkk, ncols, L->dh, Kp, 2 * L->dh, Qp, ld, x->qscale, St, ld);
             flash_var_softmax(bkk, ncols, j0, p->softcap, St, ld, m, bsum, alpha, kb, ke);

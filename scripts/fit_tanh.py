@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""fit_tanh.py - the rational fit behind kernels/ukernels.h's vsoftcap_log2.
+
+tanh(x) ~ x P(x^2) / Q(x^2) on [0, 9] (the kernels clamp |x| at 9, where
+tanh rounds to 1 in fp32), P and Q of degree 4 in x^2, Q(0) = 1, fitted for
+the least maximum relative error by iteratively reweighted linear least
+squares (Lawson's method) on 22,000 points against mpmath's tanh. Prints
+the coefficients and the error in exact arithmetic (2.1e-8). A developer's
+tool: it needs numpy and mpmath (pip), neither is a build or test
+dependency; tests/test_vec.c checks the fp32 result on every ISA.
+
+    python3 -m venv /tmp/fit && /tmp/fit/bin/pip install numpy mpmath
+    /tmp/fit/bin/python scripts/fit_tanh.py
+"""
+import mpmath as mp
+import numpy as np
+
+DEG_P, DEG_Q, X = 4, 4, 9.0
+
+
+def main():
+    mp.mp.dps = 40
+    xs = np.sort(np.concatenate([np.linspace(1e-4, X, 20000), np.geomspace(1e-6, 1, 2000)]))
+    f = np.array([float(mp.tanh(mp.mpf(x)) / x) for x in xs])  # tanh(x) / x
+    u = xs * xs
+    w = np.ones_like(xs)
+    # P(u) - f Q(u) = 0 with Q(0) = 1: unknowns p0..p4, q1..q4, relative weights
+    a = np.hstack([u[:, None] ** np.arange(DEG_P + 1),
+                   -f[:, None] * u[:, None] ** np.arange(1, DEG_Q + 1)])
+    for _ in range(60):
+        sw = np.sqrt(w) / f
+        c, *_ = np.linalg.lstsq(a * sw[:, None], f * sw, rcond=None)
+        p, q = c[:DEG_P + 1], np.concatenate([[1.0], c[DEG_P + 1:]])
+        err = np.abs(np.polyval(p[::-1], u) / np.polyval(q[::-1], u) / f - 1)
+        w = w * (err / err.max()) ** 0.3 + 1e-12
+        w /= w.mean()
+    print("max relative error %.2e on [0, %g]" % (err.max(), X))
+    print("P (u^0 .. u^4):", ", ".join("%.17g" % v for v in p))
+    print("Q (u^0 .. u^4):", ", ".join("%.17g" % v for v in q))
+
+
+if __name__ == "__main__":
+    main()

@@ -508,9 +508,10 @@ static void test_sweep_variant_bad_values(void **state) {
     assert_int_not_equal(stat(out, &sb), 0);
 }
 
-/* The llm preset plans its rows (listed, not run): the six shapes with
- * their variants' names, in fp32 and bf16, at 1 thread and all; a kernel
- * that takes no variant (tiled.scalar) only on the dense ones. */
+/* The llm preset plans its rows (listed, not run): the seven shapes with
+ * their variants' and layouts' names, in fp32 and bf16, at 1 thread and
+ * all; a kernel that takes no variant or layout (tiled.scalar) only on the
+ * dense ones. */
 static void test_llm_plan(void **state) {
     (void)state;
     REQUIRE_BENCH();
@@ -542,11 +543,15 @@ static void test_llm_plan(void **state) {
         "flash.scalar/B:1/H:16/KV:16/Nq:2048/Nkv:2048/d:192/causal:1/dv128/threads:1",
         "decode.scalar/B:1/H:16/KV:16/Nq:2048/Nkv:2048/d:192/causal:1/dtype:bf16/dv128/threads:1",
         "tiled.scalar/B:1/H:32/KV:8/Nq:2048/Nkv:2048/d:128/causal:1/threads:1",
+        "decode.scalar/B:16/H:32/KV:8/Nq:1/Nkv:32768/d:128/causal:0/ragged1024/page16/threads:1",
+        "decode.scalar/B:16/H:32/KV:8/Nq:1/Nkv:32768/d:128/causal:0/dtype:bf16/ragged1024/page16/"
+        "threads:1",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(g_out, want[i])) fail_msg("the llm plan lacks %s", want[i]);
     assert_null(strstr(g_out, "tiled.scalar/B:1/H:32/KV:8/Nq:8192")); /* no variant rows */
     assert_null(strstr(g_out, "tiled.scalar/B:1/H:16/KV:16/Nq:2048/Nkv:2048/d:192"));
+    assert_null(strstr(g_out, "tiled.scalar/B:16/H:32/KV:8/Nq:1")); /* no paged layout */
     assert_non_null(strstr(g_out, "preset llm"));
 }
 

@@ -105,16 +105,16 @@ static const preset PRESETS[] = {
     },
     {
         /* This year's attention shapes (issue 30), each with the variants
-         * its model uses; dense [B,H,N,d] layouts only. */
+         * its model uses, and a paged ragged decode batch. */
         .name = "llm",
-        .help = "this year's LLM attention, dense layouts only (the ragged and paged batches\n"
-                "are not in it yet): Llama-3-8B H32 KV8 d128 causal prefill N=2048 and decode\n"
-                "Nkv=8192; Mistral-7B window 4096:0 causal N=8192; Gemma-2 H8 KV4 d256 softcap\n"
-                "50 with window 4096:0 causal N=8192; gpt-oss H64 KV8 d64 sinks with window\n"
-                "128:0 causal N=4096; DeepSeek MLA H16 d_qk 192 d_v 128 causal N=2048; fp32\n"
-                "and bf16; threads 1,all; 3 repetitions of 0.05 s within each shape (1 for\n"
-                "naive and *.scalar); calls estimated over 5 s skipped (--max-seconds); about\n"
-                "140 rows, about 6 min by the planner's estimate on a 2-core Zen 5 (not in CI)",
+        .help = "this year's LLM attention: Llama-3-8B H32 KV8 d128 causal prefill N=2048 and\n"
+                "decode Nkv=8192; Mistral-7B window 4096:0 causal N=8192; Gemma-2 H8 KV4 d256\n"
+                "softcap 50 with window 4096:0 causal N=8192; gpt-oss H64 KV8 d64 sinks with\n"
+                "window 128:0 causal N=4096; DeepSeek MLA H16 d_qk 192 d_v 128 causal N=2048;\n"
+                "a serving decode step: 16 sequences of 1k-32k keys (Llama-3-8B's heads) in a\n"
+                "paged cache of 16-key blocks; fp32 and bf16; threads 1,all; 3 repetitions of\n"
+                "0.05 s within each shape (1 for naive and *.scalar); calls estimated over 5 s\n"
+                "skipped (--max-seconds); about 150 rows (not in CI)",
         AXIS(batch, 1),
         AXIS(causal, 0, 1),
         .extra = {{.b = 1, .h = 32, .kv = 8, .nq = 2048, .nkv = 2048, .d = 128, .causal = 1},
@@ -155,8 +155,19 @@ static const preset PRESETS[] = {
                    .nkv = 2048,
                    .d = 192,
                    .causal = 1,
-                   .head_dim_v = 128}},
-        .nextra = 6,
+                   .head_dim_v = 128},
+                  /* a serving engine's decode step: 16 sequences of 1k-32k keys
+                   * (log-uniform, seeded by the shape) in a paged cache of
+                   * 16-key blocks shuffled across the pool (vLLM's default) */
+                  {.b = 16,
+                   .h = 32,
+                   .kv = 8,
+                   .nq = 1,
+                   .nkv = 32768,
+                   .d = 128,
+                   .page = 16,
+                   .ragged = 1024}},
+        .nextra = 7,
         .extra_only = 1,
         .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
         /* the windowed N=8192 rows take seconds a call on the SIMD kernels */

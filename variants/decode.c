@@ -746,12 +746,7 @@ static void dec_seq_view(const dec_ctx *x, const mha_tensor_mut *out, const mha_
                          int64_t b, dec_seq *s) {
     mha_seq_view_of(x->p, ex, b, x->q, x->k, x->v, out, &s->v);
     s->x = *x;
-    s->x.p = &s->v.p;
-    s->x.q = &s->v.q;
-    s->x.k = &s->v.k;
-    s->x.v = &s->v.v;
-    s->x.blocks = s->v.blocks;
-    s->x.bs = s->v.bs;
+    MHA_CTX_AT_SEQ(s->x, s->v);
 }
 
 /* The context and output pair (b, .) is run in: the problem's own (dense),

@@ -460,12 +460,7 @@ static const db_ctx *pair_ctx(const db_ctx *x, const mha_tensor_mut *out, const 
     if (x->p->layout == MHA_LAYOUT_DENSE) return x;
     mha_seq_view_of(x->p, ex, *b, x->q, x->k, x->v, out, &sv->v);
     sv->x = *x;
-    sv->x.p = &sv->v.p;
-    sv->x.q = &sv->v.q;
-    sv->x.k = &sv->v.k;
-    sv->x.v = &sv->v.v;
-    sv->x.blocks = sv->v.blocks;
-    sv->x.bs = sv->v.bs;
+    MHA_CTX_AT_SEQ(sv->x, sv->v);
     *os = &sv->v.out;
     *b = 0;
     return &sv->x;

@@ -379,14 +379,9 @@ typedef struct {
 static void seq_view(const flash_ctx *x, const mha_extras *ex, int64_t b, flash_seq *s) {
     mha_seq_view_of(x->p, ex, b, x->q, x->k, x->v, x->out, &s->v);
     s->x = *x;
-    s->x.p = &s->v.p;
+    MHA_CTX_AT_SEQ(s->x, s->v);
     s->x.off = s->v.p.seq_kv - s->v.p.seq_q;
-    s->x.q = &s->v.q;
-    s->x.k = &s->v.k;
-    s->x.v = &s->v.v;
     s->x.out = &s->v.out;
-    s->x.blocks = s->v.blocks;
-    s->x.bs = s->v.bs;
 }
 
 /* The tasks: (query block, sequence, head) in mha_seq_task's order; with

@@ -487,14 +487,9 @@ typedef struct {
 static void amx_seq_view(const amx_ctx *x, const mha_extras *ex, int64_t b, amx_seq *s) {
     mha_seq_view_of(x->p, ex, b, x->q, x->k, x->v, x->out, &s->v);
     s->x = *x;
-    s->x.p = &s->v.p;
-    s->x.q = &s->v.q;
-    s->x.k = &s->v.k;
-    s->x.v = &s->v.v;
+    MHA_CTX_AT_SEQ(s->x, s->v);
     s->x.out = &s->v.out;
     s->x.seq = b;
-    s->x.blocks = s->v.blocks;
-    s->x.bs = s->v.bs;
 }
 
 /* The two ways to share the work, as for the dense layout, over sequences:

@@ -140,6 +140,12 @@ static inline void mha_seq_view_of(const mha_problem *p, const mha_extras *ex, i
     s->blocks = p->layout == MHA_LAYOUT_PAGED ? ex->block_table + b * p->max_blocks : NULL;
     s->bs = p->layout == MHA_LAYOUT_PAGED ? p->block_size : 0;
 }
+/* Points the fields every kernel context names alike (p, q, k, v, blocks,
+ * bs) of the context x, a copy of the problem's, at the view sv; the
+ * kernel sets what else its context derives (out, the causal offset). */
+#define MHA_CTX_AT_SEQ(x, sv)                                                                      \
+    ((x).p = &(sv).p, (x).q = &(sv).q, (x).k = &(sv).k, (x).v = &(sv).v, (x).blocks = (sv).blocks, \
+     (x).bs = (sv).bs)
 
 /* The keys of a block from key j0 that stay within j0's cache block: n,
  * or fewer where the paged cache's block (bs keys) ends first (blocks:

@@ -492,12 +492,8 @@ const char *meas_prepare_peer(meas_pool *m, const peer_ops *peer, const meas_sha
         snprintf(msg, sizeof msg, "peer %s: layer rows are not measured for peers", peer->name);
         return msg;
     }
-    if (meas_has_variant(s)) { /* no adapter passes them on: it would time dense attention */
-        snprintf(msg, sizeof msg,
-                 "peer %s: its adapter takes no attention variants (window, softcap, sinks, d_v)",
-                 peer->name);
-        return msg;
-    }
+    /* a variant or layout the adapter does not pass on: its prepare refuses
+     * it (takes(): peer_takes_variants) */
     meas_peer_slot *slot = NULL;
     for (int i = 0; i < MEAS_PEER_CACHE; i++) {
         meas_peer_slot *e = &m->peers[i];

@@ -27,7 +27,8 @@ enum { MAX_INST = 64, SHM_FD = 3 };
 typedef struct {
     int used;
     int64_t b, h, g, nq, nkv, d;
-    int causal;
+    int causal, window;
+    int64_t left, right; /* the window (mha.h), when window */
     double scale;
     float *q, *k, *v, *o;
 } inst;
@@ -105,7 +106,18 @@ static float *shm_floats(int64_t off, int64_t n) {
     return x;
 }
 
-/* Attention of in into in->o: double accumulation, causal bottom-right. */
+/* Whether key j is visible to query i: causal and the window bottom-right
+ * aligned (mha.h's contract, as the torch adapter's mask). */
+static int visible(const inst *in, int64_t i, int64_t j) {
+    const int64_t c = i + (in->nkv - in->nq);
+    if (in->causal && j > c) return 0;
+    if (in->window && in->left >= 0 && j < c - in->left) return 0;
+    if (in->window && in->right >= 0 && j > c + in->right) return 0;
+    return 1;
+}
+
+/* Attention of in into in->o: double accumulation, causal and the window
+ * bottom-right. */
 static void attend(inst *in) {
     const int64_t d = in->d, grp = in->h / in->g;
     double *p = malloc((size_t)in->nkv * sizeof *p);
@@ -117,18 +129,18 @@ static void attend(inst *in) {
             for (int64_t i = 0; i < in->nq; i++) {
                 const float *q = in->q + ((b * in->h + h) * in->nq + i) * d;
                 float *o = in->o + ((b * in->h + h) * in->nq + i) * d;
-                const int64_t last = in->causal ? i + (in->nkv - in->nq) : in->nkv - 1;
                 double mx = -INFINITY, sum = 0;
-                for (int64_t j = 0; j <= last && j < in->nkv; j++) {
+                for (int64_t j = 0; j < in->nkv; j++) {
                     double s = 0;
                     for (int64_t e = 0; e < d; e++) s += (double)q[e] * K[j * d + e];
-                    p[j] = s * in->scale;
+                    p[j] = visible(in, i, j) ? s * in->scale : -INFINITY;
                     mx = p[j] > mx ? p[j] : mx;
                 }
-                for (int64_t j = 0; j <= last && j < in->nkv; j++) sum += p[j] = exp(p[j] - mx);
+                for (int64_t j = 0; j < in->nkv; j++)
+                    sum += p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - mx);
                 for (int64_t e = 0; e < d; e++) {
                     double acc = 0;
-                    for (int64_t j = 0; j <= last && j < in->nkv; j++) acc += p[j] * V[j * d + e];
+                    for (int64_t j = 0; j < in->nkv; j++) acc += p[j] * V[j * d + e];
                     o[e] = sum > 0 ? (float)(acc / sum) : 0.0f;
                 }
             }
@@ -160,7 +172,10 @@ static void op_prepare(json_object *req) {
                  .nq = field(req, "seq_q"),
                  .nkv = field(req, "seq_kv"),
                  .d = field(req, "head_dim"),
-                 .causal = (int)field(req, "causal")};
+                 .causal = (int)field(req, "causal"),
+                 .window = (int)field(req, "window"),
+                 .left = field(req, "window_left"),
+                 .right = field(req, "window_right")};
     json_object *sc;
     in->scale = json_object_object_get_ex(req, "scale", &sc) ? json_object_get_double(sc) : 1;
     const int64_t nq = in->b * in->h * in->nq * in->d, nk = in->b * in->g * in->nkv * in->d;

@@ -68,6 +68,30 @@ static mha_problem problem_of(const shape *s, mha_dtype dt) {
                          .dtype = dt};
 }
 
+/* Windows for the peers whose adapter takes one (torch: an explicit mask):
+ * causal and not, both edges, a window of 0, cross Nq < Nkv with GQA. */
+typedef struct {
+    shape s;
+    int64_t left, right; /* mha.h's window, -1 unbounded */
+} window_case;
+static const window_case WINDOWS[] = {
+    {{1, 2, 2, 7, 7, 64, 1}, 2, -1},     /* causal, 2 keys back */
+    {{1, 2, 2, 197, 197, 64, 0}, 16, 3}, /* both edges, not causal */
+    {{1, 2, 2, 33, 33, 80, 1}, 0, 0},    /* a window of 0: the diagonal only */
+    {{2, 8, 2, 7, 197, 64, 1}, 32, -1},  /* cross, bottom-right, GQA, batch 2 */
+    {{1, 4, 4, 1, 197, 64, 0}, 64, 0},   /* decode: the last 65 keys */
+    {{1, 2, 2, 33, 7, 64, 0}, 2, 0},     /* Nq > Nkv: rows that see no key (refused) */
+};
+enum { NWINDOWS = sizeof WINDOWS / sizeof WINDOWS[0] };
+
+static mha_problem window_problem(const window_case *w, mha_dtype dt) {
+    mha_problem p = problem_of(&w->s, dt);
+    p.window = 1;
+    p.window_left = w->left;
+    p.window_right = w->right;
+    return p;
+}
+
 /* 1 when peer runs here; else a visible skip naming why. */
 static int probe_or_skip(const peer_ops *peer) {
     char why[1024] = "";
@@ -80,10 +104,9 @@ static int probe_or_skip(const peer_ops *peer) {
 }
 
 /* Prepares, runs and checks one case; returns 1 when the peer took it. */
-static int check_one(const peer_ops *peer, const shape *s, mha_dtype dt, mha_dtype kvdt,
+static int check_one(const peer_ops *peer, const mha_problem *p, mha_dtype dt, mha_dtype kvdt,
                      int index) {
-    check_case c = {
-        .p = problem_of(s, MHA_F32), .input = INPUT_UNIFORM, .layout = LAYOUT_BHND, .tag = "peer"};
+    check_case c = {.p = *p, .input = INPUT_UNIFORM, .layout = LAYOUT_BHND, .tag = "peer"};
     check_case_set_dtypes(&c, dt, kvdt);
     char why[1024] = "", desc[256];
     check_describe(&c, desc, sizeof desc);
@@ -124,22 +147,30 @@ static int check_one(const peer_ops *peer, const shape *s, mha_dtype dt, mha_dty
 
 static void check_peer(const peer_ops *peer) {
     if (!probe_or_skip(peer)) skip();
+    mha_problem probs[NSHAPES];
+    for (int i = 0; i < NSHAPES; i++) probs[i] = problem_of(&SHAPES[i], MHA_F32);
     static const mha_dtype dts[] = {MHA_F32, MHA_BF16, MHA_F16};
     int taken = 0, index = 0;
     for (size_t t = 0; t < sizeof dts / sizeof dts[0]; t++)
         for (int i = 0; i < NSHAPES; i++)
-            taken += check_one(peer, &SHAPES[i], dts[t], dts[t], index++);
+            taken += check_one(peer, &probs[i], dts[t], dts[t], index++);
     /* every peer takes fp32 of every shape above */
     assert_true(taken >= NSHAPES);
     /* a 16-bit KV cache under fp32 queries (ggml's f16 cache), where taken */
     for (size_t t = 1; t < sizeof dts / sizeof dts[0]; t++)
         for (int i = 0; i < NSHAPES; i++)
-            (void)check_one(peer, &SHAPES[i], MHA_F32, dts[t], index++);
+            (void)check_one(peer, &probs[i], MHA_F32, dts[t], index++);
 }
 
 static void test_torch(void **state) {
     (void)state;
     check_peer(&peer_torch);
+    /* the windows, against the oracle: a mask that ignored one fails here */
+    for (int i = 0; i < NWINDOWS - 1; i++) {
+        const mha_problem p = window_problem(&WINDOWS[i], MHA_F32);
+        assert_true(check_one(&peer_torch, &p, MHA_F32, MHA_F32, 1000 + i));
+        assert_true(check_one(&peer_torch, &p, MHA_BF16, MHA_BF16, 1100 + i));
+    }
 }
 static void test_onnxruntime(void **state) {
     (void)state;
@@ -248,6 +279,31 @@ static void test_takes(void **state) {
     assert_false(peer_zentorch.takes(&p, why, sizeof why));
     assert_false(peer_ggml.takes(&p, why, sizeof why));
     assert_non_null(strstr(why, "f32 queries"));
+    /* the variants: torch takes a window (where every row sees a key), no
+     * peer a softcap, sinks, d_v != d or a packed layout */
+    for (size_t i = 0; i < NPY; i++) {
+        p = window_problem(&WINDOWS[0], MHA_F32);
+        why[0] = 0;
+        assert_int_equal(PY[i]->takes(&p, why, sizeof why), PY[i] == &peer_torch);
+        if (PY[i] != &peer_torch) assert_non_null(strstr(why, "takes no sliding window"));
+        p = window_problem(&WINDOWS[NWINDOWS - 1], MHA_F32);
+        assert_false(PY[i]->takes(&p, why, sizeof why));
+        p = problem_of(&SHAPES[1], MHA_F32);
+        p.softcap = 30;
+        assert_false(PY[i]->takes(&p, why, sizeof why));
+        assert_non_null(strstr(why, "takes no logit softcap"));
+        p.softcap = 0;
+        p.sinks = 1;
+        assert_false(PY[i]->takes(&p, why, sizeof why));
+        assert_non_null(strstr(why, "takes no attention sinks"));
+        p.sinks = 0;
+        p.head_dim_v = 32;
+        assert_false(PY[i]->takes(&p, why, sizeof why));
+        assert_non_null(strstr(why, "head_dim_v"));
+    }
+    p = window_problem(&WINDOWS[NWINDOWS - 1], MHA_F32);
+    assert_false(peer_torch.takes(&p, why, sizeof why));
+    assert_non_null(strstr(why, "see no key"));
 }
 
 /* The pid of this process's child running `mha_peer.py --peer name`, or 0. */

@@ -411,8 +411,11 @@ static void test_sweep_variant_rows(void **state) {
     assert_true(mha_problem_flops(&win) < 0.5 * mha_problem_flops(&dense));
 }
 
-/* A peer's adapter passes no variant on: it is skipped on the variant rows,
- * saying why, and still runs the dense one (the fake peer, tests/fake_peer.c). */
+/* A peer runs the variants its adapter passes on and is skipped on the
+ * others, saying why (the fake peer, tests/fake_peer.c, as torch: a window
+ * through an explicit mask, no softcap): the dense and the windowed rows
+ * run, each checked against the oracle first (a fake ignoring the window
+ * would fail there), the softcapped ones are skipped. */
 static void test_sweep_variant_peer_skip(void **state) {
     (void)state;
     REQUIRE_BENCH();
@@ -448,6 +451,8 @@ static void test_sweep_variant_peer_skip(void **state) {
                           "0.002",
                           "--window",
                           "none,8:0",
+                          "--softcap",
+                          "0,50",
                           "--verbose",
                           "--out",
                           out,
@@ -458,19 +463,26 @@ static void test_sweep_variant_peer_skip(void **state) {
     if (rc != 0) print_error("exit %d, stderr:\n%s\n", rc, g_err);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(g_out, "peer.torch on B=1 H=2 KV=2 Nq=32 Nkv=32 d=16 causal=1 "
-                                  "window=8:0 (its adapter takes no attention variants)"));
+                                  "softcap=50 (its adapter takes no logit softcap)"));
+    assert_non_null(strstr(g_out, "peer.torch on B=1 H=2 KV=2 Nq=32 Nkv=32 d=16 causal=1 "
+                                  "window=8:0 softcap=50 (its adapter takes no logit softcap)"));
+    assert_null(strstr(g_out, "takes no sliding window"));
     json_object *root = json_object_from_file(out);
     assert_non_null(root);
     json_object *rows = field(root, "benchmarks");
-    int peer_rows = 0;
+    int peer_rows = 0, windowed = 0;
     for (size_t i = 0; i < json_object_array_length(rows); i++) {
         const char *name =
             json_object_get_string(field(json_object_array_get_idx(rows, i), "name"));
         if (strncmp(name, "peer.torch/", 11) != 0) continue;
         peer_rows++;
-        assert_null(strstr(name, "/w8:0"));
+        assert_null(strstr(name, "/cap50"));
+        windowed += strstr(name, "/w8:0") != NULL;
+        assert_false(
+            json_object_get_boolean(field(json_object_array_get_idx(rows, i), "error_occurred")));
     }
-    assert_int_equal(peer_rows, 1);
+    assert_int_equal(peer_rows, 2);
+    assert_int_equal(windowed, 1);
     json_object_put(root);
 }
 static void expect_usage(const char *const *args, const char *mention) {

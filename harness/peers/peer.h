@@ -93,6 +93,13 @@ extern const peer_ops peer_onednn; /* peer_onednn.c */
 extern const peer_ops peer_libxsmm; /* peer_libxsmm.c */
 #endif
 
+/* 1 when problem p has no attention variant (window, softcap, sinks, d_v
+ * != d; mha.h) and no layout other than dense outside `taken` (MHA_KT_*
+ * bits: the variants the peer's adapter passes on), else 0 and why naming
+ * the first one refused. Every peer's takes() calls it, so that no adapter
+ * times dense attention on a variant row. */
+int peer_takes_variants(const mha_problem *p, unsigned taken, char *why, size_t len);
+
 /* The checks every C peer's prepare starts with: a valid problem, one the
  * peer takes (its takes()), and inputs present. 1, or 0 with why set. */
 int peer_prepare_ok(const mha_problem *p, int (*takes)(const mha_problem *, char *, size_t),

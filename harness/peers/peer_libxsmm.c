@@ -56,6 +56,7 @@ static const char *xsmm_version(void) {
 
 static int xsmm_takes(const mha_problem *p, char *why, size_t len) {
     const mha_dtype kv = mha_problem_kv_dtype(p);
+    if (!peer_takes_variants(p, 0, why, len)) return 0;
     if (p->dtype != MHA_F32 || kv != MHA_F32) {
         /* libxsmm 1.17 has bf16 GEMMs (libxsmm_bsmmdispatch), but they want
          * the A operand packed in VNNI pairs along k; fp16 and int8 K/V it

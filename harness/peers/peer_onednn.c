@@ -102,6 +102,7 @@ static int matmul_exists(dnnl_data_type_t t, char *why, size_t len) {
 
 static int onednn_takes(const mha_problem *p, char *why, size_t len) {
     const mha_dtype kv = mha_problem_kv_dtype(p);
+    if (!peer_takes_variants(p, 0, why, len)) return 0;
     if (kv == MHA_I8) {
         snprintf(why, len,
                  "int8 KV cache: oneDNN 2.6's matmul has no per-token scaled int8 "

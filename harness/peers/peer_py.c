@@ -27,10 +27,14 @@ struct peer_inst {
     char failed[1024]; /* set once a claim was impossible or the deadline passed */
 };
 
+/* PyTorch's SDPA has no window argument: a window is an explicit additive
+ * mask built at prepare (issue 30: "PyTorch SDPA with an explicit window
+ * mask"), which its fused CPU kernel takes. */
 static const py_rules RULES_torch = {
     .name = "torch",
     .label = "PyTorch",
     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16),
+    .variants = MHA_KT_WINDOW,
 };
 static const py_rules RULES_onnxruntime = {
     .name = "onnxruntime",
@@ -115,6 +119,14 @@ static int py_probe(helper *h, char *why, size_t len) {
 static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len) {
     const py_rules *r = h->r;
     const mha_dtype kv = mha_problem_kv_dtype(p);
+    if (!peer_takes_variants(p, r->variants, why, len)) return 0;
+    if (p->window && p->seq_q > p->seq_kv) {
+        py_setwhy(why, len,
+                  "a window with seq_q %lld > seq_kv %lld: rows that see no key (zeros in our "
+                  "contract, NaN from a %s mask)",
+                  (long long)p->seq_q, (long long)p->seq_kv, r->label);
+        return 0;
+    }
     if (kv == MHA_I8) {
         if (r->why_i8)
             py_setwhy(why, len, "%s", r->why_i8);
@@ -184,6 +196,10 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
                 {"seq_kv", p->seq_kv},
                 {"head_dim", p->head_dim},
                 {"causal", p->causal ? 1 : 0},
+                /* the window (mha.h; -1 unbounded), sent only when there is one */
+                {"window", p->window ? 1 : 0},
+                {"window_left", p->window ? p->window_left : -1},
+                {"window_right", p->window ? p->window_right : -1},
                 {"threads", threads},
                 {"shm_bytes", (int64_t)total},
                 {"q", 0},

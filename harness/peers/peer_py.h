@@ -42,6 +42,7 @@ typedef struct {
     int bf16_needs_isa;    /* bf16 only where the CPU has AVX512_BF16 (else it runs f32) */
     unsigned kv_under_f32; /* MHA_DTYPE_BIT of 16-bit K/V taken under fp32 queries */
     const char *why_i8;    /* why an int8 KV cache is refused (NULL: not an SDPA input) */
+    unsigned variants;     /* MHA_KT_* attention variants its adapter passes on */
 } py_rules;
 
 typedef struct {

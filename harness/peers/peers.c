@@ -81,6 +81,22 @@ const char *peer_python_venv(const char *name) {
     return NULL;
 }
 
+int peer_takes_variants(const mha_problem *p, unsigned taken, char *why, size_t len) {
+    const char *no = NULL;
+    if (p->layout != MHA_LAYOUT_DENSE)
+        no = "packed or paged layout";
+    else if (p->window && !(taken & MHA_KT_WINDOW))
+        no = "sliding window";
+    else if (p->softcap > 0 && !(taken & MHA_KT_SOFTCAP))
+        no = "logit softcap";
+    else if (p->sinks && !(taken & MHA_KT_SINKS))
+        no = "attention sinks";
+    else if (p->head_dim_v && p->head_dim_v != p->head_dim && !(taken & MHA_KT_HEAD_DIM_V))
+        no = "head_dim_v != head_dim";
+    if (no) snprintf(why, len, "its adapter takes no %s", no);
+    return !no;
+}
+
 int peer_prepare_ok(const mha_problem *p, int (*takes)(const mha_problem *, char *, size_t),
                     const void *q, const void *k, const void *v, char *why, size_t len) {
     if (mha_problem_validate(p) != MHA_OK) {

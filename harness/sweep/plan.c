@@ -227,12 +227,9 @@ int plan_peer(const bench_plan *pl, const peer_ops *peer, const shape *s, int th
     snprintf(b->kname, sizeof b->kname, "peer.%s", peer->name);
     const mha_problem p = meas_problem(s);
     char dtp[48], why[256] = "", var[96];
-    /* no adapter passes the variants on (meas_prepare_peer refuses them too) */
-    const int variant = meas_has_variant(s);
-    if (variant)
-        snprintf(why, sizeof why, "its adapter takes no %s",
-                 s->page > 0 || s->ragged > 0 ? "packed or paged layout" : "attention variants");
-    const int takes = !s->layer && !variant && peer->takes(&p, why, sizeof why);
+    /* a variant or layout its adapter does not pass on: takes() refuses it
+     * (peer_takes_variants), as meas_prepare_peer does */
+    const int takes = !s->layer && peer->takes(&p, why, sizeof why);
     if (s->layer) { /* one note per peer, not one per layer row */
         if (!*layer_noted)
             note_add(skipped, "%s on the layer rows (peers run the attention core only)", b->kname);

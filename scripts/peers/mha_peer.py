@@ -24,7 +24,10 @@ Protocol (also written out at the top of harness/peers/peer_py_helper.c):
                                      imports the library (an import error is
                                      the error)
       {"op": "prepare", "batch", "heads", "kv_heads", "seq_q", "seq_kv",
-       "head_dim", "causal" (0/1, bottom-right aligned), "scale" (resolved,
+       "head_dim", "causal" (0/1, bottom-right aligned), "window" (0/1),
+       "window_left", "window_right" (-1 unbounded; mha.h's sliding window,
+       bottom-right aligned: only peers whose C rules take a window are sent
+       one, torch), "scale" (resolved,
        never 0), "dtype" ("fp32", "bf16", "fp16"), "kv_dtype" (K and V's:
        the dtype, or fp16/bf16 under fp32 queries where a peer takes it),
        "threads",
@@ -114,6 +117,23 @@ def allowed_matrix(Nq, Nkv):
     return j <= i + (Nkv - Nq)
 
 
+def window_allowed(req):
+    """mha.h's visibility with a sliding window: key j is visible to query i
+    iff (not causal or j <= c) and (left < 0 or j >= c - left) and (right < 0
+    or j <= c + right), c = i + (Nkv - Nq). A [Nq, Nkv] bool matrix."""
+    Nq, Nkv = req["seq_q"], req["seq_kv"]
+    c = np.arange(Nq)[:, None] + (Nkv - Nq)
+    j = np.arange(Nkv)[None, :]
+    ok = np.ones((Nq, Nkv), dtype=bool)
+    if req["causal"]:
+        ok &= j <= c
+    if req["window_left"] >= 0:
+        ok &= j >= c - req["window_left"]
+    if req["window_right"] >= 0:
+        ok &= j <= c + req["window_right"]
+    return ok
+
+
 # ---- torch ------------------------------------------------------------------
 class TorchPeer:
     def __init__(self):
@@ -150,19 +170,26 @@ class TorchPeer:
         with torch.inference_mode():
             inst["q"], inst["k"], inst["v"] = tensor(q), tensor(k), tensor(v)
             kind = causal_mask_needed(req)
+            if req.get("window"):
+                kind = "window"  # SDPA has no window argument: an explicit mask
             inst["is_causal"] = kind == "square"
             inst["mask"] = None
-            if kind == "explicit":
+            if kind in ("explicit", "window"):
                 # torch's is_causal is top-left for Nq != Nkv; an additive mask
                 # of the query dtype (what the fused CPU kernel takes without a
                 # per-call conversion), built here, untimed.
-                allowed = torch.from_numpy(allowed_matrix(req["seq_q"], req["seq_kv"]))
+                allowed = torch.from_numpy(
+                    window_allowed(req) if kind == "window"
+                    else allowed_matrix(req["seq_q"], req["seq_kv"]))
                 inst["mask"] = torch.zeros(allowed.shape, dtype=tdt).masked_fill(
                     ~allowed, float("-inf"))
         inst["gqa"] = req["heads"] != req["kv_heads"]
         self.run(inst)  # the untimed warm-up
         mask = {"none": "none", "square": "is_causal",
-                "explicit": "additive lower-right mask built at prepare"}[kind]
+                "explicit": "additive lower-right mask built at prepare",
+                "window": "additive window mask %d:%d%s built at prepare" % (
+                    req.get("window_left", -1), req.get("window_right", -1),
+                    " (causal)" if req["causal"] else "")}[kind]
         inst["settings"] = (
             "torch.set_num_threads(%d) inference_mode F.scaled_dot_product_attention "
             "dtype=%s [B,H,N,d] scale=%.9g causal=%s gqa=%s" % (

@@ -48,14 +48,13 @@
 #define FLASH_BQ 32
 #endif
 #define FLASH_BK 64
-#define FLASH_SEQKV_MAX ((size_t)8 << 20) /* bytes of a thread's (sequence, KV head) copy */
 
 typedef struct {
     int64_t bq, bqp, bk, dp; /* dp: head_dim_v padded to VW */
     /* byte sizes, each 64-aligned; qw, kw, vw: the widened Q rows, K and V
      * blocks of 16-bit storage (0 for fp32) */
     size_t qt, st, ob, vec, idx, qw, kw, vw;
-    /* seqkv: a packed fp32 problem's copy of one (sequence, KV head)'s K and
+    /* seqkv: a packed problem's copy of one (sequence, KV head)'s K and
      * V rows, contiguous (packed_run; 0: read in place); per_thread: the
      * thread's share, the copy last */
     size_t seqkv, per_thread;
@@ -82,16 +81,10 @@ static flash_layout flash_plan(const mha_problem *p, const mha_options *o) {
     L.per_thread = mha_add_sz(
         mha_add_sz(mha_add_sz(L.qt, L.st), mha_add_sz(mha_add_sz(L.ob, 4 * L.vec), L.idx)),
         mha_add_sz(mha_add_sz(L.qw, L.kw), L.vw));
-    /* A packed batch stores token-major [T, G, d] rows: one KV head's keys
-     * are G d floats apart, 2 KiB at G 8 d 64, so a block's rows fall in a
-     * few L1 sets and as many pages. Each thread copies the (sequence, KV
-     * head) it works on once into contiguous rows (its tasks run pair by
-     * pair: mha_seq_task) when that copy is small (FLASH_SEQKV_MAX). */
-    L.seqkv = 0;
-    const size_t copy = mha_align64(
-        mha_mul_sz(mha_mul_sz((size_t)p->seq_kv, (size_t)(p->head_dim + mha_dv(p))), f));
-    if (p->layout == MHA_LAYOUT_PACKED && !wide_kv && p->kv_heads > 1 && copy <= FLASH_SEQKV_MAX)
-        L.seqkv = copy;
+    /* a packed batch: the thread's (sequence, KV head) copy (internal.h); not
+     * of int8 rows, whose scales stay where they are */
+    const mha_dtype kvt = mha_problem_kv_dtype(p);
+    L.seqkv = kvt == MHA_I8 ? 0 : mha_seq_kv_copy_bytes(p, mha_dtype_size(kvt));
     L.per_thread = mha_add_sz(L.per_thread, L.seqkv);
     return L;
 }
@@ -400,28 +393,6 @@ static void seq_view(const flash_ctx *x, const mha_extras *ex, int64_t b, flash_
     s->x.out = &s->v.out;
 }
 
-/* Views kc, vc of the copy at ck and cv (flash_plan: L.seqkv) of a packed
- * fp32 sequence's KV head g, rows j < nkv of k and v (G d floats apart)
- * made contiguous, that every KV head index reads (stride_h 0); the rows
- * are copied when copy is set (the thread's copy holds another pair). */
-static void seq_copy(const flash_seq *s, int64_t g, int copy, float *ck, float *cv, mha_tensor *kc,
-                     mha_tensor *vc) {
-    const int64_t nkv = s->v.p.seq_kv, d = s->v.p.head_dim, dv = mha_dv(&s->v.p);
-    const float *kh = (const float *)s->v.k.data + g * s->v.k.stride_h,
-                *vh = (const float *)s->v.v.data + g * s->v.v.stride_h;
-    for (int64_t j = 0; copy && j < nkv; j++) {
-        memcpy(ck + j * d, kh + j * s->v.k.stride_n, (size_t)d * sizeof(float));
-        memcpy(cv + j * dv, vh + j * s->v.v.stride_n, (size_t)dv * sizeof(float));
-    }
-    *kc = s->v.k;
-    *vc = s->v.v;
-    kc->data = ck;
-    vc->data = cv;
-    kc->stride_b = kc->stride_h = vc->stride_b = vc->stride_h = 0;
-    kc->stride_n = d;
-    vc->stride_n = dv;
-}
-
 /* The tasks: (query block, sequence, head) in mha_seq_task's order; with
  * split = heads, one (sequence, head) per task, its blocks in order. With
  * L.seqkv, each thread reads K and V from its copy of the task's (sequence,
@@ -435,8 +406,7 @@ static void packed_run(const flash_ctx *x, const mha_extras *ex,
 #pragma omp parallel num_threads(threads)
     {
         char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x->L.per_thread;
-        float *ck = (float *)(ws + x->L.per_thread - x->L.seqkv),
-              *cv = ck + p->seq_kv * p->head_dim;
+        char *ck = ws + x->L.per_thread - x->L.seqkv;
         int64_t cb = -1, cg = -1; /* the (sequence, KV head) in the thread's copy */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < n; it++) {
@@ -447,7 +417,7 @@ static void packed_run(const flash_ctx *x, const mha_extras *ex,
             mha_tensor kc, vc;
             if (x->L.seqkv) {
                 const int64_t g = h / x->group;
-                seq_copy(&s, g, b != cb || g != cg, ck, cv, &kc, &vc);
+                mha_seq_kv_copy(&s.v, p->seq_kv, g, b != cb || g != cg, ck, &kc, &vc);
                 cb = b;
                 cg = g;
                 s.x.k = &kc;

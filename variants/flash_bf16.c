@@ -43,8 +43,10 @@
 #define BF_BK 64
 
 typedef struct {
-    int64_t bq, bqp, bk, kpairs, dh, dv;                 /* dv: head_dim_v padded to VW */
-    size_t qp, st, pp, kp, vp, ob, vec, idx, per_thread; /* byte sizes, each 64-aligned */
+    int64_t bq, bqp, bk, kpairs, dh, dv;     /* dv: head_dim_v padded to VW */
+    size_t qp, st, pp, kp, vp, ob, vec, idx; /* byte sizes, each 64-aligned */
+    size_t seqkv; /* a packed batch's (sequence, KV head) copy, last (internal.h) */
+    size_t per_thread;
 } bf_layout;
 
 /* The one plan of the workspace, for mha_workspace_size and the run. Per
@@ -73,6 +75,8 @@ static bf_layout bf_plan(const mha_problem *p, const mha_options *o) {
     L.per_thread =
         mha_add_sz(mha_add_sz(mha_add_sz(L.qp, L.st), mha_add_sz(L.pp, L.kp)),
                    mha_add_sz(mha_add_sz(L.vp, L.ob), mha_add_sz(mha_mul_sz(4, L.vec), L.idx)));
+    L.seqkv = mha_seq_kv_copy_bytes(p, 2);
+    L.per_thread = mha_add_sz(L.per_thread, L.seqkv);
     return L;
 }
 
@@ -447,21 +451,37 @@ static void bf_seq_view(const bf_ctx *x, const mha_extras *ex, int64_t b, bf_seq
     s->x.out = &s->v.out;
 }
 
+/* With L.seqkv, each thread reads K and V from its copy of the task's
+ * (sequence, KV head) (internal.h: mha_seq_kv_copy), as flash.c. */
 static void bf_layout_run(const bf_ctx *x, const mha_extras *ex, int by_heads, int threads,
                           void *workspace) {
     const mha_problem *p = x->p;
     const int64_t H = p->heads, bq = x->L.bq, pairs = p->batch * H;
     const int64_t n = by_heads ? pairs : (p->seq_q + bq - 1) / bq * pairs;
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-    for (int64_t it = 0; it < n; it++) {
+#pragma omp parallel num_threads(threads)
+    {
         char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x->L.per_thread;
-        int64_t b = it / H, h = it % H, qb = 0;
-        if (!by_heads && !mha_seq_task(p, ex, bq, it, &b, &h, &qb)) continue;
-        bf_seq s;
-        bf_seq_view(x, ex, b, &s);
-        for (; qb * bq < s.v.p.seq_q; qb++) {
-            bf_block(&s.x, 0, h, qb, ws);
-            if (!by_heads) break;
+        char *ck = ws + x->L.per_thread - x->L.seqkv;
+        int64_t cb = -1, cg = -1; /* the (sequence, KV head) in the thread's copy */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < n; it++) {
+            int64_t b = it / H, h = it % H, qb = 0;
+            if (!by_heads && !mha_seq_task(p, ex, bq, it, &b, &h, &qb)) continue;
+            bf_seq s;
+            bf_seq_view(x, ex, b, &s);
+            mha_tensor kc, vc;
+            if (x->L.seqkv) {
+                const int64_t g = h / x->group;
+                mha_seq_kv_copy(&s.v, p->seq_kv, g, b != cb || g != cg, ck, &kc, &vc);
+                cb = b;
+                cg = g;
+                s.x.k = &kc;
+                s.x.v = &vc;
+            }
+            for (; qb * bq < s.v.p.seq_q; qb++) {
+                bf_block(&s.x, 0, h, qb, ws);
+                if (!by_heads) break;
+            }
         }
     }
 }

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "mha.h"
 #include "dtype.h"
@@ -146,6 +147,48 @@ static inline void mha_seq_view_of(const mha_problem *p, const mha_extras *ex, i
 #define MHA_CTX_AT_SEQ(x, sv)                                                                      \
     ((x).p = &(sv).p, (x).q = &(sv).q, (x).k = &(sv).k, (x).v = &(sv).v, (x).blocks = (sv).blocks, \
      (x).bs = (sv).bs)
+
+/* A packed batch stores token-major [T, G, d] rows: one KV head's keys are
+ * G d elements apart (2 KiB at G 8 d 64 fp32), so a block's rows fall in a
+ * few L1 sets and on as many pages. flash.c and flash_bf16.c give each
+ * thread a workspace copy of the (sequence, KV head) it works on as
+ * contiguous rows, made when a task's pair differs from the thread's last
+ * (the pair-by-pair task order, mha_seq_task, makes that once per pair).
+ * mha_seq_kv_copy_bytes: its size for problem p (the bounds), 0 when there
+ * is none (not packed, one KV head, K/V not of element size es, or more
+ * than MHA_SEQKV_MAX bytes: read in place). */
+#define MHA_SEQKV_MAX ((size_t)8 << 20)
+static inline size_t mha_seq_kv_copy_bytes(const mha_problem *p, size_t es) {
+    if (p->layout != MHA_LAYOUT_PACKED || p->kv_heads <= 1 ||
+        mha_dtype_size(mha_problem_kv_dtype(p)) != es)
+        return 0;
+    const size_t b = mha_align64(mha_mul_sz(
+        mha_mul_sz((size_t)p->seq_kv, (size_t)(p->head_dim + mha_problem_head_dim_v(p))), es));
+    return b <= MHA_SEQKV_MAX ? b : 0;
+}
+/* Views kc, vc of the copy at ck (K, then V at seq_kv_bound d elements on)
+ * of sequence view sv's KV head g: rows j < nkv of k and v made contiguous,
+ * read by every KV head index (stride_h 0); the rows are copied when copy
+ * is set (the thread's copy holds another pair). */
+static inline void mha_seq_kv_copy(const mha_seq_view *sv, int64_t seq_kv_bound, int64_t g,
+                                   int copy, char *ck, mha_tensor *kc, mha_tensor *vc) {
+    const int64_t nkv = sv->p.seq_kv, d = sv->p.head_dim, dv = mha_problem_head_dim_v(&sv->p);
+    const size_t es = mha_dtype_size(sv->k.dtype);
+    char *cv = ck + (size_t)(seq_kv_bound * d) * es;
+    const char *kh = (const char *)sv->k.data + (size_t)(g * sv->k.stride_h) * es,
+               *vh = (const char *)sv->v.data + (size_t)(g * sv->v.stride_h) * es;
+    for (int64_t j = 0; copy && j < nkv; j++) {
+        memcpy(ck + (size_t)(j * d) * es, kh + (size_t)(j * sv->k.stride_n) * es, (size_t)d * es);
+        memcpy(cv + (size_t)(j * dv) * es, vh + (size_t)(j * sv->v.stride_n) * es, (size_t)dv * es);
+    }
+    *kc = sv->k;
+    *vc = sv->v;
+    kc->data = ck;
+    vc->data = cv;
+    kc->stride_b = kc->stride_h = vc->stride_b = vc->stride_h = 0;
+    kc->stride_n = d;
+    vc->stride_n = dv;
+}
 
 /* The keys of a block from key j0 that stay within j0's cache block: n,
  * or fewer where the paged cache's block (bs keys) ends first (blocks:

@@ -120,13 +120,6 @@ static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len
     const py_rules *r = h->r;
     const mha_dtype kv = mha_problem_kv_dtype(p);
     if (!peer_takes_variants(p, r->variants, why, len)) return 0;
-    if (p->window && p->seq_q > p->seq_kv) {
-        py_setwhy(why, len,
-                  "a window with seq_q %lld > seq_kv %lld: rows that see no key (zeros in our "
-                  "contract, NaN from a %s mask)",
-                  (long long)p->seq_q, (long long)p->seq_kv, r->label);
-        return 0;
-    }
     if (kv == MHA_I8) {
         if (r->why_i8)
             py_setwhy(why, len, "%s", r->why_i8);
@@ -150,11 +143,12 @@ static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len
                   r->label);
         return 0;
     }
-    if (p->causal && p->seq_q > p->seq_kv) {
+    if ((p->causal || p->window) && p->seq_q > p->seq_kv) {
         py_setwhy(why, len,
-                  "causal with seq_q %lld > seq_kv %lld: its first rows see no key (zeros in our "
+                  "%s with seq_q %lld > seq_kv %lld: rows that see no key (zeros in our "
                   "contract, NaN from a %s mask)",
-                  (long long)p->seq_q, (long long)p->seq_kv, r->label);
+                  p->causal ? "causal" : "a window", (long long)p->seq_q, (long long)p->seq_kv,
+                  r->label);
         return 0;
     }
     return 1;

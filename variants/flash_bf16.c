@@ -461,8 +461,7 @@ static void bf_layout_run(const bf_ctx *x, const mha_extras *ex, int by_heads, i
 #pragma omp parallel num_threads(threads)
     {
         char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x->L.per_thread;
-        char *ck = ws + x->L.per_thread - x->L.seqkv;
-        int64_t cb = -1, cg = -1; /* the (sequence, KV head) in the thread's copy */
+        mha_seq_kv_cache cache = {ws + x->L.per_thread - x->L.seqkv, -1, -1};
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < n; it++) {
             int64_t b = it / H, h = it % H, qb = 0;
@@ -470,14 +469,8 @@ static void bf_layout_run(const bf_ctx *x, const mha_extras *ex, int by_heads, i
             bf_seq s;
             bf_seq_view(x, ex, b, &s);
             mha_tensor kc, vc;
-            if (x->L.seqkv) {
-                const int64_t g = h / x->group;
-                mha_seq_kv_copy(&s.v, p->seq_kv, g, b != cb || g != cg, ck, &kc, &vc);
-                cb = b;
-                cg = g;
-                s.x.k = &kc;
-                s.x.v = &vc;
-            }
+            if (x->L.seqkv)
+                mha_seq_kv_use(&cache, &s.v, p->seq_kv, b, h / x->group, &kc, &vc, &s.x.k, &s.x.v);
             for (; qb * bq < s.v.p.seq_q; qb++) {
                 bf_block(&s.x, 0, h, qb, ws);
                 if (!by_heads) break;

@@ -189,6 +189,24 @@ static inline void mha_seq_kv_copy(const mha_seq_view *sv, int64_t seq_kv_bound,
     kc->stride_n = d;
     vc->stride_n = dv;
 }
+/* A thread's copy (buf, mha_seq_kv_copy_bytes of it) and the (sequence b,
+ * KV head g) it holds, -1 before the first. */
+typedef struct {
+    char *buf;
+    int64_t b, g;
+} mha_seq_kv_cache;
+/* Points *k and *v (a kernel context's K and V, at sv's tensors) at the
+ * cache's copy of (b, g), copying first when the cache holds another pair;
+ * kc and vc hold the views. */
+static inline void mha_seq_kv_use(mha_seq_kv_cache *c, const mha_seq_view *sv, int64_t seq_kv_bound,
+                                  int64_t b, int64_t g, mha_tensor *kc, mha_tensor *vc,
+                                  const mha_tensor **k, const mha_tensor **v) {
+    mha_seq_kv_copy(sv, seq_kv_bound, g, b != c->b || g != c->g, c->buf, kc, vc);
+    c->b = b;
+    c->g = g;
+    *k = kc;
+    *v = vc;
+}
 
 /* The keys of a block from key j0 that stay within j0's cache block: n,
  * or fewer where the paged cache's block (bs keys) ends first (blocks:

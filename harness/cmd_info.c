@@ -110,8 +110,12 @@ static void print_text(const machine_info *m, const char *key, const isa_peak *p
     const char *amx_why;
     mha_amx_status(&amx_why);
     printf("amx tiles  %s\n", amx_why);
-    printf("topology   %d package(s), %d NUMA node(s), %d cores, %d PUs\n", m->packages,
+    printf("topology   %d package(s), %d NUMA node(s), %d cores, %d PUs", m->packages,
            m->numa_nodes, m->cores, m->pus);
+    if (m->cores_machine > m->cores)
+        printf(" (this process may use %d of the machine's %d cores: taskset or a cpuset)",
+               m->cores, m->cores_machine);
+    printf("\n");
 
     const struct {
         const char *name;
@@ -212,8 +216,9 @@ static void print_json(const machine_info *m, const char *key, const isa_peak *p
     printf(",\n  \"amx\": {\"runs\": %s, \"reason\": ", amx ? "true" : "false");
     json_str(amx_why);
     printf("}");
-    printf(",\n  \"packages\": %d,\n  \"numa_nodes\": %d,\n  \"cores\": %d,\n  \"pus\": %d,\n",
-           m->packages, m->numa_nodes, m->cores, m->pus);
+    printf(",\n  \"packages\": %d,\n  \"numa_nodes\": %d,\n  \"cores\": %d,\n  \"pus\": %d,\n"
+           "  \"cores_machine\": %d,\n",
+           m->packages, m->numa_nodes, m->cores, m->pus, m->cores_machine);
     printf("  \"caches\": {\n");
     const struct {
         const char *name;

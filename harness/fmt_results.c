@@ -32,6 +32,7 @@ const char *const results_context_keys[] = {
     "mha_isa_active",
     "mha_cores",
     "mha_pus",
+    "mha_cores_machine",
     "mha_l1d",
     "mha_l2",
     "mha_l3",
@@ -103,6 +104,7 @@ void results_context(const results_machine *rm, const results_run_info *ri, resu
     emit("mha_isa_active", mha_isa_name(mha_isa_active()), user);
     EMITF("mha_cores", "%d", m->cores);
     EMITF("mha_pus", "%d", m->pus);
+    EMITF("mha_cores_machine", "%d", m->cores_machine);
     EMITF("mha_l1d", "%llu", (unsigned long long)m->l1d);
     EMITF("mha_l2", "%llu", (unsigned long long)m->l2);
     EMITF("mha_l3", "%llu", (unsigned long long)m->l3);

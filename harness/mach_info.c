@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <hwloc.h>
 #include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,19 +37,49 @@ static void describe_cpuid(machine_info *m) {
 
 /* ---- hwloc topology ------------------------------------------------------ */
 
+/* The CPUs this process was given (taskset, numactl, a container's cpuset),
+ * read before main: the harness binds its threads later, and a thread's own
+ * binding must not shrink what the process may use. */
+static cpu_set_t start_affinity;
+static int start_affinity_known;
+__attribute__((constructor)) static void read_start_affinity(void) {
+    start_affinity_known = sched_getaffinity(0, sizeof start_affinity, &start_affinity) == 0;
+}
+
+int machine_topology_load(hwloc_topology_t *topo, int *cores_machine) {
+    if (hwloc_topology_init(topo) != 0) return -1;
+    if (hwloc_topology_load(*topo) != 0) {
+        hwloc_topology_destroy(*topo);
+        return -1;
+    }
+    if (cores_machine) *cores_machine = hwloc_get_nbobjs_by_type(*topo, HWLOC_OBJ_CORE);
+    if (!start_affinity_known) return 0;
+    hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+    if (!allowed) return 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &start_affinity)) hwloc_bitmap_set(allowed, (unsigned)c);
+    const hwloc_const_bitmap_t all = hwloc_topology_get_topology_cpuset(*topo);
+    /* Restricted only to a non-empty part of the machine: a mask naming no CPU
+     * hwloc knows leaves the whole topology, as the OS would not run us then. */
+    if (hwloc_bitmap_intersects(allowed, all) && !hwloc_bitmap_isincluded(all, allowed))
+        hwloc_topology_restrict(*topo, allowed, 0);
+    hwloc_bitmap_free(allowed);
+    return 0;
+}
+
 static void describe_hwloc(machine_info *m) {
     hwloc_topology_t topo;
-    if (hwloc_topology_init(&topo) != 0) return;
-    if (hwloc_topology_load(topo) == 0) {
-        const int cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
-        const int pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
-        const int packages = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE);
-        const int numa = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
-        m->cores = cores > 0 ? cores : 0;
-        m->pus = pus > 0 ? pus : 0;
-        m->packages = packages > 0 ? packages : 0;
-        m->numa_nodes = numa > 0 ? numa : 0;
-    }
+    int cores_machine = 0;
+    if (machine_topology_load(&topo, &cores_machine) != 0) return;
+    const int cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    const int pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+    const int packages = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE);
+    const int numa = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+    m->cores = cores > 0 ? cores : 0;
+    m->cores_machine = cores_machine > 0 ? cores_machine : m->cores;
+    m->pus = pus > 0 ? pus : 0;
+    m->packages = packages > 0 ? packages : 0;
+    m->numa_nodes = numa > 0 ? numa : 0;
     hwloc_topology_destroy(topo);
 }
 
@@ -62,6 +93,7 @@ void machine_describe(machine_info *m) {
         m->pus = n > 0 ? (int)n : 1;
     }
     if (m->cores <= 0 || m->cores > m->pus) m->cores = m->pus;
+    if (m->cores_machine < m->cores) m->cores_machine = m->cores;
 
     /* Caches: the library's one reading and clamp (the cache model's inputs). */
     mha_caches c;

@@ -16,7 +16,10 @@ typedef struct {
     char vendor[16]; /* "AuthenticAMD" */
     int family, model_id, stepping;
     char flags[256]; /* space separated ISA flags relevant here: "sse2 avx avx2 fma avx512f ..." */
-    int cores, pus, packages, numa_nodes;
+    /* Counted within the CPUs the process was given at start (taskset,
+     * numactl, a cgroup): what the harness may use. cores_machine: the whole
+     * machine's cores, larger only under such a restriction. */
+    int cores, pus, packages, numa_nodes, cores_machine;
     /* Per-core L1d/L2, shared L3 in bytes: as hwloc reports them and clamped
      * to plausible ranges (VMs report odd sizes; 0 = unknown). */
     uint64_t l1d_raw, l2_raw, l3_raw;
@@ -26,6 +29,12 @@ typedef struct {
 
 /* Fills *m from cpuid and hwloc. Never fails: unknown fields are 0 / "". */
 void machine_describe(machine_info *m);
+
+/* Loads hwloc's topology (a hwloc_topology_t) restricted to the CPUs the
+ * process was given at start, so that binding and counting stay inside a
+ * `taskset`; *cores_machine (when not NULL) gets the unrestricted core count.
+ * 0 on success (destroy it with hwloc_topology_destroy), -1 when hwloc fails. */
+int machine_topology_load(struct hwloc_topology **topo, int *cores_machine);
 
 /* One compute unit of a level measured: its ops-table row (kernels/ops.h's
  * mha_unit) and what its loop did here. */

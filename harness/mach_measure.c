@@ -196,14 +196,9 @@ void results_retake_peaks(results_machine *rm, int isa, int all_cores, double bu
 }
 
 int results_bind_threads(int threads) {
-    hwloc_topology_t topo;
-    if (hwloc_topology_init(&topo) != 0) {
-        errorf("cannot bind threads: hwloc_topology_init failed");
-        return 0;
-    }
-    if (hwloc_topology_load(topo) != 0) {
-        hwloc_topology_destroy(topo);
-        errorf("cannot bind threads: hwloc_topology_load failed");
+    hwloc_topology_t topo; /* the cores the process was given (taskset), not the machine's */
+    if (machine_topology_load(&topo, NULL) != 0) {
+        errorf("cannot bind threads: hwloc could not load the topology");
         return 0;
     }
     const int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);

@@ -44,6 +44,7 @@ static const char *const CONTEXT_KEYS[] = {
     "mha_isa_active",
     "mha_cores",
     "mha_pus",
+    "mha_cores_machine",
     "mha_l1d",
     "mha_l2",
     "mha_l3",

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include <json-c/json.h>
+#include <sched.h>
 
 #include "fmt_results.h"
 #include "mach_info.h"
@@ -368,6 +369,47 @@ static void test_peak_rule(void **state) {
     assert_null(strstr(ctx, "mha_peak_gexps_avx512bf16="));
 }
 
+/* A process given one CPU (as `taskset -c N` does) counts one core and binds
+ * there: `info --json` of a child started with this process's affinity cut
+ * to its first CPU reads "cores": 1 and the machine's count beside it. On a
+ * 1-CPU machine there is nothing to cut: skipped. */
+static void test_info_affinity(void **state) {
+    (void)state;
+    const char *bench = getenv("MHABENCH");
+    if (!bench || !*bench) {
+        print_message("skipping: MHABENCH unset\n");
+        skip();
+    }
+    cpu_set_t all, one;
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    if (CPU_COUNT(&all) < 2) {
+        print_message("skipping: this process has %d CPU\n", CPU_COUNT(&all));
+        skip();
+    }
+    int first = 0;
+    while (!CPU_ISSET(first, &all)) first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    char dir[256], out[32768], err[4096];
+    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "test_machine"), 0);
+    const char *json[] = {"info", "--quick", "--json", NULL};
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    const int rc = tu_run(bench, json, dir, out, sizeof out, err, sizeof err);
+    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+    tu_rm_tree(dir);
+    assert_int_equal(rc, 0);
+    json_object *root = json_tokener_parse(out), *f;
+    if (!root) fail_msg("info --json is not JSON:\n%s", out);
+    assert_true(json_object_object_get_ex(root, "cores", &f));
+    assert_int_equal(json_object_get_int(f), 1);
+    assert_true(json_object_object_get_ex(root, "cores_machine", &f));
+    machine_info m;
+    machine_describe(&m); /* this process: every CPU it was started with */
+    assert_int_equal(json_object_get_int(f), m.cores_machine);
+    assert_true(m.cores_machine >= m.cores && m.cores >= 1);
+    json_object_put(root);
+}
+
 /* `mhabench info` lists every level's units from the table: in the text a
  * line per measured unit ("<isa> <unit>"), the names with the reason for a
  * level that does not run; in --json a "units" entry per row (and the
@@ -472,7 +514,7 @@ int main(void) {
         cmocka_unit_test(test_cpu_key_brands), cmocka_unit_test(test_peak_invalid),
         cmocka_unit_test(test_read_bandwidth), cmocka_unit_test(test_units_table),
         cmocka_unit_test(test_exp_rate),       cmocka_unit_test(test_info_units),
-        cmocka_unit_test(test_peak_rule),
+        cmocka_unit_test(test_info_affinity),  cmocka_unit_test(test_peak_rule),
     };
     static char names[N][40];
     int n = NFIXED;

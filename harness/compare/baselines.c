@@ -141,10 +141,11 @@ int list_baselines(const char *dir, const char *key, baseline_name **out) {
 }
 
 /* The newest of names (files of key in dir) whose fingerprint matches nw
- * (with force: the newest readable one of the key). Fills base and
- * *path_out and returns its index, else -1 with the first mismatch in why. */
+ * (with any: the newest readable one of the key, whose other setup the gate
+ * then judges). Fills base and *path_out and returns its index, else -1 with
+ * the first mismatch in why. */
 static int pick_baseline(const char *dir, const char *key, const baseline_name *names, int nn,
-                         const result_set *nw, int force, result_set *base, char **path_out,
+                         const result_set *nw, int any, result_set *base, char **path_out,
                          char *why, size_t whylen) {
     for (int i = 0; i < nn; i++) {
         char *path = xrealloc(NULL, strlen(dir) + strlen(names[i].file) + 2);
@@ -162,7 +163,7 @@ static int pick_baseline(const char *dir, const char *key, const baseline_name *
                                  nw->fp[k] ? nw->fp[k] : "(none)");
                 }
             }
-            if (match || force) {
+            if (match || any) {
                 *base = rs; /* base->path is path, now owned through *path_out */
                 *path_out = path;
                 return i;
@@ -227,6 +228,11 @@ int find_baseline(const char *dir, const result_set *nw, int force, result_set *
          * key's baseline is used when its fingerprint matches */
         found = pick_baseline(dir, keys[k], names, nn, nw, force && k == 0, base, path_out, why,
                               sizeof why);
+        /* None of this CPU's current key has the new run's setup (an MHA_ISA
+         * cap, a taskset): its newest baseline still describes this machine,
+         * and the gate says what the setup lost */
+        if (found < 0 && k == 0 && nn > 0)
+            found = pick_baseline(dir, keys[k], names, nn, nw, 1, base, path_out, why, sizeof why);
         for (int i = 0; i < nn; i++) free(names[i].file);
         free(names);
     }

@@ -179,7 +179,7 @@ int cmd_calibrate(char **files, int nfiles, int npairs_run, char **sweep_args, i
     for (int p = 0; p < nfiles / 2 && rc == EXIT_USAGE; p++) {
         result_set a = {0}, b = {0};
         if (load_results(files[2 * p], &a) || load_results(files[2 * p + 1], &b) ||
-            !fingerprints_match(&a, &b, 0)) {
+            !fingerprints_match(&a, &b, 0, 1)) { /* an A/A pair: one setup */
             result_free(&a);
             result_free(&b);
             break;

@@ -89,11 +89,14 @@ static void usage(FILE *f) {
           "by benchmark: median real time change, Mann-Whitney U two-sided p-value over the\n"
           "repetitions, and a verdict: slower (p < alpha and median slower by more than the\n"
           "threshold), faster (likewise), noisy (median moved more than the threshold but\n"
-          "not significantly: rerun with more repetitions), or same.\n"
+          "not significantly: rerun with more repetitions), small (slower with p < alpha\n"
+          "by more than 2% but under a threshold derived from the noise, not a given one),\n"
+          "blind (same on a row whose calibrated detectable effect is over twice the\n"
+          "threshold, --noise), or same.\n"
           "The gate: REGRESSION when a benchmark is slower or one of the base is missing\n"
           "from the new file; no regression only when at least 90% of the base's\n"
           "benchmarks were judged (in both files, undisturbed, >= 9 repetitions a side),\n"
-          "none slowed untested and no drift beyond --max-drift was divided out;\n"
+          "none slowed untested or small and no drift beyond --max-drift was divided out;\n"
           "INCONCLUSIVE otherwise, with the reasons.\n"
           "Exit 0 no regression, 1 regression, 2 usage or input error, 3 inconclusive.\n",
           f);
@@ -249,7 +252,7 @@ static int compare_files(compare_args *a) {
         if (!a->max_drift_given && isfinite(nt.drift_max_pct))
             s->max_drift = fmax(2.0, 1.5 * nt.drift_max_pct);
     }
-    const int fp_ok = fingerprints_match(&base, &nw, a->force);
+    const int fp_ok = fingerprints_match(&base, &nw, a->force, 0);
     if (!fp_ok && !a->force) goto out;
     rc = compare_sets(&base, &nw, base.path, nw.path, 1, !fp_ok, s);
 out:

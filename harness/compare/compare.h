@@ -18,10 +18,13 @@ enum { MAX_ROUNDS = 100, MAX_SWEEP_ARGS = 64 };
 
 #define DEFAULT_BASELINE_DIR "results/baselines"
 
-/* The machine fingerprint: the context keys that must agree for two result
- * files to be comparable. The last one is optional (checked when both have it). */
+/* The machine fingerprint: the CPU (FP_CPU_KEY) must agree for two result
+ * files to be comparable; the run's setup on it (the ISA level it ran, the
+ * cores it was given, its widest thread count) is judged by the gate when
+ * it differs: less of the machine in the new file is a regression. The
+ * last key is optional (used when both have it). */
 extern const char *const FP_KEYS[];
-enum { FP_COUNT = 4, FP_REQUIRED = 3 };
+enum { FP_CPU_KEY = 0, FP_ISA = 1, FP_CORES = 2, FP_THREADS = 3, FP_COUNT = 4, FP_REQUIRED = 3 };
 
 #define xrealloc(p, n) xrealloc_or_exit((p), (n), 1, "compare")
 #define xstrdup(s) xstrdup_or_exit((s), "compare")
@@ -55,28 +58,44 @@ bench *find_bench(const result_set *rs, const char *name);
 /* Loads a Google Benchmark result file into rs (appending when rs already
  * holds one: --ab pools rounds). 0, or EXIT_USAGE after a message. */
 int load_results(const char *path, result_set *rs);
-/* 1 if the fingerprints agree, else prints each difference (a refusal, or
- * a warning with force) and returns 0. */
-int fingerprints_match(const result_set *a, const result_set *b, int force);
+/* 1 if the fingerprints agree (the CPU key; every key with setup_too), else
+ * prints each difference (a refusal, or a warning with force) and returns 0.
+ * A required key missing on a side never matches: that machine is unknown. */
+int fingerprints_match(const result_set *a, const result_set *b, int force, int setup_too);
 
 /* ---- the comparison and its gate (gate.c) ---- */
 
 /* blind: "same" on a benchmark whose calibrated minimum detectable effect
  * is over BLIND_FACTOR x its threshold (calibrate.c): a slowdown the gate is
- * meant to catch would not have shown. */
-typedef enum { V_SAME, V_FASTER, V_SLOWER, V_NOISY, V_BLIND, V_COUNT } verdict;
+ * meant to catch would not have shown. small: a row under a threshold the
+ * gate derived from the noise (never a given one, never --ab's) of a kernel
+ * whose rows slowed together: their mean change, weighted by each row's
+ * inverse variance, over SMALL_FLOOR_PCT and over SMALL_Z standard errors. One row's move under
+ * 4 spreads is noise; a kernel's rows all moving one way is what a change to
+ * that kernel looks like (a build slowed 5% read "same" against a 10%
+ * threshold), so the gate says inconclusive. */
+typedef enum { V_SAME, V_FASTER, V_SLOWER, V_NOISY, V_BLIND, V_SMALL, V_COUNT } verdict;
 /* blind when the detectable effect is over this many thresholds */
 #define BLIND_FACTOR 2.0
+/* percent: a kernel's mean slowdown below this is "same" (the smallest
+ * threshold the gate ever derives), and the z its rows' summed change needs */
+#define SMALL_FLOOR_PCT 2.0
+#define SMALL_Z 3.0
+/* percent: the least spread a row is weighted by (a group of 1-thread rows
+ * that happened to agree within 0.3% must not make a 2% move decisive) */
+#define SMALL_SIGMA_MIN 1.0
 extern const char *const VERDICT_NAME[];
 
 typedef struct {
     const char *name;
     int nb, nn;
-    double med_b, med_n, change; /* medians in ns, change in percent (after drift removal) */
-    double change_raw;           /* before drift removal */
-    double threshold;            /* percent: its drift group's, else the run's */
-    double shift, ci_lo, ci_hi;  /* Hodges-Lehmann shift and its 95% interval, percent (after
-                                    drift removal) */
+    double med_b, med_n, change;  /* medians in ns, change in percent (after drift removal) */
+    double change_raw;            /* before drift removal */
+    double threshold;             /* percent: its drift group's, else the run's */
+    double sigma;                 /* percent: the robust spread its threshold came from */
+    double kernel_mean, kernel_z; /* small rows: their kernel's mean change and its z */
+    double shift, ci_lo, ci_hi;   /* Hodges-Lehmann shift and its 95% interval, percent (after
+                                     drift removal) */
     stats_utest ut;
     double alpha; /* the level its p is held to: Holm's step over the compared rows (0: alpha) */
     int too_few;

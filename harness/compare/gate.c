@@ -13,7 +13,7 @@
 
 #include "fmt_results.h"
 
-const char *const VERDICT_NAME[] = {"same", "faster", "slower", "noisy", "blind"};
+const char *const VERDICT_NAME[] = {"same", "faster", "slower", "noisy", "blind", "small"};
 
 /* The verdict rule. With at least MIN_REPS on both sides: slower iff p < alpha
  * and the median slowed by more than the threshold (faster symmetrically); a
@@ -172,8 +172,14 @@ static void fit_thresholds(comparison *c, const double *lr, const int *gidx, dou
             if (t > g->threshold) dg->threshold = t, dg->own = 1;
         }
     }
-    for (int i = 0; i < nr; i++)
-        c->rows[i].threshold = gidx[i] >= 0 ? g->groups[gidx[i]].threshold : g->threshold;
+    for (int i = 0; i < nr; i++) {
+        const drift_group *dg = gidx[i] >= 0 ? &g->groups[gidx[i]] : NULL;
+        c->rows[i].threshold = dg ? dg->threshold : g->threshold;
+        /* the group's own spread where it has one (rows at one thread count
+         * share their noise: 2-thread rows here spread 3x wider than 1-thread
+         * ones), else the run's */
+        c->rows[i].sigma = dg && dg->sigma > 0 ? dg->sigma : g->sigma;
+    }
 }
 
 /* Holm's step-down over the rows with enough repetitions (stats.h:
@@ -193,6 +199,48 @@ static void holm_levels(comparison *c, double alpha) {
     free(idx);
     free(p);
     free(level);
+}
+
+/* The kernel a row measures: its name up to the first '/'. */
+static size_t kernel_len(const char *name) {
+    return strcspn(name, "/");
+}
+
+/* "small" (compare.h): under a derived threshold, the rows of each kernel
+ * with enough repetitions and no row already slower are combined, each
+ * weighted by its inverse variance (its spread: its drift group's, at least
+ * SMALL_SIGMA_MIN), so that the quiet rows carry the evidence and a noisy
+ * 2-thread row does not drown it; a weighted mean over SMALL_FLOOR_PCT at
+ * over SMALL_Z of its standard errors marks the kernel's slowed rows small.
+ * A derived threshold is the gate's estimate of one row's noise between
+ * runs, not the size of a change that matters; a given threshold, and
+ * --ab's, mean what they say. */
+static void mark_small(comparison *c) {
+    if (c->eff.threshold_given) return;
+    for (int i = 0; i < c->nr; i++) {
+        const char *ki = c->rows[i].name;
+        const size_t li = kernel_len(ki);
+        int first = 1, n = 0, slower = 0;
+        double wsum = 0, w = 0;
+        for (int j = 0; j < c->nr && first; j++) {
+            const row *r = &c->rows[j];
+            if (kernel_len(r->name) != li || strncmp(r->name, ki, li) != 0) continue;
+            if (j < i) first = 0; /* each kernel once, at its first row */
+            if (r->too_few || !(r->sigma > 0)) continue;
+            const double sg = fmax(r->sigma, SMALL_SIGMA_MIN);
+            slower += r->v == V_SLOWER;
+            wsum += r->change / (sg * sg), w += 1 / (sg * sg), n++;
+        }
+        if (!first || slower || n < 2) continue;
+        const double mean = wsum / w, z = mean * sqrt(w);
+        if (!(z > SMALL_Z && mean > SMALL_FLOOR_PCT)) continue;
+        for (int j = i; j < c->nr; j++) {
+            row *r = &c->rows[j];
+            if (kernel_len(r->name) != li || strncmp(r->name, ki, li) != 0 || r->too_few) continue;
+            if ((r->v == V_SAME || r->v == V_BLIND) && r->change > 0)
+                r->v = V_SMALL, r->kernel_mean = mean, r->kernel_z = z;
+        }
+    }
 }
 
 /* Pass 2: the U test on the new samples with their group's drift divided out. */
@@ -227,10 +275,11 @@ static void test_rows(const result_set *base, const result_set *new, comparison 
          * BLIND_FACTOR x the threshold (never below 1x: detection needs the
          * median past the threshold and significance too) */
         if (r->v == V_SAME && nz && !(nz->mde_pct <= BLIND_FACTOR * r->threshold)) r->v = V_BLIND;
-        c->count[r->v]++;
         c->too_few += r->too_few;
     }
     free(scaled);
+    mark_small(c);
+    for (int i = 0; i < c->nr; i++) c->count[c->rows[i].v]++;
 }
 
 void compare_rows(const result_set *base, const result_set *new, const settings *s, comparison *c) {
@@ -276,7 +325,7 @@ static const char *const GATE_NAME[] = {"no regression", "regression", "inconclu
 
 typedef struct {
     int verdict, judged, unjudged_moved, drift_beyond;
-    char why[6][320];
+    char why[8][400];
     int nwhy;
 } gate_result;
 
@@ -291,9 +340,48 @@ static void gate_reason(gate_result *gr, int verdict, const char *fmt, ...) {
     va_end(ap);
 }
 
-static void gate_decide(const comparison *c, const result_set *base, const settings *s,
-                        gate_result *gr) {
+/* The runs' setups on one CPU (compare.h: FP_ISA, FP_CORES, FP_THREADS):
+ * the new run with a lower ISA level (an MHA_ISA cap, a build that lost its
+ * detection or its -march) or fewer cores or threads (taskset, a cpuset) had
+ * less of the machine, which is a regression of its own whatever the rows
+ * say; a setup that differs otherwise (the base was the capped one) leaves
+ * the rows measuring different configurations: inconclusive. */
+static void gate_setup(const result_set *base, const result_set *new, gate_result *gr) {
+    char less[256] = "", other[256] = "";
+    for (int k = FP_ISA; k < FP_COUNT; k++) {
+        const char *vb = base->fp[k], *vn = new->fp[k];
+        if (!vb || !vn || strcmp(vb, vn) == 0) continue;
+        int lower = 0;
+        if (k == FP_ISA) {
+            mha_isa ib, in;
+            lower = mha_isa_parse(vb, &ib) == MHA_OK && mha_isa_parse(vn, &in) == MHA_OK && in < ib;
+        } else {
+            char *eb, *en;
+            const long nb = strtol(vb, &eb, 10), nn = strtol(vn, &en, 10);
+            lower = !*eb && !*en && nn < nb;
+        }
+        char *to = lower ? less : other;
+        const size_t used = strlen(to);
+        snprintf(to + used, sizeof less - used, "%s%s '%s' -> '%s'", used ? ", " : "", FP_KEYS[k],
+                 vb, vn);
+    }
+    if (less[0])
+        gate_reason(gr, GATE_REGRESSION,
+                    "the new run had less of this machine than the base (%s): an MHA_ISA cap or a "
+                    "lost ISA detection, taskset or a cpuset; the rows it could not run are "
+                    "missing and the rest ran on less",
+                    less);
+    if (other[0])
+        gate_reason(gr, GATE_INCONCLUSIVE,
+                    "the runs' setups on this CPU differ (%s): the rows measure different "
+                    "configurations",
+                    other);
+}
+
+static void gate_decide(const comparison *c, const result_set *base, const result_set *new,
+                        const settings *s, gate_result *gr) {
     *gr = (gate_result){.verdict = GATE_NO_REGRESSION};
+    gate_setup(base, new, gr);
     for (int i = 0; i < c->nr; i++) {
         const row *r = &c->rows[i];
         gr->judged += !r->too_few && r->v != V_BLIND;
@@ -302,6 +390,21 @@ static void gate_decide(const comparison *c, const result_set *base, const setti
     if (c->count[V_SLOWER])
         gate_reason(gr, GATE_REGRESSION, "%d benchmark%s slower", c->count[V_SLOWER],
                     c->count[V_SLOWER] == 1 ? "" : "s");
+    for (int i = 0, said = 0; i < c->nr; i++) {
+        const row *r = &c->rows[i];
+        if (r->v != V_SMALL) continue;
+        int seen = 0; /* one reason per kernel */
+        for (int j = 0; j < i && !seen; j++)
+            seen = c->rows[j].v == V_SMALL && kernel_len(c->rows[j].name) == kernel_len(r->name) &&
+                   strncmp(c->rows[j].name, r->name, kernel_len(r->name)) == 0;
+        if (seen || said++ >= 3) continue;
+        gate_reason(gr, GATE_INCONCLUSIVE,
+                    "the rows of %.*s slowed together, %+.1f%% on average (weighted; %.1f "
+                    "standard errors) but each under the threshold derived from this pair's "
+                    "noise: too small for a history comparison to call; judge it with compare "
+                    "--ab, or give --threshold for the size that matters",
+                    (int)kernel_len(r->name), r->name, r->kernel_mean, r->kernel_z);
+    }
     if (c->only_b)
         gate_reason(gr, GATE_REGRESSION,
                     "%d benchmark%s of the base missing from the new file (a kernel or shape "
@@ -521,6 +624,9 @@ static void report_text(const comparison *c, const gate_result *gr, const result
         fmt_time(tn, sizeof tn, r->med_n);
         if (r->too_few) {
             snprintf(note, sizeof note, "too few repetitions (n<%d)", MIN_REPS);
+        } else if (r->v == V_SMALL) {
+            snprintf(note, sizeof note, "its kernel's rows %+.1f%% together (z %.1f)",
+                     r->kernel_mean, r->kernel_z);
         } else if (!isnan(r->fp_rate)) { /* the machine's calibration knows this row */
             char mde[32] = "nothing below 100%";
             if (!isnan(r->mde)) snprintf(mde, sizeof mde, ">= %.1f%%", r->mde);
@@ -547,6 +653,8 @@ static void report_text(const comparison *c, const gate_result *gr, const result
         if (!find_bench(base, new->b[i].name)) printf("only in new: %s\n", new->b[i].name);
     printf("\n%d compared: %d slower, %d faster, %d same, %d noisy", c->nr, c->count[V_SLOWER],
            c->count[V_FASTER], c->count[V_SAME], c->count[V_NOISY]);
+    if (c->count[V_SMALL]) printf(", %d small", c->count[V_SMALL]);
+    if (c->count[V_BLIND]) printf(", %d blind", c->count[V_BLIND]);
     if (c->too_few) printf(" (%d with too few repetitions)", c->too_few);
     if (c->only_b || c->only_n) printf("; %d only in base, %d only in new", c->only_b, c->only_n);
     if (c->nj)
@@ -572,7 +680,7 @@ int compare_sets(const result_set *base, const result_set *new, const char *base
     comparison c;
     gate_result gr;
     compare_rows(base, new, s, &c);
-    gate_decide(&c, base, s, &gr);
+    gate_decide(&c, base, new, s, &gr);
     if (s->json) {
         report_json(&c, &gr, base, new, base_label, new_label, fp_checked, forced);
     } else {

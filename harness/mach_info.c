@@ -76,7 +76,7 @@ static void describe_hwloc(machine_info *m) {
     const int packages = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE);
     const int numa = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
     m->cores = cores > 0 ? cores : 0;
-    m->cores_machine = cores_machine > 0 ? cores_machine : m->cores;
+    m->cores_machine = cores_machine; /* at least cores: machine_describe */
     m->pus = pus > 0 ? pus : 0;
     m->packages = packages > 0 ? packages : 0;
     m->numa_nodes = numa > 0 ? numa : 0;

@@ -369,17 +369,23 @@ static void test_peak_rule(void **state) {
     assert_null(strstr(ctx, "mha_peak_gexps_avx512bf16="));
 }
 
+/* The mhabench binary meson passes in MHABENCH; the test skips without it. */
+static const char *need_bench(void) {
+    const char *bench = getenv("MHABENCH");
+    if (!bench || !*bench) {
+        print_message("skipping: MHABENCH unset\n");
+        skip();
+    }
+    return bench;
+}
+
 /* A process given one CPU (as `taskset -c N` does) counts one core and binds
  * there: `info --json` of a child started with this process's affinity cut
  * to its first CPU reads "cores": 1 and the machine's count beside it. On a
  * 1-CPU machine there is nothing to cut: skipped. */
 static void test_info_affinity(void **state) {
     (void)state;
-    const char *bench = getenv("MHABENCH");
-    if (!bench || !*bench) {
-        print_message("skipping: MHABENCH unset\n");
-        skip();
-    }
+    const char *bench = need_bench();
     cpu_set_t all, one;
     assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
     if (CPU_COUNT(&all) < 2) {
@@ -418,11 +424,7 @@ static const char *const PEAK_KEYS[5] = {"gflops", "ghz", "nominal_gflops", "pct
                                          "bf16_gflops"};
 static void test_info_units(void **state) {
     (void)state;
-    const char *bench = getenv("MHABENCH");
-    if (!bench || !*bench) {
-        print_message("skipping: MHABENCH unset\n");
-        skip();
-    }
+    const char *bench = need_bench();
     char dir[256], out[32768], err[4096];
     assert_int_equal(tu_mkdtemp(dir, sizeof dir, "test_machine"), 0);
     const char *text[] = {"info", "--quick", NULL};

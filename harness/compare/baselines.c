@@ -255,8 +255,7 @@ int find_baseline(const char *dir, const result_set *nw, int force, result_set *
                    key, dir, dir, key);
     else
         errorf_esc("compare: %d baseline files for cpu '%s' in %s%s, none with a matching "
-                   "fingerprint%s; pass --force to use the newest of '%s', or add one for this "
-                   "build with --save-baseline",
-                   total, key, dir, older, why, key);
+                   "fingerprint%s; add one for this build with --save-baseline",
+                   total, key, dir, older, why);
     return EXIT_USAGE;
 }

@@ -77,8 +77,8 @@ int fingerprints_match(const result_set *a, const result_set *b, int force, int 
 typedef enum { V_SAME, V_FASTER, V_SLOWER, V_NOISY, V_BLIND, V_SMALL, V_COUNT } verdict;
 /* blind when the detectable effect is over this many thresholds */
 #define BLIND_FACTOR 2.0
-/* percent: a kernel's mean slowdown below this is "same" (the smallest
- * threshold the gate ever derives), and the z its rows' summed change needs */
+/* percent: a kernel's weighted mean slowdown below this is "same" (the
+ * smallest threshold the gate ever derives); and the standard errors it needs */
 #define SMALL_FLOOR_PCT 2.0
 #define SMALL_Z 3.0
 /* percent: the least spread a row is weighted by (a group of 1-thread rows

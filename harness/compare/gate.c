@@ -206,6 +206,20 @@ static size_t kernel_len(const char *name) {
     return strcspn(name, "/");
 }
 
+static int same_kernel(const char *a, const char *b) {
+    const size_t la = kernel_len(a);
+    return kernel_len(b) == la && strncmp(a, b, la) == 0;
+}
+
+/* 1 when no row before i of rows[0..i) with verdict v (any when v < 0)
+ * measures row i's kernel: each kernel handled once. */
+static int first_of_kernel(const comparison *c, int i, int v) {
+    for (int j = 0; j < i; j++)
+        if ((v < 0 || (int)c->rows[j].v == v) && same_kernel(c->rows[j].name, c->rows[i].name))
+            return 0;
+    return 1;
+}
+
 /* "small" (compare.h): under a derived threshold, the rows of each kernel
  * with enough repetitions and no row already slower are combined, each
  * weighted by its inverse variance (its spread: its drift group's, at least
@@ -218,25 +232,22 @@ static size_t kernel_len(const char *name) {
 static void mark_small(comparison *c) {
     if (c->eff.threshold_given) return;
     for (int i = 0; i < c->nr; i++) {
-        const char *ki = c->rows[i].name;
-        const size_t li = kernel_len(ki);
-        int first = 1, n = 0, slower = 0;
+        if (!first_of_kernel(c, i, -1)) continue;
+        int n = 0, slower = 0;
         double wsum = 0, w = 0;
-        for (int j = 0; j < c->nr && first; j++) {
+        for (int j = i; j < c->nr; j++) {
             const row *r = &c->rows[j];
-            if (kernel_len(r->name) != li || strncmp(r->name, ki, li) != 0) continue;
-            if (j < i) first = 0; /* each kernel once, at its first row */
-            if (r->too_few || !(r->sigma > 0)) continue;
+            if (!same_kernel(r->name, c->rows[i].name) || r->too_few || !(r->sigma > 0)) continue;
             const double sg = fmax(r->sigma, SMALL_SIGMA_MIN);
             slower += r->v == V_SLOWER;
             wsum += r->change / (sg * sg), w += 1 / (sg * sg), n++;
         }
-        if (!first || slower || n < 2) continue;
+        if (slower || n < 2) continue;
         const double mean = wsum / w, z = mean * sqrt(w);
         if (!(z > SMALL_Z && mean > SMALL_FLOOR_PCT)) continue;
         for (int j = i; j < c->nr; j++) {
             row *r = &c->rows[j];
-            if (kernel_len(r->name) != li || strncmp(r->name, ki, li) != 0 || r->too_few) continue;
+            if (!same_kernel(r->name, c->rows[i].name) || r->too_few) continue;
             if ((r->v == V_SAME || r->v == V_BLIND) && r->change > 0)
                 r->v = V_SMALL, r->kernel_mean = mean, r->kernel_z = z;
         }
@@ -392,12 +403,8 @@ static void gate_decide(const comparison *c, const result_set *base, const resul
                     c->count[V_SLOWER] == 1 ? "" : "s");
     for (int i = 0, said = 0; i < c->nr; i++) {
         const row *r = &c->rows[i];
-        if (r->v != V_SMALL) continue;
-        int seen = 0; /* one reason per kernel */
-        for (int j = 0; j < i && !seen; j++)
-            seen = c->rows[j].v == V_SMALL && kernel_len(c->rows[j].name) == kernel_len(r->name) &&
-                   strncmp(c->rows[j].name, r->name, kernel_len(r->name)) == 0;
-        if (seen || said++ >= 3) continue;
+        /* one reason per kernel */
+        if (r->v != V_SMALL || !first_of_kernel(c, i, V_SMALL) || said++ >= 3) continue;
         gate_reason(gr, GATE_INCONCLUSIVE,
                     "the rows of %.*s slowed together, %+.1f%% on average (weighted; %.1f "
                     "standard errors) but each under the threshold derived from this pair's "

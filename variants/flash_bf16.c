@@ -83,11 +83,12 @@ static bf_layout bf_plan(const mha_problem *p, const mha_options *o) {
      * where more than one query block reads them (the query blocks of a
      * head, the heads of a group) and they fit MHA_SEQKV_MAX: the blocks then
      * read the packs in place instead of packing each (query block, KV
-     * block) pair again. Not under a window (a block reads only the keys it
-     * sees), nor for pages of an odd size (a V pair would straddle two). */
+     * block) pair again (under a window too: a head's query blocks together
+     * see more keys than the head has wherever nqb (W + bq) > N). Not for
+     * pages of an odd size (a V pair would straddle two). */
     const int64_t nqb = (p->seq_q + L.bq - 1) / L.bq, nkp = (p->seq_kv + 1) / 2;
     L.kall = L.vall = 0;
-    if (!p->window && L.bk >= 2 && nqb * (p->heads / p->kv_heads) > 1 &&
+    if (L.bk >= 2 && nqb * (p->heads / p->kv_heads) > 1 &&
         (p->layout != MHA_LAYOUT_PAGED || p->block_size % 2 == 0)) {
         L.kall = mha_align64(mha_mul_sz(mha_mul_sz((size_t)(2 * nkp), (size_t)L.dh), w));
         L.vall = mha_align64(mha_mul_sz(mha_mul_sz((size_t)nkp, (size_t)L.dv), w));
@@ -439,10 +440,22 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
     int64_t f0 = var ? kb[n - 1] : 0, full = ke[0];
     if (full <= f0) f0 = full = var ? kv_end : f0;
     if (!var) full = full < 0 ? 0 : (full > kv_end ? kv_end : full);
-    const uint16_t *pk = pre->k; /* no window: f0 = lo = 0 */
-    /* even fast blocks keep every start on a pair; the diagonal's masked tile
-     * (or flash_var_softmax) takes the key this may leave after them */
-    if (pk && full > f0 && full < kv_end) full -= (full - f0) & 1;
+    /* With the whole packs, every block but a window's first (from an odd
+     * lo) starts on a key pair: the fast region [f0, full) shrinks to even
+     * ends (its rows still see all of it) and the blocks around it end on
+     * even keys. The keys this moves out of it go to the edges' raw scores
+     * or, without a window or a softcap (f0 = 0), to the diagonal's masked
+     * tile, which is only a causal one: there full < kv_end. */
+    const uint16_t *pk = pre->k;
+    if (pk && full > f0) {
+        if (var) {
+            f0 += f0 & 1;
+            full -= full & 1;
+            full = full < f0 ? f0 : full;
+        } else if (full < kv_end) {
+            full -= full & 1;
+        }
+    }
     const int64_t nfull = (full - f0 + L->bk - 1) / L->bk;
     int64_t even = nfull > 0 ? (full - f0 + nfull - 1) / nfull : L->bk;
     even = (even + MHA_MR - 1) / MHA_MR * MHA_MR;
@@ -451,7 +464,7 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
         const int fast = j0 >= f0 && j0 < full, diag = !fast && !var;
         const int64_t stop = j0 < f0 ? f0 : (fast ? full : kv_end), most = fast ? even : L->bk;
         bkk = stop - j0 < most ? stop - j0 : most;
-        if (pk && (bkk & 1) && j0 + bkk < stop) bkk--;
+        if (pk && ((j0 + bkk) & 1) && j0 + bkk < stop && bkk > 1) bkk--;
         const uint16_t *kp = Kp, *vp = Vp;
         if (pk && !(j0 & 1) && (!(bkk & 1) || j0 + bkk == p->seq_kv)) {
             kp = pk + j0 * 2 * L->dh;

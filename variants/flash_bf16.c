@@ -178,7 +178,7 @@ ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64
         if (MASKED) mv = vselect_eq(mv, ninf, vzero(), mv);
         vf sum = vzero();
         for (int r = 0; r < R; r++) {
-            const vf pv = vexp2_nonpos(vsub(acc[r][v], mv));
+            const vf pv = vexp2_nonpos_bf16(vsub(acc[r][v], mv)); /* P goes to bf16 */
             vstore(c + r * ldc + v * VW, pv);
             sum = vadd(sum, pv);
         }

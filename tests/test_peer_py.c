@@ -68,8 +68,10 @@ static mha_problem problem_of(const shape *s, mha_dtype dt) {
                          .dtype = dt};
 }
 
-/* Windows for the peers whose adapter takes one (torch: an explicit mask):
- * causal and not, both edges, a window of 0, cross Nq < Nkv with GQA. */
+/* Windows for the peers whose adapter takes one (torch, ONNX Runtime,
+ * OpenVINO: an explicit mask; zentorch: its own window sizes where Nq ==
+ * Nkv, else a mask): causal and not, both edges, a window of 0, cross Nq <
+ * Nkv with GQA. */
 typedef struct {
     shape s;
     int64_t left, right; /* mha.h's window, -1 unbounded */
@@ -162,23 +164,32 @@ static void check_peer(const peer_ops *peer) {
             (void)check_one(peer, &probs[i], MHA_F32, dts[t], index++);
 }
 
+/* The windows, against the oracle (a mask that ignored one fails here), in
+ * fp32 and, where the peer takes bf16, bf16. */
+static void check_windows(const peer_ops *peer, int bf16) {
+    for (int i = 0; i < NWINDOWS - 1; i++) {
+        const mha_problem p = window_problem(&WINDOWS[i], MHA_F32);
+        assert_true(check_one(peer, &p, MHA_F32, MHA_F32, 1000 + i));
+        assert_int_equal(check_one(peer, &p, MHA_BF16, MHA_BF16, 1100 + i), bf16);
+    }
+}
+
 static void test_torch(void **state) {
     (void)state;
     check_peer(&peer_torch);
-    /* the windows, against the oracle: a mask that ignored one fails here */
-    for (int i = 0; i < NWINDOWS - 1; i++) {
-        const mha_problem p = window_problem(&WINDOWS[i], MHA_F32);
-        assert_true(check_one(&peer_torch, &p, MHA_F32, MHA_F32, 1000 + i));
-        assert_true(check_one(&peer_torch, &p, MHA_BF16, MHA_BF16, 1100 + i));
-    }
+    check_windows(&peer_torch, 1);
 }
 static void test_onnxruntime(void **state) {
     (void)state;
     check_peer(&peer_onnxruntime);
+    check_windows(&peer_onnxruntime, 0);
 }
 static void test_openvino(void **state) {
     (void)state;
     check_peer(&peer_openvino);
+    char why[256];
+    mha_problem b = window_problem(&WINDOWS[0], MHA_BF16);
+    check_windows(&peer_openvino, peer_openvino.takes(&b, why, sizeof why));
 }
 /* Runs under its own interpreter (MHA_PEERS_PYTHON_ZENTORCH or
  * .venv-zentorch): fp32 and bf16, GQA natively, our bottom-right causal as a
@@ -186,6 +197,7 @@ static void test_openvino(void **state) {
 static void test_zentorch(void **state) {
     (void)state;
     check_peer(&peer_zentorch);
+    check_windows(&peer_zentorch, 1);
 }
 
 /* llama.cpp's ggml through llama-cpp-python's libraries
@@ -279,13 +291,13 @@ static void test_takes(void **state) {
     assert_false(peer_zentorch.takes(&p, why, sizeof why));
     assert_false(peer_ggml.takes(&p, why, sizeof why));
     assert_non_null(strstr(why, "f32 queries"));
-    /* the variants: torch takes a window (where every row sees a key), no
-     * peer a softcap, sinks, d_v != d or a packed layout */
+    /* the variants: every peer but ggml takes a window (where every row sees
+     * a key), no peer a softcap, sinks, d_v != d or a packed layout */
     for (size_t i = 0; i < NPY; i++) {
         p = window_problem(&WINDOWS[0], MHA_F32);
         why[0] = 0;
-        assert_int_equal(PY[i]->takes(&p, why, sizeof why), PY[i] == &peer_torch);
-        if (PY[i] != &peer_torch) assert_non_null(strstr(why, "takes no sliding window"));
+        assert_int_equal(PY[i]->takes(&p, why, sizeof why), PY[i] != &peer_ggml);
+        if (PY[i] == &peer_ggml) assert_non_null(strstr(why, "takes no sliding window"));
         p = window_problem(&WINDOWS[NWINDOWS - 1], MHA_F32);
         assert_false(PY[i]->takes(&p, why, sizeof why));
         p = problem_of(&SHAPES[1], MHA_F32);

@@ -36,10 +36,14 @@ static const py_rules RULES_torch = {
     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16),
     .variants = MHA_KT_WINDOW,
 };
+/* ONNX Runtime's MultiHeadAttention and OpenVINO's opset13 SDPA have no
+ * window either: theirs is an additive attention_bias / a boolean mask
+ * constant built at prepare. */
 static const py_rules RULES_onnxruntime = {
     .name = "onnxruntime",
     .label = "ONNX Runtime",
     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_F16),
+    .variants = MHA_KT_WINDOW,
     .why_dtype = {[MHA_BF16] = "bf16: ONNX Runtime's CPU execution provider has no bf16 "
                                "MultiHeadAttention kernel (NOT_IMPLEMENTED)"},
 };
@@ -50,18 +54,22 @@ static const py_rules RULES_openvino = {
     .why_dtype = {[MHA_F16] = "fp16: OpenVINO's CPU plugin computes in fp16 only on AMX-FP16 "
                               "CPUs (elsewhere it would run f32 or bf16 and not be an fp16 peer)"},
     .bf16_needs_isa = 1,
+    .variants = MHA_KT_WINDOW,
 };
 
 /* zentorch (AMD's ZenDNN plugin for PyTorch 2.14.x, in an environment of
  * its own): zentorch_sdpa_attn / zentorch_sdpa, fp32 and bf16. An fp16 call
  * returns numbers too, but through another path than its fp32/bf16 kernels
- * (its errors there are PyTorch's, not ZenDNN's), so it is not offered. */
+ * (its errors there are PyTorch's, not ZenDNN's), so it is not offered. A
+ * window: its own window sizes where Nq == Nkv, else an additive mask
+ * (mha_peer.py). */
 static const py_rules RULES_zentorch = {
     .name = "zentorch",
     .label = "zentorch",
     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16),
     .why_dtype = {[MHA_F16] = "fp16: zentorch's SDPA kernels are fp32 and bf16 (an fp16 call "
                               "takes another, non-ZenDNN path)"},
+    .variants = MHA_KT_WINDOW,
 };
 
 /* llama.cpp's ggml (ggml_flash_attn_ext, from llama-cpp-python's shared

@@ -225,10 +225,16 @@ class ZentorchPeer(TorchPeer):
     causal flag that is top-left when Nq != Nkv (measured, like PyTorch's):
       zentorch_sdpa_attn(q, k, v, out, scale, is_causal, alibi_slopes,
                          left_window, right_window): writes into out, no mask
-                         argument; used when no explicit mask is needed
+                         argument; used when no explicit mask is needed, and
+                         for a sliding window where Nq == Nkv (its window
+                         sizes measured equal to mha.h's there: 5 windows,
+                         causal and not, both edges, a window of 0; with Nq
+                         != Nkv its direct kernel fails, "sdpa_direct
+                         failed")
       zentorch_sdpa(q, k, v, dropout_p, is_causal, attn_mask=, scale=) ->
                          (out, lse): takes an additive mask; used for our
-                         bottom-right causal with Nq < Nkv."""
+                         bottom-right causal with Nq < Nkv and for a window
+                         there."""
 
     def __init__(self):
         import zentorch  # registers torch.ops.zentorch
@@ -251,14 +257,27 @@ class ZentorchPeer(TorchPeer):
 
     def prepare(self, req, fd):
         inst = super().prepare(req, fd)  # tensors, mask, one warm-up through run below
+        inst["window"] = None
+        if req.get("window") and req["seq_q"] == req["seq_kv"]:
+            inst["mask"] = None  # its own window sizes instead of the mask
+            inst["is_causal"] = bool(req["causal"])
+            inst["window"] = (req["window_left"], req["window_right"])
+            self.run(inst)  # the untimed warm-up of this path
+        if inst["window"]:
+            masking = "left_window_size=%d right_window_size=%d%s" % (
+                inst["window"][0], inst["window"][1], " is_causal" if inst["is_causal"] else "")
+        elif inst["mask"] is not None:
+            masking = ("additive window mask %d:%d built at prepare" % (
+                req["window_left"], req["window_right"]) if req.get("window")
+                else "additive lower-right mask built at prepare")
+        else:
+            masking = "is_causal" if inst["is_causal"] else "none"
         inst["settings"] = (
             "torch.set_num_threads(%d) inference_mode torch.ops.zentorch.%s dtype=%s [B,H,N,d] "
             "scale=%.9g causal=%s gqa=%s" % (
                 inst["threads"], "zentorch_sdpa" if inst["mask"] is not None
                 else "zentorch_sdpa_attn (into a buffer made at prepare)",
-                req["dtype"], inst["scale"],
-                "additive lower-right mask built at prepare" if inst["mask"] is not None
-                else "is_causal" if inst["is_causal"] else "none",
+                req["dtype"], inst["scale"], masking,
                 "native (fewer K/V heads)" if inst["gqa"] else "no"))
         return inst
 
@@ -277,9 +296,10 @@ class ZentorchPeer(TorchPeer):
                 out = inst.get("buf")
                 if out is None:
                     out = inst["buf"] = torch.empty_like(inst["q"])
+                win = inst.get("window") or (-1, -1)
                 t0 = time.perf_counter()
                 zt.zentorch_sdpa_attn(inst["q"], inst["k"], inst["v"], out, inst["scale"],
-                                      inst["is_causal"])
+                                      inst["is_causal"], None, win[0], win[1])
                 t1 = time.perf_counter()
         inst["out"] = out
         return t1 - t0
@@ -446,12 +466,13 @@ class OrtPeer:
         # com.microsoft MultiHeadAttention: query [B,Nq,H*d]; key and value
         # [B,H,Nkv,d] (BNSH: taken as they are, no transpose inside); output
         # [B,Nq,H*d]. Its unidirectional flag is top-left when Nq != Nkv
-        # (measured), so lower-right causal is an additive attention_bias.
+        # (measured), so lower-right causal is an additive attention_bias,
+        # and so is a sliding window (it has no window attribute).
         inputs = [helper.make_tensor_value_info("q", f, [B, Nq, H * d]),
                   helper.make_tensor_value_info("k", f, [B, G_in, Nkv, d]),
                   helper.make_tensor_value_info("v", f, [B, G_in, Nkv, d])]
         names = ["q", "k", "v"]
-        if kind == "explicit":
+        if kind in ("explicit", "window"):
             inputs.append(helper.make_tensor_value_info("bias", f, [1, 1, Nq, Nkv]))
             names += ["", "", "bias"]
         node = helper.make_node(
@@ -479,7 +500,7 @@ class OrtPeer:
         # fp16 crosses as bit patterns: the same bits as numpy float16
         npt = np.float16 if req["dtype"] == "fp16" else np.float32
         q, k, v = (a.view(npt) for a in (q, k, v))
-        kind = causal_mask_needed(req)
+        kind = "window" if req.get("window") else causal_mask_needed(req)
         so = ort.SessionOptions()
         so.intra_op_num_threads = req["threads"]
         so.inter_op_num_threads = 1
@@ -490,8 +511,9 @@ class OrtPeer:
                                     providers=["CPUExecutionProvider"])
         feeds = {"q": np.ascontiguousarray(q.transpose(0, 2, 1, 3).reshape(B, Nq, H * d)),
                  "k": np.ascontiguousarray(k), "v": np.ascontiguousarray(v)}
-        if kind == "explicit":
-            allowed = allowed_matrix(Nq, req["seq_kv"])
+        if kind in ("explicit", "window"):
+            allowed = (window_allowed(req) if kind == "window"
+                       else allowed_matrix(Nq, req["seq_kv"]))
             feeds["bias"] = np.where(allowed, 0.0, -np.inf).astype(npt)[None, None]
         inst = {"sess": sess, "values": {}, "shape": (B, Nq, H, d), "fp16": npt is np.float16}
         binding = sess.io_binding()
@@ -511,7 +533,10 @@ class OrtPeer:
             "CPUExecutionProvider IOBinding" % (
                 req["dtype"], req["scale"],
                 {"none": "none", "square": "unidirectional",
-                 "explicit": "additive lower-right attention_bias built at prepare"}[kind],
+                 "explicit": "additive lower-right attention_bias built at prepare",
+                 "window": "additive window attention_bias %d:%d%s built at prepare" % (
+                     req.get("window_left", -1), req.get("window_right", -1),
+                     " (causal)" if req["causal"] else "")}[kind],
                 "K/V heads repeated at prepare" if G != H else "no", req["threads"]))
         return inst
 
@@ -559,10 +584,12 @@ class OpenvinoPeer:
         scale = ops.constant(np.array(req["scale"], np.float32))
         if et != ov.Type.f32:
             scale = ops.convert(scale, et)
-        if kind == "explicit":
-            # its causal flag is top-left (PyTorch's) when Nq != Nkv: a
-            # boolean mask (True = attends) as a constant of the graph
-            mask = ops.constant(allowed_matrix(Nq, Nkv))
+        if kind in ("explicit", "window"):
+            # its causal flag is top-left (PyTorch's) when Nq != Nkv, and
+            # opset13's SDPA has no window: a boolean mask (True = attends)
+            # as a constant of the graph
+            mask = ops.constant(window_allowed(req) if kind == "window"
+                                else allowed_matrix(Nq, Nkv))
             sdpa = ops.scaled_dot_product_attention(q, kk, vv, mask, scale, causal=False)
         else:
             zero = ops.constant(np.array(0.0, np.float32))
@@ -577,7 +604,7 @@ class OpenvinoPeer:
         q, k, v = load_inputs(req, fd)
         bf16 = req["dtype"] == "bf16"
         et = ov.Type.bf16 if bf16 else ov.Type.f32
-        kind = causal_mask_needed(req)
+        kind = "window" if req.get("window") else causal_mask_needed(req)
         config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": req["threads"],
                   "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32"}
         compiled = self.core.compile_model(self.model(req, kind, et), "CPU", config)
@@ -603,7 +630,10 @@ class OpenvinoPeer:
             "INFERENCE_PRECISION_HINT=%s ran=%s" % (
                 req["dtype"], req["scale"],
                 {"none": "none", "square": "flag",
-                 "explicit": "boolean lower-right mask constant"}[kind],
+                 "explicit": "boolean lower-right mask constant",
+                 "window": "boolean window mask constant %d:%d%s" % (
+                     req.get("window_left", -1), req.get("window_right", -1),
+                     " (causal)" if req["causal"] else "")}[kind],
                 "K/V broadcast in the graph" if req["heads"] != req["kv_heads"] else "no",
                 compiled.get_property("INFERENCE_NUM_THREADS"), precision, ",".join(ran)))
         return inst

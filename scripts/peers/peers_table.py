@@ -51,13 +51,25 @@ def load(path):
     return ctx, rows, labels, errs
 
 
+SHAPE_FIELDS = {"B", "H", "KV", "Nq", "Nkv", "d", "causal", "dtype", "kv_dtype"}
+
+
 def shape_text(shape):
-    f = dict(p.split(":", 1) for p in shape.split("/"))
+    # the shape's fields; the variant segments (w4096:0, cap50, sinks, dv128,
+    # ragged16, page16) kept as they are named, in their order
+    f, tags = {}, []
+    for p in shape.split("/"):
+        k, sep, v = p.partition(":")
+        if sep and k in SHAPE_FIELDS:
+            f[k] = v
+        else:
+            tags.append(p)
     kv = f" KV={f['KV']}" if f.get("KV") != f.get("H") else ""
     n = f"N={f['Nq']}" if f.get("Nq") == f.get("Nkv") else f"Nq={f['Nq']} Nkv={f['Nkv']}"
     dt = f" {f['dtype']}" if "dtype" in f else ""
     dt += f" kv={f['kv_dtype']}" if "kv_dtype" in f else ""
     c = " causal" if f.get("causal") == "1" else ""
+    c += "".join(" " + t for t in tags)
     return f"B={f['B']} H={f['H']}{kv} {n} d={f['d']}{c}{dt}"
 
 

@@ -206,6 +206,27 @@ static void test_zentorch(void **state) {
 static void test_ggml(void **state) {
     (void)state;
     check_peer(&peer_ggml);
+    check_windows(&peer_ggml, 0);
+    /* its logit_softcap against the oracle: a cap that saturates (1.5 against
+     * scores up to about 8), one that barely bends them, with a window, GQA */
+    static const struct {
+        shape s;
+        float cap;
+        int64_t left;
+    } caps[] = {{{1, 2, 2, 33, 33, 64, 1}, 1.5f, -1},
+                {{2, 8, 2, 7, 197, 64, 0}, 30.0f, -1},
+                {{1, 4, 2, 64, 64, 80, 1}, 2.0f, 16}};
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+        mha_problem p = problem_of(&caps[i].s, MHA_F32);
+        p.softcap = caps[i].cap;
+        if (caps[i].left >= 0) {
+            p.window = 1;
+            p.window_left = caps[i].left;
+            p.window_right = -1;
+        }
+        assert_true(check_one(&peer_ggml, &p, MHA_F32, MHA_F32, 1200 + (int)i));
+        assert_true(check_one(&peer_ggml, &p, MHA_F32, MHA_F16, 1300 + (int)i));
+    }
     char why[512] = "";
     mha_problem p = problem_of(&SHAPES[1], MHA_F32);
     p.kv_dtype = MHA_F16;
@@ -291,19 +312,18 @@ static void test_takes(void **state) {
     assert_false(peer_zentorch.takes(&p, why, sizeof why));
     assert_false(peer_ggml.takes(&p, why, sizeof why));
     assert_non_null(strstr(why, "f32 queries"));
-    /* the variants: every peer but ggml takes a window (where every row sees
-     * a key), no peer a softcap, sinks, d_v != d or a packed layout */
+    /* the variants: every peer takes a window (where every row sees a key),
+     * ggml alone a softcap, none sinks, d_v != d or a packed layout */
     for (size_t i = 0; i < NPY; i++) {
         p = window_problem(&WINDOWS[0], MHA_F32);
-        why[0] = 0;
-        assert_int_equal(PY[i]->takes(&p, why, sizeof why), PY[i] != &peer_ggml);
-        if (PY[i] == &peer_ggml) assert_non_null(strstr(why, "takes no sliding window"));
+        assert_true(PY[i]->takes(&p, why, sizeof why));
         p = window_problem(&WINDOWS[NWINDOWS - 1], MHA_F32);
         assert_false(PY[i]->takes(&p, why, sizeof why));
         p = problem_of(&SHAPES[1], MHA_F32);
         p.softcap = 30;
-        assert_false(PY[i]->takes(&p, why, sizeof why));
-        assert_non_null(strstr(why, "takes no logit softcap"));
+        why[0] = 0;
+        assert_int_equal(PY[i]->takes(&p, why, sizeof why), PY[i] == &peer_ggml);
+        if (PY[i] != &peer_ggml) assert_non_null(strstr(why, "takes no logit softcap"));
         p.softcap = 0;
         p.sinks = 1;
         assert_false(PY[i]->takes(&p, why, sizeof why));

@@ -88,6 +88,9 @@ static const py_rules RULES_ggml = {
     .kv_under_f32 = MHA_DTYPE_BIT(MHA_F16) | MHA_DTYPE_BIT(MHA_BF16),
     .why_i8 = "int8 KV cache: ggml's q8_0 is another format (blocks of 32 with an fp16 scale "
               "each; ours one float scale per row), so it is not offered as our int8",
+    /* a window as its f16 mask; the softcap as ggml_flash_attn_ext's
+     * logit_softcap (c tanh(s / c) on the scaled score, as mha.h's) */
+    .variants = MHA_KT_WINDOW | MHA_KT_SOFTCAP,
 };
 
 /* One helper per entry of peers_py.inc, in its order, with the interpreter
@@ -210,6 +213,8 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         json_object_object_add(req, ints[i].key, json_object_new_int64(ints[i].val));
     json_object_object_add(req, "scale", json_object_new_double(mha_problem_scale(p)));
+    /* the logit softcap (mha.h; 0 = none), for the peers whose rules take it */
+    json_object_object_add(req, "softcap", json_object_new_double(p->softcap > 0 ? p->softcap : 0));
     json_object_object_add(req, "dtype", json_object_new_string(mha_dtype_name(p->dtype)));
     json_object_object_add(req, "kv_dtype",
                            json_object_new_string(mha_dtype_name(mha_problem_kv_dtype(p))));

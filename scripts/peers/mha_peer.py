@@ -389,7 +389,10 @@ class GgmlPeer:
         if req["dtype"] != "fp32":
             raise ValueError("ggml's flash attention takes f32 queries (asked %s)" % req["dtype"])
         kvt = {"fp32": self.F32, "fp16": self.F16, "bf16": self.BF16}[req["kv_dtype"]]
-        kind = causal_mask_needed(req)
+        kind = "window" if req.get("window") else causal_mask_needed(req)
+        # mha.h's softcap, c tanh(s / c) on the scaled score, is ggml's
+        # logit_softcap (its CPU kernel divides the scale by c, then c tanh)
+        softcap = float(req.get("softcap", 0.0))
         es = 4 if kvt == self.F32 else 2
         data = 4 * (B * H * Nq * d) * 2 + es * 2 * (B * G * Nkv * d) + 2 * Nq * Nkv
         size = data + 8 * self.tensor_overhead() + self.graph_overhead() + (1 << 20)
@@ -406,10 +409,10 @@ class GgmlPeer:
             self.fill(tv, v)
             tm = None
             if kind != "none":
-                allowed = allowed_matrix(Nq, Nkv)
+                allowed = window_allowed(req) if kind == "window" else allowed_matrix(Nq, Nkv)
                 tm = self.new_tensor_4d(ctx, self.F16, Nkv, Nq, 1, 1)
                 self.fill(tm, np.where(allowed, 0.0, -np.inf).astype(np.float16))
-            out = self.flash_attn_ext(ctx, tq, tk, tv, tm, float(req["scale"]), 0.0, 0.0)
+            out = self.flash_attn_ext(ctx, tq, tk, tv, tm, float(req["scale"]), 0.0, softcap)
             graph = self.new_graph(ctx)
             self.build_forward_expand(graph, out)
         except Exception:
@@ -419,11 +422,14 @@ class GgmlPeer:
         self.run(inst)  # the untimed warm-up (the backend sizes its work buffer)
         inst["settings"] = (
             "ggml_flash_attn_ext q=f32 kv=%s [B,H,N,d] as ne=(d,N,H,B) scale=%.9g causal=%s "
-            "gqa=%s CPU backend ggml_backend_cpu_set_n_threads(%d) ggml_backend_graph_compute "
+            "logit_softcap=%.9g gqa=%s CPU backend ggml_backend_cpu_set_n_threads(%d) ggml_backend_graph_compute "
             "out=f32 [B,Nq,H,d] (transposed after the run, untimed)" % (
                 req["kv_dtype"].replace("fp", "f"), req["scale"],
                 {"none": "none", "square": "f16 additive mask",
-                 "explicit": "f16 additive lower-right mask"}[kind],
+                 "explicit": "f16 additive lower-right mask",
+                 "window": "f16 additive window mask %d:%d%s" % (
+                     req.get("window_left", -1), req.get("window_right", -1),
+                     " (causal)" if req["causal"] else "")}[kind], softcap,
                 "broadcast (fewer K/V heads)" if G != H else "no", req["threads"]))
         return inst
 

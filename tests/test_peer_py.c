@@ -164,6 +164,24 @@ static void check_peer(const peer_ops *peer) {
             (void)check_one(peer, &probs[i], MHA_F32, dts[t], index++);
 }
 
+/* V of its own head dim (d_v != d), against the oracle: narrower, wider, and
+ * DeepSeek's MLA-shaped 192 / 128 with GQA, causal and cross; fp32 and, where
+ * the peer takes it, bf16. */
+static void check_head_dim_v(const peer_ops *peer, int bf16) {
+    static const struct {
+        shape s;
+        int64_t dv;
+    } cases[] = {{{1, 2, 2, 33, 33, 64, 1}, 32},
+                 {{2, 4, 2, 7, 197, 64, 0}, 80},
+                 {{1, 8, 2, 64, 64, 192, 1}, 128}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mha_problem p = problem_of(&cases[i].s, MHA_F32);
+        p.head_dim_v = cases[i].dv;
+        assert_true(check_one(peer, &p, MHA_F32, MHA_F32, 1400 + (int)i));
+        assert_int_equal(check_one(peer, &p, MHA_BF16, MHA_BF16, 1500 + (int)i), bf16);
+    }
+}
+
 /* The windows, against the oracle (a mask that ignored one fails here), in
  * fp32 and, where the peer takes bf16, bf16. */
 static void check_windows(const peer_ops *peer, int bf16) {
@@ -178,6 +196,7 @@ static void test_torch(void **state) {
     (void)state;
     check_peer(&peer_torch);
     check_windows(&peer_torch, 1);
+    check_head_dim_v(&peer_torch, 1);
 }
 static void test_onnxruntime(void **state) {
     (void)state;
@@ -207,6 +226,7 @@ static void test_ggml(void **state) {
     (void)state;
     check_peer(&peer_ggml);
     check_windows(&peer_ggml, 0);
+    check_head_dim_v(&peer_ggml, 0);
     /* its logit_softcap against the oracle: a cap that saturates (1.5 against
      * scores up to about 8), one that barely bends them, with a window, GQA */
     static const struct {
@@ -330,8 +350,10 @@ static void test_takes(void **state) {
         assert_non_null(strstr(why, "takes no attention sinks"));
         p.sinks = 0;
         p.head_dim_v = 32;
-        assert_false(PY[i]->takes(&p, why, sizeof why));
-        assert_non_null(strstr(why, "head_dim_v"));
+        why[0] = 0;
+        assert_int_equal(PY[i]->takes(&p, why, sizeof why),
+                         PY[i] == &peer_torch || PY[i] == &peer_ggml);
+        if (PY[i] != &peer_torch && PY[i] != &peer_ggml) assert_non_null(strstr(why, "head_dim_v"));
     }
     p = window_problem(&WINDOWS[NWINDOWS - 1], MHA_F32);
     assert_false(peer_torch.takes(&p, why, sizeof why));

@@ -42,20 +42,21 @@ int peer_oracle_make(const mha_problem *p, const void *q, const void *k, const v
     memset(o, 0, sizeof *o);
     o->p = *p;
     const mha_dtype qt = p->dtype, kt = mha_problem_kv_dtype(p);
-    const int64_t G = p->heads / p->kv_heads, d = p->head_dim;
+    /* d: Q's and K's head dim; dv: V's and O's (mha.h's head_dim_v) */
+    const int64_t G = p->heads / p->kv_heads, d = p->head_dim, dv = mha_problem_head_dim_v(p);
     const size_t qrows = (size_t)p->seq_q, krows = (size_t)p->seq_kv;
-    float *row = malloc((size_t)d * sizeof *row);
+    float *row = malloc((size_t)(d > dv ? d : dv) * sizeof *row);
     if (!row) return 0;
     if (mha_problem_flops(p) * 2.0 <= PEER_CHECK_ALL_FLOPS) {
         o->ngroups = 0;
-        o->ref = malloc((size_t)(p->batch * p->heads) * qrows * (size_t)d * sizeof *o->ref);
+        o->ref = malloc((size_t)(p->batch * p->heads) * qrows * (size_t)dv * sizeof *o->ref);
         const mha_tensor qv = mha_view_typed(q, qt, NULL, p->heads, p->seq_q, d);
         const mha_tensor kv = mha_view_typed(k, kt, NULL, p->kv_heads, p->seq_kv, d);
-        const mha_tensor vv = mha_view_typed(v, kt, NULL, p->kv_heads, p->seq_kv, d);
+        const mha_tensor vv = mha_view_typed(v, kt, NULL, p->kv_heads, p->seq_kv, dv);
         if (!o->ref || mha_reference(p, &qv, &kv, &vv, o->ref) != MHA_OK) goto fail;
         const size_t nq = (size_t)(p->batch * p->heads) * qrows,
                      nk = (size_t)(p->batch * p->kv_heads) * krows;
-        o->mag = max_abs(v, kt, nk, d, row);
+        o->mag = max_abs(v, kt, nk, dv, row);
         o->smax = (double)mha_problem_scale(p) * max_row_norm(q, qt, nq, d, row) *
                   max_row_norm(k, kt, nk, d, row);
         free(row);
@@ -65,7 +66,7 @@ int peer_oracle_make(const mha_problem *p, const void *q, const void *k, const v
     o->batch[0] = 0, o->group[0] = 0;
     o->batch[1] = p->batch - 1, o->group[1] = p->kv_heads - 1;
     if (o->batch[1] == 0 && o->group[1] == 0) o->ngroups = 1;
-    const size_t per = (size_t)G * qrows * (size_t)d;
+    const size_t per = (size_t)G * qrows * (size_t)dv;
     o->ref = malloc((size_t)o->ngroups * per * sizeof *o->ref);
     if (!o->ref) goto fail;
     double qn = 0, kn = 0;
@@ -73,12 +74,13 @@ int peer_oracle_make(const mha_problem *p, const void *q, const void *k, const v
         mha_problem sp = *p;
         sp.batch = 1, sp.heads = G, sp.kv_heads = 1;
         const size_t qoff = ((size_t)(o->batch[i] * p->heads + o->group[i] * G)) * qrows * d;
-        const size_t koff = ((size_t)(o->batch[i] * p->kv_heads + o->group[i])) * krows * d;
+        const size_t kvi = (size_t)(o->batch[i] * p->kv_heads + o->group[i]);
+        const size_t koff = kvi * krows * d, voff = kvi * krows * dv;
         const mha_tensor qv = mha_view_typed(at(q, qt, qoff), qt, NULL, G, p->seq_q, d);
         const mha_tensor kv = mha_view_typed(at(k, kt, koff), kt, NULL, 1, p->seq_kv, d);
-        const mha_tensor vv = mha_view_typed(at(v, kt, koff), kt, NULL, 1, p->seq_kv, d);
+        const mha_tensor vv = mha_view_typed(at(v, kt, voff), kt, NULL, 1, p->seq_kv, dv);
         if (mha_reference(&sp, &qv, &kv, &vv, o->ref + (size_t)i * per) != MHA_OK) goto fail;
-        const double m = max_abs(at(v, kt, koff), kt, krows, d, row);
+        const double m = max_abs(at(v, kt, voff), kt, krows, dv, row);
         const double a = max_row_norm(at(q, qt, qoff), qt, (size_t)G * qrows, d, row);
         const double b = max_row_norm(at(k, kt, koff), kt, krows, d, row);
         o->mag = m > o->mag ? m : o->mag;
@@ -102,7 +104,8 @@ void peer_oracle_free(peer_oracle *o) {
 int peer_check(const peer_ops *peer, peer_inst *pi, const peer_oracle *o, peer_check_result *r) {
     memset(r, 0, sizeof *r);
     const mha_problem *p = &o->p;
-    const size_t n = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim);
+    const int64_t d = mha_problem_head_dim_v(p); /* the output's head dim: V's */
+    const size_t n = (size_t)(p->batch * p->heads * p->seq_q * d);
     void *out = malloc(n * mha_dtype_size(p->dtype));
     float *f = malloc(n * sizeof *f);
     double secs;
@@ -122,7 +125,7 @@ int peer_check(const peer_ops *peer, peer_inst *pi, const peer_oracle *o, peer_c
     free(out);
     double tol_abs, tol_rel;
     check_tolerance(p, o->mag, o->smax, &tol_abs, &tol_rel);
-    const int64_t G = p->heads / p->kv_heads, d = p->head_dim;
+    const int64_t G = p->heads / p->kv_heads;
     const size_t rows = (size_t)p->seq_q * (size_t)d;
     const int ng = o->ngroups ? o->ngroups : 1;
     int ok = 1;

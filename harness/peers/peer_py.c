@@ -34,7 +34,7 @@ static const py_rules RULES_torch = {
     .name = "torch",
     .label = "PyTorch",
     .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16),
-    .variants = MHA_KT_WINDOW,
+    .variants = MHA_KT_WINDOW | MHA_KT_HEAD_DIM_V, /* SDPA takes V of its own head dim */
 };
 /* ONNX Runtime's MultiHeadAttention and OpenVINO's opset13 SDPA have no
  * window either: theirs is an additive attention_bias / a boolean mask
@@ -90,7 +90,7 @@ static const py_rules RULES_ggml = {
               "each; ours one float scale per row), so it is not offered as our int8",
     /* a window as its f16 mask; the softcap as ggml_flash_attn_ext's
      * logit_softcap (c tanh(s / c) on the scaled score, as mha.h's) */
-    .variants = MHA_KT_WINDOW | MHA_KT_SOFTCAP,
+    .variants = MHA_KT_WINDOW | MHA_KT_SOFTCAP | MHA_KT_HEAD_DIM_V, /* V's ne0 its own */
 };
 
 /* One helper per entry of peers_py.inc, in its order, with the interpreter
@@ -184,9 +184,12 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
     const size_t kes = mha_dtype_size(mha_problem_kv_dtype(p));
     const size_t qb = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim) * es;
     const size_t kb = (size_t)(p->batch * p->kv_heads * p->seq_kv * p->head_dim) * kes;
-    const size_t total = qb + 2 * kb;
+    const int64_t dv = mha_problem_head_dim_v(p); /* V's and O's head dim */
+    const size_t vb = (size_t)(p->batch * p->kv_heads * p->seq_kv * dv) * kes;
+    const size_t ob = (size_t)(p->batch * p->heads * p->seq_q * dv) * es;
+    const size_t total = qb + kb + vb;
     if (py_shm_size(h, total, why, len) != 0 || py_shm_put(h, q, qb, 0, why, len) != 0 ||
-        py_shm_put(h, k, kb, qb, why, len) != 0 || py_shm_put(h, v, kb, qb + kb, why, len) != 0) {
+        py_shm_put(h, k, kb, qb, why, len) != 0 || py_shm_put(h, v, vb, qb + kb, why, len) != 0) {
         py_shm_empty(h);
         return NULL;
     }
@@ -200,6 +203,7 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
                 {"seq_q", p->seq_q},
                 {"seq_kv", p->seq_kv},
                 {"head_dim", p->head_dim},
+                {"head_dim_v", dv},
                 {"causal", p->causal ? 1 : 0},
                 /* the window (mha.h; -1 unbounded), sent only when there is one */
                 {"window", p->window ? 1 : 0},
@@ -233,7 +237,7 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
     pi->h = h;
     pi->gen = h->gen;
     pi->id = r.id;
-    pi->out_bytes = qb;
+    pi->out_bytes = ob;
     pi->flops = mha_problem_flops(p);
     pi->max_rate = peer_max_rate(p->dtype, threads);
     return pi;

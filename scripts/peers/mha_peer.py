@@ -24,15 +24,16 @@ Protocol (also written out at the top of harness/peers/peer_py_helper.c):
                                      imports the library (an import error is
                                      the error)
       {"op": "prepare", "batch", "heads", "kv_heads", "seq_q", "seq_kv",
-       "head_dim", "causal" (0/1, bottom-right aligned), "window" (0/1),
-       "window_left", "window_right" (-1 unbounded; mha.h's sliding window,
-       bottom-right aligned: only peers whose C rules take a window are sent
-       one, torch), "scale" (resolved,
-       never 0), "dtype" ("fp32", "bf16", "fp16"), "kv_dtype" (K and V's:
+       "head_dim", "head_dim_v" (V's and O's), "causal" (0/1, bottom-right
+       aligned), "window" (0/1), "window_left", "window_right" (-1
+       unbounded; mha.h's sliding window, bottom-right aligned: only peers
+       whose C rules take a window are sent one), "scale" (resolved,
+       never 0), "softcap" (0 = none; only ggml is sent one), "dtype" ("fp32", "bf16", "fp16"), "kv_dtype" (K and V's:
        the dtype, or fp16/bf16 under fp32 queries where a peer takes it),
        "threads",
        "shm_bytes", "q", "k", "v" (byte offsets into the memfd; contiguous
-       [B,H,N,d] / [B,KV,N,d], 16-bit types as their bit patterns)}
+       [B,H,N,d] / [B,KV,N,d] / [B,KV,N,d_v], 16-bit types as their bit
+       patterns)}
                                   -> {"id": n, "settings": "..."}; copies the
                                      inputs into the peer's own tensors in the
                                      layout it prefers, builds its graph or
@@ -77,24 +78,26 @@ def shm_write(fd, size, offset, data):
 
 
 def load_inputs(req, fd):
-    """q, k, v as numpy arrays [B,H,N,d] / [B,KV,N,d]: float32, or uint16 bit
-    patterns for bf16 / fp16."""
+    """q, k, v as numpy arrays [B,H,N,d] / [B,KV,N,d] / [B,KV,N,d_v]: float32,
+    or uint16 bit patterns for bf16 / fp16."""
     B, H, G = req["batch"], req["heads"], req["kv_heads"]
     Nq, Nkv, d = req["seq_q"], req["seq_kv"], req["head_dim"]
+    dv = req.get("head_dim_v", d)
     npt = np.float32 if req["dtype"] == "fp32" else np.uint16
     kvt = np.float32 if req.get("kv_dtype", req["dtype"]) == "fp32" else np.uint16
     size = req["shm_bytes"]
     # the C side packs q, k, v back to back: a layout that disagrees with the
     # dtypes (a K/V element size taken from the queries') is an error here,
     # not a silent read of the wrong bytes
-    qn, kn = B * H * Nq * d, B * G * Nkv * d
+    qn, kn, vn = B * H * Nq * d, B * G * Nkv * d, B * G * Nkv * dv
     qb, kb = qn * np.dtype(npt).itemsize, kn * np.dtype(kvt).itemsize
-    if (req["k"] - req["q"], req["v"] - req["k"], size - req["v"]) != (qb, kb, kb):
+    vb = vn * np.dtype(kvt).itemsize
+    if (req["k"] - req["q"], req["v"] - req["k"], size - req["v"]) != (qb, kb, vb):
         raise ValueError("shared region: q at %d, k at %d, v at %d of %d bytes, but q is %d "
-                         "bytes and k, v %d each" % (req["q"], req["k"], req["v"], size, qb, kb))
-    q = shm_read(fd, size, req["q"], B * H * Nq * d, npt).reshape(B, H, Nq, d)
-    k = shm_read(fd, size, req["k"], B * G * Nkv * d, kvt).reshape(B, G, Nkv, d)
-    v = shm_read(fd, size, req["v"], B * G * Nkv * d, kvt).reshape(B, G, Nkv, d)
+                         "bytes, k %d and v %d" % (req["q"], req["k"], req["v"], size, qb, kb, vb))
+    q = shm_read(fd, size, req["q"], qn, npt).reshape(B, H, Nq, d)
+    k = shm_read(fd, size, req["k"], kn, kvt).reshape(B, G, Nkv, d)
+    v = shm_read(fd, size, req["v"], vn, kvt).reshape(B, G, Nkv, dv)
     return q, k, v
 
 
@@ -393,17 +396,18 @@ class GgmlPeer:
         # mha.h's softcap, c tanh(s / c) on the scaled score, is ggml's
         # logit_softcap (its CPU kernel divides the scale by c, then c tanh)
         softcap = float(req.get("softcap", 0.0))
+        dv = req.get("head_dim_v", d)  # V's own ne0 (DeepSeek's MLA: 192 / 128)
         es = 4 if kvt == self.F32 else 2
-        data = 4 * (B * H * Nq * d) * 2 + es * 2 * (B * G * Nkv * d) + 2 * Nq * Nkv
+        data = 4 * B * H * Nq * (d + dv) + es * B * G * Nkv * (d + dv) + 2 * Nq * Nkv
         size = data + 8 * self.tensor_overhead() + self.graph_overhead() + (1 << 20)
         ctx = self.ggml_init(self.InitParams(size, None, False))
         if not ctx:
             raise MemoryError("ggml_init of %d bytes failed" % size)
-        inst = {"ctx": ctx, "threads": req["threads"], "shape": (B, Nq, H, d)}
+        inst = {"ctx": ctx, "threads": req["threads"], "shape": (B, Nq, H, dv)}
         try:
             tq = self.new_tensor_4d(ctx, self.F32, d, Nq, H, B)
             tk = self.new_tensor_4d(ctx, kvt, d, Nkv, G, B)
-            tv = self.new_tensor_4d(ctx, kvt, d, Nkv, G, B)
+            tv = self.new_tensor_4d(ctx, kvt, dv, Nkv, G, B)
             self.fill(tq, q)
             self.fill(tk, k)  # fp16/bf16 cross as their bit patterns: ggml's own
             self.fill(tv, v)

@@ -28,7 +28,8 @@ Protocol (also written out at the top of harness/peers/peer_py_helper.c):
        aligned), "window" (0/1), "window_left", "window_right" (-1
        unbounded; mha.h's sliding window, bottom-right aligned: only peers
        whose C rules take a window are sent one), "scale" (resolved,
-       never 0), "softcap" (0 = none; only ggml is sent one), "dtype" ("fp32", "bf16", "fp16"), "kv_dtype" (K and V's:
+       never 0), "softcap" (0 = none; only ggml's rules take one), "dtype"
+       ("fp32", "bf16", "fp16"), "kv_dtype" (K and V's:
        the dtype, or fp16/bf16 under fp32 queries where a peer takes it),
        "threads",
        "shm_bytes", "q", "k", "v" (byte offsets into the memfd; contiguous
@@ -137,6 +138,27 @@ def window_allowed(req):
     return ok
 
 
+def mask_kind(req):
+    """causal_mask_needed's kind, or "window" when the request has a sliding
+    window: no peer's flag is mha.h's bottom-right window, so it is a mask
+    (zentorch's own window sizes aside, where Nq == Nkv)."""
+    return "window" if req.get("window") else causal_mask_needed(req)
+
+
+def allowed_of(req, kind):
+    """The [Nq, Nkv] bool matrix (True = attends) of an "explicit" or
+    "window" kind."""
+    if kind == "window":
+        return window_allowed(req)
+    return allowed_matrix(req["seq_q"], req["seq_kv"])
+
+
+def window_text(req):
+    """The request's window for a settings string: L:R, and (causal)."""
+    return "%d:%d%s" % (req.get("window_left", -1), req.get("window_right", -1),
+                        " (causal)" if req["causal"] else "")
+
+
 # ---- torch ------------------------------------------------------------------
 class TorchPeer:
     def __init__(self):
@@ -172,27 +194,21 @@ class TorchPeer:
         inst = {"threads": threads, "scale": float(req["scale"]), "dtype": req["dtype"]}
         with torch.inference_mode():
             inst["q"], inst["k"], inst["v"] = tensor(q), tensor(k), tensor(v)
-            kind = causal_mask_needed(req)
-            if req.get("window"):
-                kind = "window"  # SDPA has no window argument: an explicit mask
+            kind = mask_kind(req)  # SDPA has no window argument: an explicit mask
             inst["is_causal"] = kind == "square"
             inst["mask"] = None
             if kind in ("explicit", "window"):
                 # torch's is_causal is top-left for Nq != Nkv; an additive mask
                 # of the query dtype (what the fused CPU kernel takes without a
                 # per-call conversion), built here, untimed.
-                allowed = torch.from_numpy(
-                    window_allowed(req) if kind == "window"
-                    else allowed_matrix(req["seq_q"], req["seq_kv"]))
+                allowed = torch.from_numpy(allowed_of(req, kind))
                 inst["mask"] = torch.zeros(allowed.shape, dtype=tdt).masked_fill(
                     ~allowed, float("-inf"))
         inst["gqa"] = req["heads"] != req["kv_heads"]
         self.run(inst)  # the untimed warm-up
         mask = {"none": "none", "square": "is_causal",
                 "explicit": "additive lower-right mask built at prepare",
-                "window": "additive window mask %d:%d%s built at prepare" % (
-                    req.get("window_left", -1), req.get("window_right", -1),
-                    " (causal)" if req["causal"] else "")}[kind]
+                "window": "additive window mask %s built at prepare" % window_text(req)}[kind]
         inst["settings"] = (
             "torch.set_num_threads(%d) inference_mode F.scaled_dot_product_attention "
             "dtype=%s [B,H,N,d] scale=%.9g causal=%s gqa=%s" % (
@@ -270,9 +286,8 @@ class ZentorchPeer(TorchPeer):
             masking = "left_window_size=%d right_window_size=%d%s" % (
                 inst["window"][0], inst["window"][1], " is_causal" if inst["is_causal"] else "")
         elif inst["mask"] is not None:
-            masking = ("additive window mask %d:%d built at prepare" % (
-                req["window_left"], req["window_right"]) if req.get("window")
-                else "additive lower-right mask built at prepare")
+            masking = ("additive window mask %s built at prepare" % window_text(req)
+                       if req.get("window") else "additive lower-right mask built at prepare")
         else:
             masking = "is_causal" if inst["is_causal"] else "none"
         inst["settings"] = (
@@ -392,7 +407,7 @@ class GgmlPeer:
         if req["dtype"] != "fp32":
             raise ValueError("ggml's flash attention takes f32 queries (asked %s)" % req["dtype"])
         kvt = {"fp32": self.F32, "fp16": self.F16, "bf16": self.BF16}[req["kv_dtype"]]
-        kind = "window" if req.get("window") else causal_mask_needed(req)
+        kind = mask_kind(req)
         # mha.h's softcap, c tanh(s / c) on the scaled score, is ggml's
         # logit_softcap (its CPU kernel divides the scale by c, then c tanh)
         softcap = float(req.get("softcap", 0.0))
@@ -413,7 +428,7 @@ class GgmlPeer:
             self.fill(tv, v)
             tm = None
             if kind != "none":
-                allowed = window_allowed(req) if kind == "window" else allowed_matrix(Nq, Nkv)
+                allowed = allowed_of(req, kind)
                 tm = self.new_tensor_4d(ctx, self.F16, Nkv, Nq, 1, 1)
                 self.fill(tm, np.where(allowed, 0.0, -np.inf).astype(np.float16))
             out = self.flash_attn_ext(ctx, tq, tk, tv, tm, float(req["scale"]), 0.0, softcap)
@@ -426,14 +441,12 @@ class GgmlPeer:
         self.run(inst)  # the untimed warm-up (the backend sizes its work buffer)
         inst["settings"] = (
             "ggml_flash_attn_ext q=f32 kv=%s [B,H,N,d] as ne=(d,N,H,B) scale=%.9g causal=%s "
-            "logit_softcap=%.9g gqa=%s CPU backend ggml_backend_cpu_set_n_threads(%d) ggml_backend_graph_compute "
-            "out=f32 [B,Nq,H,d] (transposed after the run, untimed)" % (
+            "logit_softcap=%.9g gqa=%s CPU backend ggml_backend_cpu_set_n_threads(%d) "
+            "ggml_backend_graph_compute out=f32 [B,Nq,H,d] (transposed after the run, untimed)" % (
                 req["kv_dtype"].replace("fp", "f"), req["scale"],
                 {"none": "none", "square": "f16 additive mask",
                  "explicit": "f16 additive lower-right mask",
-                 "window": "f16 additive window mask %d:%d%s" % (
-                     req.get("window_left", -1), req.get("window_right", -1),
-                     " (causal)" if req["causal"] else "")}[kind], softcap,
+                 "window": "f16 additive window mask " + window_text(req)}[kind], softcap,
                 "broadcast (fewer K/V heads)" if G != H else "no", req["threads"]))
         return inst
 
@@ -510,7 +523,7 @@ class OrtPeer:
         # fp16 crosses as bit patterns: the same bits as numpy float16
         npt = np.float16 if req["dtype"] == "fp16" else np.float32
         q, k, v = (a.view(npt) for a in (q, k, v))
-        kind = "window" if req.get("window") else causal_mask_needed(req)
+        kind = mask_kind(req)
         so = ort.SessionOptions()
         so.intra_op_num_threads = req["threads"]
         so.inter_op_num_threads = 1
@@ -522,8 +535,7 @@ class OrtPeer:
         feeds = {"q": np.ascontiguousarray(q.transpose(0, 2, 1, 3).reshape(B, Nq, H * d)),
                  "k": np.ascontiguousarray(k), "v": np.ascontiguousarray(v)}
         if kind in ("explicit", "window"):
-            allowed = (window_allowed(req) if kind == "window"
-                       else allowed_matrix(Nq, req["seq_kv"]))
+            allowed = allowed_of(req, kind)
             feeds["bias"] = np.where(allowed, 0.0, -np.inf).astype(npt)[None, None]
         inst = {"sess": sess, "values": {}, "shape": (B, Nq, H, d), "fp16": npt is np.float16}
         binding = sess.io_binding()
@@ -544,9 +556,8 @@ class OrtPeer:
                 req["dtype"], req["scale"],
                 {"none": "none", "square": "unidirectional",
                  "explicit": "additive lower-right attention_bias built at prepare",
-                 "window": "additive window attention_bias %d:%d%s built at prepare" % (
-                     req.get("window_left", -1), req.get("window_right", -1),
-                     " (causal)" if req["causal"] else "")}[kind],
+                 "window": "additive window attention_bias %s built at prepare"
+                 % window_text(req)}[kind],
                 "K/V heads repeated at prepare" if G != H else "no", req["threads"]))
         return inst
 
@@ -598,8 +609,7 @@ class OpenvinoPeer:
             # its causal flag is top-left (PyTorch's) when Nq != Nkv, and
             # opset13's SDPA has no window: a boolean mask (True = attends)
             # as a constant of the graph
-            mask = ops.constant(window_allowed(req) if kind == "window"
-                                else allowed_matrix(Nq, Nkv))
+            mask = ops.constant(allowed_of(req, kind))
             sdpa = ops.scaled_dot_product_attention(q, kk, vv, mask, scale, causal=False)
         else:
             zero = ops.constant(np.array(0.0, np.float32))
@@ -614,7 +624,7 @@ class OpenvinoPeer:
         q, k, v = load_inputs(req, fd)
         bf16 = req["dtype"] == "bf16"
         et = ov.Type.bf16 if bf16 else ov.Type.f32
-        kind = "window" if req.get("window") else causal_mask_needed(req)
+        kind = mask_kind(req)
         config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": req["threads"],
                   "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32"}
         compiled = self.core.compile_model(self.model(req, kind, et), "CPU", config)
@@ -641,9 +651,7 @@ class OpenvinoPeer:
                 req["dtype"], req["scale"],
                 {"none": "none", "square": "flag",
                  "explicit": "boolean lower-right mask constant",
-                 "window": "boolean window mask constant %d:%d%s" % (
-                     req.get("window_left", -1), req.get("window_right", -1),
-                     " (causal)" if req["causal"] else "")}[kind],
+                 "window": "boolean window mask constant " + window_text(req)}[kind],
                 "K/V broadcast in the graph" if req["heads"] != req["kv_heads"] else "no",
                 compiled.get_property("INFERENCE_NUM_THREADS"), precision, ",".join(ran)))
         return inst

@@ -244,7 +244,8 @@ static inline __attribute__((always_inline)) void dots_x4(const int t, const int
 static inline __attribute__((always_inline)) void
 scores_block(const int t, int R, const float *const *qrow, const int64_t *end, const void *kh,
              int64_t skn, const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0,
-             int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s) {
+             int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s,
+             mha_span_pf *spf) {
     const int64_t rb = d * esize(t); /* bytes of a stored row */
     int64_t j = 0;
     /* int8: 4 keys at a time (dots_x4); it was 25% faster here, while bf16 and
@@ -253,6 +254,7 @@ scores_block(const int t, int R, const float *const *qrow, const int64_t *end, c
     for (; t == MHA_I8 && j + 4 <= bk; j += 4) {
         const void *kr[4];
         for (int u = 0; u < 4; u++) {
+            mha_span_pf_step(spf);
             kr[u] = elem(t, kh, (j0 + j + u) * skn);
             if (j0 + j + u + pf < kend) {
                 prefetch_row(elem(t, kr[u], pf * skn), rb);
@@ -279,6 +281,7 @@ scores_block(const int t, int R, const float *const *qrow, const int64_t *end, c
         }
     }
     for (; j < bk; j++) { /* one key at a time (int8: the block's last keys) */
+        mha_span_pf_step(spf);
         const void *krow = elem(t, kh, (j0 + j) * skn);
         if (j0 + j + pf < kend) {
             prefetch_row(elem(t, krow, pf * skn), rb);
@@ -307,11 +310,12 @@ scores_block(const int t, int R, const float *const *qrow, const int64_t *end, c
 static inline __attribute__((always_inline)) void
 scores1_reg(const int t, const int NV, const float *qrow, int tail, int64_t end, const void *kh,
             int64_t skn, const float *ks, int64_t kss, int64_t j0, int64_t bk, float qscale,
-            float *s) {
+            float *s, mha_span_pf *spf) {
     vf qv[8];
     for (int v = 0; v < NV; v++)
         qv[v] = v == NV - 1 && tail < VW ? vloadu_n(qrow + v * VW, tail) : vloadu(qrow + v * VW);
     for (int64_t j = 0; j < bk; j++) {
+        mha_span_pf_step(spf);
         const void *krow = elem(t, kh, (j0 + j) * skn);
         vf a0 = vzero(), a1 = vzero();
         for (int v = 0; v < NV; v++) {
@@ -330,7 +334,7 @@ scores1_reg(const int t, const int NV, const float *qrow, int tail, int64_t end,
 static inline __attribute__((always_inline)) void
 scores_block1(const int t, const float *qrow, int64_t end, const void *kh, int64_t skn,
               const float *ks, int64_t kss, int64_t j0, int64_t bk, int64_t kend, int64_t pf,
-              int64_t d, float qscale, float *s) {
+              int64_t d, float qscale, float *s, mha_span_pf *spf) {
     const int64_t rb = d * esize(t);
     if (d <= 8 * VW) { /* q in registers: the common head dims */
         const int64_t nv = (d + VW - 1) / VW;
@@ -338,13 +342,14 @@ scores_block1(const int t, const float *qrow, int64_t end, const void *kh, int64
         switch (nv) {
         // clang-format off
         default: break;
-#define S1_CASE(n) case n: scores1_reg(t, n, qrow, tail, end, kh, skn, ks, kss, j0, bk, qscale, s); return;
+#define S1_CASE(n) case n: scores1_reg(t, n, qrow, tail, end, kh, skn, ks, kss, j0, bk, qscale, s, spf); return;
         S1_CASE(1) S1_CASE(2) S1_CASE(3) S1_CASE(4) S1_CASE(5) S1_CASE(6) S1_CASE(7) S1_CASE(8)
 #undef S1_CASE
             // clang-format on
         }
     }
     for (int64_t j = 0; j < bk; j++) {
+        mha_span_pf_step(spf);
         const void *krow = elem(t, kh, (j0 + j) * skn);
         if (pf > 0 && j0 + j + pf < kend) prefetch_row_l2(elem(t, krow, pf * skn), rb);
         const float sc = t == MHA_I8 ? qscale * ks[(j0 + j) * kss] : qscale;
@@ -538,10 +543,11 @@ pv_rows(const int t, int R, int init, const float *alpha, const float *p, const 
 typedef struct {
     void (*scores)(int R, const float *const *qrow, const int64_t *end, const void *kh, int64_t skn,
                    const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0,
-                   int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s);
+                   int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s,
+                   mha_span_pf *spf);
     void (*scores1)(const float *qrow, int64_t end, const void *kh, int64_t skn, const float *ks,
                     int64_t kss, int64_t j0, int64_t bk, int64_t kend, int64_t pf, int64_t d,
-                    float qscale, float *s);
+                    float qscale, float *s, mha_span_pf *spf);
     void (*pv1)(int init, float alpha, const float *p, const void *vh, int64_t svn, int64_t j0,
                 int64_t bk, int64_t kend, int64_t pf, int64_t d, float *o);
     void (*pvn)(int R, int init, const float *alpha, const float *p, const void *vh, int64_t svn,
@@ -552,13 +558,15 @@ typedef struct {
     static __attribute__((noinline)) void scores_##name(                                           \
         int R, const float *const *qrow, const int64_t *end, const void *kh, int64_t skn,          \
         const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0, int64_t bk,         \
-        int64_t kend, int64_t pf, int64_t d, float qscale, float *s) {                             \
-        scores_block(T, R, qrow, end, kh, skn, ks, kss, vh, svn, j0, bk, kend, pf, d, qscale, s);  \
+        int64_t kend, int64_t pf, int64_t d, float qscale, float *s, mha_span_pf *spf) {           \
+        scores_block(T, R, qrow, end, kh, skn, ks, kss, vh, svn, j0, bk, kend, pf, d, qscale, s,   \
+                     spf);                                                                         \
     }                                                                                              \
     static __attribute__((noinline)) void scores1_##name(                                          \
         const float *qrow, int64_t end, const void *kh, int64_t skn, const float *ks, int64_t kss, \
-        int64_t j0, int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s) {     \
-        scores_block1(T, qrow, end, kh, skn, ks, kss, j0, bk, kend, pf, d, qscale, s);             \
+        int64_t j0, int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s,       \
+        mha_span_pf *spf) {                                                                        \
+        scores_block1(T, qrow, end, kh, skn, ks, kss, j0, bk, kend, pf, d, qscale, s, spf);        \
     }                                                                                              \
     static __attribute__((noinline)) void pv1_##name(                                              \
         int init, float alpha, const float *p, const void *vh, int64_t svn, int64_t j0,            \
@@ -590,7 +598,7 @@ static const dec_fn_set dec_fns[MHA_DTYPE_COUNT] = {
  * rows of dp floats) takes the Q rows widened to fp32 when Q is not fp32. */
 static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, int64_t k0,
                      int64_t k1, float *s, float *o, int64_t dvp, float *m, float *l, float *qw,
-                     int fresh) {
+                     int fresh, mha_span_pf *spf) {
     const mha_problem *p = x->p;
     const int64_t d = p->head_dim, dv = mha_dv(p), Nq = p->seq_q, dp = (d + 15) / 16 * 16;
     const mha_tensor *q = x->q, *k = x->k, *v = x->v;
@@ -651,10 +659,10 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
                               st.pf_end + dist < kend ? st.pf_end + dist : kend, R > 1);
             if (R == 1)
                 F->scores1(qrow[0], end[0], st.kh, k->stride_n, st.ks, kss, js, n, st.pf_end, pf1,
-                           d, x->qscale, s + (js - j0));
+                           d, x->qscale, s + (js - j0), spf);
             else
                 F->scores(R, qrow, end, st.kh, k->stride_n, st.ks, kss, st.vh, v->stride_n, js, n,
-                          st.pf_end, pf, d, x->qscale, s + (js - j0));
+                          st.pf_end, pf, d, x->qscale, s + (js - j0), spf);
         }
         if (cap > 0 || p->window) /* the cap before the mask; a window's left edge */
             for (int r = 0; r < R; r++) {
@@ -851,14 +859,22 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                 int64_t k0 = split * P.chunk, k1 = k0 + P.chunk;
                 k0 = k0 < nkv ? k0 : nkv;
                 k1 = k1 < nkv ? k1 : nkv;
+                mha_span_pf pf;
                 for (int64_t c0 = k0;;) { /* at least once: a chunk without keys starts zeros */
                     const int64_t c1 = c0 + span < k1 ? c0 + span : k1;
+                    /* the next span's lines, spread over this one's score steps (a
+                     * key each; P.V runs in k_gemm for fp32). Zen 4 VM, 16
+                     * sequences of 8,192 keys, H 32, G 8, d 128, fp32 pages of 16 /
+                     * 128 against the dense cache: 0.45-0.53x without, 0.90-1.07x */
+                    mha_span_pf *spf = mha_span_pf_init(
+                        &pf, xs->k, xs->v, xs->p->head_dim, d, xs->blocks, xs->bs, b, G, c1,
+                        c1 + span < k1 ? c1 + span : k1, G * nrcs * (c1 - c0));
                     for (int64_t g = 0; g < G; g++)
                         for (int64_t rc = 0; rc < nrcs; rc++) {
                             float *o_ = head_state(state, g, rc, nrc, dp, rows, &R);
                             float *m_ = o_ + DEC_RB * dp;
                             dec_rows(xs, b, g, rc * DEC_RB, R, c0, c1, s, o_, dp, m_, m_ + DEC_RB,
-                                     qw, c0 == k0);
+                                     qw, c0 == k0, spf);
                         }
                     if (c1 >= k1) break;
                     c0 = c1;
@@ -883,7 +899,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
             if (r0 >= rows) continue; /* past a short sequence's rows (merged by nobody) */
             const int R = (int)(rows - r0 < DEC_RB ? rows - r0 : DEC_RB);
             const int64_t k0 = split * P.chunk, k1 = k0 + P.chunk < nkv ? k0 + P.chunk : nkv;
-            dec_rows(xs, b, g, r0, R, k0 < k1 ? k0 : k1, k1, s, ob, dp, m, l, qw, 1);
+            dec_rows(xs, b, g, r0, R, k0 < k1 ? k0 : k1, k1, s, ob, dp, m, l, qw, 1, NULL);
             finish_rows(xs, &P, part, os, b, pair, split, r0, R, ob, dp, m, l);
         }
         if (P.nsplit > 1) {

@@ -139,7 +139,8 @@ static inline __mmask32 mask32(int64_t n) {
  * of 32 bf16, the Q rows held in registers; NC == 0: nc vectors, Q from L1. */
 ALWAYS_INLINE void scores_blk(const int R, const int NC, int64_t nc, const uint16_t *qb,
                               int64_t ldq, const uint16_t *kh, int64_t skn, int64_t d, int64_t j0,
-                              int64_t bk, const int64_t *end, float qscale, float *s, float *tmp) {
+                              int64_t bk, const int64_t *end, float qscale, float *s, float *tmp,
+                              mha_span_pf *pf) {
     vbf qv[DB_RB][4];
     const __mmask32 last = mask32(d - (nc - 1) * 32);
     if (NC)
@@ -150,6 +151,7 @@ ALWAYS_INLINE void scores_blk(const int R, const int NC, int64_t nc, const uint1
         for (int u = 0; u < n; u++) {
             const int64_t j = j0 + g + u;
             const uint16_t *kr = kh + j * skn;
+            mha_span_pf_step(pf);
             vf acc[DB_RB];
             for (int r = 0; r < R; r++) acc[r] = vzero();
             if (NC) {
@@ -184,7 +186,8 @@ ALWAYS_INLINE void scores_blk(const int R, const int NC, int64_t nc, const uint1
  * [j0, j0 + bk); pw[r] holds the block's P as bf16 (zero past bk). */
 ALWAYS_INLINE void pv_strip(const int R, const int NS, int init, const float *alpha,
                             const uint16_t *pw, const uint16_t *vh, int64_t svn, int64_t j0,
-                            int64_t bk, int64_t c0, int64_t d, float *o, int64_t ldo) {
+                            int64_t bk, int64_t c0, int64_t d, float *o, int64_t ldo,
+                            mha_span_pf *pf) {
     vf acc[DB_RB][4];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < 2 * NS; v++) {
@@ -199,6 +202,7 @@ ALWAYS_INLINE void pv_strip(const int R, const int NS, int init, const float *al
     for (int64_t q = 0; q <= full; q++) {
         if (q == full && !(bk & 1)) break;
         const uint16_t *a = vh + (j0 + 2 * q) * svn + c0;
+        mha_span_pf_step(pf);
         vbf lo[2], hi[2];
         for (int c = 0; c < NS; c++) {
             const vbf va = _mm512_maskz_loadu_epi16(mk[c], a + 32 * c);
@@ -221,10 +225,10 @@ ALWAYS_INLINE void pv_strip(const int R, const int NS, int init, const float *al
 
 ALWAYS_INLINE void pv_rows(const int R, int init, const float *alpha, const uint16_t *pw,
                            const uint16_t *vh, int64_t svn, int64_t j0, int64_t bk, int64_t d,
-                           float *o, int64_t ldo) {
+                           float *o, int64_t ldo, mha_span_pf *pf) {
     int64_t c = 0;
-    for (; c + 32 < d; c += 64) pv_strip(R, 2, init, alpha, pw, vh, svn, j0, bk, c, d, o, ldo);
-    if (c < d) pv_strip(R, 1, init, alpha, pw, vh, svn, j0, bk, c, d, o, ldo);
+    for (; c + 32 < d; c += 64) pv_strip(R, 2, init, alpha, pw, vh, svn, j0, bk, c, d, o, ldo, pf);
+    if (c < d) pv_strip(R, 1, init, alpha, pw, vh, svn, j0, bk, c, d, o, ldo, pf);
 }
 
 /* vpunpck{l,h}wd pair columns within 128-bit lanes: in each 32 columns the
@@ -246,8 +250,9 @@ static void unpermute(float *o, int64_t dq) {
 #define DB_SC(R, NC)                                                                               \
     static __attribute__((noinline)) void sc_##R##_##NC(                                           \
         int64_t nc, const uint16_t *qb, int64_t ldq, const uint16_t *kh, int64_t skn, int64_t d,   \
-        int64_t j0, int64_t bk, const int64_t *end, float qscale, float *s, float *tmp) {          \
-        scores_blk(R, NC, nc, qb, ldq, kh, skn, d, j0, bk, end, qscale, s, tmp);                   \
+        int64_t j0, int64_t bk, const int64_t *end, float qscale, float *s, float *tmp,            \
+        mha_span_pf *pf) {                                                                         \
+        scores_blk(R, NC, nc, qb, ldq, kh, skn, d, j0, bk, end, qscale, s, tmp, pf);               \
     }
 #define DB_SC_R(R) DB_SC(R, 0) DB_SC(R, 1) DB_SC(R, 2) DB_SC(R, 3) DB_SC(R, 4)
 DB_SC_R(1)
@@ -257,17 +262,17 @@ DB_SC_R(4)
 #undef DB_SC_R
 #undef DB_SC
 typedef void (*sc_fn)(int64_t, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t,
-                      int64_t, int64_t, const int64_t *, float, float *, float *);
+                      int64_t, int64_t, const int64_t *, float, float *, float *, mha_span_pf *);
 #define DB_SC_ROW(R)                                                                               \
     { sc_##R##_0, sc_##R##_1, sc_##R##_2, sc_##R##_3, sc_##R##_4 }
 static const sc_fn sc_fns[DB_RB][5] = {DB_SC_ROW(1), DB_SC_ROW(2), DB_SC_ROW(3), DB_SC_ROW(4)};
 #undef DB_SC_ROW
 
 #define DB_PV(R)                                                                                   \
-    static __attribute__((noinline)) void pv_##R(int init, const float *alpha, const uint16_t *pw, \
-                                                 const uint16_t *vh, int64_t svn, int64_t j0,      \
-                                                 int64_t bk, int64_t d, float *o, int64_t ldo) {   \
-        pv_rows(R, init, alpha, pw, vh, svn, j0, bk, d, o, ldo);                                   \
+    static __attribute__((noinline)) void pv_##R(                                                  \
+        int init, const float *alpha, const uint16_t *pw, const uint16_t *vh, int64_t svn,         \
+        int64_t j0, int64_t bk, int64_t d, float *o, int64_t ldo, mha_span_pf *pf) {               \
+        pv_rows(R, init, alpha, pw, vh, svn, j0, bk, d, o, ldo, pf);                               \
     }
 DB_PV(1)
 DB_PV(2)
@@ -275,7 +280,7 @@ DB_PV(3)
 DB_PV(4)
 #undef DB_PV
 typedef void (*pv_fn)(int, const float *, const uint16_t *, const uint16_t *, int64_t, int64_t,
-                      int64_t, int64_t, float *, int64_t);
+                      int64_t, int64_t, float *, int64_t, mha_span_pf *);
 static const pv_fn pv_fns[DB_RB] = {pv_1, pv_2, pv_3, pv_4};
 
 typedef struct {
@@ -306,6 +311,7 @@ static inline const uint16_t *kv_base(const db_ctx *x, const mha_tensor *t, cons
 typedef struct {
     float *s, *tmp, *o, *m, *l;
     uint16_t *pw, *qb;
+    mha_span_pf *pf; /* all_heads: the next span's prefetch, else NULL */
 } db_scratch;
 
 static void store_row(const mha_tensor_mut *out, int64_t b, int64_t h, int64_t i, const float *row,
@@ -366,7 +372,7 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
         bk = page_cap(x, j0, kend - j0 < bkb ? kend - j0 : bkb);
         const int64_t b16 = (bk + 15) / 16 * 16;
         score(nc, w->qb, dq, kv_base(x, k, kh, j0), k->stride_n, d, j0, bk, end, x->qscale, s,
-              w->tmp);
+              w->tmp, w->pf);
         if (cap > 0 || p->window) /* the cap before the mask; a window's left edge */
             for (int r = 0; r < R; r++) {
                 float *sr = s + r * DB_BK;
@@ -402,7 +408,8 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
         }
         const int init =
             fresh && j0 == kbeg ? DB_INIT_ZERO : (rescale ? DB_INIT_SCALE : DB_INIT_ACC);
-        pv_fns[R - 1](init, arow, w->pw, kv_base(x, v, vh, j0), v->stride_n, j0, bk, dv, o, dvq);
+        pv_fns[R - 1](init, arow, w->pw, kv_base(x, v, vh, j0), v->stride_n, j0, bk, dv, o, dvq,
+                      w->pf);
     }
 }
 
@@ -505,6 +512,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
         w.l = w.m + DB_RB;
         w.pw = (uint16_t *)(w.l + DB_RB);
         w.qb = w.pw + DB_RB * DB_BK;
+        w.pf = NULL;
         float *state = (float *)((char *)base + P.scratch - P.state); /* all_heads */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < items; it++) {
@@ -520,8 +528,16 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                 const int64_t k0 = split * chunk < nkv ? split * chunk : nkv,
                               k1 = k0 + chunk < nkv ? k0 + chunk : nkv;
                 db_scratch ws = w;
+                mha_span_pf pf;
                 for (int64_t c0 = k0;;) { /* at least once: a chunk without keys starts zeros */
                     const int64_t c1 = c0 + span < k1 ? c0 + span : k1;
+                    /* the next span's lines, spread over this one's steps: keys of
+                     * the scores and pairs of P.V (per 64 columns) of every row group */
+                    const int64_t steps =
+                        G * nrcs * ((c1 - c0) + (c1 - c0 + 1) / 2 * ((mha_dv(p) + 63) / 64));
+                    ws.pf =
+                        mha_span_pf_init(&pf, xs->k, xs->v, p->head_dim, mha_dv(p), xs->blocks,
+                                         xs->bs, b, G, c1, c1 + span < k1 ? c1 + span : k1, steps);
                     for (int64_t g = 0; g < G; g++)
                         for (int64_t rc = 0; rc < nrcs; rc++) {
                             ws.o = state + (g * nrc + rc) * db_slot(dq);
@@ -534,6 +550,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     if (c1 >= k1) break;
                     c0 = c1;
                 }
+                ws.pf = NULL;
                 for (int64_t g = 0; g < G; g++)
                     for (int64_t rc = 0; rc < nrcs; rc++) {
                         ws.o = state + (g * nrc + rc) * db_slot(dq);

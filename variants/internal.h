@@ -333,6 +333,77 @@ static inline int mha_decode_interleaved(const mha_problem *p, const mha_tensor 
            (k->stride_h < k->stride_n && v->stride_h < v->stride_n);
 }
 
+/* all_heads' prefetch of the next span (decode.c, decode_bf16.c): its K
+ * and V rows of every KV head as contiguous runs of bytes (a cache block's
+ * stretch of keys, or the whole span in a dense or packed cache), walked
+ * `per` lines into L2 at each step of the current span's products (a key
+ * of the scores, a pair of P.V), so the lines are requested at the pace
+ * the products go and in the order they are stored. One burst per span
+ * (every line, or the first lines of each run) changed nothing on the Zen 4
+ * VM: the requests beyond the few the core holds are dropped; demand loads
+ * in a pass before the products ran 1.7x, serial with them. Spread, with
+ * prefetcht1 (t0 ran 10-15% slower: it evicts the products' rows from L1),
+ * decode.avx512bf16 went from 0.37-0.45x to 0.55-0.78x the dense cache
+ * (docs/attention-variants.md). */
+enum { MHA_SPAN_PF_RUNS = 16 };
+typedef struct {
+    const char *run[MHA_SPAN_PF_RUNS];
+    int64_t len[MHA_SPAN_PF_RUNS]; /* bytes */
+    int nrun, ri, per;             /* per: lines per step */
+    const char *p, *end;           /* the run being walked; both NULL when done */
+} mha_span_pf;
+
+static __attribute__((noinline, unused)) void mha_span_pf_next(mha_span_pf *f) {
+    f->ri++;
+    f->p = f->ri < f->nrun ? f->run[f->ri] : NULL;
+    f->end = f->ri < f->nrun ? f->p + f->len[f->ri] : NULL;
+}
+
+/* One step: `per` lines (the last step of a run may reach past its end by
+ * less than per lines: a prefetch never faults). f NULL: nothing. */
+static inline __attribute__((always_inline)) void mha_span_pf_step(mha_span_pf *f) {
+    if (!f || f->p == f->end) return;
+    for (int i = 0; i < f->per; i++) __builtin_prefetch(f->p + 64 * i, 0, 2);
+    f->p += 64 * f->per;
+    if (f->p >= f->end) mha_span_pf_next(f);
+}
+
+/* The cursor over keys [n0, n1) of batch entry b (paged: through the
+ * sequence's row of the block table, blocks of bs keys), every one of the
+ * G KV heads, spread over `steps` steps. Returns f, or NULL when there is
+ * nothing to fetch. Beyond MHA_SPAN_PF_RUNS runs (cache blocks of a few
+ * keys) the rest of the span is left to the hardware. */
+static inline mha_span_pf *mha_span_pf_init(mha_span_pf *f, const mha_tensor *k,
+                                            const mha_tensor *v, int64_t dk, int64_t dv,
+                                            const int32_t *blocks, int64_t bs, int64_t b, int64_t G,
+                                            int64_t n0, int64_t n1, int64_t steps) {
+    const mha_tensor *t[2] = {k, v};
+    const int64_t w[2] = {dk, dv};
+    int64_t lines = 0;
+    f->nrun = 0;
+    for (int64_t j = n0, n; j < n1 && f->nrun + 2 <= MHA_SPAN_PF_RUNS; j += n) {
+        n = blocks ? mha_page_cap(blocks, bs, j, n1 - j) : n1 - j;
+        for (int u = 0; u < 2; u++) {
+            const int64_t es = (int64_t)mha_dtype_size(t[u]->dtype);
+            const int64_t at =
+                b * t[u]->stride_b +
+                (blocks ? (int64_t)blocks[j / bs] * t[u]->stride_b + (j % bs) * t[u]->stride_n
+                        : j * t[u]->stride_n);
+            const uintptr_t first = (uintptr_t)((const char *)t[u]->data + at * es);
+            const int64_t bytes = ((n - 1) * t[u]->stride_n + (G - 1) * t[u]->stride_h + w[u]) * es;
+            f->run[f->nrun] = (const char *)(first & ~(uintptr_t)63);
+            f->len[f->nrun] = bytes + (int64_t)(first & 63);
+            lines += (f->len[f->nrun] + 63) / 64;
+            f->nrun++;
+        }
+    }
+    if (!f->nrun || steps <= 0) return NULL;
+    f->per = (int)((lines + steps - 1) / steps);
+    f->ri = -1;
+    mha_span_pf_next(f);
+    return f;
+}
+
 /* Keys per span of a paged GQA decode's all_heads items (decode.c,
  * decode_bf16.c: every KV head's rows over a span before the next): the
  * largest power of two from 8 to 64 whose K and V rows of all KV heads fit

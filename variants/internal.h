@@ -338,12 +338,12 @@ static inline int mha_decode_interleaved(const mha_problem *p, const mha_tensor 
  * stretch of keys, or the whole span in a dense or packed cache), walked
  * `per` lines into L2 at each step of the current span's products (a key
  * of the scores, a pair of P.V), so the lines are requested at the pace
- * the products go and in the order they are stored. One burst per span
- * (every line, or the first lines of each run) changed nothing on the Zen 4
- * VM: the requests beyond the few the core holds are dropped; demand loads
- * in a pass before the products ran 1.7x, serial with them. Spread, with
- * prefetcht1 (t0 ran 10-15% slower: it evicts the products' rows from L1),
- * decode.avx512bf16 went from 0.37-0.45x to 0.55-0.78x the dense cache
+ * the products go and in the order they are stored. On the Zen 4 VM one
+ * burst per span (every line, or one per 512 B or 4 KiB) changed nothing,
+ * presumably dropped beyond the few misses the core holds; demand loads in
+ * a pass before the products ran 1.7x, serial with them. Spread, with
+ * prefetcht1 (t0 ran 10-15% slower), the paged cache went from 0.33-0.50x
+ * the dense one to 0.58-0.85x (bf16) and 0.91-1.08x (fp32)
  * (docs/attention-variants.md). */
 enum { MHA_SPAN_PF_RUNS = 16 };
 typedef struct {

@@ -512,7 +512,7 @@ const char *meas_prepare_peer(meas_pool *m, const peer_ops *peer, const meas_sha
         return msg;
     }
     char why[512] = "";
-    peer_inst *pi = peer->prepare(&c->p, threads, in->q, in->k, in->v, why, sizeof why);
+    peer_inst *pi = peer->prepare(&c->p, threads, in->q, in->k, in->v, in->sinks, why, sizeof why);
     if (!pi) {
         snprintf(msg, sizeof msg, "peer %s: %s", peer->name, why);
         return msg;

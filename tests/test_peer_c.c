@@ -67,7 +67,7 @@ static const peer_ops *probed(void **state) {
 static int run_peer(const peer_ops *ops, const check_data *dd, int threads, check_out *o, char *why,
                     size_t len) {
     peer_inst *pi =
-        ops->prepare(&dd->c.p, threads, dd->qv.data, dd->kv.data, dd->vv.data, why, len);
+        ops->prepare(&dd->c.p, threads, dd->qv.data, dd->kv.data, dd->vv.data, NULL, why, len);
     if (!pi) return -1;
     double sec = 0;
     int rc = ops->run(pi, &sec, why, len);
@@ -228,11 +228,11 @@ static void test_refusals(void **state) {
     float buf[2 * 8 * 64] = {0};
     p.seq_q = 0;
     why[0] = 0;
-    assert_null(ops->prepare(&p, 1, buf, buf, buf, why, sizeof why));
+    assert_null(ops->prepare(&p, 1, buf, buf, buf, NULL, why, sizeof why));
     assert_true(why[0] != 0);
     p.seq_q = 8;
     why[0] = 0;
-    assert_null(ops->prepare(&p, 1, NULL, buf, buf, why, sizeof why));
+    assert_null(ops->prepare(&p, 1, NULL, buf, buf, NULL, why, sizeof why));
     assert_true(why[0] != 0);
     why[0] = 0;
     assert_int_equal(ops->run(NULL, NULL, why, sizeof why), -1);

@@ -46,8 +46,8 @@ static void *dup_typed(const void *src, size_t n, mha_dtype t) {
 }
 
 static peer_inst *double_prepare(const mha_problem *p, int threads, const void *q, const void *k,
-                                 const void *v, char *why, size_t len) {
-    (void)threads, (void)why, (void)len;
+                                 const void *v, const float *sinks, char *why, size_t len) {
+    (void)threads, (void)sinks, (void)why, (void)len;
     peer_inst *pi = calloc(1, sizeof *pi);
     pi->p = *p;
     pi->nq = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim);
@@ -137,10 +137,10 @@ static int check_with(const mha_problem *p, int fault, peer_check_result *r, int
     void *q, *k, *v;
     make_inputs(p, &q, &k, &v);
     peer_oracle o;
-    assert_int_equal(peer_oracle_make(p, q, k, v, &o), 1);
+    assert_int_equal(peer_oracle_make(p, q, k, v, NULL, &o), 1);
     *ngroups = o.ngroups;
     char why[256];
-    peer_inst *pi = peer_double.prepare(p, 1, q, k, v, why, sizeof why);
+    peer_inst *pi = peer_double.prepare(p, 1, q, k, v, NULL, why, sizeof why);
     g_fault = fault;
     const int verdict = peer_check(&peer_double, pi, &o, r);
     g_fault = FAULT_NONE;

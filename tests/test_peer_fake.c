@@ -65,8 +65,8 @@ static peer_inst *prepare_small(small *s, int index) {
     assert_int_equal(check_prepare(&s->c, check_case_seed(SEED, index), &s->d), MHA_OK);
     assert_true(check_out_alloc(&s->d, &s->o));
     char why[1024] = "";
-    peer_inst *pi =
-        peer_torch.prepare(&s->c.p, 1, s->d.qv.data, s->d.kv.data, s->d.vv.data, why, sizeof why);
+    peer_inst *pi = peer_torch.prepare(&s->c.p, 1, s->d.qv.data, s->d.kv.data, s->d.vv.data, NULL,
+                                       why, sizeof why);
     if (!pi) fail_msg("prepare on the fake: %s", why);
     return pi;
 }
@@ -213,8 +213,8 @@ static void test_hang(void **state) {
     }
     assert_int_equal(check_prepare(&s.c, check_case_seed(SEED, 4), &s.d), MHA_OK);
     const double t0 = now_s();
-    assert_null(
-        peer_torch.prepare(&s.c.p, 1, s.d.qv.data, s.d.kv.data, s.d.vv.data, why, sizeof why));
+    assert_null(peer_torch.prepare(&s.c.p, 1, s.d.qv.data, s.d.kv.data, s.d.vv.data, NULL, why,
+                                   sizeof why));
     printf("[ hang     ] then: %s\n", why);
     assert_true(now_s() - t0 < 1);
     assert_non_null(strstr(why, "not restarted"));
@@ -245,8 +245,8 @@ static void test_control_text(void **state) {
     peer_torch.release(pi);
     use_fake("refuse");
     char why[1024] = "";
-    assert_null(
-        peer_torch.prepare(&s.c.p, 1, s.d.qv.data, s.d.kv.data, s.d.vv.data, why, sizeof why));
+    assert_null(peer_torch.prepare(&s.c.p, 1, s.d.qv.data, s.d.kv.data, s.d.vv.data, NULL, why,
+                                   sizeof why));
     printf("[ text     ] error: %s\n", why);
     assert_no_controls(why);
     assert_non_null(strstr(why, "\\x1b]0;pwned\\x07\\rsorry"));

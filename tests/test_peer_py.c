@@ -105,10 +105,20 @@ static int probe_or_skip(const peer_ops *peer) {
     return 0;
 }
 
+static int check_one_sinks(const peer_ops *peer, const mha_problem *p, mha_dtype dt, mha_dtype kvdt,
+                           int index, int sinks);
+
 /* Prepares, runs and checks one case; returns 1 when the peer took it. */
 static int check_one(const peer_ops *peer, const mha_problem *p, mha_dtype dt, mha_dtype kvdt,
                      int index) {
-    check_case c = {.p = *p, .input = INPUT_UNIFORM, .layout = LAYOUT_BHND, .tag = "peer"};
+    return check_one_sinks(peer, p, dt, kvdt, index, 0);
+}
+
+/* As check_one, with the sink logits drawn as `sinks` (SINKS_*) when p->sinks. */
+static int check_one_sinks(const peer_ops *peer, const mha_problem *p, mha_dtype dt, mha_dtype kvdt,
+                           int index, int sinks) {
+    check_case c = {
+        .p = *p, .input = INPUT_UNIFORM, .layout = LAYOUT_BHND, .sinks = sinks, .tag = "peer"};
     check_case_set_dtypes(&c, dt, kvdt);
     char why[1024] = "", desc[256];
     check_describe(&c, desc, sizeof desc);
@@ -123,7 +133,8 @@ static int check_one(const peer_ops *peer, const mha_problem *p, mha_dtype dt, m
     }
     check_data d;
     assert_int_equal(check_prepare(&c, check_case_seed(SEED, index), &d), MHA_OK);
-    peer_inst *pi = peer->prepare(&c.p, THREADS, d.qv.data, d.kv.data, d.vv.data, why, sizeof why);
+    peer_inst *pi =
+        peer->prepare(&c.p, THREADS, d.qv.data, d.kv.data, d.vv.data, d.sinks, why, sizeof why);
     if (!pi) fprintf(stderr, "%s %s %s: prepare: %s\n", peer->name, mha_dtype_name(dt), desc, why);
     assert_non_null(pi);
     double seconds = 0;
@@ -247,6 +258,34 @@ static void test_ggml(void **state) {
         assert_true(check_one(&peer_ggml, &p, MHA_F32, MHA_F32, 1200 + (int)i));
         assert_true(check_one(&peer_ggml, &p, MHA_F32, MHA_F16, 1300 + (int)i));
     }
+    /* its sinks (ggml_flash_attn_ext_add_sinks) against the oracle: logits
+     * uniform, -inf (no mass), +large (a sink that takes nearly all of it) and
+     * mixed per head; GQA, cross, decode, gpt-oss's sinks with a window, and
+     * with a softcap */
+    static const struct {
+        shape s;
+        int sinks;
+        int64_t left;
+        float cap;
+    } sk[] = {{{1, 4, 2, 33, 33, 64, 1}, SINKS_UNIFORM, -1, 0},
+              {{2, 3, 1, 16, 16, 64, 0}, SINKS_NINF, -1, 0},
+              {{1, 2, 2, 64, 64, 64, 1}, SINKS_LARGE, -1, 0},
+              {{1, 8, 8, 12, 197, 80, 1}, SINKS_MIXED, -1, 0},
+              {{1, 8, 2, 1, 197, 64, 0}, SINKS_MIXED, -1, 0},
+              {{1, 8, 2, 197, 197, 64, 1}, SINKS_UNIFORM, 31, 0},
+              {{1, 4, 2, 33, 33, 64, 1}, SINKS_MIXED, -1, 2.0f}};
+    for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++) {
+        mha_problem p = problem_of(&sk[i].s, MHA_F32);
+        p.sinks = 1;
+        p.softcap = sk[i].cap;
+        if (sk[i].left >= 0) {
+            p.window = 1;
+            p.window_left = sk[i].left;
+            p.window_right = 0;
+        }
+        assert_true(check_one_sinks(&peer_ggml, &p, MHA_F32, MHA_F32, 1600 + (int)i, sk[i].sinks));
+        assert_true(check_one_sinks(&peer_ggml, &p, MHA_F32, MHA_F16, 1700 + (int)i, sk[i].sinks));
+    }
     char why[512] = "";
     mha_problem p = problem_of(&SHAPES[1], MHA_F32);
     p.kv_dtype = MHA_F16;
@@ -333,7 +372,8 @@ static void test_takes(void **state) {
     assert_false(peer_ggml.takes(&p, why, sizeof why));
     assert_non_null(strstr(why, "f32 queries"));
     /* the variants: every peer takes a window (where every row sees a key),
-     * ggml alone a softcap, none sinks, d_v != d or a packed layout */
+     * ggml alone a softcap and sinks, torch and ggml d_v != d, none a packed
+     * layout */
     for (size_t i = 0; i < NPY; i++) {
         p = window_problem(&WINDOWS[0], MHA_F32);
         assert_true(PY[i]->takes(&p, why, sizeof why));
@@ -346,8 +386,9 @@ static void test_takes(void **state) {
         if (PY[i] != &peer_ggml) assert_non_null(strstr(why, "takes no logit softcap"));
         p.softcap = 0;
         p.sinks = 1;
-        assert_false(PY[i]->takes(&p, why, sizeof why));
-        assert_non_null(strstr(why, "takes no attention sinks"));
+        why[0] = 0;
+        assert_int_equal(PY[i]->takes(&p, why, sizeof why), PY[i] == &peer_ggml);
+        if (PY[i] != &peer_ggml) assert_non_null(strstr(why, "takes no attention sinks"));
         p.sinks = 0;
         p.head_dim_v = 32;
         why[0] = 0;
@@ -412,7 +453,7 @@ static peer_inst *small_on_first_peer(const peer_ops **peer, int causal, int ind
     const shape s = {1, 2, 2, 7, 7, 64, causal};
     *c = (check_case){.p = problem_of(&s, MHA_F32), .layout = LAYOUT_BHND, .tag = "peer"};
     assert_int_equal(check_prepare(c, check_case_seed(SEED, index), d), MHA_OK);
-    peer_inst *pi = (*peer)->prepare(&c->p, 1, d->qv.data, d->kv.data, d->vv.data, why, len);
+    peer_inst *pi = (*peer)->prepare(&c->p, 1, d->qv.data, d->kv.data, d->vv.data, NULL, why, len);
     assert_non_null(pi);
     *pid = helper_pid((*peer)->name);
     assert_true(*pid > 0);
@@ -440,7 +481,7 @@ static void test_killed_helper(void **state) {
     assert_true(why[0] != 0);
     peer->release(pi);
     /* a fresh helper for the next prepare */
-    pi = peer->prepare(&c.p, 1, d.qv.data, d.kv.data, d.vv.data, why, sizeof why);
+    pi = peer->prepare(&c.p, 1, d.qv.data, d.kv.data, d.vv.data, NULL, why, sizeof why);
     assert_non_null(pi);
     assert_int_equal(peer->run(pi, &seconds, why, sizeof why), 0);
     assert_int_equal(peer->output(pi, o.view.data, why, sizeof why), 0);
@@ -472,7 +513,7 @@ static void test_stuck_helper(void **state) {
     assert_non_null(strstr(why, "no answer within 1 s"));
     assert_int_equal(helper_pid(peer->name), 0); /* reaped: no zombie, no stopped child */
     peer->release(pi);
-    pi = peer->prepare(&c.p, 1, d.qv.data, d.kv.data, d.vv.data, why, sizeof why);
+    pi = peer->prepare(&c.p, 1, d.qv.data, d.kv.data, d.vv.data, NULL, why, sizeof why);
     assert_non_null(pi);
     assert_int_equal(peer->run(pi, &seconds, why, sizeof why), 0);
     peer->release(pi);

@@ -43,9 +43,11 @@ typedef struct peer_ops {
      * patterns; int8 is never passed: takes refuses it). The peer copies
      * the inputs into memory of its own; primitives, graphs and sessions are
      * created here, outside any timed loop, and one untimed call warms it.
-     * NULL and why on failure. */
+     * sinks: p->sinks' [H] fp32 logits (mha_extras.sinks), else NULL; only
+     * a peer whose takes() accepts sinks is given one. NULL and why on
+     * failure. */
     peer_inst *(*prepare)(const mha_problem *p, int threads, const void *q, const void *k,
-                          const void *v, char *why, size_t len);
+                          const void *v, const float *sinks, char *why, size_t len);
     /* One call of the attention. *seconds: the peer's own time of that call
      * when it has its own clock (a helper process), else -1 (the caller
      * times it). 0, or -1 with why. */

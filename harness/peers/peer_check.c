@@ -38,7 +38,7 @@ static double max_abs(const void *x, mha_dtype t, size_t n, int64_t d, float *ro
 }
 
 int peer_oracle_make(const mha_problem *p, const void *q, const void *k, const void *v,
-                     peer_oracle *o) {
+                     const float *sinks, peer_oracle *o) {
     memset(o, 0, sizeof *o);
     o->p = *p;
     const mha_dtype qt = p->dtype, kt = mha_problem_kv_dtype(p);
@@ -53,7 +53,8 @@ int peer_oracle_make(const mha_problem *p, const void *q, const void *k, const v
         const mha_tensor qv = mha_view_typed(q, qt, NULL, p->heads, p->seq_q, d);
         const mha_tensor kv = mha_view_typed(k, kt, NULL, p->kv_heads, p->seq_kv, d);
         const mha_tensor vv = mha_view_typed(v, kt, NULL, p->kv_heads, p->seq_kv, dv);
-        if (!o->ref || mha_reference(p, &qv, &kv, &vv, o->ref) != MHA_OK) goto fail;
+        const mha_extras x = {.sinks = sinks};
+        if (!o->ref || mha_reference_ex(p, &qv, &kv, &vv, &x, o->ref) != MHA_OK) goto fail;
         const size_t nq = (size_t)(p->batch * p->heads) * qrows,
                      nk = (size_t)(p->batch * p->kv_heads) * krows;
         o->mag = max_abs(v, kt, nk, dv, row);
@@ -79,7 +80,9 @@ int peer_oracle_make(const mha_problem *p, const void *q, const void *k, const v
         const mha_tensor qv = mha_view_typed(at(q, qt, qoff), qt, NULL, G, p->seq_q, d);
         const mha_tensor kv = mha_view_typed(at(k, kt, koff), kt, NULL, 1, p->seq_kv, d);
         const mha_tensor vv = mha_view_typed(at(v, kt, voff), kt, NULL, 1, p->seq_kv, dv);
-        if (mha_reference(&sp, &qv, &kv, &vv, o->ref + (size_t)i * per) != MHA_OK) goto fail;
+        const mha_extras x = {.sinks =
+                                  sinks ? sinks + o->group[i] * G : NULL}; /* the group's heads */
+        if (mha_reference_ex(&sp, &qv, &kv, &vv, &x, o->ref + (size_t)i * per) != MHA_OK) goto fail;
         const double m = max_abs(at(v, kt, voff), kt, krows, dv, row);
         const double a = max_row_norm(at(q, qt, qoff), qt, (size_t)G * qrows, d, row);
         const double b = max_row_norm(at(k, kt, koff), kt, krows, d, row);

@@ -19,7 +19,8 @@ typedef struct {
  * first batch and the last of the last batch: a wrong head, batch or group
  * offset shows there) -- all their query rows and dims. Computes them into
  * a new array (free it) for problem p on q, k, v ([B,H,Nq,d], [B,KV,Nkv,d],
- * contiguous, typed); NULL when out of memory or the oracle refused. */
+ * contiguous, typed) and, when p->sinks, the [H] sink logits; NULL when out
+ * of memory or the oracle refused. */
 typedef struct {
     mha_problem p;
     int ngroups;
@@ -29,7 +30,7 @@ typedef struct {
 } peer_oracle;
 
 int peer_oracle_make(const mha_problem *p, const void *q, const void *k, const void *v,
-                     peer_oracle *o);
+                     const float *sinks, peer_oracle *o);
 void peer_oracle_free(peer_oracle *o);
 
 /* Runs pi once (untimed), reads its output and compares the checked rows

@@ -198,7 +198,8 @@ static void attend(peer_inst *pi) {
 }
 
 static peer_inst *xsmm_prepare(const mha_problem *p, int threads, const void *q, const void *k,
-                               const void *v, char *why, size_t len) {
+                               const void *v, const float *sinks, char *why, size_t len) {
+    (void)sinks; /* takes() refuses sinks */
     if (!peer_prepare_ok(p, xsmm_takes, q, k, v, why, len)) return NULL;
     peer_inst *pi = calloc(1, sizeof *pi);
     if (!pi) {

@@ -89,8 +89,11 @@ static const py_rules RULES_ggml = {
     .why_i8 = "int8 KV cache: ggml's q8_0 is another format (blocks of 32 with an fp16 scale "
               "each; ours one float scale per row), so it is not offered as our int8",
     /* a window as its f16 mask; the softcap as ggml_flash_attn_ext's
-     * logit_softcap (c tanh(s / c) on the scaled score, as mha.h's) */
-    .variants = MHA_KT_WINDOW | MHA_KT_SOFTCAP | MHA_KT_HEAD_DIM_V, /* V's ne0 its own */
+     * logit_softcap (c tanh(s / c) on the scaled score, as mha.h's); sinks
+     * as ggml_flash_attn_ext_add_sinks (one f32 logit per query head, a
+     * softmax column with no value, as mha.h's) */
+    .variants =
+        MHA_KT_WINDOW | MHA_KT_SOFTCAP | MHA_KT_SINKS | MHA_KT_HEAD_DIM_V, /* V's ne0 its own */
 };
 
 /* One helper per entry of peers_py.inc, in its order, with the interpreter
@@ -166,7 +169,8 @@ static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len
 }
 
 static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const void *q,
-                             const void *k, const void *v, char *why, size_t len) {
+                             const void *k, const void *v, const float *sinks, char *why,
+                             size_t len) {
     if (mha_problem_validate(p) != MHA_OK) {
         py_setwhy(why, len, "%s: invalid problem: %s", h->r->name, mha_last_error());
         return NULL;
@@ -187,9 +191,16 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
     const int64_t dv = mha_problem_head_dim_v(p); /* V's and O's head dim */
     const size_t vb = (size_t)(p->batch * p->kv_heads * p->seq_kv * dv) * kes;
     const size_t ob = (size_t)(p->batch * p->heads * p->seq_q * dv) * es;
-    const size_t total = qb + kb + vb;
+    /* the sink logits ([H] fp32) after V, for the peers whose rules take them */
+    const size_t sb = p->sinks ? (size_t)p->heads * sizeof(float) : 0;
+    if (p->sinks && !sinks) {
+        py_setwhy(why, len, "%s: a problem with sinks and no sink logits", h->r->name);
+        return NULL;
+    }
+    const size_t total = qb + kb + vb + sb;
     if (py_shm_size(h, total, why, len) != 0 || py_shm_put(h, q, qb, 0, why, len) != 0 ||
-        py_shm_put(h, k, kb, qb, why, len) != 0 || py_shm_put(h, v, vb, qb + kb, why, len) != 0) {
+        py_shm_put(h, k, kb, qb, why, len) != 0 || py_shm_put(h, v, vb, qb + kb, why, len) != 0 ||
+        (sb && py_shm_put(h, sinks, sb, qb + kb + vb, why, len) != 0)) {
         py_shm_empty(h);
         return NULL;
     }
@@ -213,7 +224,8 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
                 {"shm_bytes", (int64_t)total},
                 {"q", 0},
                 {"k", (int64_t)qb},
-                {"v", (int64_t)(qb + kb)}};
+                {"v", (int64_t)(qb + kb)},
+                {"sinks", sb ? (int64_t)(qb + kb + vb) : -1}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         json_object_object_add(req, ints[i].key, json_object_new_int64(ints[i].val));
     json_object_object_add(req, "scale", json_object_new_double(mha_problem_scale(p)));
@@ -352,8 +364,9 @@ static void py_release(peer_inst *pi) {
         return py_takes(&HELPERS[idx], p, why, len);                                               \
     }                                                                                              \
     static peer_inst *var##_prepare(const mha_problem *p, int threads, const void *q,              \
-                                    const void *k, const void *v, char *why, size_t len) {         \
-        return py_prepare(&HELPERS[idx], p, threads, q, k, v, why, len);                           \
+                                    const void *k, const void *v, const float *sinks, char *why,   \
+                                    size_t len) {                                                  \
+        return py_prepare(&HELPERS[idx], p, threads, q, k, v, sinks, why, len);                    \
     }                                                                                              \
     static void var##_shutdown(void) {                                                             \
         py_helper_stop(&HELPERS[idx]);                                                             \

@@ -90,7 +90,7 @@ int check_peers(bench *benches, int nbench, note_list *skipped) {
                 held = NULL;
                 const meas_inputs *in = meas_inputs_of(&sweep_pool, &b->s);
                 const mha_problem p = meas_problem(&b->s);
-                if (in && peer_oracle_make(&p, in->q, in->k, in->v, &o)) {
+                if (in && peer_oracle_make(&p, in->q, in->k, in->v, in->sinks, &o)) {
                     held_s = b->s;
                     held = &held_s;
                 }

@@ -34,7 +34,8 @@ Protocol (also written out at the top of harness/peers/peer_py_helper.c):
        "threads",
        "shm_bytes", "q", "k", "v" (byte offsets into the memfd; contiguous
        [B,H,N,d] / [B,KV,N,d] / [B,KV,N,d_v], 16-bit types as their bit
-       patterns)}
+       patterns), "sinks" (the offset of mha.h's [H] fp32 sink logits after
+       v, or -1; only peers whose C rules take sinks are sent them)}
                                   -> {"id": n, "settings": "..."}; copies the
                                      inputs into the peer's own tensors in the
                                      layout it prefers, builds its graph or
@@ -93,13 +94,26 @@ def load_inputs(req, fd):
     qn, kn, vn = B * H * Nq * d, B * G * Nkv * d, B * G * Nkv * dv
     qb, kb = qn * np.dtype(npt).itemsize, kn * np.dtype(kvt).itemsize
     vb = vn * np.dtype(kvt).itemsize
-    if (req["k"] - req["q"], req["v"] - req["k"], size - req["v"]) != (qb, kb, vb):
-        raise ValueError("shared region: q at %d, k at %d, v at %d of %d bytes, but q is %d "
-                         "bytes, k %d and v %d" % (req["q"], req["k"], req["v"], size, qb, kb, vb))
+    v_end = req["sinks"] if req.get("sinks", -1) >= 0 else size
+    if (req["k"] - req["q"], req["v"] - req["k"], v_end - req["v"]) != (qb, kb, vb):
+        raise ValueError("shared region: q at %d, k at %d, v at %d to %d of %d bytes, but q is "
+                         "%d bytes, k %d and v %d" % (req["q"], req["k"], req["v"], v_end, size,
+                                                      qb, kb, vb))
     q = shm_read(fd, size, req["q"], qn, npt).reshape(B, H, Nq, d)
     k = shm_read(fd, size, req["k"], kn, kvt).reshape(B, G, Nkv, d)
     v = shm_read(fd, size, req["v"], vn, kvt).reshape(B, G, Nkv, dv)
     return q, k, v
+
+
+def load_sinks(req, fd):
+    """mha.h's sink logits, float32 [H], or None when the request has none."""
+    if req.get("sinks", -1) < 0:
+        return None
+    H = req["heads"]
+    if req["sinks"] + 4 * H != req["shm_bytes"]:
+        raise ValueError("shared region: sinks at %d of %d bytes, but %d heads are %d bytes" % (
+            req["sinks"], req["shm_bytes"], H, 4 * H))
+    return shm_read(fd, req["shm_bytes"], req["sinks"], H, np.float32)
 
 
 def causal_mask_needed(req):
@@ -339,6 +353,9 @@ class GgmlPeer:
 
     F32, F16, BF16 = 0, 1, 30
     GGML_STATUS_SUCCESS = 0
+    # mha.h's sinks are ggml_flash_attn_ext_add_sinks': one f32 logit per
+    # query head joins the row's max and sum and adds no value
+    TAKES_SINKS = True
 
     def __init__(self):
         import ctypes
@@ -373,6 +390,8 @@ class GgmlPeer:
         self.graph_overhead = fn(b, "ggml_graph_overhead", SZ)
         self.flash_attn_ext = fn(b, "ggml_flash_attn_ext", P, P, P, P, P, P, ctypes.c_float,
                                  ctypes.c_float, ctypes.c_float)
+        self.add_sinks = fn(b, "ggml_flash_attn_ext_add_sinks", None, P, P)
+        self.new_tensor_1d = fn(b, "ggml_new_tensor_1d", P, P, ctypes.c_int, I64)
         self.new_graph = fn(b, "ggml_new_graph", P, P)
         self.build_forward_expand = fn(b, "ggml_build_forward_expand", None, P, P)
         self.graph_compute = fn(b, "ggml_backend_graph_compute", ctypes.c_int, P, P)
@@ -402,6 +421,7 @@ class GgmlPeer:
 
     def prepare(self, req, fd):
         q, k, v = load_inputs(req, fd)
+        sinks = load_sinks(req, fd)
         B, H, G = req["batch"], req["heads"], req["kv_heads"]
         Nq, Nkv, d = req["seq_q"], req["seq_kv"], req["head_dim"]
         if req["dtype"] != "fp32":
@@ -413,7 +433,7 @@ class GgmlPeer:
         softcap = float(req.get("softcap", 0.0))
         dv = req.get("head_dim_v", d)  # V's own ne0 (DeepSeek's MLA: 192 / 128)
         es = 4 if kvt == self.F32 else 2
-        data = 4 * B * H * Nq * (d + dv) + es * B * G * Nkv * (d + dv) + 2 * Nq * Nkv
+        data = 4 * B * H * Nq * (d + dv) + es * B * G * Nkv * (d + dv) + 2 * Nq * Nkv + 4 * H
         size = data + 8 * self.tensor_overhead() + self.graph_overhead() + (1 << 20)
         ctx = self.ggml_init(self.InitParams(size, None, False))
         if not ctx:
@@ -432,21 +452,27 @@ class GgmlPeer:
                 tm = self.new_tensor_4d(ctx, self.F16, Nkv, Nq, 1, 1)
                 self.fill(tm, np.where(allowed, 0.0, -np.inf).astype(np.float16))
             out = self.flash_attn_ext(ctx, tq, tk, tv, tm, float(req["scale"]), 0.0, softcap)
+            ts = None
+            if sinks is not None:
+                ts = self.new_tensor_1d(ctx, self.F32, H)
+                self.fill(ts, sinks)
+                self.add_sinks(out, ts)
             graph = self.new_graph(ctx)
             self.build_forward_expand(graph, out)
         except Exception:
             self.ggml_free(ctx)
             raise
-        inst.update(graph=graph, out=out, keep=(tq, tk, tv, tm))
+        inst.update(graph=graph, out=out, keep=(tq, tk, tv, tm, ts))
         self.run(inst)  # the untimed warm-up (the backend sizes its work buffer)
         inst["settings"] = (
             "ggml_flash_attn_ext q=f32 kv=%s [B,H,N,d] as ne=(d,N,H,B) scale=%.9g causal=%s "
-            "logit_softcap=%.9g gqa=%s CPU backend ggml_backend_cpu_set_n_threads(%d) "
+            "logit_softcap=%.9g sinks=%s gqa=%s CPU backend ggml_backend_cpu_set_n_threads(%d) "
             "ggml_backend_graph_compute out=f32 [B,Nq,H,d] (transposed after the run, untimed)" % (
                 req["kv_dtype"].replace("fp", "f"), req["scale"],
                 {"none": "none", "square": "f16 additive mask",
                  "explicit": "f16 additive lower-right mask",
                  "window": "f16 additive window mask " + window_text(req)}[kind], softcap,
+                "ggml_flash_attn_ext_add_sinks(f32 [H])" if sinks is not None else "none",
                 "broadcast (fewer K/V heads)" if G != H else "no", req["threads"]))
         return inst
 
@@ -703,6 +729,8 @@ def serve(peer_name, shm_fd, chan):
             if peer is None:
                 raise RuntimeError("request %r before hello" % op)
             if op == "prepare":
+                if req.get("sinks", -1) >= 0 and not getattr(peer, "TAKES_SINKS", False):
+                    raise ValueError("%s does not take attention sinks" % peer_name)
                 inst = peer.prepare(req, shm_fd)
                 instances[next_id] = inst
                 reply({"ok": True, "id": next_id, "settings": inst["settings"]})

@@ -372,6 +372,8 @@ static void bf_pre_use(const bf_ctx *x, bf_pre *c, int64_t b, int64_t tag, int64
     const uint16_t *vh = (const uint16_t *)x->v->data + b * x->v->stride_b + g * x->v->stride_h;
     for (int64_t j0 = 0, n; j0 < nkv; j0 += n) {
         n = page_cap(x, j0, nkv - j0 < 64 ? nkv - j0 : 64);
+        touch_rows(kv_row(x, x->k, kh, j0), n, x->k->stride_n, d * 2);
+        touch_rows(kv_row(x, x->v, vh, j0), n, x->v->stride_n, dv * 2);
         pack_k(n, d, kv_row(x, x->k, kh, j0), x->k->stride_n, x->kvt, c->k + j0 * 2 * L->dh,
                2 * L->dh);
         pack_v(n, dv, L->dv, kv_row(x, x->v, vh, j0), x->v->stride_n, x->kvt,

@@ -82,7 +82,8 @@ ALWAYS_INLINE void tile(const int R, const int NV, const int BT, int64_t ncols, 
  * the block's partial sums and the block's rescale factor alpha follow. */
 ALWAYS_INLINE void tile_exp(const int R, const int NV, const int MASKED, int64_t kc, const float *a,
                             int64_t a_rs, const float *b, int64_t ldb, float *c, int64_t ldc,
-                            int64_t r0, float *m, float *bsum, float *alpha, int64_t t, float cap) {
+                            int64_t r0, float *m, float *bsum, float *alpha, int64_t t, int64_t u,
+                            float cap) {
     vf acc[6][4];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = vzero();
@@ -91,11 +92,13 @@ ALWAYS_INLINE void tile_exp(const int R, const int NV, const int MASKED, int64_t
         for (int r = 0; r < R; r++)
             for (int v = 0; v < NV; v++) acc[r][v] = vsoftcap_log2(acc[r][v], cap);
     const vf lazy = vset1(MHA_LAZY_LOG2), ninf = vset1(-INFINITY);
-    if (MASKED) /* column i of row r is visible iff i >= t + r: others -> -inf */
+    if (MASKED) /* column i of row r is visible iff t + r <= i <= u + r: others -> -inf */
         for (int v = 0; v < NV; v++) {
             const vf col = vadd(viota(), vset1((float)(v * VW)));
-            for (int r = 0; r < R; r++)
+            for (int r = 0; r < R; r++) {
                 acc[r][v] = vselect_gt(col, vset1((float)(t + r - 1)), acc[r][v], ninf);
+                acc[r][v] = vselect_gt(vset1((float)(u + r + 1)), col, acc[r][v], ninf);
+            }
         }
     for (int v = 0; v < NV; v++) {
         vf tm = acc[0][v];
@@ -191,37 +194,55 @@ void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int6
 
 static void tile_exp_dispatch(int rows, int nv, int masked, int64_t kc, const float *a,
                               int64_t a_rs, const float *b, int64_t ldb, float *c, int64_t ldc,
-                              int64_t r0, float *m, float *bsum, float *alpha, int64_t t,
+                              int64_t r0, float *m, float *bsum, float *alpha, int64_t t, int64_t u,
                               float cap) {
-    TILE_SWITCH(rows, nv, tile_exp, masked, kc, a, a_rs, b, ldb, c, ldc, r0, m, bsum, alpha, t, cap)
+    TILE_SWITCH(rows, nv, tile_exp, masked, kc, a, a_rs, b, ldb, c, ldc, r0, m, bsum, alpha, t, u,
+                cap)
 }
 
-/* First column of row tile r0 with any visible score (a multiple of VW). */
-static int64_t first_visible(int masked, int64_t t0, int64_t r0, int64_t ncols) {
-    if (!masked) return 0;
-    int64_t c0 = t0 + r0 <= 0 ? 0 : (t0 + r0) / VW * VW;
-    return c0 > ncols ? ncols : c0;
+/* The columns [*c0, *c1) (multiples of VW) of row tile r0 (rows r0 ..
+ * r0 + r - 1) that hold a visible score: from t0 + r0 (the first row's
+ * first) to t1 + r0 + r - 1 (the last row's last); everything unmasked. */
+static void visible_cols(int masked, int64_t t0, int64_t t1, int64_t r0, int r, int64_t ncols,
+                         int64_t *c0, int64_t *c1) {
+    *c0 = 0;
+    *c1 = ncols;
+    if (!masked) return;
+    const int64_t first = t0 + r0, end = t1 + r0 + r; /* end: one past the last visible */
+    *c0 = first <= 0 ? 0 : (first >= ncols ? ncols : first / VW * VW);
+    *c1 = end <= 0 ? 0 : (end >= ncols ? ncols : (end + VW - 1) / VW * VW);
+    if (*c1 < *c0) *c1 = *c0;
 }
 
 void MHA_SYM(scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
                          const float *b, int64_t ldb, float *c, int64_t ldc, float *m, float *bsum,
-                         float *alpha, int masked, int64_t t0, float cap) {
-    if (masked) /* columns left of a row tile's first visible vector: P = 0 */
+                         float *alpha, int masked, int64_t t0, int64_t t1, float cap) {
+    /* the band's edges within +-2^30 (ncols is far below): exact as floats in the tile */
+    const int64_t lim = (int64_t)1 << 30;
+    t0 = t0 < -lim ? -lim : (t0 > lim ? lim : t0);
+    t1 = t1 < -lim ? -lim : (t1 > lim ? lim : t1);
+    if (masked) /* columns outside a row tile's visible vectors: P = 0 */
         for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
-            const int64_t c0 = first_visible(masked, t0, r0, ncols);
-            for (int64_t r = r0; r < rows && r < r0 + MHA_MR; r++)
-                for (int64_t i = 0; i < c0; i += VW) vstore(c + r * ldc + i, vzero());
+            const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
+            int64_t c0, c1;
+            visible_cols(masked, t0, t1, r0, r, ncols, &c0, &c1);
+            for (int64_t rr = r0; rr < r0 + r; rr++) {
+                for (int64_t i = 0; i < c0; i += VW) vstore(c + rr * ldc + i, vzero());
+                for (int64_t i = c1; i < ncols; i += VW) vstore(c + rr * ldc + i, vzero());
+            }
         }
     for (int64_t j0 = 0; j0 < ncols; j0 += MHA_NR) {
         const int64_t nc = ncols - j0 < MHA_NR ? ncols - j0 : MHA_NR;
         for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
             const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
-            int64_t s = first_visible(masked, t0, r0, ncols); /* rows below start later */
+            int64_t s, e; /* rows below start (and end) later */
+            visible_cols(masked, t0, t1, r0, r, ncols, &s, &e);
             s = s < j0 ? j0 : s;
-            if (s >= j0 + nc) continue;
-            tile_exp_dispatch(r, (int)((j0 + nc - s) / VW), masked, kc, a + r0 * a_rs, a_rs, b + s,
-                              ldb, c + r0 * ldc + s, ldc, r0, m + s, bsum + s, alpha + s,
-                              t0 + r0 - s, cap);
+            e = e > j0 + nc ? j0 + nc : e;
+            if (s >= e) continue;
+            tile_exp_dispatch(r, (int)((e - s) / VW), masked, kc, a + r0 * a_rs, a_rs, b + s, ldb,
+                              c + r0 * ldc + s, ldc, r0, m + s, bsum + s, alpha + s, t0 + r0 - s,
+                              t1 + r0 - s, cap);
         }
     }
 }

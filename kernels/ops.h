@@ -65,7 +65,7 @@ typedef struct {
                            float *dst, int64_t ldd);
     void (*scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
                        const float *b, int64_t ldb, float *c, int64_t ldc, float *m, float *bsum,
-                       float *alpha, int masked, int64_t t0, float cap);
+                       float *alpha, int masked, int64_t t0, int64_t t1, float cap);
     void (*vexp_array)(const float *x, float *y, int64_t n);
     void (*vexp2_array)(const float *x, float *y, int64_t n);
     void (*vsoftcap_array)(const float *x, float *y, int64_t n, float c);

@@ -73,13 +73,16 @@ static inline vf vsoftcap_log2(vf s, float c) {
  * MHA_LAZY_LOG2, -inf before any key), bsum += the column sums of C, and
  * alpha *= the factor every earlier term must be scaled by when m moves
  * (start a block with bsum = 0, alpha = 1). With masked != 0, score (r, i)
- * is visible iff i >= t0 + r (the causal diagonal): the others give P = 0,
- * tiles wholly left of it are skipped (zeros written), and a lane with
+ * is visible iff t0 + r <= i <= t1 + r (a band: the causal diagonal with
+ * t1 = MHA_BAND_OPEN, a sliding window's two edges): the others give P = 0,
+ * tiles wholly outside it are skipped (zeros written), and a lane with
  * nothing visible yet keeps m = -inf. With cap > 0, b is in natural units
  * and each score takes the softcap first (vsoftcap_log2, before the mask). */
 void MHA_SYM(scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,
                          const float *b, int64_t ldb, float *c, int64_t ldc, float *m, float *bsum,
-                         float *alpha, int masked, int64_t t0, float cap);
+                         float *alpha, int masked, int64_t t0, int64_t t1, float cap);
+/* scores_exp's t1 (t0) for a band without its right (left) bound. */
+#define MHA_BAND_OPEN ((int64_t)1 << 40)
 
 /* Y[M,N] = X[M,K] W^T + bias with W in nn.Linear layout [N][K] (row stride
  * ldw); pack holds linear_pack_floats(N,K) floats. OpenMP over tiles. */

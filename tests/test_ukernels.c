@@ -58,7 +58,7 @@ static void test_lazy_max(void **state) {
             bsum[i] = 0.0f;
             alpha[i] = 1.0f;
         }
-        OPS(t)->scores_exp(ROWS, COLS, D, kb, D, qt, LD, c, LD, m, bsum, alpha, 0, 0, 0.0f);
+        OPS(t)->scores_exp(ROWS, COLS, D, kb, D, qt, LD, c, LD, m, bsum, alpha, 0, 0, 0, 0.0f);
         for (int i = 0; i < COLS; i++) {
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j < ROWS; j++) mx = fmax(mx, score(kb, qt, j, i));
@@ -88,10 +88,12 @@ static void test_lazy_max(void **state) {
     free(c);
 }
 
-/* The causal triangle: score (r, i) visible iff i >= t0 + r. Rows are
+/* The band: score (r, i) visible iff t0 + r <= i <= t1 + r, t1 open (the
+ * causal triangle) or a sliding window's left edge t1 = t0 + w. Rows are
  * visible from column t0 + r on; columns left of t0 (up to 60 here) see no
- * key at all in the block and must keep m = -inf with P = 0 (no NaN), and
- * rows past the last column are wholly masked. */
+ * key at all in the block and must keep m = -inf with P = 0 (no NaN), rows
+ * past the last column are wholly masked, and under a narrow band (w below
+ * a vector, or 0: the diagonal alone) most of each row is. */
 static void test_masked(void **state) {
     const int t = (int)(intptr_t)*state;
     if ((mha_isa)t > mha_isa_active()) skip();
@@ -103,35 +105,39 @@ static void test_masked(void **state) {
     for (int i = 0; i < D * LD; i++) qt[i] = 0.5f * uniform_pm1(&s);
     for (int j = 0; j < ROWS; j++) k[j * D] = 2.5f * (float)j; /* climbing, as above */
     for (int i = 0; i < COLS; i++) qt[i] = 1.0f + 0.01f * (float)(i % 7);
-    for (int t0 = -20; t0 <= 60; t0 += 20) {
-        for (int i = 0; i < ROWS * LD; i++) c[i] = NAN; /* every P read must be written */
-        for (int i = 0; i < LD; i++) {
-            m[i] = -INFINITY;
-            bsum[i] = 0.0f;
-            alpha[i] = 1.0f;
-        }
-        OPS(t)->scores_exp(ROWS, COLS, D, k, D, qt, LD, c, LD, m, bsum, alpha, 1, t0, 0.0f);
-        for (int i = 0; i < COLS; i++) {
-            double mx = -INFINITY, sum = 0;
-            for (int j = 0; j < ROWS && i >= t0 + j; j++) mx = fmax(mx, score(k, qt, j, i));
-            if (mx == -INFINITY) { /* nothing visible in this column */
-                assert_true(m[i] == -INFINITY && bsum[i] == 0.0f);
-            } else {
-                assert_true(m[i] <= mx + 1e-4 && m[i] >= mx - LAZY - 1e-4);
+    static const int64_t widths[] = {(int64_t)1 << 40, 0, 5, 17, 40, 200};
+    for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++)
+        for (int t0 = -20; t0 <= 60; t0 += 20) {
+            const int64_t t1 = t0 + widths[wi];
+            for (int i = 0; i < ROWS * LD; i++) c[i] = NAN; /* every P read must be written */
+            for (int i = 0; i < LD; i++) {
+                m[i] = -INFINITY;
+                bsum[i] = 0.0f;
+                alpha[i] = 1.0f;
             }
-            for (int j = 0; j < ROWS; j++) {
-                const float got = c[j * LD + i];
-                if (i < t0 + j) { /* masked: written, and exactly 0 */
-                    assert_true(got == 0.0f);
-                    continue;
+            OPS(t)->scores_exp(ROWS, COLS, D, k, D, qt, LD, c, LD, m, bsum, alpha, 1, t0, t1, 0.0f);
+            for (int i = 0; i < COLS; i++) {
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j < ROWS; j++)
+                    if (i >= t0 + j && i <= t1 + j) mx = fmax(mx, score(k, qt, j, i));
+                if (mx == -INFINITY) { /* nothing visible in this column */
+                    assert_true(m[i] == -INFINITY && bsum[i] == 0.0f);
+                } else {
+                    assert_true(m[i] <= mx + 1e-4 && m[i] >= mx - LAZY - 1e-4);
                 }
-                const double want = exp2(score(k, qt, j, i) - m[i]);
-                assert_true(fabs(got - want) <= 4e-5 * want);
-                sum += want;
+                for (int j = 0; j < ROWS; j++) {
+                    const float got = c[j * LD + i];
+                    if (i < t0 + j || i > t1 + j) { /* masked: written, and exactly 0 */
+                        assert_true(got == 0.0f);
+                        continue;
+                    }
+                    const double want = exp2(score(k, qt, j, i) - m[i]);
+                    assert_true(fabs(got - want) <= 4e-5 * want);
+                    sum += want;
+                }
+                assert_true(fabs(bsum[i] - sum) <= 4e-5 * sum);
             }
-            assert_true(fabs(bsum[i] - sum) <= 4e-5 * sum);
         }
-    }
     free(k);
     free(qt);
     free(c);

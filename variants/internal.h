@@ -277,6 +277,17 @@ static inline int64_t mha_kv_begin(const mha_problem *p, int64_t i) {
     const int64_t b = i + p->seq_kv - p->seq_q - mha_window_edge(p->window_left);
     return b < 0 ? 0 : (b > p->seq_kv ? p->seq_kv : b);
 }
+/* The visible keys as a band: key j is visible to query row i iff
+ * i + off - *left <= j <= i + off + *right (off = seq_kv - seq_q), either
+ * side 2^40 when it has no bound; within [0, seq_kv) the same keys as
+ * [mha_kv_begin, mha_kv_end). */
+static inline void mha_kv_band(const mha_problem *p, int64_t *left, int64_t *right) {
+    const int64_t open = (int64_t)1 << 40;
+    *left = p->window && p->window_left >= 0 ? mha_window_edge(p->window_left) : open;
+    *right = p->causal ? 0 : open;
+    if (p->window && p->window_right >= 0 && mha_window_edge(p->window_right) < *right)
+        *right = mha_window_edge(p->window_right);
+}
 /* Keys query row i sees (0 for a blind row). */
 static inline int64_t mha_kv_count(const mha_problem *p, int64_t i) {
     const int64_t n = mha_kv_end(p, i) - mha_kv_begin(p, i);

@@ -22,9 +22,13 @@
  * The variants (mha.h) as in flash.c: head_dim_v widens V's pack and O;
  * sinks start each row at m = sink, l = 1; a window streams only the keys a
  * query block's rows see, the keys all of them see on the fused tile (a
- * softcap capping its scores in registers) and the window's edges as raw
- * scores (the tile without its exp epilogue) through flash_var.h's unfused
- * step. */
+ * softcap capping its scores in registers) and the window's edges and the
+ * causal diagonal on the same tile with flash.c's band mask, their P.V per
+ * row tile over the key pairs its rows see. On the Zen 4 VM (H8 d64 N 8192
+ * causal, 1 thread) that took a window of 128 from 70 to 99 GFLOP/s per
+ * visible pair and one of 1024 from 150 to 161 (causal alone 176), against
+ * the raw scores through flash_var.h's unfused step before. A bf16 K with
+ * an even head_dim stored row after row is read in place (k_in_place). */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -33,7 +37,6 @@
 #include "internal.h"
 #include "phase.h"
 #include "ukernels.h"
-#include "flash_var.h"
 
 #ifndef __AVX512BF16__
 #error "flash_bf16.c needs AVX512_BF16 (meson builds it only for such levels)"
@@ -128,7 +131,7 @@ static void pack_p(int64_t rows, int64_t ncols, const float *st, int64_t ld, uin
 ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64_t dh,
                               const uint16_t *kp, int64_t ldk, const uint32_t *qp, int64_t ldq,
                               float qscale, float *c, int64_t ldc, int64_t r0, float *m,
-                              float *bsum, float *alpha, int64_t t, float cap) {
+                              float *bsum, float *alpha, int64_t t, int64_t u, float cap) {
     vf acc[6][4];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = vzero();
@@ -141,22 +144,19 @@ ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64
         }
     }
     const vf sc = vset1(qscale), lazy = vset1(MHA_LAZY_LOG2), ninf = vset1(-INFINITY);
-    if (MASKED != 2 && cap > 0) /* log2 units: capped in natural units */
+    if (cap > 0) /* log2 units: capped in natural units */
         for (int r = 0; r < R; r++)
             for (int v = 0; v < NV; v++) acc[r][v] = vsoftcap_log2_scaled(acc[r][v], qscale, cap);
     else
         for (int r = 0; r < R; r++)
             for (int v = 0; v < NV; v++) acc[r][v] = vmul(acc[r][v], sc);
-    if (MASKED == 2) { /* raw scores for flash_var_softmax: no mask, no exp */
-        for (int r = 0; r < R; r++)
-            for (int v = 0; v < NV; v++) vstore(c + r * ldc + v * VW, acc[r][v]);
-        return;
-    }
-    if (MASKED) /* column i of row r is visible iff i >= t + r: others -> -inf */
+    if (MASKED) /* column i of row r is visible iff t + r <= i <= u + r: others -> -inf */
         for (int v = 0; v < NV; v++) {
             const vf col = vadd(viota(), vset1((float)(v * VW)));
-            for (int r = 0; r < R; r++)
+            for (int r = 0; r < R; r++) {
                 acc[r][v] = vselect_gt(col, vset1((float)(t + r - 1)), acc[r][v], ninf);
+                acc[r][v] = vselect_gt(vset1((float)(u + r + 1)), col, acc[r][v], ninf);
+            }
         }
     for (int v = 0; v < NV; v++) {
         vf tm = acc[0][v];
@@ -236,20 +236,16 @@ _Static_assert(MHA_MR == 6 && MHA_NV == 4, "the bf16 tiles are written for AVX-5
 
 #define SCORE_UNMASKED(R, N, ...) score_tile(R, N, 0, __VA_ARGS__)
 #define SCORE_MASKED(R, N, ...) score_tile(R, N, 1, __VA_ARGS__)
-#define SCORE_RAW(R, N, ...) score_tile(R, N, 2, __VA_ARGS__)
 static void score_dispatch(int rows, int nv, int masked, int64_t dh, const uint16_t *kp,
                            int64_t ldk, const uint32_t *qp, int64_t ldq, float qscale, float *c,
                            int64_t ldc, int64_t r0, float *m, float *bsum, float *alpha, int64_t t,
-                           float cap) {
-    if (masked == 2) {
-        BF_SWITCH(rows, nv, SCORE_RAW, dh, kp, ldk, qp, ldq, qscale, c, ldc, r0, m, bsum, alpha, t,
-                  0.0f)
-    } else if (masked) {
+                           int64_t u, float cap) {
+    if (masked) {
         BF_SWITCH(rows, nv, SCORE_MASKED, dh, kp, ldk, qp, ldq, qscale, c, ldc, r0, m, bsum, alpha,
-                  t, cap)
+                  t, u, cap)
     } else {
         BF_SWITCH(rows, nv, SCORE_UNMASKED, dh, kp, ldk, qp, ldq, qscale, c, ldc, r0, m, bsum,
-                  alpha, t, cap)
+                  alpha, t, u, cap)
     }
 }
 
@@ -259,46 +255,50 @@ static void pv_dispatch(int rows, int nv, int64_t kpairs, const uint32_t *pp, in
     BF_SWITCH(rows, nv, pv_tile, kpairs, pp, ldp, vp, ldv, c, ldc, init, alpha)
 }
 
-/* First column of row tile r0 with any visible score (a multiple of VW). */
-static int64_t first_visible(int masked, int64_t t0, int64_t r0, int64_t ncols) {
-    if (!masked) return 0;
-    int64_t c0 = t0 + r0 <= 0 ? 0 : (t0 + r0) / VW * VW;
-    return c0 > ncols ? ncols : c0;
+/* The columns [*c0, *c1) (multiples of VW) of row tile r0 (rows r0 ..
+ * r0 + r - 1) that hold a visible score under the band (gemm.c's). */
+static void visible_cols(int masked, int64_t t0, int64_t t1, int64_t r0, int r, int64_t ncols,
+                         int64_t *c0, int64_t *c1) {
+    *c0 = 0;
+    *c1 = ncols;
+    if (!masked) return;
+    const int64_t first = t0 + r0, end = t1 + r0 + r; /* end: one past the last visible */
+    *c0 = first <= 0 ? 0 : (first >= ncols ? ncols : first / VW * VW);
+    *c1 = end <= 0 ? 0 : (end >= ncols ? ncols : (end + VW - 1) / VW * VW);
+    if (*c1 < *c0) *c1 = *c0;
 }
 
-/* k_scores_exp's contract (ukernels.h) on the packed bf16 operands. */
+/* k_scores_exp's contract (ukernels.h: the band t0 + r <= i <= t1 + r when
+ * masked) on the packed bf16 operands. */
 static void scores_exp(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *kp, int64_t ldk,
                        const uint32_t *qp, int64_t ldq, float qscale, float *c, int64_t ldc,
-                       float *m, float *bsum, float *alpha, int masked, int64_t t0, float cap) {
-    if (masked)
+                       float *m, float *bsum, float *alpha, int masked, int64_t t0, int64_t t1,
+                       float cap) {
+    const int64_t lim = (int64_t)1 << 30; /* exact as floats in the tile */
+    t0 = t0 < -lim ? -lim : (t0 > lim ? lim : t0);
+    t1 = t1 < -lim ? -lim : (t1 > lim ? lim : t1);
+    if (masked) /* columns outside a row tile's visible vectors: P = 0 */
         for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
-            const int64_t c0 = first_visible(masked, t0, r0, ncols);
-            for (int64_t r = r0; r < rows && r < r0 + MHA_MR; r++)
-                for (int64_t i = 0; i < c0; i += VW) vstore(c + r * ldc + i, vzero());
+            const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
+            int64_t c0, c1;
+            visible_cols(masked, t0, t1, r0, r, ncols, &c0, &c1);
+            for (int64_t rr = r0; rr < r0 + r; rr++) {
+                for (int64_t i = 0; i < c0; i += VW) vstore(c + rr * ldc + i, vzero());
+                for (int64_t i = c1; i < ncols; i += VW) vstore(c + rr * ldc + i, vzero());
+            }
         }
     for (int64_t j0 = 0; j0 < ncols; j0 += MHA_NR) {
         const int64_t nc = ncols - j0 < MHA_NR ? ncols - j0 : MHA_NR;
         for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
             const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
-            int64_t s = first_visible(masked, t0, r0, ncols);
+            int64_t s, e;
+            visible_cols(masked, t0, t1, r0, r, ncols, &s, &e);
             s = s < j0 ? j0 : s;
-            if (s >= j0 + nc) continue;
-            score_dispatch(r, (int)((j0 + nc - s) / VW), masked, dh, kp + r0 * ldk, ldk, qp + s,
-                           ldq, qscale, c + r0 * ldc + s, ldc, r0, m + s, bsum + s, alpha + s,
-                           t0 + r0 - s, cap);
-        }
-    }
-}
-
-/* S^T = K Q^T * qscale for every (key, query lane): the raw scores. */
-static void scores_raw(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *kp, int64_t ldk,
-                       const uint32_t *qp, int64_t ldq, float qscale, float *c, int64_t ldc) {
-    for (int64_t j0 = 0; j0 < ncols; j0 += MHA_NR) {
-        const int64_t nc = ncols - j0 < MHA_NR ? ncols - j0 : MHA_NR;
-        for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
-            const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
-            score_dispatch(r, (int)(nc / VW), 2, dh, kp + r0 * ldk, ldk, qp + j0, ldq, qscale,
-                           c + r0 * ldc + j0, ldc, r0, NULL, NULL, NULL, 0, 0.0f);
+            e = e > j0 + nc ? j0 + nc : e;
+            if (s >= e) continue;
+            score_dispatch(r, (int)((e - s) / VW), masked, dh, kp + r0 * ldk, ldk, qp + s, ldq,
+                           qscale, c + r0 * ldc + s, ldc, r0, m + s, bsum + s, alpha + s,
+                           t0 + r0 - s, t1 + r0 - s, cap);
         }
     }
 }
@@ -347,6 +347,14 @@ static inline const uint16_t *kv_row(const bf_ctx *x, const mha_tensor *t, const
     return head + (int64_t)x->blocks[j0 / x->bs] * t->stride_b + (j0 % x->bs) * t->stride_n;
 }
 
+/* K's rows are already Kp's (bf16 pairs, 2 dh = d of them) where K is
+ * bf16 with an even head_dim and stored row after row (dense, head-major,
+ * not paged): the blocks read them in place and only V is packed. */
+static int k_in_place(const bf_ctx *x) {
+    return x->k->dtype == MHA_BF16 && !(x->p->head_dim & 1) && !x->blocks &&
+           x->k->stride_n == x->p->head_dim;
+}
+
 /* A thread's whole packs of K (rows of 2 dh bf16, as Kp) and V (key pairs,
  * as Vp) of the (batch or sequence b, KV head g) they hold, -1 before the
  * first; k NULL when the plan has none (L.kall 0). */
@@ -370,12 +378,15 @@ static void bf_pre_use(const bf_ctx *x, bf_pre *c, int64_t b, int64_t tag, int64
     const int64_t d = p->head_dim, dv = mha_dv(p), nkv = p->seq_kv;
     const uint16_t *kh = (const uint16_t *)x->k->data + b * x->k->stride_b + g * x->k->stride_h;
     const uint16_t *vh = (const uint16_t *)x->v->data + b * x->v->stride_b + g * x->v->stride_h;
+    const int kin = k_in_place(x);
     for (int64_t j0 = 0, n; j0 < nkv; j0 += n) {
         n = page_cap(x, j0, nkv - j0 < 64 ? nkv - j0 : 64);
-        touch_rows(kv_row(x, x->k, kh, j0), n, x->k->stride_n, d * 2);
         touch_rows(kv_row(x, x->v, vh, j0), n, x->v->stride_n, dv * 2);
-        pack_k(n, d, kv_row(x, x->k, kh, j0), x->k->stride_n, x->kvt, c->k + j0 * 2 * L->dh,
-               2 * L->dh);
+        if (!kin) {
+            touch_rows(kv_row(x, x->k, kh, j0), n, x->k->stride_n, d * 2);
+            pack_k(n, d, kv_row(x, x->k, kh, j0), x->k->stride_n, x->kvt, c->k + j0 * 2 * L->dh,
+                   2 * L->dh);
+        }
         pack_v(n, dv, L->dv, kv_row(x, x->v, vh, j0), x->v->stride_n, x->kvt,
                c->v + j0 / 2 * 2 * L->dv);
     }
@@ -435,9 +446,9 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
     PHASE(PHASE_PACK);
     /* flash.c's split of the keys: [f0, full) seen by every row in equal
      * blocks of at most bk on the fast path (a softcap capping the tile's
-     * scores in registers); after it the causal triangle on the masked
-     * tile, or, with a window or a softcap, the edges [lo, f0) and
-     * [full, kv_end) as raw scores through flash_var_softmax. */
+     * scores in registers); after it the causal triangle, or, with a
+     * window or a softcap, the edges [lo, f0) and [full, kv_end), on the
+     * tile masked by the band. */
     const int var = p->window || p->softcap > 0;
     int64_t f0 = var ? kb[n - 1] : 0, full = ke[0];
     if (full <= f0) f0 = full = var ? kv_end : f0;
@@ -445,7 +456,7 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
     /* With the whole packs, every block but a window's first (from an odd
      * lo) starts on a key pair: the fast region [f0, full) shrinks to even
      * ends (its rows still see all of it) and the blocks around it end on
-     * even keys. The keys this moves out of it go to the edges' raw scores
+     * even keys. The keys this moves out of it go to the edges' masked tile
      * or, without a window or a softcap (f0 = 0), to the diagonal's masked
      * tile, which is only a causal one: there full < kv_end. */
     const uint16_t *pk = pre->k;
@@ -462,32 +473,33 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
     int64_t even = nfull > 0 ? (full - f0 + nfull - 1) / nfull : L->bk;
     even = (even + MHA_MR - 1) / MHA_MR * MHA_MR;
     even = even > L->bk ? L->bk : even;
+    const int kin = k_in_place(x);
+    int64_t left, right; /* the band: the edges' and the diagonal's blocks mask by it */
+    mha_kv_band(p, &left, &right);
     for (int64_t j0 = lo, bkk; j0 < kv_end; j0 += bkk) {
-        const int fast = j0 >= f0 && j0 < full, diag = !fast && !var;
+        const int fast = j0 >= f0 && j0 < full;
         const int64_t stop = j0 < f0 ? f0 : (fast ? full : kv_end), most = fast ? even : L->bk;
         bkk = stop - j0 < most ? stop - j0 : most;
         if (pk && ((j0 + bkk) & 1) && j0 + bkk < stop && bkk > 1) bkk--;
         const uint16_t *kp = Kp, *vp = Vp;
         if (pk && !(j0 & 1) && (!(bkk & 1) || j0 + bkk == p->seq_kv)) {
-            kp = pk + j0 * 2 * L->dh;
+            kp = kin ? kh + j0 * skn : pk + j0 * 2 * L->dh;
             vp = pre->v + j0 / 2 * 2 * L->dv;
         } else { /* a pair the whole pack splits, or none: this block's own */
             bkk = page_cap(x, j0, bkk);
-            pack_k(bkk, d, kv_row(x, x->k, kh, j0), skn, x->kvt, Kp, 2 * L->dh);
+            if (kin)
+                kp = kh + j0 * skn;
+            else
+                pack_k(bkk, d, kv_row(x, x->k, kh, j0), skn, x->kvt, Kp, 2 * L->dh);
             pack_v(bkk, dv, L->dv, kv_row(x, x->v, vh, j0), svn, x->kvt, Vp);
         }
         PHASE(PHASE_PACK);
-        if (fast || diag) {
-            for (int64_t i = 0; i < ncols; i++) {
-                bsum[i] = 0.0f;
-                alpha[i] = 1.0f;
-            }
-            scores_exp(bkk, ncols, L->dh, kp, 2 * L->dh, Qp, ld, x->qscale, St, ld, m, bsum, alpha,
-                       diag, j0 - off - i0, p->softcap);
-        } else {
-            scores_raw(bkk, ncols, L->dh, kp, 2 * L->dh, Qp, ld, x->qscale, St, ld);
-            flash_var_softmax(bkk, ncols, j0, p->softcap, St, ld, m, bsum, alpha, kb, ke);
+        for (int64_t i = 0; i < ncols; i++) {
+            bsum[i] = 0.0f;
+            alpha[i] = 1.0f;
         }
+        scores_exp(bkk, ncols, L->dh, kp, 2 * L->dh, Qp, ld, x->qscale, St, ld, m, bsum, alpha,
+                   !fast, j0 - i0 - off - right, j0 - i0 - off + left, p->softcap);
         PHASE(PHASE_QK);
         int changed = 0;
         for (int64_t i = 0; i < ncols; i += VW) {
@@ -498,24 +510,29 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
         pack_p(bkk, ncols, St, ld, Pp);
         PHASE(PHASE_SOFTMAX);
         const int init = j0 == lo ? MHA_INIT_ZERO : (changed ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
-        if (!diag) {
+        if (fast) {
             pv(n, (bkk + 1) / 2, Pp, ld, vp, L->dv, Ob, init, alpha);
-        } else {
+        } else { /* the diagonal or an edge: each row tile over the key pairs its rows see */
             for (int64_t r0 = 0; r0 < n; r0 += MHA_MR) {
                 const int64_t rows = n - r0 < MHA_MR ? n - r0 : MHA_MR;
-                int64_t kc = i0 + r0 + rows - 1 + off + 1 - j0; /* keys the last row sees */
-                kc = kc < 0 ? 0 : (kc > bkk ? bkk : kc);
-                pv(rows, (kc + 1) / 2, Pp + r0, ld, vp, L->dv, Ob + r0 * L->dv, init, alpha + r0);
+                int64_t k0 = kb[r0] - j0, k1 = ke[r0 + rows - 1] - j0;
+                k0 = k0 < 0 ? 0 : (k0 > bkk ? bkk : k0) / 2 * 2; /* from a pair's first key */
+                k1 = k1 < k0 ? k0 : (k1 > bkk ? bkk : k1);
+                pv(rows, (k1 - k0 + 1) / 2, Pp + k0 / 2 * ld + r0, ld, vp + k0 * L->dv, L->dv,
+                   Ob + r0 * L->dv, init, alpha + r0);
             }
         }
         PHASE(PHASE_PV);
     }
     if (!p->window) {
         store_out(n, dv, Ob, L->dv, l, mha_rows_blind(p, i0, n), oh + i0 * son, son, p->dtype);
-    } else { /* a row that sees no key is zeros, sink or not */
-        for (int64_t i = 0; i < n; i++)
-            store_out(1, dv, Ob + i * L->dv, L->dv, l + i, ke[i] <= kb[i], oh + (i0 + i) * son, son,
-                      p->dtype);
+    } else { /* a row that sees no key is zeros, sink or not: runs of rows alike together */
+        for (int64_t i = 0, e; i < n; i = e) {
+            const int blind = ke[i] <= kb[i];
+            for (e = i + 1; e < n && (ke[e] <= kb[e]) == blind;) e++;
+            store_out(e - i, dv, Ob + i * L->dv, L->dv, l + i, blind ? e - i : 0,
+                      oh + (i0 + i) * son, son, p->dtype);
+        }
     }
     PHASE(PHASE_PACK);
 }

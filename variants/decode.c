@@ -256,7 +256,7 @@ scores_block(const int t, int R, const float *const *qrow, const int64_t *end, c
         for (int u = 0; u < 4; u++) {
             mha_span_pf_step(spf);
             kr[u] = elem(t, kh, (j0 + j + u) * skn);
-            if (j0 + j + u + pf < kend) {
+            if (pf > 0 && j0 + j + u + pf < kend) {
                 prefetch_row(elem(t, kr[u], pf * skn), rb);
                 prefetch_row_l2(elem(t, vh, (j0 + j + u) * svn), rb);
             }
@@ -283,7 +283,7 @@ scores_block(const int t, int R, const float *const *qrow, const int64_t *end, c
     for (; j < bk; j++) { /* one key at a time (int8: the block's last keys) */
         mha_span_pf_step(spf);
         const void *krow = elem(t, kh, (j0 + j) * skn);
-        if (j0 + j + pf < kend) {
+        if (pf > 0 && j0 + j + pf < kend) {
             prefetch_row(elem(t, krow, pf * skn), rb);
             prefetch_row_l2(elem(t, vh, (j0 + j) * svn), rb);
         }
@@ -631,8 +631,13 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
         kvt == MHA_I8 ? v->scale + b * v->scale_stride_b + g * v->scale_stride_h : NULL;
     const int64_t kss = k->scale_stride_n, vss = v->scale_stride_n;
     const dec_fn_set *F = &dec_fns[kvt];
-    /* prefetch distance: a fixed number of bytes of storage ahead */
-    const int64_t rowb = d * esize(kvt), pf = DEC_PF_BYTES / rowb > 4 ? DEC_PF_BYTES / rowb : 4;
+    /* prefetch distance: a fixed number of bytes of storage ahead; none in
+     * all_heads' spans, whose next span spf fetches (the per-row stream beside
+     * it requested the same lines again: without it, Zen 4 VM, decode.avx512
+     * on 16 x 8,192 keys, the paged/dense ratios stayed within the run-to-run
+     * spread, fp32 0.89-1.06x and bf16 pools 0.87-1.03x) */
+    const int64_t rowb = d * esize(kvt),
+                  pf = spf ? 0 : (DEC_PF_BYTES / rowb > 4 ? DEC_PF_BYTES / rowb : 4);
     int64_t kend = k0, kbeg = k1; /* keys any row sees: [kbeg, kend) */
     for (int r = 0; r < R; r++) {
         kend = end[r] > kend ? end[r] : kend;
@@ -865,7 +870,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     /* the next span's lines, spread over this one's score steps (a
                      * key each; P.V runs in k_gemm for fp32). Zen 4 VM, 16
                      * sequences of 8,192 keys, H 32, G 8, d 128, fp32 pages of 16 /
-                     * 128 against the dense cache: 0.45-0.53x without, 0.90-1.07x */
+                     * 128 against the dense cache: 0.44-0.58x without, 0.91-1.08x */
                     mha_span_pf *spf = mha_span_pf_init(
                         &pf, xs->k, xs->v, xs->p->head_dim, d, xs->blocks, xs->bs, b, G, c1,
                         c1 + span < k1 ? c1 + span : k1, G * nrcs * (c1 - c0));

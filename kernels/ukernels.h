@@ -84,6 +84,42 @@ void MHA_SYM(scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a
 /* scores_exp's t1 (t0) for a band without its right (left) bound. */
 #define MHA_BAND_OPEN ((int64_t)1 << 40)
 
+/* The band's bookkeeping, shared by scores_exp's two implementations
+ * (gemm.c on fp32, flash_bf16.c on the packed bf16 operands). The edges
+ * clamped within +-2^30 (ncols is far below), exact as floats in a tile. */
+static inline void mha_band_clamp(int64_t *t0, int64_t *t1) {
+    const int64_t lim = (int64_t)1 << 30;
+    *t0 = *t0 < -lim ? -lim : (*t0 > lim ? lim : *t0);
+    *t1 = *t1 < -lim ? -lim : (*t1 > lim ? lim : *t1);
+}
+/* The columns [*c0, *c1) (multiples of VW) of row tile r0 (rows r0 ..
+ * r0 + r - 1) that hold a visible score: from t0 + r0 (the first row's
+ * first) to t1 + r0 + r - 1 (the last row's last); everything unmasked. */
+static inline void mha_band_cols(int masked, int64_t t0, int64_t t1, int64_t r0, int r,
+                                 int64_t ncols, int64_t *c0, int64_t *c1) {
+    *c0 = 0;
+    *c1 = ncols;
+    if (!masked) return;
+    const int64_t first = t0 + r0, end = t1 + r0 + r; /* end: one past the last visible */
+    *c0 = first <= 0 ? 0 : (first >= ncols ? ncols : first / VW * VW);
+    *c1 = end <= 0 ? 0 : (end >= ncols ? ncols : (end + VW - 1) / VW * VW);
+    if (*c1 < *c0) *c1 = *c0;
+}
+/* P = 0 written in each row tile's columns outside its visible vectors
+ * (the tiles there are skipped). */
+static inline void mha_band_zero_outside(int64_t rows, int64_t ncols, int64_t t0, int64_t t1,
+                                         float *c, int64_t ldc) {
+    for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
+        const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
+        int64_t c0, c1;
+        mha_band_cols(1, t0, t1, r0, r, ncols, &c0, &c1);
+        for (int64_t rr = r0; rr < r0 + r; rr++) {
+            for (int64_t i = 0; i < c0; i += VW) vstore(c + rr * ldc + i, vzero());
+            for (int64_t i = c1; i < ncols; i += VW) vstore(c + rr * ldc + i, vzero());
+        }
+    }
+}
+
 /* Y[M,N] = X[M,K] W^T + bias with W in nn.Linear layout [N][K] (row stride
  * ldw); pack holds linear_pack_floats(N,K) floats. OpenMP over tiles. */
 void MHA_SYM(linear)(int64_t M, int64_t N, int64_t K, const float *x, int64_t ldx, const float *w,

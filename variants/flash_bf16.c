@@ -255,44 +255,20 @@ static void pv_dispatch(int rows, int nv, int64_t kpairs, const uint32_t *pp, in
     BF_SWITCH(rows, nv, pv_tile, kpairs, pp, ldp, vp, ldv, c, ldc, init, alpha)
 }
 
-/* The columns [*c0, *c1) (multiples of VW) of row tile r0 (rows r0 ..
- * r0 + r - 1) that hold a visible score under the band (gemm.c's). */
-static void visible_cols(int masked, int64_t t0, int64_t t1, int64_t r0, int r, int64_t ncols,
-                         int64_t *c0, int64_t *c1) {
-    *c0 = 0;
-    *c1 = ncols;
-    if (!masked) return;
-    const int64_t first = t0 + r0, end = t1 + r0 + r; /* end: one past the last visible */
-    *c0 = first <= 0 ? 0 : (first >= ncols ? ncols : first / VW * VW);
-    *c1 = end <= 0 ? 0 : (end >= ncols ? ncols : (end + VW - 1) / VW * VW);
-    if (*c1 < *c0) *c1 = *c0;
-}
-
 /* k_scores_exp's contract (ukernels.h: the band t0 + r <= i <= t1 + r when
  * masked) on the packed bf16 operands. */
 static void scores_exp(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *kp, int64_t ldk,
                        const uint32_t *qp, int64_t ldq, float qscale, float *c, int64_t ldc,
                        float *m, float *bsum, float *alpha, int masked, int64_t t0, int64_t t1,
                        float cap) {
-    const int64_t lim = (int64_t)1 << 30; /* exact as floats in the tile */
-    t0 = t0 < -lim ? -lim : (t0 > lim ? lim : t0);
-    t1 = t1 < -lim ? -lim : (t1 > lim ? lim : t1);
-    if (masked) /* columns outside a row tile's visible vectors: P = 0 */
-        for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
-            const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
-            int64_t c0, c1;
-            visible_cols(masked, t0, t1, r0, r, ncols, &c0, &c1);
-            for (int64_t rr = r0; rr < r0 + r; rr++) {
-                for (int64_t i = 0; i < c0; i += VW) vstore(c + rr * ldc + i, vzero());
-                for (int64_t i = c1; i < ncols; i += VW) vstore(c + rr * ldc + i, vzero());
-            }
-        }
+    mha_band_clamp(&t0, &t1);
+    if (masked) mha_band_zero_outside(rows, ncols, t0, t1, c, ldc);
     for (int64_t j0 = 0; j0 < ncols; j0 += MHA_NR) {
         const int64_t nc = ncols - j0 < MHA_NR ? ncols - j0 : MHA_NR;
         for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
             const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
             int64_t s, e;
-            visible_cols(masked, t0, t1, r0, r, ncols, &s, &e);
+            mha_band_cols(masked, t0, t1, r0, r, ncols, &s, &e);
             s = s < j0 ? j0 : s;
             e = e > j0 + nc ? j0 + nc : e;
             if (s >= e) continue;

@@ -475,6 +475,20 @@ const meas_inputs *meas_inputs_of(meas_pool *m, const meas_shape *s) {
     return inputs_for(m, s);
 }
 
+mha_extras meas_inputs_extras(const meas_inputs *in) {
+    mha_extras x = {.sinks = in->sinks};
+    if (in->s.page > 0 || in->s.ragged > 0) { /* as meas_prepare passes them */
+        x.cu_seqlens_q = in->cu_q;
+        if (in->s.page > 0) {
+            x.seq_lens_kv = in->lens;
+            x.block_table = in->table;
+        } else {
+            x.cu_seqlens_kv = in->cu_kv;
+        }
+    }
+    return x;
+}
+
 static char peer_err[512];
 
 const char *meas_peer_error(void) {
@@ -512,7 +526,8 @@ const char *meas_prepare_peer(meas_pool *m, const peer_ops *peer, const meas_sha
         return msg;
     }
     char why[512] = "";
-    peer_inst *pi = peer->prepare(&c->p, threads, in->q, in->k, in->v, in->sinks, why, sizeof why);
+    const mha_extras x = meas_inputs_extras(in);
+    peer_inst *pi = peer->prepare(&c->p, threads, in->q, in->k, in->v, &x, why, sizeof why);
     if (!pi) {
         snprintf(msg, sizeof msg, "peer %s: %s", peer->name, why);
         return msg;

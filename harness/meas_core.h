@@ -160,6 +160,9 @@ const char *meas_prepare_peer(meas_pool *m, const peer_ops *peer, const meas_sha
 /* The shape's inputs as the pool holds them (q, k, v typed; NULL when out of
  * memory): what a peer's output is checked on. */
 const meas_inputs *meas_inputs_of(meas_pool *m, const meas_shape *s);
+/* The extras of a shape's inputs: the sink logits, and the packed and paged
+ * layouts' index arrays (those the shape has; the rest NULL). */
+mha_extras meas_inputs_extras(const meas_inputs *in);
 /* Why the last peer call failed (meas_run returned MHA_EIO). */
 const char *meas_peer_error(void);
 

@@ -46,8 +46,8 @@ static void *dup_typed(const void *src, size_t n, mha_dtype t) {
 }
 
 static peer_inst *double_prepare(const mha_problem *p, int threads, const void *q, const void *k,
-                                 const void *v, const float *sinks, char *why, size_t len) {
-    (void)threads, (void)sinks, (void)why, (void)len;
+                                 const void *v, const mha_extras *x, char *why, size_t len) {
+    (void)threads, (void)x, (void)why, (void)len;
     peer_inst *pi = calloc(1, sizeof *pi);
     pi->p = *p;
     pi->nq = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim);

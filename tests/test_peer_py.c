@@ -133,8 +133,8 @@ static int check_one_sinks(const peer_ops *peer, const mha_problem *p, mha_dtype
     }
     check_data d;
     assert_int_equal(check_prepare(&c, check_case_seed(SEED, index), &d), MHA_OK);
-    peer_inst *pi =
-        peer->prepare(&c.p, THREADS, d.qv.data, d.kv.data, d.vv.data, d.sinks, why, sizeof why);
+    peer_inst *pi = peer->prepare(&c.p, THREADS, d.qv.data, d.kv.data, d.vv.data,
+                                  &(mha_extras){.sinks = d.sinks}, why, sizeof why);
     if (!pi) fprintf(stderr, "%s %s %s: prepare: %s\n", peer->name, mha_dtype_name(dt), desc, why);
     assert_non_null(pi);
     double seconds = 0;
@@ -203,6 +203,66 @@ static void check_windows(const peer_ops *peer, int bf16) {
     }
 }
 
+/* The packed and paged layouts (check_data's: B sequences packed
+ * token-major; paged, blocks of 5 or 16 keys shuffled across the pool, two
+ * blocks nobody owns and the slots past each sequence's end NaN), for the
+ * peers that take them: decode (one query per sequence, GQA, MHA) and causal
+ * chunked prefill (several queries at the end of each sequence, and a whole
+ * sequence), against the oracle. Returns how many cases the peer took. */
+static int check_layout(const peer_ops *peer, mha_dtype dt, int layout) {
+    static const shape cases[] = {
+        {2, 8, 2, 1, 197, 64, 0}, /* decode, GQA 8/2, blocks of 5 */
+        {1, 4, 4, 1, 32, 80, 1},  /* decode, MHA, d 80, blocks of 16 */
+        {2, 8, 2, 7, 197, 64, 1}, /* chunked prefill: 7 queries after 190 keys */
+        {1, 2, 2, 33, 33, 64, 1}, /* a whole sequence, causal */
+    };
+    const int paged = layout == LAYOUT_PAGED;
+    const char *name = paged ? "paged" : "packed";
+    int taken = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const mha_problem p = problem_of(&cases[i], dt);
+        check_case c = {.p = p, .input = INPUT_UNIFORM, .layout = layout, .tag = "peer layout"};
+        check_case_set_dtypes(&c, dt, dt);
+        const mha_problem kp = check_layout_problem(&c);
+        char why[1024] = "", desc[256];
+        check_describe(&c, desc, sizeof desc);
+        if (!peer->takes(&kp, why, sizeof why)) {
+            printf("[ refused  ] %s %s %s %s: %s\n", peer->name, mha_dtype_name(dt), name, desc,
+                   why);
+            continue;
+        }
+        check_data d;
+        assert_int_equal(check_prepare(&c, check_case_seed(SEED, 1600 + (int)i), &d), MHA_OK);
+        const mha_extras x = {.cu_seqlens_q = d.cu_q,
+                              .cu_seqlens_kv = paged ? NULL : d.cu_kv,
+                              .seq_lens_kv = paged ? d.lens : NULL,
+                              .block_table = paged ? d.table : NULL};
+        peer_inst *pi =
+            peer->prepare(&d.kp, THREADS, d.lq.data, d.lk.data, d.lv.data, &x, why, sizeof why);
+        if (!pi) fprintf(stderr, "%s %s %s: prepare: %s\n", peer->name, name, desc, why);
+        assert_non_null(pi);
+        double seconds = 0;
+        if (peer->run(pi, &seconds, why, sizeof why) != 0)
+            fprintf(stderr, "%s %s %s: run: %s\n", peer->name, name, desc, why);
+        assert_true(seconds > 0);
+        check_out o;
+        assert_true(check_out_alloc(&d, &o));
+        if (peer->output(pi, o.view.data, why, sizeof why) != 0)
+            fprintf(stderr, "%s %s %s: output: %s\n", peer->name, name, desc, why);
+        check_report r;
+        const int res = check_out_compare(&d, &o, &r);
+        printf("[ %-8s ] %s %s %s %s: max err %.3g; %s\n", res == CHECK_PASS ? "ok" : "FAIL",
+               peer->name, mha_dtype_name(dt), name, desc, r.max_err, peer->settings(pi));
+        if (res != CHECK_PASS) fprintf(stderr, "%s: %s\n", desc, r.detail);
+        check_out_free(&o);
+        peer->release(pi);
+        check_release(&d);
+        assert_int_equal(res, CHECK_PASS);
+        taken++;
+    }
+    return taken;
+}
+
 static void test_torch(void **state) {
     (void)state;
     check_peer(&peer_torch);
@@ -219,7 +279,14 @@ static void test_openvino(void **state) {
     check_peer(&peer_openvino);
     char why[256];
     mha_problem b = window_problem(&WINDOWS[0], MHA_BF16);
-    check_windows(&peer_openvino, peer_openvino.takes(&b, why, sizeof why));
+    const int bf16 = peer_openvino.takes(&b, why, sizeof why);
+    check_windows(&peer_openvino, bf16);
+    /* its PagedAttention takes every packed and paged case, bf16 where it
+     * takes bf16 */
+    for (int layout = LAYOUT_PACKED; layout <= LAYOUT_PAGED; layout++) {
+        assert_int_equal(check_layout(&peer_openvino, MHA_F32, layout), 4);
+        assert_int_equal(check_layout(&peer_openvino, MHA_BF16, layout), bf16 ? 4 : 0);
+    }
 }
 /* Runs under its own interpreter (MHA_PEERS_PYTHON_ZENTORCH or
  * .venv-zentorch): fp32 and bf16, GQA natively, our bottom-right causal as a

@@ -40,20 +40,23 @@ typedef struct peer_ops {
     int (*takes)(const mha_problem *p, char *why, size_t len);
     /* Prepares p at `threads` threads: q [B,H,Nq,d], k and v [B,KV,Nkv,d]
      * contiguous, of p's dtype and kv dtype (bf16 and fp16 as their 16-bit
-     * patterns; int8 is never passed: takes refuses it). The peer copies
-     * the inputs into memory of its own; primitives, graphs and sessions are
-     * created here, outside any timed loop, and one untimed call warms it.
-     * sinks: p->sinks' [H] fp32 logits (mha_extras.sinks), else NULL; only
-     * a peer whose takes() accepts sinks is given one. NULL and why on
-     * failure. */
+     * patterns; int8 is never passed: takes refuses it); in the packed and
+     * paged layouts (only to a peer whose takes() accepts them) q [Tq,H,d]
+     * and k, v [Tkv,KV,d] or the pools [NB,BS,KV,d], contiguous, as mha.h
+     * has them. The peer copies the inputs into memory of its own;
+     * primitives, graphs and sessions are created here, outside any timed
+     * loop, and one untimed call warms it. x: the call's extras (may be
+     * NULL when there are none): sinks, p->sinks' [H] fp32 logits, only
+     * to a peer whose takes() accepts sinks; the index arrays of the packed
+     * and paged layouts. NULL and why on failure. */
     peer_inst *(*prepare)(const mha_problem *p, int threads, const void *q, const void *k,
-                          const void *v, const float *sinks, char *why, size_t len);
+                          const void *v, const mha_extras *x, char *why, size_t len);
     /* One call of the attention. *seconds: the peer's own time of that call
      * when it has its own clock (a helper process), else -1 (the caller
      * times it). 0, or -1 with why. */
     int (*run)(peer_inst *pi, double *seconds, char *why, size_t len);
     /* The output of the last run into out: [B,H,Nq,d] contiguous of p's
-     * dtype. 0, or -1 with why. Not timed. */
+     * dtype ([Tq,H,d] packed and paged). 0, or -1 with why. Not timed. */
     int (*output)(peer_inst *pi, void *out, char *why, size_t len);
     /* What this instance was set to, one line ("threads=2 graph_opt=all
      * ..."): recorded in the row's label and the context. */
@@ -97,9 +100,9 @@ extern const peer_ops peer_libxsmm; /* peer_libxsmm.c */
 
 /* 1 when problem p has no attention variant (window, softcap, sinks, d_v
  * != d; mha.h) and no layout other than dense outside `taken` (MHA_KT_*
- * bits: the variants the peer's adapter passes on), else 0 and why naming
- * the first one refused. Every peer's takes() calls it, so that no adapter
- * times dense attention on a variant row. */
+ * bits: the variants and layouts the peer's adapter passes on), else 0 and
+ * why naming the first one refused. Every peer's takes() calls it, so that
+ * no adapter times dense attention on a variant row. */
 int peer_takes_variants(const mha_problem *p, unsigned taken, char *why, size_t len);
 
 /* The checks every C peer's prepare starts with: a valid problem, one the

@@ -37,16 +37,52 @@ static double max_abs(const void *x, mha_dtype t, size_t n, int64_t d, float *ro
     return best;
 }
 
+/* A token-major [T, heads, d] (or pool [NB, BS, heads, d]: rows = BS) view. */
+static mha_tensor token_view(const void *data, mha_dtype t, int64_t heads, int64_t rows,
+                             int64_t d) {
+    mha_tensor v = mha_view_bnhd((const float *)data, heads, rows, d);
+    v.dtype = t;
+    return v;
+}
+
+/* Packed and paged: the oracle of every query row, in out's layout. */
+static int oracle_layout(const mha_problem *p, const void *q, const void *k, const void *v,
+                         const mha_extras *x, peer_oracle *o, float *row) {
+    const mha_dtype qt = p->dtype, kt = mha_problem_kv_dtype(p);
+    const int64_t d = p->head_dim, dv = mha_problem_head_dim_v(p);
+    const int paged = p->layout == MHA_LAYOUT_PAGED;
+    const int64_t krows = paged ? p->block_size : p->total_kv;
+    const size_t nq = (size_t)(p->total_q * p->heads),
+                 nk = (size_t)((paged ? p->num_blocks * p->block_size : p->total_kv) * p->kv_heads);
+    o->ngroups = 0;
+    o->ref = malloc((nq ? nq : 1) * (size_t)dv * sizeof *o->ref);
+    if (!o->ref || !x) return 0;
+    const mha_tensor qv = token_view(q, qt, p->heads, p->total_q, d);
+    const mha_tensor kv = token_view(k, kt, p->kv_heads, krows, d);
+    const mha_tensor vv = token_view(v, kt, p->kv_heads, krows, dv);
+    if (mha_reference_ex(p, &qv, &kv, &vv, x, o->ref) != MHA_OK) return 0;
+    o->mag = max_abs(v, kt, nk, dv, row);
+    o->smax = (double)mha_problem_scale(p) * max_row_norm(q, qt, nq, d, row) *
+              max_row_norm(k, kt, nk, d, row);
+    return 1;
+}
+
 int peer_oracle_make(const mha_problem *p, const void *q, const void *k, const void *v,
-                     const float *sinks, peer_oracle *o) {
+                     const mha_extras *x, peer_oracle *o) {
     memset(o, 0, sizeof *o);
     o->p = *p;
+    const float *sinks = x ? x->sinks : NULL;
     const mha_dtype qt = p->dtype, kt = mha_problem_kv_dtype(p);
     /* d: Q's and K's head dim; dv: V's and O's (mha.h's head_dim_v) */
     const int64_t G = p->heads / p->kv_heads, d = p->head_dim, dv = mha_problem_head_dim_v(p);
     const size_t qrows = (size_t)p->seq_q, krows = (size_t)p->seq_kv;
     float *row = malloc((size_t)(d > dv ? d : dv) * sizeof *row);
     if (!row) return 0;
+    if (p->layout != MHA_LAYOUT_DENSE) {
+        if (!oracle_layout(p, q, k, v, x, o, row)) goto fail;
+        free(row);
+        return 1;
+    }
     if (mha_problem_flops(p) * 2.0 <= PEER_CHECK_ALL_FLOPS) {
         o->ngroups = 0;
         o->ref = malloc((size_t)(p->batch * p->heads) * qrows * (size_t)dv * sizeof *o->ref);
@@ -108,7 +144,10 @@ int peer_check(const peer_ops *peer, peer_inst *pi, const peer_oracle *o, peer_c
     memset(r, 0, sizeof *r);
     const mha_problem *p = &o->p;
     const int64_t d = mha_problem_head_dim_v(p); /* the output's head dim: V's */
-    const size_t n = (size_t)(p->batch * p->heads * p->seq_q * d);
+    /* packed and paged: [Tq, H, d], indexed below as one batch entry of Tq
+     * rows per head (the element named by (t, h) then reads i=t h=h) */
+    const int dense = p->layout == MHA_LAYOUT_DENSE;
+    const size_t n = (size_t)((dense ? p->batch * p->seq_q : p->total_q) * p->heads * d);
     void *out = malloc(n * mha_dtype_size(p->dtype));
     float *f = malloc(n * sizeof *f);
     double secs;
@@ -152,12 +191,20 @@ int peer_check(const peer_ops *peer, peer_inst *pi, const peer_oracle *o, peer_c
                 r->tol = allow;
                 if (!(ratio <= 1) && ok) {
                     const size_t at_e = off + e, hd = (size_t)p->seq_q * (size_t)d;
-                    snprintf(r->detail, sizeof r->detail,
-                             "element (b=%zu h=%zu i=%zu k=%zu): %.6g, oracle %.6g, error %.3g > "
-                             "tolerance %.3g",
-                             at_e / ((size_t)p->heads * hd), at_e / hd % (size_t)p->heads,
-                             at_e / (size_t)d % (size_t)p->seq_q, at_e % (size_t)d, got, want, err,
-                             allow);
+                    if (dense)
+                        snprintf(r->detail, sizeof r->detail,
+                                 "element (b=%zu h=%zu i=%zu k=%zu): %.6g, oracle %.6g, error "
+                                 "%.3g > tolerance %.3g",
+                                 at_e / ((size_t)p->heads * hd), at_e / hd % (size_t)p->heads,
+                                 at_e / (size_t)d % (size_t)p->seq_q, at_e % (size_t)d, got, want,
+                                 err, allow);
+                    else /* [Tq, H, d] */
+                        snprintf(r->detail, sizeof r->detail,
+                                 "element (t=%zu h=%zu k=%zu): %.6g, oracle %.6g, error %.3g > "
+                                 "tolerance %.3g",
+                                 at_e / ((size_t)p->heads * (size_t)d),
+                                 at_e / (size_t)d % (size_t)p->heads, at_e % (size_t)d, got, want,
+                                 err, allow);
                     ok = 0;
                 }
             }

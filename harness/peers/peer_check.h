@@ -19,18 +19,19 @@ typedef struct {
  * first batch and the last of the last batch: a wrong head, batch or group
  * offset shows there) -- all their query rows and dims. Computes them into
  * a new array (free it) for problem p on q, k, v ([B,H,Nq,d], [B,KV,Nkv,d],
- * contiguous, typed) and, when p->sinks, the [H] sink logits; NULL when out
- * of memory or the oracle refused. */
+ * contiguous, typed; packed and paged as peer_ops.prepare has them, every
+ * row checked) and x (may be NULL): when p->sinks, the [H] sink logits, and
+ * the layout's index arrays; 0 when out of memory or the oracle refused. */
 typedef struct {
     mha_problem p;
     int ngroups;
     int64_t batch[2], group[2]; /* the KV groups checked; ngroups 0: all */
-    double *ref;                /* per checked group: [G, Nq, d] (all: [B,H,Nq,d]) */
-    double mag, smax;           /* max |v| and the logit bound over what is checked */
+    double *ref; /* per checked group: [G, Nq, d] (all: [B,H,Nq,d], packed and paged [Tq,H,d]) */
+    double mag, smax; /* max |v| and the logit bound over what is checked */
 } peer_oracle;
 
 int peer_oracle_make(const mha_problem *p, const void *q, const void *k, const void *v,
-                     const float *sinks, peer_oracle *o);
+                     const mha_extras *x, peer_oracle *o);
 void peer_oracle_free(peer_oracle *o);
 
 /* Runs pi once (untimed), reads its output and compares the checked rows

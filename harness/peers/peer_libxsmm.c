@@ -198,8 +198,8 @@ static void attend(peer_inst *pi) {
 }
 
 static peer_inst *xsmm_prepare(const mha_problem *p, int threads, const void *q, const void *k,
-                               const void *v, const float *sinks, char *why, size_t len) {
-    (void)sinks; /* takes() refuses sinks */
+                               const void *v, const mha_extras *x, char *why, size_t len) {
+    (void)x; /* takes() refuses sinks and the packed and paged layouts */
     if (!peer_prepare_ok(p, xsmm_takes, q, k, v, why, len)) return NULL;
     peer_inst *pi = calloc(1, sizeof *pi);
     if (!pi) {

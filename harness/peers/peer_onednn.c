@@ -370,8 +370,8 @@ static dnnl_status_t onednn_primitives(peer_inst *pi, const mha_problem *p, cons
 }
 
 static peer_inst *onednn_prepare(const mha_problem *p, int threads, const void *q, const void *k,
-                                 const void *v, const float *sinks, char *why, size_t len) {
-    (void)sinks; /* takes() refuses sinks */
+                                 const void *v, const mha_extras *x, char *why, size_t len) {
+    (void)x; /* takes() refuses sinks and the packed and paged layouts */
     if (!peer_prepare_ok(p, onednn_takes, q, k, v, why, len)) return NULL;
     peer_inst *pi = calloc(1, sizeof *pi);
     if (!pi) {

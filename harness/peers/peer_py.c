@@ -47,6 +47,9 @@ static const py_rules RULES_onnxruntime = {
     .why_dtype = {[MHA_BF16] = "bf16: ONNX Runtime's CPU execution provider has no bf16 "
                                "MultiHeadAttention kernel (NOT_IMPLEMENTED)"},
 };
+/* Packed (ragged) batches and paged KV caches go to OpenVINO's
+ * PagedAttention (the op its continuous-batching pipelines run;
+ * mha_peer.py), dense problems to its SDPA. */
 static const py_rules RULES_openvino = {
     .name = "openvino",
     .label = "OpenVINO",
@@ -54,7 +57,7 @@ static const py_rules RULES_openvino = {
     .why_dtype = {[MHA_F16] = "fp16: OpenVINO's CPU plugin computes in fp16 only on AMX-FP16 "
                               "CPUs (elsewhere it would run f32 or bf16 and not be an fp16 peer)"},
     .bf16_needs_isa = 1,
-    .variants = MHA_KT_WINDOW,
+    .variants = MHA_KT_WINDOW | MHA_KT_PACKED | MHA_KT_PAGED,
 };
 
 /* zentorch (AMD's ZenDNN plugin for PyTorch 2.14.x, in an environment of
@@ -157,6 +160,26 @@ static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len
                   r->label);
         return 0;
     }
+    if (p->layout != MHA_LAYOUT_DENSE) {
+        /* packed or paged (the only layouts peer_takes_variants let
+         * through): PagedAttention appends a sequence's queries' keys at its
+         * end and lets them attend causally (so bottom-right, as ours); the
+         * adapter passes no variant on */
+        const char *no = p->window                                  ? "a sliding window"
+                         : p->softcap > 0                           ? "a logit softcap"
+                         : p->sinks                                 ? "attention sinks"
+                         : mha_problem_head_dim_v(p) != p->head_dim ? "head_dim_v != head_dim"
+                         : !p->causal && p->seq_q > 1               ? "queries that are not causal"
+                                                                    : NULL;
+        if (no) {
+            py_setwhy(why, len,
+                      "a %s layout with %s: the %s PagedAttention adapter takes plain causal "
+                      "attention (or one query per sequence)",
+                      mha_layout_name(p->layout), no, r->label);
+            return 0;
+        }
+        return 1;
+    }
     if ((p->causal || p->window) && p->seq_q > p->seq_kv) {
         py_setwhy(why, len,
                   "%s with seq_q %lld > seq_kv %lld: rows that see no key (zeros in our "
@@ -169,8 +192,9 @@ static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len
 }
 
 static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const void *q,
-                             const void *k, const void *v, const float *sinks, char *why,
+                             const void *k, const void *v, const mha_extras *x, char *why,
                              size_t len) {
+    const float *sinks = x ? x->sinks : NULL;
     if (mha_problem_validate(p) != MHA_OK) {
         py_setwhy(why, len, "%s: invalid problem: %s", h->r->name, mha_last_error());
         return NULL;
@@ -186,21 +210,50 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
     if (threads < 1) threads = mha_resolve_threads(&(mha_options){0});
     const size_t es = mha_dtype_size(p->dtype);
     const size_t kes = mha_dtype_size(mha_problem_kv_dtype(p));
-    const size_t qb = (size_t)(p->batch * p->heads * p->seq_q * p->head_dim) * es;
-    const size_t kb = (size_t)(p->batch * p->kv_heads * p->seq_kv * p->head_dim) * kes;
     const int64_t dv = mha_problem_head_dim_v(p); /* V's and O's head dim */
-    const size_t vb = (size_t)(p->batch * p->kv_heads * p->seq_kv * dv) * kes;
-    const size_t ob = (size_t)(p->batch * p->heads * p->seq_q * dv) * es;
+    /* rows of q and out, of k and v: [B,H,Nq,.] and [B,KV,Nkv,.] dense;
+     * packed [Tq,H,.] and [Tkv,KV,.]; paged [Tq,H,.] and the pools */
+    const int dense = p->layout == MHA_LAYOUT_DENSE, paged = p->layout == MHA_LAYOUT_PAGED;
+    const int64_t qrows = dense ? p->batch * p->heads * p->seq_q : p->total_q * p->heads;
+    const int64_t krows = dense   ? p->batch * p->kv_heads * p->seq_kv
+                          : paged ? p->num_blocks * p->block_size * p->kv_heads
+                                  : p->total_kv * p->kv_heads;
+    const size_t qb = (size_t)(qrows * p->head_dim) * es;
+    const size_t kb = (size_t)(krows * p->head_dim) * kes;
+    const size_t vb = (size_t)(krows * dv) * kes;
+    const size_t ob = (size_t)(qrows * dv) * es;
     /* the sink logits ([H] fp32) after V, for the peers whose rules take them */
     const size_t sb = p->sinks ? (size_t)p->heads * sizeof(float) : 0;
     if (p->sinks && !sinks) {
         py_setwhy(why, len, "%s: a problem with sinks and no sink logits", h->r->name);
         return NULL;
     }
-    const size_t total = qb + kb + vb + sb;
+    /* then the layout's index arrays (int32): cu_seqlens_q [B+1], and
+     * cu_seqlens_kv [B+1] (packed) or seq_lens_kv [B] and the block table
+     * [B, MB] (paged) */
+    const int32_t *arr[3] = {NULL, NULL, NULL};
+    size_t ab[3] = {0, 0, 0};
+    if (!dense) {
+        if (!x || !x->cu_seqlens_q ||
+            (paged ? !x->seq_lens_kv || !x->block_table : !x->cu_seqlens_kv)) {
+            py_setwhy(why, len, "%s: a %s problem without its index arrays", h->r->name,
+                      mha_layout_name(p->layout));
+            return NULL;
+        }
+        arr[0] = x->cu_seqlens_q;
+        ab[0] = (size_t)(p->batch + 1) * sizeof(int32_t);
+        arr[1] = paged ? x->seq_lens_kv : x->cu_seqlens_kv;
+        ab[1] = (size_t)(paged ? p->batch : p->batch + 1) * sizeof(int32_t);
+        arr[2] = paged ? x->block_table : NULL;
+        ab[2] = paged ? (size_t)(p->batch * p->max_blocks) * sizeof(int32_t) : 0;
+    }
+    const size_t a0 = qb + kb + vb + sb, total = a0 + ab[0] + ab[1] + ab[2];
     if (py_shm_size(h, total, why, len) != 0 || py_shm_put(h, q, qb, 0, why, len) != 0 ||
         py_shm_put(h, k, kb, qb, why, len) != 0 || py_shm_put(h, v, vb, qb + kb, why, len) != 0 ||
-        (sb && py_shm_put(h, sinks, sb, qb + kb + vb, why, len) != 0)) {
+        (sb && py_shm_put(h, sinks, sb, qb + kb + vb, why, len) != 0) ||
+        (ab[0] && py_shm_put(h, arr[0], ab[0], a0, why, len) != 0) ||
+        (ab[1] && py_shm_put(h, arr[1], ab[1], a0 + ab[0], why, len) != 0) ||
+        (ab[2] && py_shm_put(h, arr[2], ab[2], a0 + ab[0] + ab[1], why, len) != 0)) {
         py_shm_empty(h);
         return NULL;
     }
@@ -225,7 +278,19 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
                 {"q", 0},
                 {"k", (int64_t)qb},
                 {"v", (int64_t)(qb + kb)},
-                {"sinks", sb ? (int64_t)(qb + kb + vb) : -1}};
+                {"sinks", sb ? (int64_t)(qb + kb + vb) : -1},
+                /* the layout (mha.h's mha_layout) and its sizes and arrays
+                 * (offsets, -1 when absent) */
+                {"layout", p->layout},
+                {"total_q", p->total_q},
+                {"total_kv", p->total_kv},
+                {"num_blocks", p->num_blocks},
+                {"block_size", p->block_size},
+                {"max_blocks", p->max_blocks},
+                {"cu_seqlens_q", ab[0] ? (int64_t)a0 : -1},
+                {"cu_seqlens_kv", ab[1] && !paged ? (int64_t)(a0 + ab[0]) : -1},
+                {"seq_lens_kv", ab[1] && paged ? (int64_t)(a0 + ab[0]) : -1},
+                {"block_table", ab[2] ? (int64_t)(a0 + ab[0] + ab[1]) : -1}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         json_object_object_add(req, ints[i].key, json_object_new_int64(ints[i].val));
     json_object_object_add(req, "scale", json_object_new_double(mha_problem_scale(p)));
@@ -364,9 +429,9 @@ static void py_release(peer_inst *pi) {
         return py_takes(&HELPERS[idx], p, why, len);                                               \
     }                                                                                              \
     static peer_inst *var##_prepare(const mha_problem *p, int threads, const void *q,              \
-                                    const void *k, const void *v, const float *sinks, char *why,   \
+                                    const void *k, const void *v, const mha_extras *x, char *why,  \
                                     size_t len) {                                                  \
-        return py_prepare(&HELPERS[idx], p, threads, q, k, v, sinks, why, len);                    \
+        return py_prepare(&HELPERS[idx], p, threads, q, k, v, x, why, len);                        \
     }                                                                                              \
     static void var##_shutdown(void) {                                                             \
         py_helper_stop(&HELPERS[idx]);                                                             \

@@ -83,8 +83,13 @@ const char *peer_python_venv(const char *name) {
 
 int peer_takes_variants(const mha_problem *p, unsigned taken, char *why, size_t len) {
     const char *no = NULL;
-    if (p->layout != MHA_LAYOUT_DENSE)
-        no = "packed or paged layout";
+    if (p->layout == MHA_LAYOUT_PACKED && !(taken & MHA_KT_PACKED))
+        no = "packed (ragged) layout";
+    else if (p->layout == MHA_LAYOUT_PAGED && !(taken & MHA_KT_PAGED))
+        no = "paged KV cache";
+    else if (p->layout != MHA_LAYOUT_DENSE && p->layout != MHA_LAYOUT_PACKED &&
+             p->layout != MHA_LAYOUT_PAGED)
+        no = "layout of this number";
     else if (p->window && !(taken & MHA_KT_WINDOW))
         no = "sliding window";
     else if (p->softcap > 0 && !(taken & MHA_KT_SOFTCAP))

@@ -90,7 +90,8 @@ int check_peers(bench *benches, int nbench, note_list *skipped) {
                 held = NULL;
                 const meas_inputs *in = meas_inputs_of(&sweep_pool, &b->s);
                 const mha_problem p = meas_problem(&b->s);
-                if (in && peer_oracle_make(&p, in->q, in->k, in->v, in->sinks, &o)) {
+                const mha_extras x = in ? meas_inputs_extras(in) : (mha_extras){0};
+                if (in && peer_oracle_make(&p, in->q, in->k, in->v, &x, &o)) {
                     held_s = b->s;
                     held = &held_s;
                 }

@@ -79,30 +79,76 @@ def shm_write(fd, size, offset, data):
         mm[offset:offset + len(raw)] = raw
 
 
+LAYOUT_DENSE, LAYOUT_PACKED, LAYOUT_PAGED = 0, 1, 2  # mha.h's mha_layout
+
+
+def region_end(req, key):
+    """Where the shared region that starts at req[key] ends: at the next region
+    present (sinks, then the layout's index arrays), else at the end."""
+    order = ["sinks", "cu_seqlens_q", "cu_seqlens_kv", "seq_lens_kv", "block_table"]
+    later = order[order.index(key) + 1:] if key in order else order
+    for k in later:
+        if req.get(k, -1) >= 0:
+            return req[k]
+    return req["shm_bytes"]
+
+
 def load_inputs(req, fd):
     """q, k, v as numpy arrays [B,H,N,d] / [B,KV,N,d] / [B,KV,N,d_v]: float32,
-    or uint16 bit patterns for bf16 / fp16."""
+    or uint16 bit patterns for bf16 / fp16. Packed: [Tq,H,d] / [Tkv,KV,d] /
+    [Tkv,KV,d_v]; paged: [Tq,H,d] and the pools [NB,BS,KV,d] / [NB,BS,KV,d_v]."""
     B, H, G = req["batch"], req["heads"], req["kv_heads"]
     Nq, Nkv, d = req["seq_q"], req["seq_kv"], req["head_dim"]
     dv = req.get("head_dim_v", d)
+    layout = req.get("layout", LAYOUT_DENSE)
     npt = np.float32 if req["dtype"] == "fp32" else np.uint16
     kvt = np.float32 if req.get("kv_dtype", req["dtype"]) == "fp32" else np.uint16
     size = req["shm_bytes"]
+    if layout == LAYOUT_DENSE:
+        qs, ks, vs = (B, H, Nq, d), (B, G, Nkv, d), (B, G, Nkv, dv)
+    elif layout == LAYOUT_PACKED:
+        qs, ks, vs = (req["total_q"], H, d), (req["total_kv"], G, d), (req["total_kv"], G, dv)
+    elif layout == LAYOUT_PAGED:
+        NB, BS = req["num_blocks"], req["block_size"]
+        qs, ks, vs = (req["total_q"], H, d), (NB, BS, G, d), (NB, BS, G, dv)
+    else:
+        raise ValueError("layout %r: not one of mha.h's" % (layout,))
     # the C side packs q, k, v back to back: a layout that disagrees with the
     # dtypes (a K/V element size taken from the queries') is an error here,
     # not a silent read of the wrong bytes
-    qn, kn, vn = B * H * Nq * d, B * G * Nkv * d, B * G * Nkv * dv
+    qn, kn, vn = (int(np.prod(x)) for x in (qs, ks, vs))
     qb, kb = qn * np.dtype(npt).itemsize, kn * np.dtype(kvt).itemsize
     vb = vn * np.dtype(kvt).itemsize
-    v_end = req["sinks"] if req.get("sinks", -1) >= 0 else size
+    v_end = region_end(req, "v")
     if (req["k"] - req["q"], req["v"] - req["k"], v_end - req["v"]) != (qb, kb, vb):
         raise ValueError("shared region: q at %d, k at %d, v at %d to %d of %d bytes, but q is "
                          "%d bytes, k %d and v %d" % (req["q"], req["k"], req["v"], v_end, size,
                                                       qb, kb, vb))
-    q = shm_read(fd, size, req["q"], qn, npt).reshape(B, H, Nq, d)
-    k = shm_read(fd, size, req["k"], kn, kvt).reshape(B, G, Nkv, d)
-    v = shm_read(fd, size, req["v"], vn, kvt).reshape(B, G, Nkv, dv)
+    q = shm_read(fd, size, req["q"], qn, npt).reshape(qs)
+    k = shm_read(fd, size, req["k"], kn, kvt).reshape(ks)
+    v = shm_read(fd, size, req["v"], vn, kvt).reshape(vs)
     return q, k, v
+
+
+def load_layout(req, fd):
+    """The packed and paged layouts' index arrays (int32): cu_seqlens_q [B+1]
+    and, packed, cu_seqlens_kv [B+1] or, paged, seq_lens_kv [B] and the block
+    table [B, MB]; None where absent. Each region's size is checked."""
+    B, size = req["batch"], req["shm_bytes"]
+    shapes = {"cu_seqlens_q": (B + 1,), "cu_seqlens_kv": (B + 1,), "seq_lens_kv": (B,),
+              "block_table": (B, req.get("max_blocks", 0))}
+    out = {}
+    for key, shape in shapes.items():
+        at = req.get(key, -1)
+        if at < 0:
+            out[key] = None
+            continue
+        n = int(np.prod(shape))
+        if region_end(req, key) - at != 4 * n:
+            raise ValueError("shared region: %s at %d to %d, but %s is %d bytes" % (
+                key, at, region_end(req, key), "x".join(map(str, shape)), 4 * n))
+        out[key] = shm_read(fd, size, at, n, np.int32).reshape(shape)
+    return out
 
 
 def load_sinks(req, fd):
@@ -110,7 +156,7 @@ def load_sinks(req, fd):
     if req.get("sinks", -1) < 0:
         return None
     H = req["heads"]
-    if req["sinks"] + 4 * H != req["shm_bytes"]:
+    if req["sinks"] + 4 * H != region_end(req, "sinks"):
         raise ValueError("shared region: sinks at %d of %d bytes, but %d heads are %d bytes" % (
             req["sinks"], req["shm_bytes"], H, 4 * H))
     return shm_read(fd, req["shm_bytes"], req["sinks"], H, np.float32)
@@ -645,8 +691,171 @@ class OpenvinoPeer:
                                                     causal=kind == "square")
         return ov.Model([sdpa.output(0)], [q, k, v], "mha_peer")
 
+    # The inputs PagedAttentionExtension takes after max_context_len, in order,
+    # each empty or zero (off): score_aggregation_window, rotated_block_indices,
+    # rotation_deltas, rotation_trig_lut, xattention_threshold,
+    # xattention_block_size, xattention_stride, sinks,
+    # adaptive_rkv_start_size, adaptive_rkv_evictable_sizes,
+    # adaptive_rkv_diversity_block_set_indices (and _begins), token_type_ids,
+    # qq_bias, qq_bias_begins (OpenVINO 2026.4, src/core/src/op/
+    # paged_attention.cpp). Versions have appended to this list, so an older
+    # one takes a prefix of it: paged_extra() finds how long.
+    PAGED_TAIL = (("empty", "int32"), ("empty", "int32"), ("empty", "int32"),
+                  ("empty", "float32"), ("empty", "float32"), ("scalar", "int32"),
+                  ("scalar", "int32"), ("empty", "float32"), ("scalar", "int32"),
+                  ("empty", "int32"), ("empty", "int32"), ("empty", "int32"),
+                  ("empty", "int32"), ("empty", "uint8"), ("empty", "int32"))
+
+    def paged_model(self, req, et, BS, nextra):
+        """PagedAttention over caches [NB,G,BS,d] (the layout its CPU plugin
+        keeps), fed per call with the new tokens' Q, K and V, past_lens,
+        subsequence_begins, the flattened block table and max_context_len."""
+        ov, ops = self.ov, self.ops
+        H, G, d = req["heads"], req["kv_heads"], req["head_dim"]
+        i32 = ov.Type.i32
+
+        def par(shape, t, name):
+            return ops.parameter(shape, t, name=name)
+        ins = [par([-1, H * d], et, "q"), par([-1, G * d], et, "k"), par([-1, G * d], et, "v"),
+               par([-1, G, BS, d], et, "key_cache.0"), par([-1, G, BS, d], et, "value_cache.0"),
+               par([-1], i32, "past_lens"), par([-1], i32, "subsequence_begins"),
+               par([-1], i32, "block_indices"), par([-1], i32, "block_indices_begins")]
+        consts = [ops.constant(np.array(req["scale"], np.float32)),
+                  ops.constant(np.array(0, np.int32)),  # sliding_window: none
+                  ops.constant(np.zeros((0,), np.float32))]  # alibi_slopes: none
+        mcl = par([], i32, "max_context_len")
+        extra = [ops.constant(np.zeros((0,), t) if kind == "empty" else np.array(0, t))
+                 for kind, t in self.PAGED_TAIL[:nextra]]
+        args = ins + consts + [mcl] + extra
+        pa = ov.op._PagedAttentionExtension([a.output(0) for a in args])
+        # the CPU plugin reads the heads and head sizes from the node's
+        # runtime info (as OpenVINO's own SDPA-to-PagedAttention pass sets them)
+        info = pa.get_rt_info()
+        info["num_k_heads"], info["k_head_size"] = G, d
+        info["num_v_heads"], info["v_head_size"] = G, d
+        return ov.Model([pa.output(0)], ins + [mcl], "mha_peer_paged")
+
+    def paged_extra(self):
+        """How many of PAGED_TAIL this version's PagedAttention takes, found
+        once by constructing it (it refuses a wrong input count)."""
+        if getattr(self, "_paged_extra", None) is None:
+            req = {"heads": 1, "kv_heads": 1, "head_dim": 16, "scale": 0.25}
+            last = None
+            for n in range(len(self.PAGED_TAIL) + 1):
+                try:
+                    self.paged_model(req, self.ov.Type.f32, 32, n)
+                except Exception as e:  # the op refuses this count: try the next
+                    last = e
+                    continue
+                self._paged_extra = n
+                break
+            else:
+                raise RuntimeError("PagedAttentionExtension took none of 13 to %d inputs: %s" % (
+                    13 + len(self.PAGED_TAIL), str(last).strip().splitlines()[-1]))
+        return self._paged_extra
+
+    def prepare_paged(self, req, fd):
+        ov = self.ov
+        q, kp, vp = load_inputs(req, fd)
+        lay = load_layout(req, fd)
+        bf16 = req["dtype"] == "bf16"
+        et = ov.Type.bf16 if bf16 else ov.Type.f32
+        B, G, d, BS = req["batch"], req["kv_heads"], req["head_dim"], req["block_size"]
+        cu_q = lay["cu_seqlens_q"]
+        if req["layout"] == LAYOUT_PAGED:
+            lens, table = lay["seq_lens_kv"], lay["block_table"]
+
+            def rows(src, b):  # sequence b's keys [n, G, .] through our block table
+                t = np.arange(int(lens[b]))
+                return src[table[b, t // BS], t % BS]
+        else:  # packed: the same op, its caches filled from the packed K and V
+            cu_kv = lay["cu_seqlens_kv"]
+            lens = np.diff(cu_kv)
+
+            def rows(src, b):
+                return src[cu_kv[b]:cu_kv[b + 1]]
+        nq = np.diff(cu_q)
+        if np.any(nq > lens):
+            raise ValueError("a sequence with more queries than keys: PagedAttention's queries "
+                             "are the newest keys")
+        prec = "bf16" if bf16 else "f32"
+        config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": req["threads"],
+                  "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": prec,
+                  "KV_CACHE_PRECISION": prec}
+        compiled = self.core.compile_model(self.paged_model(req, et, BS, self.paged_extra()),
+                                           "CPU", config)
+        # the CPU plugin fixes its own block size (32 in 2026.4) whatever the
+        # model says: the pool is re-paged into blocks of that size, shuffled
+        # across a pool of its own as ours are, so it reads a paged cache
+        # through its block table as a serving engine would run it
+        obs = compiled.input("key_cache.0").get_partial_shape()[2].get_length()
+        nblk = (lens + obs - 1) // obs
+        nb = int(nblk.sum())
+        perm = np.random.default_rng(1).permutation(nb).astype(np.int32)
+        kc = np.zeros((max(nb, 1), G, obs, d), kp.dtype)
+        vc = np.zeros((max(nb, 1), G, obs, d), vp.dtype)
+        begins = np.concatenate([[0], np.cumsum(nblk)]).astype(np.int32)
+        knew, vnew = [], []
+        for b in range(B):
+            n = int(lens[b])
+            for src, dst, new in ((kp, kc, knew), (vp, vc, vnew)):
+                seq = np.zeros((int(nblk[b]) * obs, G, d), src.dtype)
+                seq[:n] = rows(src, b)
+                dst[perm[begins[b]:begins[b + 1]]] = \
+                    seq.reshape(-1, obs, G, d).transpose(0, 2, 1, 3)
+                # the new tokens: the sequence's last nq keys (already in the
+                # cache: the op writes them back in place)
+                new.append(seq[n - nq[b]:n].reshape(-1, G * d))
+        feeds = {"q": q.reshape(q.shape[0], -1),
+                 "k": np.concatenate(knew) if B else np.zeros((0, G * d), kp.dtype),
+                 "v": np.concatenate(vnew) if B else np.zeros((0, G * d), vp.dtype),
+                 "key_cache.0": kc, "value_cache.0": vc,
+                 "past_lens": (lens - nq).astype(np.int32),
+                 "subsequence_begins": cu_q.astype(np.int32),
+                 "block_indices": perm, "block_indices_begins": begins,
+                 "max_context_len": np.array(int(lens.max()) if B else 0, np.int32)}
+        request = compiled.create_infer_request()
+        for name, a in feeds.items():
+            if a.ndim == 0:
+                t = ov.Tensor(ov.Type.i32, ov.Shape([]))
+                t.data[...] = a
+            elif a.dtype == np.uint16:  # bf16 bit patterns
+                t = ov.Tensor(et, list(a.shape))
+                t.data.view(np.uint16)[...] = a
+            else:
+                t = ov.Tensor(np.ascontiguousarray(a))
+            request.set_tensor(name, t)
+        inst = {"compiled": compiled, "request": request, "bf16": bf16}
+        self.run(inst)  # the untimed warm-up
+        inst["settings"] = (
+            "PagedAttentionExtension %s caches [NB,G,BS,d], %s into its blocks of %d (the CPU "
+            "plugin's fixed size) shuffled over %d blocks; the queries' "
+            "own keys passed as new tokens at past_lens = len - nq (written back in place); "
+            "scale=%.9g CPU PERFORMANCE_HINT=LATENCY INFERENCE_NUM_THREADS=%d NUM_STREAMS=1 "
+            "INFERENCE_PRECISION_HINT=%s KV_CACHE_PRECISION=%s ran=%s" % (
+                req["dtype"], "re-paged from our blocks of %d" % BS
+                if req["layout"] == LAYOUT_PAGED else "the packed batch paged", obs, nb,
+                req["scale"],
+                compiled.get_property("INFERENCE_NUM_THREADS"),
+                compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name(),
+                compiled.get_property("KV_CACHE_PRECISION").get_type_name(), self.ran(compiled)))
+        return inst
+
+    def ran(self, compiled):
+        """What the plugin actually runs: its layers and their precisions."""
+        ran = []
+        for op in compiled.get_runtime_model().get_ordered_ops():
+            info = op.get_rt_info()
+            layer = info["layerType"].astype(str) if "layerType" in info else "?"
+            if layer not in ("Input", "Output", "Const"):
+                ran.append("%s:%s" % (layer, info["runtimePrecision"].astype(str)
+                                      if "runtimePrecision" in info else "?"))
+        return ",".join(ran)
+
     def prepare(self, req, fd):
         ov = self.ov
+        if req.get("layout", LAYOUT_DENSE) != LAYOUT_DENSE:
+            return self.prepare_paged(req, fd)
         q, k, v = load_inputs(req, fd)
         bf16 = req["dtype"] == "bf16"
         et = ov.Type.bf16 if bf16 else ov.Type.f32
@@ -662,14 +871,6 @@ class OpenvinoPeer:
         inst = {"compiled": compiled, "request": request, "bf16": bf16}
         self.run(inst)  # the untimed warm-up
         precision = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
-        # what the plugin actually runs: its layers and their precisions
-        ran = []
-        for op in compiled.get_runtime_model().get_ordered_ops():
-            info = op.get_rt_info()
-            layer = info["layerType"].astype(str) if "layerType" in info else "?"
-            if layer not in ("Input", "Output", "Const"):
-                ran.append("%s:%s" % (layer, info["runtimePrecision"].astype(str)
-                                      if "runtimePrecision" in info else "?"))
         inst["settings"] = (
             "opset13.scaled_dot_product_attention %s [B,H,N,d] scale=%.9g causal=%s gqa=%s "
             "CPU PERFORMANCE_HINT=LATENCY INFERENCE_NUM_THREADS=%d NUM_STREAMS=1 "
@@ -679,7 +880,7 @@ class OpenvinoPeer:
                  "explicit": "boolean lower-right mask constant",
                  "window": "boolean window mask constant " + window_text(req)}[kind],
                 "K/V broadcast in the graph" if req["heads"] != req["kv_heads"] else "no",
-                compiled.get_property("INFERENCE_NUM_THREADS"), precision, ",".join(ran)))
+                compiled.get_property("INFERENCE_NUM_THREADS"), precision, self.ran(compiled)))
         return inst
 
     def run(self, inst):

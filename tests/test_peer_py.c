@@ -208,19 +208,30 @@ static void check_windows(const peer_ops *peer, int bf16) {
  * blocks nobody owns and the slots past each sequence's end NaN), for the
  * peers that take them: decode (one query per sequence, GQA, MHA) and causal
  * chunked prefill (several queries at the end of each sequence, and a whole
- * sequence), against the oracle. Returns how many cases the peer took. */
+ * sequence), and windows L:0, against the oracle. Returns how many cases the
+ * peer took. */
 static int check_layout(const peer_ops *peer, mha_dtype dt, int layout) {
-    static const shape cases[] = {
-        {2, 8, 2, 1, 197, 64, 0}, /* decode, GQA 8/2, blocks of 5 */
-        {1, 4, 4, 1, 32, 80, 1},  /* decode, MHA, d 80, blocks of 16 */
-        {2, 8, 2, 7, 197, 64, 1}, /* chunked prefill: 7 queries after 190 keys */
-        {1, 2, 2, 33, 33, 64, 1}, /* a whole sequence, causal */
+    static const struct {
+        shape s;
+        int64_t left; /* a window L:0, or -1 */
+    } cases[] = {
+        {{2, 8, 2, 1, 197, 64, 0}, -1}, /* decode, GQA 8/2, blocks of 5 */
+        {{1, 4, 4, 1, 32, 80, 1}, -1},  /* decode, MHA, d 80, blocks of 16 */
+        {{2, 8, 2, 7, 197, 64, 1}, -1}, /* chunked prefill: 7 queries after 190 keys */
+        {{1, 2, 2, 33, 33, 64, 1}, -1}, /* a whole sequence, causal */
+        {{2, 8, 2, 7, 197, 64, 1}, 31}, /* chunked prefill in a window of 31:0 */
+        {{2, 8, 2, 1, 197, 64, 0}, 0},  /* decode seeing its own key only */
     };
     const int paged = layout == LAYOUT_PAGED;
     const char *name = paged ? "paged" : "packed";
     int taken = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const mha_problem p = problem_of(&cases[i], dt);
+        mha_problem p = problem_of(&cases[i].s, dt);
+        if (cases[i].left >= 0) {
+            p.window = 1;
+            p.window_left = cases[i].left;
+            p.window_right = 0;
+        }
         check_case c = {.p = p, .input = INPUT_UNIFORM, .layout = layout, .tag = "peer layout"};
         check_case_set_dtypes(&c, dt, dt);
         const mha_problem kp = check_layout_problem(&c);
@@ -284,9 +295,45 @@ static void test_openvino(void **state) {
     /* its PagedAttention takes every packed and paged case, bf16 where it
      * takes bf16 */
     for (int layout = LAYOUT_PACKED; layout <= LAYOUT_PAGED; layout++) {
-        assert_int_equal(check_layout(&peer_openvino, MHA_F32, layout), 4);
-        assert_int_equal(check_layout(&peer_openvino, MHA_BF16, layout), bf16 ? 4 : 0);
+        assert_int_equal(check_layout(&peer_openvino, MHA_F32, layout), 6);
+        assert_int_equal(check_layout(&peer_openvino, MHA_BF16, layout), bf16 ? 6 : 0);
     }
+    /* sinks through the same op, dense problems run as B sequences: logits
+     * uniform, +large, mixed per head, -inf; GQA, cross, decode, gpt-oss's
+     * sinks in a window, a window of 0 */
+    static const struct {
+        shape s;
+        int sinks;
+        int64_t left;
+    } sk[] = {{{1, 4, 2, 33, 33, 64, 1}, SINKS_UNIFORM, -1},
+              {{1, 2, 2, 64, 64, 64, 1}, SINKS_LARGE, -1},
+              {{1, 8, 8, 12, 197, 80, 1}, SINKS_MIXED, -1},
+              {{2, 8, 2, 1, 197, 64, 0}, SINKS_MIXED, -1},
+              {{1, 8, 2, 197, 197, 64, 1}, SINKS_UNIFORM, 31},
+              {{1, 4, 2, 33, 33, 64, 1}, SINKS_NINF, 0}};
+    for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++) {
+        mha_problem p = problem_of(&sk[i].s, MHA_F32);
+        p.sinks = 1;
+        if (sk[i].left >= 0) {
+            p.window = 1;
+            p.window_left = sk[i].left;
+            p.window_right = 0;
+        }
+        assert_true(
+            check_one_sinks(&peer_openvino, &p, MHA_F32, MHA_F32, 1800 + (int)i, sk[i].sinks));
+        assert_int_equal(
+            check_one_sinks(&peer_openvino, &p, MHA_BF16, MHA_BF16, 1900 + (int)i, sk[i].sinks),
+            bf16);
+    }
+    /* and refused with the reason: several non-causal queries, a softcap */
+    mha_problem p = problem_of(&(shape){2, 3, 1, 16, 16, 64, 0}, MHA_F32);
+    p.sinks = 1;
+    assert_false(peer_openvino.takes(&p, why, sizeof why));
+    assert_non_null(strstr(why, "not causal"));
+    p.causal = 1;
+    p.softcap = 30;
+    assert_false(peer_openvino.takes(&p, why, sizeof why));
+    assert_non_null(strstr(why, "softcap"));
 }
 /* Runs under its own interpreter (MHA_PEERS_PYTHON_ZENTORCH or
  * .venv-zentorch): fp32 and bf16, GQA natively, our bottom-right causal as a
@@ -439,8 +486,8 @@ static void test_takes(void **state) {
     assert_false(peer_ggml.takes(&p, why, sizeof why));
     assert_non_null(strstr(why, "f32 queries"));
     /* the variants: every peer takes a window (where every row sees a key),
-     * ggml alone a softcap and sinks, torch and ggml d_v != d, none a packed
-     * layout */
+     * ggml alone a softcap, ggml and OpenVINO (its PagedAttention) sinks,
+     * torch and ggml d_v != d */
     for (size_t i = 0; i < NPY; i++) {
         p = window_problem(&WINDOWS[0], MHA_F32);
         assert_true(PY[i]->takes(&p, why, sizeof why));
@@ -454,8 +501,10 @@ static void test_takes(void **state) {
         p.softcap = 0;
         p.sinks = 1;
         why[0] = 0;
-        assert_int_equal(PY[i]->takes(&p, why, sizeof why), PY[i] == &peer_ggml);
-        if (PY[i] != &peer_ggml) assert_non_null(strstr(why, "takes no attention sinks"));
+        assert_int_equal(PY[i]->takes(&p, why, sizeof why),
+                         PY[i] == &peer_ggml || PY[i] == &peer_openvino);
+        if (PY[i] != &peer_ggml && PY[i] != &peer_openvino)
+            assert_non_null(strstr(why, "takes no attention sinks"));
         p.sinks = 0;
         p.head_dim_v = 32;
         why[0] = 0;

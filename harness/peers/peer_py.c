@@ -47,9 +47,9 @@ static const py_rules RULES_onnxruntime = {
     .why_dtype = {[MHA_BF16] = "bf16: ONNX Runtime's CPU execution provider has no bf16 "
                                "MultiHeadAttention kernel (NOT_IMPLEMENTED)"},
 };
-/* Packed (ragged) batches and paged KV caches go to OpenVINO's
+/* Packed (ragged) batches, paged KV caches and sinks go to OpenVINO's
  * PagedAttention (the op its continuous-batching pipelines run;
- * mha_peer.py), dense problems to its SDPA. */
+ * mha_peer.py), the other dense problems to its SDPA. */
 static const py_rules RULES_openvino = {
     .name = "openvino",
     .label = "OpenVINO",
@@ -57,7 +57,8 @@ static const py_rules RULES_openvino = {
     .why_dtype = {[MHA_F16] = "fp16: OpenVINO's CPU plugin computes in fp16 only on AMX-FP16 "
                               "CPUs (elsewhere it would run f32 or bf16 and not be an fp16 peer)"},
     .bf16_needs_isa = 1,
-    .variants = MHA_KT_WINDOW | MHA_KT_PACKED | MHA_KT_PAGED,
+    .variants = MHA_KT_WINDOW | MHA_KT_SINKS | MHA_KT_PACKED | MHA_KT_PAGED,
+    .paged_attention = 1,
 };
 
 /* zentorch (AMD's ZenDNN plugin for PyTorch 2.14.x, in an environment of
@@ -133,6 +134,31 @@ static int py_probe(helper *h, char *why, size_t len) {
     return 1;
 }
 
+/* What the PagedAttention adapter takes (mha_peer.py's prepare_paged): it
+ * appends each sequence's queries' keys at its end and lets them attend
+ * causally, bottom-right as ours, so causal problems and decode (one query
+ * per sequence, where causal changes nothing); a window that ends at the
+ * diagonal (its sliding_window: the L + 1 newest keys) and sinks (one logit
+ * per query head) are passed on; a dense problem is run as B sequences. */
+static int py_takes_paged(const py_rules *r, const mha_problem *p, char *why, size_t len) {
+    const int decode = p->seq_q == 1, one_sided = p->causal || decode;
+    const char *no = p->softcap > 0                             ? "a logit softcap"
+                     : mha_problem_head_dim_v(p) != p->head_dim ? "head_dim_v != head_dim"
+                     : !one_sided ? "queries that are not causal (several per sequence)"
+                     : p->window && p->window_left < 0 ? "a window unbounded on the left"
+                     : p->layout == MHA_LAYOUT_DENSE && p->seq_q > p->seq_kv
+                         ? "more queries than keys"
+                         : NULL;
+    if (no) {
+        py_setwhy(why, len,
+                  "a %s problem%s with %s: the %s PagedAttention adapter takes causal attention "
+                  "(or one query per sequence) with a window ending at the diagonal and sinks",
+                  mha_layout_name(p->layout), p->sinks ? " with sinks" : "", no, r->label);
+        return 0;
+    }
+    return 1;
+}
+
 static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len) {
     const py_rules *r = h->r;
     const mha_dtype kv = mha_problem_kv_dtype(p);
@@ -160,26 +186,8 @@ static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len
                   r->label);
         return 0;
     }
-    if (p->layout != MHA_LAYOUT_DENSE) {
-        /* packed or paged (the only layouts peer_takes_variants let
-         * through): PagedAttention appends a sequence's queries' keys at its
-         * end and lets them attend causally (so bottom-right, as ours); the
-         * adapter passes no variant on */
-        const char *no = p->window                                  ? "a sliding window"
-                         : p->softcap > 0                           ? "a logit softcap"
-                         : p->sinks                                 ? "attention sinks"
-                         : mha_problem_head_dim_v(p) != p->head_dim ? "head_dim_v != head_dim"
-                         : !p->causal && p->seq_q > 1               ? "queries that are not causal"
-                                                                    : NULL;
-        if (no) {
-            py_setwhy(why, len,
-                      "a %s layout with %s: the %s PagedAttention adapter takes plain causal "
-                      "attention (or one query per sequence)",
-                      mha_layout_name(p->layout), no, r->label);
-            return 0;
-        }
-        return 1;
-    }
+    if (r->paged_attention && (p->layout != MHA_LAYOUT_DENSE || p->sinks))
+        return py_takes_paged(r, p, why, len);
     if ((p->causal || p->window) && p->seq_q > p->seq_kv) {
         py_setwhy(why, len,
                   "%s with seq_q %lld > seq_kv %lld: rows that see no key (zeros in our "

@@ -43,6 +43,10 @@ typedef struct {
     unsigned kv_under_f32; /* MHA_DTYPE_BIT of 16-bit K/V taken under fp32 queries */
     const char *why_i8;    /* why an int8 KV cache is refused (NULL: not an SDPA input) */
     unsigned variants;     /* MHA_KT_* attention variants its adapter passes on */
+    /* 1: the packed and paged layouts, and dense problems with sinks, go to
+     * a PagedAttention op (OpenVINO's; py_takes_paged has what it takes),
+     * not to the SDPA call the other rules describe */
+    int paged_attention;
 } py_rules;
 
 typedef struct {

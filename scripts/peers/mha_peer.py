@@ -649,6 +649,8 @@ class OrtPeer:
 
 # ---- openvino ------------------------------------------------------------------
 class OpenvinoPeer:
+    TAKES_SINKS = True  # through PagedAttention (prepare_paged)
+
     def __init__(self):
         import openvino as ov
         import openvino.opset13 as ops
@@ -705,8 +707,15 @@ class OpenvinoPeer:
                   ("scalar", "int32"), ("empty", "float32"), ("scalar", "int32"),
                   ("empty", "int32"), ("empty", "int32"), ("empty", "int32"),
                   ("empty", "int32"), ("empty", "uint8"), ("empty", "int32"))
+    PAGED_SINKS = 7  # input 20, sinks, in PAGED_TAIL
 
-    def paged_model(self, req, et, BS, nextra):
+    @staticmethod
+    def sliding_window(req):
+        """mha.h's window L:0 as PagedAttention's sliding_window: the number of
+        newest keys a query sees (L + 1; 0 = none)."""
+        return req["window_left"] + 1 if req.get("window") and req["window_left"] >= 0 else 0
+
+    def paged_model(self, req, et, BS, nextra, sinks=None):
         """PagedAttention over caches [NB,G,BS,d] (the layout its CPU plugin
         keeps), fed per call with the new tokens' Q, K and V, past_lens,
         subsequence_begins, the flattened block table and max_context_len."""
@@ -721,11 +730,16 @@ class OpenvinoPeer:
                par([-1], i32, "past_lens"), par([-1], i32, "subsequence_begins"),
                par([-1], i32, "block_indices"), par([-1], i32, "block_indices_begins")]
         consts = [ops.constant(np.array(req["scale"], np.float32)),
-                  ops.constant(np.array(0, np.int32)),  # sliding_window: none
+                  ops.constant(np.array(self.sliding_window(req), np.int32)),
                   ops.constant(np.zeros((0,), np.float32))]  # alibi_slopes: none
         mcl = par([], i32, "max_context_len")
         extra = [ops.constant(np.zeros((0,), t) if kind == "empty" else np.array(0, t))
                  for kind, t in self.PAGED_TAIL[:nextra]]
+        if sinks is not None:  # input 20: one logit per query head, [1,H,1,1]
+            if nextra <= self.PAGED_SINKS:
+                raise ValueError("this PagedAttention has %d inputs, none for sinks" % (13 + nextra))
+            extra[self.PAGED_SINKS] = ops.constant(
+                np.asarray(sinks, np.float32).reshape(1, -1, 1, 1))
         args = ins + consts + [mcl] + extra
         pa = ov.op._PagedAttentionExtension([a.output(0) for a in args])
         # the CPU plugin reads the heads and head sizes from the node's
@@ -761,19 +775,30 @@ class OpenvinoPeer:
         bf16 = req["dtype"] == "bf16"
         et = ov.Type.bf16 if bf16 else ov.Type.f32
         B, G, d, BS = req["batch"], req["kv_heads"], req["head_dim"], req["block_size"]
-        cu_q = lay["cu_seqlens_q"]
-        if req["layout"] == LAYOUT_PAGED:
-            lens, table = lay["seq_lens_kv"], lay["block_table"]
+        layout = req.get("layout", LAYOUT_DENSE)
+        dense = None
+        if layout == LAYOUT_PAGED:
+            cu_q, lens, table = lay["cu_seqlens_q"], lay["seq_lens_kv"], lay["block_table"]
 
             def rows(src, b):  # sequence b's keys [n, G, .] through our block table
                 t = np.arange(int(lens[b]))
                 return src[table[b, t // BS], t % BS]
-        else:  # packed: the same op, its caches filled from the packed K and V
-            cu_kv = lay["cu_seqlens_kv"]
+        elif layout == LAYOUT_PACKED:  # the same op, its caches filled from K and V
+            cu_q, cu_kv = lay["cu_seqlens_q"], lay["cu_seqlens_kv"]
             lens = np.diff(cu_kv)
 
             def rows(src, b):
                 return src[cu_kv[b]:cu_kv[b + 1]]
+        else:  # dense [B,H,N,d] (a problem with sinks): B sequences of Nq over Nkv
+            Nq, Nkv, H = req["seq_q"], req["seq_kv"], req["heads"]
+            dense = (B, Nq, H, d)
+            q = q.transpose(0, 2, 1, 3)
+            cu_q = (np.arange(B + 1) * Nq).astype(np.int32)
+            lens = np.full(B, Nkv, np.int32)
+
+            def rows(src, b):
+                return src[b].transpose(1, 0, 2)
+        sinks = load_sinks(req, fd)
         nq = np.diff(cu_q)
         if np.any(nq > lens):
             raise ValueError("a sequence with more queries than keys: PagedAttention's queries "
@@ -782,8 +807,8 @@ class OpenvinoPeer:
         config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": req["threads"],
                   "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": prec,
                   "KV_CACHE_PRECISION": prec}
-        compiled = self.core.compile_model(self.paged_model(req, et, BS, self.paged_extra()),
-                                           "CPU", config)
+        compiled = self.core.compile_model(
+            self.paged_model(req, et, BS, self.paged_extra(), sinks), "CPU", config)
         # the CPU plugin fixes its own block size (32 in 2026.4) whatever the
         # model says: the pool is re-paged into blocks of that size, shuffled
         # across a pool of its own as ours are, so it reads a paged cache
@@ -806,7 +831,7 @@ class OpenvinoPeer:
                 # the new tokens: the sequence's last nq keys (already in the
                 # cache: the op writes them back in place)
                 new.append(seq[n - nq[b]:n].reshape(-1, G * d))
-        feeds = {"q": q.reshape(q.shape[0], -1),
+        feeds = {"q": q.reshape(-1, q.shape[-2] * q.shape[-1]),
                  "k": np.concatenate(knew) if B else np.zeros((0, G * d), kp.dtype),
                  "v": np.concatenate(vnew) if B else np.zeros((0, G * d), vp.dtype),
                  "key_cache.0": kc, "value_cache.0": vc,
@@ -825,16 +850,20 @@ class OpenvinoPeer:
             else:
                 t = ov.Tensor(np.ascontiguousarray(a))
             request.set_tensor(name, t)
-        inst = {"compiled": compiled, "request": request, "bf16": bf16}
+        inst = {"compiled": compiled, "request": request, "bf16": bf16, "dense": dense}
         self.run(inst)  # the untimed warm-up
         inst["settings"] = (
-            "PagedAttentionExtension %s caches [NB,G,BS,d], %s into its blocks of %d (the CPU "
+            "PagedAttentionExtension %s%s%s caches [NB,G,BS,d], %s into its blocks of %d (the CPU "
             "plugin's fixed size) shuffled over %d blocks; the queries' "
             "own keys passed as new tokens at past_lens = len - nq (written back in place); "
             "scale=%.9g CPU PERFORMANCE_HINT=LATENCY INFERENCE_NUM_THREADS=%d NUM_STREAMS=1 "
             "INFERENCE_PRECISION_HINT=%s KV_CACHE_PRECISION=%s ran=%s" % (
-                req["dtype"], "re-paged from our blocks of %d" % BS
-                if req["layout"] == LAYOUT_PAGED else "the packed batch paged", obs, nb,
+                req["dtype"],
+                " sliding_window=%d" % self.sliding_window(req) if req.get("window") else "",
+                " sinks [1,H,1,1] f32" if sinks is not None else "",
+                "re-paged from our blocks of %d" % BS if layout == LAYOUT_PAGED else
+                "the packed batch paged" if layout == LAYOUT_PACKED else
+                "the dense batch's %d sequences paged" % B, obs, nb,
                 req["scale"],
                 compiled.get_property("INFERENCE_NUM_THREADS"),
                 compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name(),
@@ -852,10 +881,37 @@ class OpenvinoPeer:
                                       if "runtimePrecision" in info else "?"))
         return ",".join(ran)
 
+    @staticmethod
+    def paged_takes(req):
+        """Whether PagedAttention takes a dense problem (peer_py.c's
+        py_takes_paged, for the problems its SDPA takes too): causal or one
+        query, no softcap, d_v = d, a window ending at the diagonal, no more
+        queries than keys."""
+        return ((req["causal"] or req["seq_q"] == 1) and not req.get("softcap", 0) > 0
+                and req.get("head_dim_v", req["head_dim"]) == req["head_dim"]
+                and (not req.get("window") or req["window_left"] >= 0)
+                and req["seq_q"] <= req["seq_kv"])
+
     def prepare(self, req, fd):
+        if req.get("layout", LAYOUT_DENSE) != LAYOUT_DENSE or req.get("sinks", -1) >= 0:
+            return self.prepare_paged(req, fd)  # what peer_py.c's py_takes_paged takes
+        sdpa = self.prepare_sdpa(req, fd)
+        if not self.paged_takes(req):
+            return sdpa
+        # a causal or decode problem: OpenVINO has two ops for it, SDPA and
+        # the PagedAttention its LLM serving pipelines run, and which is
+        # faster depends on the shape (PagedAttention computes only the
+        # causal half). The peer is OpenVINO at its best: both are timed
+        # here, 3 calls each after the warm-up, and the faster one is kept.
+        paged = self.prepare_paged(req, fd)
+        times = [sorted(self.run(inst) for _ in range(3))[1] for inst in (sdpa, paged)]
+        best = sdpa if times[0] <= times[1] else paged
+        best["settings"] = "the faster at prepare of SDPA (%.3g ms) and PagedAttention " \
+            "(%.3g ms): %s" % (times[0] * 1e3, times[1] * 1e3, best["settings"])
+        return best
+
+    def prepare_sdpa(self, req, fd):
         ov = self.ov
-        if req.get("layout", LAYOUT_DENSE) != LAYOUT_DENSE:
-            return self.prepare_paged(req, fd)
         q, k, v = load_inputs(req, fd)
         bf16 = req["dtype"] == "bf16"
         et = ov.Type.bf16 if bf16 else ov.Type.f32
@@ -892,7 +948,10 @@ class OpenvinoPeer:
 
     def output(self, inst):
         data = inst["request"].get_output_tensor(0).data
-        return data.view(np.uint16).copy() if inst["bf16"] else data.copy()
+        data = data.view(np.uint16) if inst["bf16"] else data
+        if inst.get("dense"):  # PagedAttention's [B*Nq, H*d] back to [B,H,Nq,d]
+            data = data.reshape(inst["dense"]).transpose(0, 2, 1, 3)
+        return np.ascontiguousarray(data).copy()
 
 
 # The same names as harness/peers/peers_py.inc (tests/test_peer_py.c compares

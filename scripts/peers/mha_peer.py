@@ -35,7 +35,14 @@ Protocol (also written out at the top of harness/peers/peer_py_helper.c):
        "shm_bytes", "q", "k", "v" (byte offsets into the memfd; contiguous
        [B,H,N,d] / [B,KV,N,d] / [B,KV,N,d_v], 16-bit types as their bit
        patterns), "sinks" (the offset of mha.h's [H] fp32 sink logits after
-       v, or -1; only peers whose C rules take sinks are sent them)}
+       v, or -1; only peers whose C rules take sinks are sent them),
+       "layout" (mha.h's mha_layout: 0 dense, 1 packed, 2 paged; only peers
+       whose rules take a layout are sent one) with "total_q", "total_kv",
+       "num_blocks", "block_size", "max_blocks" and the int32 index arrays'
+       offsets after the sinks ("cu_seqlens_q", "cu_seqlens_kv",
+       "seq_lens_kv", "block_table"; -1 where absent), "paged_ok" (1 where
+       OpenVINO's PagedAttention takes the problem: peer_py.c's
+       py_takes_paged)}
                                   -> {"id": n, "settings": "..."}; copies the
                                      inputs into the peer's own tensors in the
                                      layout it prefers, builds its graph or
@@ -881,22 +888,11 @@ class OpenvinoPeer:
                                       if "runtimePrecision" in info else "?"))
         return ",".join(ran)
 
-    @staticmethod
-    def paged_takes(req):
-        """Whether PagedAttention takes a dense problem (peer_py.c's
-        py_takes_paged, for the problems its SDPA takes too): causal or one
-        query, no softcap, d_v = d, a window ending at the diagonal, no more
-        queries than keys."""
-        return ((req["causal"] or req["seq_q"] == 1) and not req.get("softcap", 0) > 0
-                and req.get("head_dim_v", req["head_dim"]) == req["head_dim"]
-                and (not req.get("window") or req["window_left"] >= 0)
-                and req["seq_q"] <= req["seq_kv"])
-
     def prepare(self, req, fd):
         if req.get("layout", LAYOUT_DENSE) != LAYOUT_DENSE or req.get("sinks", -1) >= 0:
             return self.prepare_paged(req, fd)  # what peer_py.c's py_takes_paged takes
         sdpa = self.prepare_sdpa(req, fd)
-        if not self.paged_takes(req):
+        if not req.get("paged_ok"):  # peer_py.c's py_takes_paged: the one rule
             return sdpa
         # a causal or decode problem: OpenVINO has two ops for it, SDPA and
         # the PagedAttention its LLM serving pipelines run, and which is

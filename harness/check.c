@@ -351,12 +351,7 @@ int check_kernel_opts(const mha_kernel *k, const check_data *d, const mha_option
     mha_status st = MHA_OK;
     if (sig == 0) {
         crash_armed = 1;
-        const mha_extras x = {
-            .sinks = d->sinks,
-            .cu_seqlens_q = in_layout ? d->cu_q : NULL,
-            .cu_seqlens_kv = in_layout && p->layout == MHA_LAYOUT_PACKED ? d->cu_kv : NULL,
-            .seq_lens_kv = in_layout && p->layout == MHA_LAYOUT_PAGED ? d->lens : NULL,
-            .block_table = in_layout ? d->table : NULL};
+        const mha_extras x = in_layout ? check_layout_extras(d) : (mha_extras){.sinks = d->sinks};
         st = in_layout
                  ? mha_attend_ex(k, p, &opt, &d->lq, &d->lk, &d->lv, &x, &out.view, ws, ws_bytes)
                  : mha_attend_ex(k, p, &opt, &d->qv, &d->kv, &d->vv, &x, &out.view, ws, ws_bytes);

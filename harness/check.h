@@ -123,6 +123,10 @@ uint64_t check_case_seed(uint64_t seed, int index);
  * the problem of a case's layout (c.p, or it packed / paged). */
 int64_t check_page_size(const mha_problem *p);
 mha_problem check_layout_problem(const check_case *c);
+/* The extras a call in d's layout problem (d->kp) takes: the sink logits,
+ * and cu_seqlens_q with cu_seqlens_kv (packed) or seq_lens_kv and the block
+ * table (paged). */
+mha_extras check_layout_extras(const check_data *d);
 mha_status check_prepare(const check_case *c, uint64_t case_seed, check_data *d);
 void check_release(check_data *d);
 

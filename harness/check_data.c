@@ -185,6 +185,15 @@ mha_problem check_layout_problem(const check_case *c) {
     return p;
 }
 
+mha_extras check_layout_extras(const check_data *d) {
+    const int packed = d->kp.layout == MHA_LAYOUT_PACKED, paged = d->kp.layout == MHA_LAYOUT_PAGED;
+    return (mha_extras){.sinks = d->sinks,
+                        .cu_seqlens_q = packed || paged ? d->cu_q : NULL,
+                        .cu_seqlens_kv = packed ? d->cu_kv : NULL,
+                        .seq_lens_kv = paged ? d->lens : NULL,
+                        .block_table = paged ? d->table : NULL};
+}
+
 /* Int8 row scales [B,G,N] (store_typed) as the packed layout's [B N, G]. */
 static float *scales_packed(const float *sc, int64_t B, int64_t G, int64_t N) {
     float *out = malloc((size_t)(B * N * G) * sizeof(float) + 1);

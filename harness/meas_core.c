@@ -440,7 +440,7 @@ const char *meas_prepare(meas_pool *m, const mha_kernel *k, const meas_shape *s,
     }
     c->k = mha_view_typed(in->k, kv_type(s), in->k_sc, s->kv, s->nkv, s->d);
     c->v = mha_view_typed(in->v, kv_type(s), in->v_sc, s->kv, s->nkv, dim_v(s));
-    c->x.sinks = in->sinks;
+    c->x = meas_inputs_extras(in);
     if (s->page > 0 || s->ragged > 0) {
         /* q, out [T, h, .] packed; k, v packed [T, kv, .] or the pools [NB, page, kv, .];
          * int8 scales per row in the same order ([T, kv] or [NB, page, kv]) */
@@ -460,13 +460,6 @@ const char *meas_prepare(meas_pool *m, const mha_kernel *k, const meas_shape *s,
         c->k.scale_stride_b = c->v.scale_stride_b = rows * s->kv;
         c->k.scale_stride_h = c->v.scale_stride_h = 1;
         c->k.scale_stride_n = c->v.scale_stride_n = s->kv;
-        c->x.cu_seqlens_q = in->cu_q;
-        if (s->page > 0) {
-            c->x.seq_lens_kv = in->lens;
-            c->x.block_table = in->table;
-        } else {
-            c->x.cu_seqlens_kv = in->cu_kv;
-        }
     }
     return NULL;
 }
@@ -477,7 +470,7 @@ const meas_inputs *meas_inputs_of(meas_pool *m, const meas_shape *s) {
 
 mha_extras meas_inputs_extras(const meas_inputs *in) {
     mha_extras x = {.sinks = in->sinks};
-    if (in->s.page > 0 || in->s.ragged > 0) { /* as meas_prepare passes them */
+    if (in->s.page > 0 || in->s.ragged > 0) {
         x.cu_seqlens_q = in->cu_q;
         if (in->s.page > 0) {
             x.seq_lens_kv = in->lens;

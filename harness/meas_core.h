@@ -161,7 +161,8 @@ const char *meas_prepare_peer(meas_pool *m, const peer_ops *peer, const meas_sha
  * memory): what a peer's output is checked on. */
 const meas_inputs *meas_inputs_of(meas_pool *m, const meas_shape *s);
 /* The extras of a shape's inputs: the sink logits, and the packed and paged
- * layouts' index arrays (those the shape has; the rest NULL). */
+ * layouts' index arrays (those the shape has; the rest NULL). What
+ * meas_prepare passes a kernel and meas_prepare_peer a peer. */
 mha_extras meas_inputs_extras(const meas_inputs *in);
 /* Why the last peer call failed (meas_run returned MHA_EIO). */
 const char *meas_peer_error(void);

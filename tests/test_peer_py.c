@@ -244,10 +244,7 @@ static int check_layout(const peer_ops *peer, mha_dtype dt, int layout) {
         }
         check_data d;
         assert_int_equal(check_prepare(&c, check_case_seed(SEED, 1600 + (int)i), &d), MHA_OK);
-        const mha_extras x = {.cu_seqlens_q = d.cu_q,
-                              .cu_seqlens_kv = paged ? NULL : d.cu_kv,
-                              .seq_lens_kv = paged ? d.lens : NULL,
-                              .block_table = paged ? d.table : NULL};
+        const mha_extras x = check_layout_extras(&d);
         peer_inst *pi =
             peer->prepare(&d.kp, THREADS, d.lq.data, d.lk.data, d.lv.data, &x, why, sizeof why);
         if (!pi) fprintf(stderr, "%s %s %s: prepare: %s\n", peer->name, name, desc, why);

@@ -287,11 +287,11 @@ static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const
                 {"k", (int64_t)qb},
                 {"v", (int64_t)(qb + kb)},
                 {"sinks", sb ? (int64_t)(qb + kb + vb) : -1},
-                /* the layout (mha.h's mha_layout) and its sizes and arrays
-                 * (offsets, -1 when absent) */
                 /* 1 where PagedAttention takes the problem (the rules'
                  * py_takes_paged): the helper may run it there */
                 {"paged_ok", h->r->paged_attention && py_takes_paged(h->r, p, NULL, 0)},
+                /* the layout (mha.h's mha_layout) and its sizes and arrays
+                 * (offsets, -1 when absent) */
                 {"layout", p->layout},
                 {"total_q", p->total_q},
                 {"total_kv", p->total_kv},

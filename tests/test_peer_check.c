@@ -110,6 +110,27 @@ static const peer_ops peer_double = {"double",       double_probe, double_versio
                                      double_prepare, double_run,   double_output,  double_settings,
                                      double_release, NULL};
 
+/* A peer of no output rows (test_no_rows_is_not_a_pass). */
+static peer_inst *empty_prepare(const mha_problem *p, int threads, const void *q, const void *k,
+                                const void *v, const mha_extras *x, char *why, size_t len) {
+    (void)threads, (void)q, (void)k, (void)v, (void)x, (void)why, (void)len;
+    peer_inst *pi = calloc(1, sizeof *pi);
+    pi->p = *p;
+    return pi;
+}
+static int empty_run(peer_inst *pi, double *seconds, char *why, size_t len) {
+    (void)pi, (void)why, (void)len;
+    *seconds = -1;
+    return 0;
+}
+static int empty_output(peer_inst *pi, void *out, char *why, size_t len) {
+    (void)pi, (void)out, (void)why, (void)len;
+    return 0;
+}
+static const peer_ops peer_empty = {"empty",        double_probe, double_version, double_takes,
+                                    empty_prepare,  empty_run,    empty_output,   double_settings,
+                                    double_release, NULL};
+
 /* ---- inputs ------------------------------------------------------------------- */
 
 /* Uniform [-1, 1) inputs of p (typed): q, k, v to free. */
@@ -221,6 +242,36 @@ static void test_big_problem_checks_two_groups(void **state) {
     assert_non_null(strstr(r.detail, "b=1 h=2"));
 }
 
+/* A packed problem whose sequences have no queries: nothing is checked, so
+ * the peer is not judged (-1), never a pass. */
+static void test_no_rows_is_not_a_pass(void **state) {
+    (void)state;
+    mha_problem p = {.batch = 2,
+                     .heads = 2,
+                     .kv_heads = 1,
+                     .seq_q = 1,
+                     .seq_kv = 8,
+                     .head_dim = 16,
+                     .dtype = MHA_F32,
+                     .layout = MHA_LAYOUT_PACKED,
+                     .total_q = 0,
+                     .total_kv = 9};
+    static const int32_t cu_q[3] = {0, 0, 0}, cu_kv[3] = {0, 8, 9};
+    float q[1] = {0}, kv[9 * 16];
+    for (int i = 0; i < 9 * 16; i++) kv[i] = (float)(i % 7) * 0.125f;
+    const mha_extras x = {.cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv};
+    peer_oracle o;
+    assert_true(peer_oracle_make(&p, q, kv, kv, &x, &o));
+    char why[64];
+    peer_inst *pi = peer_empty.prepare(&p, 1, q, kv, kv, &x, why, sizeof why);
+    peer_check_result r;
+    assert_int_equal(peer_check(&peer_empty, pi, &o, &r), -1);
+    assert_int_equal(r.checked, 0);
+    assert_non_null(strstr(r.detail, "nothing to check"));
+    peer_empty.release(pi);
+    peer_oracle_free(&o);
+}
+
 static void test_failed_run_reports_why(void **state) {
     (void)state;
     peer_check_result r;
@@ -236,6 +287,7 @@ int main(void) {
         cmocka_unit_test(test_nan_fails),
         cmocka_unit_test(test_big_problem_checks_two_groups),
         cmocka_unit_test(test_failed_run_reports_why),
+        cmocka_unit_test(test_no_rows_is_not_a_pass),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

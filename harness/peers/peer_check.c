@@ -211,6 +211,11 @@ int peer_check(const peer_ops *peer, peer_inst *pi, const peer_oracle *o, peer_c
         }
     }
     free(f);
+    if (ok && r->checked == 0) { /* a packed or paged problem without query rows */
+        snprintf(r->detail, sizeof r->detail,
+                 "nothing to check: the problem has no query rows, so the peer is not judged");
+        return -1;
+    }
     if (ok)
         snprintf(r->detail, sizeof r->detail, "%ld elements, max error %.3g (%.2f of tolerance)",
                  r->checked, r->max_err, r->worst);

@@ -36,7 +36,8 @@ void peer_oracle_free(peer_oracle *o);
 
 /* Runs pi once (untimed), reads its output and compares the checked rows
  * with o. 1 when every element is within the tolerance, 0 when not, -1
- * when the peer failed (why in r->detail). */
+ * when the peer failed or there was nothing to check (a packed or paged
+ * problem without query rows; why in r->detail). */
 int peer_check(const peer_ops *peer, peer_inst *pi, const peer_oracle *o, peer_check_result *r);
 
 #endif

@@ -305,6 +305,7 @@ typedef struct {
     const float *sinks;    /* p->sinks: [heads], natural-log units */
     const int32_t *blocks; /* paged: the sequence's row of the block table; else NULL */
     int64_t bs;            /* paged: keys per cache block */
+    int pf_next; /* blocks run in order: prefetch the next one's rows (mha_window_local) */
 } bf_ctx;
 
 /* The paged KV cache as in flash.c: a KV block never crosses the end of a
@@ -452,7 +453,29 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
     const int kin = k_in_place(x);
     int64_t left, right; /* the band: the edges' and the diagonal's blocks mask by it */
     mha_kv_band(p, &left, &right);
+    mha_span_pf pfs, *pf = NULL; /* the next block's Q rows and new K and V rows */
+    if (x->pf_next && i0 + n < p->seq_q) {
+        const int64_t nn = p->seq_q - i0 - n < L->bq ? p->seq_q - i0 - n : L->bq,
+                      kn = p->seq_kv - kv_end < nn ? p->seq_kv - kv_end : nn,
+                      nedge = (f0 - lo + L->bk - 1) / L->bk + (kv_end - full + L->bk - 1) / L->bk;
+        const int64_t kes = mha_dtype_size(x->kvt);
+        int64_t lines = 0;
+        pfs.nrun = 0;
+        mha_span_pf_rows(&pfs, qh, x->q->stride_n, mha_dtype_size(x->qt), d, i0 + n, nn, &lines);
+        if (kin)
+            mha_span_pf_rows(&pfs, kh, skn, 2, d, kv_end, kn, &lines);
+        else if (pk)
+            mha_span_pf_add(&pfs, pk + kv_end * 2 * L->dh, kn * 2 * L->dh * 2, &lines);
+        else
+            mha_span_pf_rows(&pfs, kh, skn, kes, d, kv_end, kn, &lines);
+        if (pk && kn > 0)
+            mha_span_pf_add(&pfs, pre->v + kv_end / 2 * 2 * L->dv, (kn + 2) * L->dv * 2, &lines);
+        else
+            mha_span_pf_rows(&pfs, vh, svn, kes, dv, kv_end, kn, &lines);
+        pf = mha_span_pf_begin(&pfs, lines, nfull + nedge * (1 + (n + MHA_MR - 1) / MHA_MR));
+    }
     for (int64_t j0 = lo, bkk; j0 < kv_end; j0 += bkk) {
+        mha_span_pf_step(pf);
         const int fast = j0 >= f0 && j0 < full;
         const int64_t stop = j0 < f0 ? f0 : (fast ? full : kv_end), most = fast ? even : L->bk;
         bkk = stop - j0 < most ? stop - j0 : most;
@@ -490,6 +513,7 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
             pv(n, (bkk + 1) / 2, Pp, ld, vp, L->dv, Ob, init, alpha);
         } else { /* the diagonal or an edge: each row tile over the key pairs its rows see */
             for (int64_t r0 = 0; r0 < n; r0 += MHA_MR) {
+                mha_span_pf_step(pf);
                 const int64_t rows = n - r0 < MHA_MR ? n - r0 : MHA_MR;
                 int64_t k0 = kb[r0] - j0, k1 = ke[r0 + rows - 1] - j0;
                 k0 = k0 < 0 ? 0 : (k0 > bkk ? bkk : k0) / 2 * 2; /* from a pair's first key */
@@ -568,7 +592,8 @@ mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options
     const bf_ctx x = {p, bf_plan(p, o), p->heads / p->kv_heads, p->seq_kv - p->seq_q,
                       /* scores in log2 units -> exp2; a softcap takes them natural */
                       mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E), p->dtype,
-                      mha_problem_kv_dtype(p), q, k, v, out, ex->sinks, NULL, 0};
+                      mha_problem_kv_dtype(p), q, k, v, out, ex->sinks, NULL, 0,
+                      p->layout == MHA_LAYOUT_DENSE && mha_window_local(p)};
     const int64_t H = p->heads, nqb = (p->seq_q + x.L.bq - 1) / x.L.bq, pairs = p->batch * H;
     if (p->layout != MHA_LAYOUT_DENSE) {
         bf_layout_run(&x, ex, o->split == MHA_SPLIT_HEADS, threads, workspace);
@@ -587,13 +612,15 @@ mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options
             }
         } else {
             /* (batch, head, query block) tasks, the costly last (causal) blocks
-             * first; consecutive tasks share a head, so a thread's packs serve
-             * several of them */
-#pragma omp for schedule(dynamic, 1)
+             * first, or under a window bounded on the left in order and in
+             * chunks (flash.c); consecutive tasks share a head, so a thread's
+             * packs serve several of them */
+            const int64_t chunk = mha_window_chunk(p, pairs * nqb, threads);
+#pragma omp for schedule(dynamic, chunk)
             for (int64_t it = 0; it < pairs * nqb; it++) {
-                const int64_t b = it / nqb / H, h = it / nqb % H;
+                const int64_t b = it / nqb / H, h = it / nqb % H, qb = it % nqb;
                 bf_pre_use(&x, &pre, b, b, h / x.group);
-                bf_block(&x, b, h, nqb - 1 - it % nqb, ws, &pre);
+                bf_block(&x, b, h, x.pf_next ? qb : nqb - 1 - qb, ws, &pre);
             }
         }
     }

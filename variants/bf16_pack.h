@@ -33,12 +33,33 @@ static inline void touch_rows(const uint16_t *src, int64_t n, int64_t rs, int64_
 
 /* Qp[p * ld + i] = (Q[i][2p], Q[i][2p + 1]) for i < n, zero for the padding
  * queries up to ld and for the missing element of an odd head_dim. Once per
- * query block (O(bq d) against O(bq Nkv d) of work): plain code, after a
- * touch of the rows (touch_rows). */
+ * query block, after a touch of the rows (touch_rows). bf16 rows go as
+ * 16 x 16 blocks of pairs transposed in registers (the pair as one 32-bit
+ * lane: vtranspose only moves bits); fp16 ones, rounded element by element,
+ * in plain code. The plain loop took about 6.6k cycles per block of 64
+ * queries at d 64 on the Zen 4 VM, which weighs 10% of a block's time under
+ * a window of 128 keys (stop 45). */
 static inline void pack_q(int64_t n, int64_t d, const uint16_t *src, int64_t rs, mha_dtype t,
                           uint32_t *dst, int64_t ld) {
     const int64_t dh = (d + 1) / 2;
     touch_rows(src, n, rs, d * 2);
+    if (t == MHA_BF16) {
+        _Static_assert(VW == 16, "pack_q transposes 16 x 16 blocks of pairs");
+        for (int64_t i0 = 0; i0 < ld; i0 += 16)
+            for (int64_t p0 = 0; p0 < dh; p0 += 16) {
+                const int64_t e = d - 2 * p0; /* elements of the row from pair p0 */
+                const __mmask32 m = (__mmask32)(e >= 32 ? ~0u : (((uint64_t)1 << e) - 1));
+                vf r[16];
+                for (int i = 0; i < 16; i++)
+                    r[i] = i0 + i < n ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(
+                                            m, src + (i0 + i) * rs + 2 * p0))
+                                      : vzero();
+                vtranspose(r);
+                for (int64_t c = 0; c < 16 && p0 + c < dh; c++)
+                    _mm512_storeu_ps((float *)(dst + (p0 + c) * ld + i0), r[c]);
+            }
+        return;
+    }
     for (int64_t p = 0; p < dh; p++)
         for (int64_t i = n; i < ld; i++) dst[p * ld + i] = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -10,11 +10,6 @@
 #include "internal.h"
 #include "ukernels.h"
 
-/* One element as bf16 bits: bf16 as is, fp16 rounded (RNE) through fp32. */
-static inline uint16_t elem_bf16(const uint16_t *src, mha_dtype t, int64_t i) {
-    return t == MHA_BF16 ? src[i] : mha_f32_to_bf16(mha_f16_to_f32(src[i]));
-}
-
 /* One load from every cache line of n rows of `bytes` bytes, rs elements
  * apart: independent loads the core keeps many of in flight, so the packs
  * that follow read L1. A row-by-row pack of rows strided by the other heads
@@ -31,45 +26,47 @@ static inline void touch_rows(const uint16_t *src, int64_t n, int64_t rs, int64_
     }
 }
 
+/* 16 columns [c, c + 16) of one row as bf16 (columns past d read 0). */
+static inline __m256i row16_bf16(const uint16_t *row, mha_dtype t, int64_t c, int64_t d) {
+    const int n = (int)(d - c < 16 ? d - c : 16);
+    if (n <= 0) return _mm256_setzero_si256();
+    if (t == MHA_BF16) return _mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1u), row + c);
+    return vf_to_bf16(vf16_load_n(row + c, n));
+}
+
 /* Qp[p * ld + i] = (Q[i][2p], Q[i][2p + 1]) for i < n, zero for the padding
  * queries up to ld and for the missing element of an odd head_dim. Once per
- * query block, after a touch of the rows (touch_rows). bf16 rows go as
- * 16 x 16 blocks of pairs transposed in registers (the pair as one 32-bit
- * lane: vtranspose only moves bits); fp16 ones, rounded element by element,
- * in plain code. The plain loop took about 6.6k cycles per block of 64
- * queries at d 64 on the Zen 4 VM, which weighs 10% of a block's time under
- * a window of 128 keys (stop 45). */
+ * query block, after a touch of the rows (touch_rows): 16 x 16 blocks of
+ * pairs transposed in registers (the pair as one 32-bit lane: vtranspose
+ * only moves bits), bf16 rows loaded as they are, fp16 ones rounded to bf16
+ * (RNE, as pack_k and pack_v round them). The plain loop it replaced took
+ * about 6.6k cycles per block of 64 queries at d 64 on the Zen 4 VM, 10% of
+ * a block's time under a window of 128 keys (stop 45). */
 static inline void pack_q(int64_t n, int64_t d, const uint16_t *src, int64_t rs, mha_dtype t,
                           uint32_t *dst, int64_t ld) {
+    _Static_assert(VW == 16, "pack_q transposes 16 x 16 blocks of pairs");
     const int64_t dh = (d + 1) / 2;
     touch_rows(src, n, rs, d * 2);
-    if (t == MHA_BF16) {
-        _Static_assert(VW == 16, "pack_q transposes 16 x 16 blocks of pairs");
-        for (int64_t i0 = 0; i0 < ld; i0 += 16)
-            for (int64_t p0 = 0; p0 < dh; p0 += 16) {
-                const int64_t e = d - 2 * p0; /* elements of the row from pair p0 */
-                const __mmask32 m = (__mmask32)(e >= 32 ? ~0u : (((uint64_t)1 << e) - 1));
-                vf r[16];
-                for (int i = 0; i < 16; i++)
-                    r[i] = i0 + i < n ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(
-                                            m, src + (i0 + i) * rs + 2 * p0))
-                                      : vzero();
-                vtranspose(r);
-                for (int64_t c = 0; c < 16 && p0 + c < dh; c++)
-                    _mm512_storeu_ps((float *)(dst + (p0 + c) * ld + i0), r[c]);
+    for (int64_t i0 = 0; i0 < ld; i0 += 16)
+        for (int64_t p0 = 0; p0 < dh; p0 += 16) {
+            const int64_t e = d - 2 * p0; /* elements of the row from pair p0 */
+            const __mmask32 m = (__mmask32)(e >= 32 ? ~0u : (((uint64_t)1 << e) - 1));
+            vf r[16];
+            for (int i = 0; i < 16; i++) {
+                const uint16_t *row = src + (i0 + i) * rs;
+                if (i0 + i >= n)
+                    r[i] = vzero();
+                else if (t == MHA_BF16)
+                    r[i] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, row + 2 * p0));
+                else
+                    r[i] = _mm512_castsi512_ps(
+                        _mm512_inserti64x4(_mm512_castsi256_si512(row16_bf16(row, t, 2 * p0, d)),
+                                           row16_bf16(row, t, 2 * p0 + 16, d), 1));
             }
-        return;
-    }
-    for (int64_t p = 0; p < dh; p++)
-        for (int64_t i = n; i < ld; i++) dst[p * ld + i] = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const uint16_t *row = src + i * rs;
-        for (int64_t p = 0; p < dh; p++) {
-            const uint32_t lo = elem_bf16(row, t, 2 * p);
-            const uint32_t hi = 2 * p + 1 < d ? elem_bf16(row, t, 2 * p + 1) : 0;
-            dst[p * ld + i] = lo | hi << 16;
+            vtranspose(r);
+            for (int64_t c = 0; c < 16 && p0 + c < dh; c++)
+                _mm512_storeu_ps((float *)(dst + (p0 + c) * ld + i0), r[c]);
         }
-    }
 }
 
 /* Kp[r][0, ld) = K row r as bf16, columns d..ld (ld >= d) padded with 0. */
@@ -97,14 +94,6 @@ static inline void pack_k(int64_t rows, int64_t d, const uint16_t *src, int64_t 
             }
         }
     }
-}
-
-/* 16 columns [c, c + 16) of one row as bf16 (columns past d read 0). */
-static inline __m256i row16_bf16(const uint16_t *row, mha_dtype t, int64_t c, int64_t d) {
-    const int n = (int)(d - c < 16 ? d - c : 16);
-    if (n <= 0) return _mm256_setzero_si256();
-    if (t == MHA_BF16) return _mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1u), row + c);
-    return vf_to_bf16(vf16_load_n(row + c, n));
 }
 
 /* Vp[q][c][2] = (V[2q][c], V[2q + 1][c]) for q < ceil(rows / 2), c < dv:

@@ -53,15 +53,16 @@ static inline void pack_q(int64_t n, int64_t d, const uint16_t *src, int64_t rs,
             const __mmask32 m = (__mmask32)(e >= 32 ? ~0u : (((uint64_t)1 << e) - 1));
             vf r[16];
             for (int i = 0; i < 16; i++) {
-                const uint16_t *row = src + (i0 + i) * rs;
-                if (i0 + i >= n)
+                if (i0 + i >= n) { /* a padding query: no row to point at */
                     r[i] = vzero();
-                else if (t == MHA_BF16)
-                    r[i] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, row + 2 * p0));
-                else
-                    r[i] = _mm512_castsi512_ps(
-                        _mm512_inserti64x4(_mm512_castsi256_si512(row16_bf16(row, t, 2 * p0, d)),
-                                           row16_bf16(row, t, 2 * p0 + 16, d), 1));
+                    continue;
+                }
+                const uint16_t *row = src + (i0 + i) * rs;
+                r[i] = t == MHA_BF16
+                           ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, row + 2 * p0))
+                           : _mm512_castsi512_ps(_mm512_inserti64x4(
+                                 _mm512_castsi256_si512(row16_bf16(row, t, 2 * p0, d)),
+                                 row16_bf16(row, t, 2 * p0 + 16, d), 1));
             }
             vtranspose(r);
             for (int64_t c = 0; c < 16 && p0 + c < dh; c++)

@@ -433,8 +433,8 @@ static inline mha_span_pf *mha_span_pf_init(mha_span_pf *f, const mha_tensor *k,
  * and each one prefetches the next block's rows while it computes: Q's and
  * the keys [end, end + its rows) of K and V (flash.c, flash_bf16.c). On the
  * Zen 4 VM (flash.avx512, H8 N8192 d64 causal, window 128:0, 1 thread) the
- * rate went from 67 to 73 GFLOP/s per visible pair (one head alone, its
- * 8 MiB in the L3: 77). */
+ * rate went from 66.6 to 74.8 GFLOP/s per visible pair (one head alone, its
+ * 8 MiB in the L3: 77; docs/attention-variants.md). */
 static inline int mha_window_local(const mha_problem *p) {
     return p->window && p->window_left >= 0;
 }

@@ -36,6 +36,9 @@
 #define LOG2E 1.44269504088896341f
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 enum { DB_RB = 4, DB_BK = 16 }; /* rows per pass over K/V, keys per softmax block */
+/* A head-major cache: the block whose rows each block prefetches, counted
+ * from it (db_rows) */
+enum { DB_PF_AHEAD = 2 };
 /* keys per block when a pass has one row: short from DRAM, long from a cache
  * that fits the L3 with room to spare (db_plan.bk1); at most DB_RB * DB_BK,
  * the one row's share of the scratch */
@@ -48,8 +51,9 @@ typedef struct {
     int64_t rows, nsplit, chunk, dq; /* dq: head_dim rounded up to 32 (one vdpbf16ps) */
     int64_t dvq;                     /* head_dim_v rounded up to 32: o's width */
     int64_t bk1;                     /* keys per block of a one-row pass */
-    int all_heads;                   /* paged GQA: an item is a (sequence, KV chunk) (below) */
-    size_t part, scratch, state;     /* state: all_heads' o, m, l of every (KV head, row group) */
+    int stream;    /* the cache is well beyond a quarter of the L3: read as from DRAM */
+    int all_heads; /* paged GQA: an item is a (sequence, KV chunk) (below) */
+    size_t part, scratch, state; /* state: all_heads' o, m, l of every (KV head, row group) */
 } db_plan;
 
 /* A paged pool [NB,BS,G,d] holds a key's G heads side by side: an item per
@@ -85,7 +89,8 @@ static db_plan plan(const mha_problem *p, int threads, int interleaved) {
      * H = 16 (16 MiB) 16 keys 26.8-29.3, 64 keys 16.2-20.6 (1 thread); H = 32
      * (32 MiB) 16 keys 23.9-24.7 / 33.5-35.2, 64 keys 12.3-12.7 / 25.1-27.3,
      * with prefetch one or two blocks ahead 14.8 / 29.3-31.5. */
-    P.bk1 = mha_decode_cache_per_l3(p) <= 0.25 ? DB_BK1_CACHED : DB_BK1_STREAM;
+    P.stream = mha_decode_cache_per_l3(p) > 0.25;
+    P.bk1 = P.stream ? DB_BK1_STREAM : DB_BK1_CACHED;
     const size_t f = sizeof(float), dv = (size_t)mha_dv(p), dq = (size_t)P.dq, dvq = (size_t)P.dvq;
     P.part =
         P.nsplit > 1
@@ -287,6 +292,7 @@ typedef struct {
     const mha_problem *p;
     const mha_tensor *q, *k, *v;
     int64_t group, dq, dvq, bk1;
+    int stream;   /* the plan's: a head-major cache prefetches its rows (db_rows) */
     float qscale; /* scale * log2(e), or scale alone under a softcap */
     const float *sinks;
     const int32_t *blocks; /* paged: the sequence's row of the block table; else NULL */
@@ -346,16 +352,21 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
     }
     const uint16_t *kh = (const uint16_t *)k->data + b * k->stride_b + g * k->stride_h;
     const uint16_t *vh = (const uint16_t *)v->data + b * v->stride_b + g * v->stride_h;
-    /* No software prefetch, short blocks: K and V are read in alternation a
-     * few keys at a time and the hardware prefetchers keep both streams
-     * going, from DRAM (a cache evicted since the last step); one row over a
-     * cache well inside the L3 takes long blocks (plan: bk1).
-     * Measured on Zen 4, H=32 Nkv=4096 d=128, medians of interleaved runs:
-     * one row per pass (KV=32, DRAM): 64 keys with prefetch 8 KiB ahead 13.5
-     * GFLOP/s; without, 16 keys 16-17, 8 keys 22.4 / 31.5 (1 / 2 threads),
-     * 4 keys 20.3 / 40.2. Four rows (KV=8): cold cache (bench_kvcache) 64
-     * keys with prefetch 45 / 80, 16 keys without 52-60 / 107-125; warm (L3,
-     * profile) 94-108 / 240-246 against 100-108 / 204-210. */
+    /* Short blocks: K and V are read in alternation a few keys at a time.
+     * A head-major cache well beyond the L3 (x->stream; each head's rows
+     * contiguous, no block table) has the rows of the block DB_PF_AHEAD
+     * blocks on walked into L2 over this block's steps (mha_span_pf: a few
+     * lines per key of the scores and per pair of P.V), beside the hardware
+     * prefetchers; all_heads brings its own w->pf, and within the L3 the
+     * hardware keeps up. One row over a cache well inside the L3 takes long
+     * blocks (plan: bk1). Measured in docs/attention-variants.md ("Decode
+     * from DRAM: the rows two blocks ahead"); before that prefetch (Zen 4,
+     * H=32 Nkv=4096 d=128, medians of interleaved runs): one row per pass
+     * (KV=32, DRAM): 64 keys with a prefetch 8 KiB ahead 13.5 GFLOP/s;
+     * without, 16 keys 16-17, 8 keys 22.4 / 31.5 (1 / 2 threads), 4 keys
+     * 20.3 / 40.2. Four rows (KV=8): cold cache (bench_kvcache) 64 keys with
+     * prefetch 45 / 80, 16 keys without 52-60 / 107-125. */
+    const int rows_pf = x->stream && !w->pf && !x->blocks && k->stride_n == d && v->stride_n == dv;
     const int64_t bkb = R == 1 ? x->bk1 : DB_BK;
     int64_t kend = k0, kbeg = k1; /* keys any row sees: [kbeg, kend) */
     for (int r = 0; r < R; r++) {
@@ -368,11 +379,24 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
         for (int r = 0; r < R; r++) memset(o + r * dvq, 0, (size_t)dvq * sizeof(float));
     const sc_fn score = sc_fns[R - 1][nc <= 4 ? nc : 0];
     const float cap = p->softcap;
+    vf lsum[DB_RB]; /* l per row as 16 partial sums: one horizontal sum per call */
+    for (int r = 0; r < R; r++) lsum[r] = _mm512_zextps128_ps512(_mm_set_ss(l[r]));
     for (int64_t j0 = kbeg, bk; j0 < kend; j0 += bk) {
         bk = page_cap(x, j0, kend - j0 < bkb ? kend - j0 : bkb);
         const int64_t b16 = (bk + 15) / 16 * 16;
+        mha_span_pf ahead, *pf = w->pf;
+        if (rows_pf) {
+            const int64_t a = j0 + DB_PF_AHEAD * bk, n = kend - a < bk ? kend - a : bk;
+            int64_t lines = 0;
+            ahead.nrun = 0;
+            if (n > 0) {
+                mha_span_pf_add(&ahead, kh + a * d, n * d * 2, &lines);
+                mha_span_pf_add(&ahead, vh + a * dv, n * dv * 2, &lines);
+            }
+            pf = mha_span_pf_begin(&ahead, lines, bk + (bk + 1) / 2 * ((dv + 63) / 64));
+        }
         score(nc, w->qb, dq, kv_base(x, k, kh, j0), k->stride_n, d, j0, bk, end, x->qscale, s,
-              w->tmp, w->pf);
+              w->tmp, pf);
         if (cap > 0 || p->window) /* the cap before the mask; a window's left edge */
             for (int r = 0; r < R; r++) {
                 float *sr = s + r * DB_BK;
@@ -389,28 +413,33 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
             uint16_t *pr = w->pw + r * DB_BK;
             vf mx = vset1(-INFINITY);
             for (int64_t j = 0; j < b16; j += 16) mx = vmax(mx, vload(sr + j));
-            const float bmax = vhmax(mx), m_new = bmax > m[r] ? bmax : m[r];
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-            const float alpha = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - m_use);
-            const vf mu = vset1(m_use);
-            vf sum = vzero();
+            /* m is the running max: when no score passes it (most blocks
+             * after the first few), no horizontal max, exp2f or rescale;
+             * -inf before any key, and NaN compares false */
+            float alpha = 1.0f;
+            if (vany_gt(mx, vset1(m[r]))) {
+                const float m_new = vhmax(mx);
+                alpha = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - m_new);
+                lsum[r] = vmul(lsum[r], vset1(alpha));
+                m[r] = m_new;
+            }
+            const vf mu = vset1(m[r] == -INFINITY ? 0.0f : m[r]);
             for (int64_t j = 0; j < b16; j += 32) {
                 const vf e0 = vexp2_nonpos(vsub(vload(sr + j), mu));
                 const vf e1 = j + 16 < b16 ? vexp2_nonpos(vsub(vload(sr + j + 16), mu)) : vzero();
-                sum = vadd(sum, vadd(e0, e1));
+                lsum[r] = vadd(lsum[r], vadd(e0, e1));
                 /* pairs (p_2q, p_2q+1); only the row's b16 - j (16 or 32) lanes */
                 _mm512_mask_storeu_epi16(pr + j, mask32(b16 - j), vbf_from2(e0, e1));
             }
-            l[r] = l[r] * alpha + vhsum(sum);
-            m[r] = m_new;
             arow[r] = alpha;
             rescale |= alpha != 1.0f;
         }
         const int init =
             fresh && j0 == kbeg ? DB_INIT_ZERO : (rescale ? DB_INIT_SCALE : DB_INIT_ACC);
         pv_fns[R - 1](init, arow, w->pw, kv_base(x, v, vh, j0), v->stride_n, j0, bk, dv, o, dvq,
-                      w->pf);
+                      pf);
     }
+    for (int r = 0; r < R; r++) l[r] = vhsum(lsum[r]);
 }
 
 /* Rows [r0, r0 + R) of KV head g of an item's (sequence, split) as db_rows
@@ -480,18 +509,19 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
     (void)o;
     const db_plan P = plan(p, threads, mha_decode_interleaved(p, k, v));
     /* scores in log2 units -> exp2; a softcap takes them natural */
-    const db_ctx x = {p,
-                      q,
-                      k,
-                      v,
-                      p->heads / p->kv_heads,
-                      P.dq,
-                      P.dvq,
-                      P.bk1,
-                      mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E),
-                      ex->sinks,
-                      NULL,
-                      0};
+    const db_ctx x = {.p = p,
+                      .q = q,
+                      .k = k,
+                      .v = v,
+                      .group = p->heads / p->kv_heads,
+                      .dq = P.dq,
+                      .dvq = P.dvq,
+                      .bk1 = P.bk1,
+                      .stream = P.stream,
+                      .qscale = mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E),
+                      .sinks = ex->sinks,
+                      .blocks = NULL,
+                      .bs = 0};
     /* d: V's and O's head dim from here on; dq the width of o. Packed and
      * paged, P is the plan of the bounds (rows, splits) and each sequence
      * takes its own rows and chunks of it. */

@@ -51,8 +51,8 @@ typedef struct {
     int64_t rows, nsplit, chunk, dq; /* dq: head_dim rounded up to 32 (one vdpbf16ps) */
     int64_t dvq;                     /* head_dim_v rounded up to 32: o's width */
     int64_t bk1;                     /* keys per block of a one-row pass */
-    int stream;    /* the cache is well beyond a quarter of the L3: read as from DRAM */
-    int all_heads; /* paged GQA: an item is a (sequence, KV chunk) (below) */
+    int stream;                  /* the cache is beyond a quarter of the L3: read as from DRAM */
+    int all_heads;               /* paged GQA: an item is a (sequence, KV chunk) (below) */
     size_t part, scratch, state; /* state: all_heads' o, m, l of every (KV head, row group) */
 } db_plan;
 
@@ -353,7 +353,7 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
     const uint16_t *kh = (const uint16_t *)k->data + b * k->stride_b + g * k->stride_h;
     const uint16_t *vh = (const uint16_t *)v->data + b * v->stride_b + g * v->stride_h;
     /* Short blocks: K and V are read in alternation a few keys at a time.
-     * A head-major cache well beyond the L3 (x->stream; each head's rows
+     * A head-major cache beyond a quarter of the L3 (x->stream; each head's rows
      * contiguous, no block table) has the rows of the block DB_PF_AHEAD
      * blocks on walked into L2 over this block's steps (mha_span_pf: a few
      * lines per key of the scores and per pair of P.V), beside the hardware

@@ -40,7 +40,7 @@ enum { DB_RB = 4, DB_BK = 16 }; /* rows per pass over K/V, keys per softmax bloc
  * from it (db_rows) */
 enum { DB_PF_AHEAD = 2 };
 /* keys per block when a pass has one row: short from DRAM, long from a cache
- * that fits the L3 with room to spare (db_plan.bk1); at most DB_RB * DB_BK,
+ * that fits the L3 with room to spare (!db_plan.stream); at most DB_RB * DB_BK,
  * the one row's share of the scratch */
 enum { DB_BK1_STREAM = 16, DB_BK1_CACHED = 64 };
 _Static_assert(DB_BK1_CACHED <= DB_RB * DB_BK && DB_BK1_STREAM <= DB_RB * DB_BK,
@@ -50,7 +50,6 @@ enum { DB_INIT_ZERO, DB_INIT_ACC, DB_INIT_SCALE };
 typedef struct {
     int64_t rows, nsplit, chunk, dq; /* dq: head_dim rounded up to 32 (one vdpbf16ps) */
     int64_t dvq;                     /* head_dim_v rounded up to 32: o's width */
-    int64_t bk1;                     /* keys per block of a one-row pass */
     int stream;                  /* the cache is beyond a quarter of the L3: read as from DRAM */
     int all_heads;               /* paged GQA: an item is a (sequence, KV chunk) (below) */
     size_t part, scratch, state; /* state: all_heads' o, m, l of every (KV head, row group) */
@@ -89,8 +88,7 @@ static db_plan plan(const mha_problem *p, int threads, int interleaved) {
      * H = 16 (16 MiB) 16 keys 26.8-29.3, 64 keys 16.2-20.6 (1 thread); H = 32
      * (32 MiB) 16 keys 23.9-24.7 / 33.5-35.2, 64 keys 12.3-12.7 / 25.1-27.3,
      * with prefetch one or two blocks ahead 14.8 / 29.3-31.5. */
-    P.stream = mha_decode_cache_per_l3(p) > 0.25;
-    P.bk1 = P.stream ? DB_BK1_STREAM : DB_BK1_CACHED;
+    P.stream = mha_decode_cache_per_l3(p) > 0.25; /* a one-row pass: DB_BK1_STREAM keys */
     const size_t f = sizeof(float), dv = (size_t)mha_dv(p), dq = (size_t)P.dq, dvq = (size_t)P.dvq;
     P.part =
         P.nsplit > 1
@@ -291,8 +289,8 @@ static const pv_fn pv_fns[DB_RB] = {pv_1, pv_2, pv_3, pv_4};
 typedef struct {
     const mha_problem *p;
     const mha_tensor *q, *k, *v;
-    int64_t group, dq, dvq, bk1;
-    int stream;   /* the plan's: a head-major cache prefetches its rows (db_rows) */
+    int64_t group, dq, dvq;
+    int stream;   /* the plan's: short one-row blocks, a head-major cache's rows prefetched */
     float qscale; /* scale * log2(e), or scale alone under a softcap */
     const float *sinks;
     const int32_t *blocks; /* paged: the sequence's row of the block table; else NULL */
@@ -312,6 +310,13 @@ static inline const uint16_t *kv_base(const db_ctx *x, const mha_tensor *t, cons
     const int64_t first = j0 / x->bs * x->bs;
     const uint16_t *blk = head + (int64_t)x->blocks[j0 / x->bs] * t->stride_b;
     return (const uint16_t *)((uintptr_t)blk - (uintptr_t)(first * t->stride_n * 2));
+}
+
+/* The steps a pass of one row group over n keys gives a prefetch walk
+ * (mha_span_pf_step): one per key of the scores, one per key pair of each
+ * 64-column strip of P.V (pv_rows). */
+static inline int64_t db_pf_steps(int64_t n, int64_t dv) {
+    return n + (n + 1) / 2 * ((dv + 63) / 64);
 }
 
 typedef struct {
@@ -359,15 +364,15 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
      * lines per key of the scores and per pair of P.V), beside the hardware
      * prefetchers; all_heads brings its own w->pf, and within the L3 the
      * hardware keeps up. One row over a cache well inside the L3 takes long
-     * blocks (plan: bk1). Measured in docs/attention-variants.md ("Decode
+     * blocks (DB_BK1_CACHED). Measured in docs/attention-variants.md ("Decode
      * from DRAM: the rows two blocks ahead"); before that prefetch (Zen 4,
      * H=32 Nkv=4096 d=128, medians of interleaved runs): one row per pass
      * (KV=32, DRAM): 64 keys with a prefetch 8 KiB ahead 13.5 GFLOP/s;
      * without, 16 keys 16-17, 8 keys 22.4 / 31.5 (1 / 2 threads), 4 keys
      * 20.3 / 40.2. Four rows (KV=8): cold cache (bench_kvcache) 64 keys with
      * prefetch 45 / 80, 16 keys without 52-60 / 107-125. */
-    const int rows_pf = x->stream && !w->pf && !x->blocks && k->stride_n == d && v->stride_n == dv;
-    const int64_t bkb = R == 1 ? x->bk1 : DB_BK;
+    const int rows_pf = x->stream && !w->pf && !x->blocks;
+    const int64_t bkb = R > 1 ? DB_BK : (x->stream ? DB_BK1_STREAM : DB_BK1_CACHED);
     int64_t kend = k0, kbeg = k1; /* keys any row sees: [kbeg, kend) */
     for (int r = 0; r < R; r++) {
         kend = end[r] > kend ? end[r] : kend;
@@ -388,12 +393,10 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
         if (rows_pf) {
             const int64_t a = j0 + DB_PF_AHEAD * bk, n = kend - a < bk ? kend - a : bk;
             int64_t lines = 0;
-            ahead.nrun = 0;
-            if (n > 0) {
-                mha_span_pf_add(&ahead, kh + a * d, n * d * 2, &lines);
-                mha_span_pf_add(&ahead, vh + a * dv, n * dv * 2, &lines);
-            }
-            pf = mha_span_pf_begin(&ahead, lines, bk + (bk + 1) / 2 * ((dv + 63) / 64));
+            ahead.nrun = 0; /* rows strided by other heads add nothing: no prefetch */
+            mha_span_pf_rows(&ahead, kh, k->stride_n, 2, d, a, n, &lines);
+            mha_span_pf_rows(&ahead, vh, v->stride_n, 2, dv, a, n, &lines);
+            pf = mha_span_pf_begin(&ahead, lines, db_pf_steps(bk, dv));
         }
         score(nc, w->qb, dq, kv_base(x, k, kh, j0), k->stride_n, d, j0, bk, end, x->qscale, s,
               w->tmp, pf);
@@ -516,7 +519,6 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                       .group = p->heads / p->kv_heads,
                       .dq = P.dq,
                       .dvq = P.dvq,
-                      .bk1 = P.bk1,
                       .stream = P.stream,
                       .qscale = mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E),
                       .sinks = ex->sinks,
@@ -563,8 +565,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                     const int64_t c1 = c0 + span < k1 ? c0 + span : k1;
                     /* the next span's lines, spread over this one's steps: keys of
                      * the scores and pairs of P.V (per 64 columns) of every row group */
-                    const int64_t steps =
-                        G * nrcs * ((c1 - c0) + (c1 - c0 + 1) / 2 * ((mha_dv(p) + 63) / 64));
+                    const int64_t steps = G * nrcs * db_pf_steps(c1 - c0, mha_dv(p));
                     ws.pf =
                         mha_span_pf_init(&pf, xs->k, xs->v, p->head_dim, mha_dv(p), xs->blocks,
                                          xs->bs, b, G, c1, c1 + span < k1 ? c1 + span : k1, steps);

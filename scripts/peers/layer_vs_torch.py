@@ -6,9 +6,11 @@ nn.MultiheadAttention (need_weights=False: its SDPA fast path) on BERT-base
 run: per round and shape, `mhabench profile --layer` of our kernel and the
 same layer in PyTorch timed here, alternately, so both see the same host.
 Prints per shape and thread count the median GFLOP/s of each (the FLOPs of
-mha_forward_flops: visible attention pairs plus the four projections) and
-their ratio. The layer has no peer row in a sweep (the peers take the
-attention core); this is the measurement behind docs/amx.md's layer figures.
+mha_forward_flops: visible attention pairs plus the four projections), the
+ratio of the medians, and the median and range of the per-round ratios (each
+of two runs seconds apart: the figure to quote on a host whose speed drifts).
+The layer has no peer row in a sweep (the peers take the attention core);
+this is the measurement behind docs/amx.md's layer figures.
 
 Runs under the peers' environment (scripts/peers/setup-venv.sh):
     .venv-peers/bin/python3 scripts/peers/layer_vs_torch.py --kernel flash.amx
@@ -81,10 +83,15 @@ def main():
                 r[1].append(torch_rate(torch, n, causal, dtype, t, a.seconds))
     print("torch %s; mhabench kernel %s; %s; medians of %d alternating rounds" %
           (torch.__version__, a.kernel, a.dtype, a.rounds))
-    print("%-22s %3s %12s %12s %8s" % ("layer", "thr", "ours GF/s", "torch GF/s", "ratio"))
+    print("%-22s %3s %12s %12s %8s %18s" % ("layer", "thr", "ours GF/s", "torch GF/s", "ratio",
+                                            "per round: median"))
     for (name, t), (ours, theirs) in res.items():
         mo, mt = statistics.median(ours), statistics.median(theirs)
-        print("%-22s %3d %12.1f %12.1f %7.2fx" % (name, t, mo, mt, mo / mt))
+        # each round's ratio is of two runs seconds apart: on a host whose speed
+        # drifts within minutes it is the steadier figure of the two
+        per = sorted(o / r for o, r in zip(ours, theirs))
+        print("%-22s %3d %12.1f %12.1f %7.2fx %7.2fx (%.2f-%.2f)" %
+              (name, t, mo, mt, mo / mt, statistics.median(per), per[0], per[-1]))
 
 
 if __name__ == "__main__":

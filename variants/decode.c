@@ -35,18 +35,24 @@
 enum { DEC_RB = 4, DEC_BK = 64 }; /* rows per pass over K/V, keys per softmax block */
 enum { DEC_PF_BYTES = 8192 };     /* how far ahead K / V are prefetched (measured best here) */
 
-/* Every cache line of a stored row of `bytes` bytes: into L1 (non-temporal)
- * for the K rows of the multi-row passes, read within a few keys; into L2
- * for their V rows, read by the P.V pass a whole 64-key block later, and for
- * the one-row stream: 64-key blocks of K and V (32 KiB each at d = 128 fp32)
- * do not both fit beside each other in L1. V prefetched non-temporally was
- * evicted from L1 before its use and, on Intel, not kept in L2: on the
- * Emerald Rapids VM (H32 KV8 Nkv4096 d128, 1 thread, `mhabench profile`
- * alternated 3 x 3) the fp32 GQA decode ran 8.2-8.8 GFLOP/s (4.5 GB/s)
- * with it and 18.8-20.1 with V into L2; a bf16 cache 14.4-15.5 and
- * 24.1-27.5. Not measured on Zen since. */
+/* Every cache line of a stored row of `bytes` bytes: into L1 and L2 for
+ * the K rows of the multi-row passes, read within a few keys; into L2 for
+ * their V rows, read by the P.V pass a whole 64-key block later, and for the
+ * one-row stream: 64-key blocks of K and V (32 KiB each at d = 128 fp32) do
+ * not both fit beside each other in L1. Measured on the Emerald Rapids VM
+ * (H32 KV8 Nkv4096 d128, fp32 Q/O): both non-temporal (prefetchnta), the
+ * fp32 GQA decode ran 8.2-8.8 GFLOP/s at 1 thread (4.5 GB/s); V into L2,
+ * 18.8-20.1; K also out of non-temporal (stop 47, `mhabench profile`
+ * alternated 3 x 2) 34.0-34.4 against 14.3-15.6, and 65.5-66.8 against
+ * 55.2-56.2 at 2 threads; bench_kvcache over 3 alternated rounds, median
+ * ms per call new/old: fp32 1.59-2.06x, bf16 and fp16 1.22-1.65x, int8
+ * 1.09-1.26x faster; the paged pools (prefetch_keys) level, 0.98-1.02x.
+ * Prefetching K to L2 alone ran as fast as to L1 and L2; no prefetch of K
+ * at all about as fast (the hardware's streams). On Intel a non-temporal
+ * line is not kept in L2. Neither change has been measured on Zen since:
+ * both only move lines into levels the non-temporal hint left out. */
 static inline void prefetch_row(const void *p, int64_t bytes) {
-    for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch((const char *)p + c, 0, 0);
+    for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch((const char *)p + c, 0, 3);
 }
 static inline void prefetch_row_l2(const void *p, int64_t bytes) {
     for (int64_t c = 0; c < bytes; c += 64) __builtin_prefetch((const char *)p + c, 0, 2);

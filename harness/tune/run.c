@@ -34,6 +34,12 @@ static tune_status tune_class(tune_run *r, int ci) {
     mha_class_name(cl, r->cls_name, sizeof r->cls_name);
     r->tx.cls = r->cls_name;
     r->tx.threads = cl->threads == 1 ? 1 : r->tall;
+    /* The class begins here: preparing its data (the oracle's output, seconds
+     * in a sanitizer build) is part of its cost and of its share, and the
+     * share a started class takes is what was left before it began (a first
+     * class whose preparation outlasted a 1 s budget was recorded with a share
+     * of 0: the ASan run of test_cli on the Emerald Rapids VM). */
+    const double t0 = now_s();
     if (!class_data_prepare(&r->cd, cl, (uint64_t)r->a.seed)) {
         errorf("tune: cannot prepare the data of class %s (out of memory?)", r->cls_name);
         return TUNE_BAD_INPUT;
@@ -45,7 +51,6 @@ static tune_status tune_class(tune_run *r, int ci) {
      * floor (class_floor, as far as known) and an equal part of the rest, so
      * a class that overran shrinks the others' shares rather than the run
      * growing, and the dear classes at the end still find their floors. */
-    const double t0 = now_s();
     const double remaining = r->a.budget * (1 - CONFIRM_FRACTION) - (t0 - r->t_begin);
     double floors = 0;
     for (int j = ci; j < r->ncls; j++) floors += class_floor(r, &r->classes[j]);

@@ -172,8 +172,9 @@ json_object *class_entry(const tune_run *r, const mha_shape_class *cl, double cl
                            ri >= 0 ? choice_json(r->kr[ri].k, &r->kr[ri].best) : NULL);
     json_object_object_add(e, "tie", json_object_new_boolean(winner_ties(r, wi, ri)));
     if (dkern && dp->status == 1) json_object_object_add(e, "default", choice_json(dkern, dp));
-    /* The class's share of the budget when it began and what its search and
-     * final round (with the default's measurement) took. */
+    /* The class's share of the budget when it began and what its search
+     * (with the preparation of its data) and final round (with the
+     * default's measurement) took. */
     json_object *ts = json_object_new_object();
     json_object_object_add(ts, "share", results_json_double(round(r->share * 100) / 100));
     json_object_object_add(ts, "search", results_json_double(round(r->t_search * 100) / 100));

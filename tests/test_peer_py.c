@@ -7,7 +7,8 @@
  * skip with its why, never a failure. Also: takes() refuses int8 KV with a
  * message, a killed helper gives an error (not a hang or a crash) and the next
  * prepare starts a fresh one, a missing Python or script is a clear why, each
- * peer runs under its own interpreter (zentorch: MHA_PEERS_PYTHON_ZENTORCH),
+ * peer runs under its own interpreter (zentorch: MHA_PEERS_PYTHON_ZENTORCH;
+ * vllm: MHA_PEERS_PYTHON_VLLM),
  * and the C and Python lists of peers agree. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -406,6 +407,74 @@ static void test_ggml(void **state) {
     assert_non_null(strstr(why, "q8_0 is another format"));
 }
 
+/* vLLM's CPU attention (MHA_PEERS_PYTHON_VLLM or .venv-vllm): every dtype,
+ * dense problems as B sequences, the packed and paged layouts re-paged into
+ * its blocks (bf16 on AMX where the CPU has it), its sliding window under
+ * causal (and decode), the softcap and sinks, against the oracle. */
+static void test_vllm(void **state) {
+    (void)state;
+    check_peer(&peer_vllm);
+    /* the windows it maps (L:0 or L:-1 under causal, decode) and not the
+     * others (a window without causal over several queries: refused, why) */
+    for (int i = 0; i < NWINDOWS - 1; i++) {
+        const mha_problem p = window_problem(&WINDOWS[i], MHA_F32);
+        const int maps = p.causal || p.seq_q == 1;
+        assert_int_equal(check_one(&peer_vllm, &p, MHA_F32, MHA_F32, 1000 + i), maps);
+        assert_int_equal(check_one(&peer_vllm, &p, MHA_BF16, MHA_BF16, 1100 + i), maps);
+    }
+    for (int layout = LAYOUT_PACKED; layout <= LAYOUT_PAGED; layout++) {
+        assert_int_equal(check_layout(&peer_vllm, MHA_F32, layout), 6);
+        assert_int_equal(check_layout(&peer_vllm, MHA_BF16, layout), 6);
+        assert_int_equal(check_layout(&peer_vllm, MHA_F16, layout), 6);
+    }
+    /* sinks (s_aux) and the softcap, alone and together, with GQA, cross,
+     * decode and gpt-oss's sinks in a window */
+    static const struct {
+        shape s;
+        int sinks; /* SINKS_*, or -1: none */
+        int64_t left;
+        float cap;
+    } sk[] = {{{1, 4, 2, 33, 33, 64, 1}, SINKS_UNIFORM, -1, 0},
+              {{2, 3, 1, 16, 16, 64, 0}, SINKS_NINF, -1, 0},
+              {{1, 2, 2, 64, 64, 64, 1}, SINKS_LARGE, -1, 0},
+              {{1, 8, 8, 12, 197, 80, 1}, SINKS_MIXED, -1, 0},
+              {{2, 8, 2, 1, 197, 64, 0}, SINKS_MIXED, -1, 0},
+              {{1, 8, 2, 197, 197, 64, 1}, SINKS_UNIFORM, 31, 0},
+              {{1, 2, 2, 33, 33, 64, 1}, -1, -1, 1.5f},
+              {{2, 8, 2, 7, 197, 64, 0}, -1, -1, 30.0f},
+              {{1, 4, 2, 33, 33, 64, 1}, SINKS_MIXED, -1, 2.0f}};
+    for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++) {
+        mha_problem p = problem_of(&sk[i].s, MHA_F32);
+        p.sinks = sk[i].sinks >= 0;
+        p.softcap = sk[i].cap;
+        if (sk[i].left >= 0) {
+            p.window = 1;
+            p.window_left = sk[i].left;
+            p.window_right = 0;
+        }
+        assert_true(check_one_sinks(&peer_vllm, &p, MHA_F32, MHA_F32, 2000 + (int)i,
+                                    sk[i].sinks < 0 ? 0 : sk[i].sinks));
+        assert_true(check_one_sinks(&peer_vllm, &p, MHA_BF16, MHA_BF16, 2100 + (int)i,
+                                    sk[i].sinks < 0 ? 0 : sk[i].sinks));
+    }
+    /* refused with the reason: a head size it is not built for, more queries
+     * than keys, a window it cannot express, d_v != d */
+    char why[512] = "";
+    mha_problem p = problem_of(&(shape){1, 2, 2, 7, 7, 72, 1}, MHA_F32);
+    assert_false(peer_vllm.takes(&p, why, sizeof why));
+    assert_non_null(strstr(why, "head_dim 72"));
+    p = problem_of(&SHAPES[8], MHA_F32);
+    assert_false(peer_vllm.takes(&p, why, sizeof why));
+    assert_non_null(strstr(why, "newest keys"));
+    p = window_problem(&WINDOWS[1], MHA_F32);
+    assert_false(peer_vllm.takes(&p, why, sizeof why));
+    assert_non_null(strstr(why, "without causal"));
+    p = problem_of(&SHAPES[1], MHA_F32);
+    p.head_dim_v = 32;
+    assert_false(peer_vllm.takes(&p, why, sizeof why));
+    assert_non_null(strstr(why, "head_dim_v"));
+}
+
 /* The C list (peers_py.inc, through peer_names) and the helper's PEERS dict
  * (mha_peer.py --list, stdlib only: any python3 runs it) name the same Python
  * peers in the same order; each Python peer names its interpreter. */
@@ -483,8 +552,8 @@ static void test_takes(void **state) {
     assert_false(peer_ggml.takes(&p, why, sizeof why));
     assert_non_null(strstr(why, "f32 queries"));
     /* the variants: every peer takes a window (where every row sees a key),
-     * ggml alone a softcap, ggml and OpenVINO (its PagedAttention) sinks,
-     * torch and ggml d_v != d */
+     * ggml and vLLM a softcap, ggml, OpenVINO (its PagedAttention) and vLLM
+     * sinks, torch and ggml d_v != d */
     for (size_t i = 0; i < NPY; i++) {
         p = window_problem(&WINDOWS[0], MHA_F32);
         assert_true(PY[i]->takes(&p, why, sizeof why));
@@ -493,15 +562,15 @@ static void test_takes(void **state) {
         p = problem_of(&SHAPES[1], MHA_F32);
         p.softcap = 30;
         why[0] = 0;
-        assert_int_equal(PY[i]->takes(&p, why, sizeof why), PY[i] == &peer_ggml);
-        if (PY[i] != &peer_ggml) assert_non_null(strstr(why, "takes no logit softcap"));
+        const int caps = PY[i] == &peer_ggml || PY[i] == &peer_vllm;
+        assert_int_equal(PY[i]->takes(&p, why, sizeof why), caps);
+        if (!caps) assert_non_null(strstr(why, "takes no logit softcap"));
         p.softcap = 0;
         p.sinks = 1;
         why[0] = 0;
-        assert_int_equal(PY[i]->takes(&p, why, sizeof why),
-                         PY[i] == &peer_ggml || PY[i] == &peer_openvino);
-        if (PY[i] != &peer_ggml && PY[i] != &peer_openvino)
-            assert_non_null(strstr(why, "takes no attention sinks"));
+        const int sinks = PY[i] == &peer_ggml || PY[i] == &peer_openvino || PY[i] == &peer_vllm;
+        assert_int_equal(PY[i]->takes(&p, why, sizeof why), sinks);
+        if (!sinks) assert_non_null(strstr(why, "takes no attention sinks"));
         p.sinks = 0;
         p.head_dim_v = 32;
         why[0] = 0;
@@ -723,11 +792,17 @@ static int shutdown_all(void **state) {
 int main(void) {
     printf("[ seed     ] %llu\n", (unsigned long long)SEED);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_takes),          cmocka_unit_test(test_torch),
-        cmocka_unit_test(test_onnxruntime),    cmocka_unit_test(test_openvino),
-        cmocka_unit_test(test_zentorch),       cmocka_unit_test(test_ggml),
-        cmocka_unit_test(test_lists_agree),    cmocka_unit_test(test_killed_helper),
-        cmocka_unit_test(test_stuck_helper),   cmocka_unit_test(test_helper_not_pinned),
+        cmocka_unit_test(test_takes),
+        cmocka_unit_test(test_torch),
+        cmocka_unit_test(test_onnxruntime),
+        cmocka_unit_test(test_openvino),
+        cmocka_unit_test(test_zentorch),
+        cmocka_unit_test(test_ggml),
+        cmocka_unit_test(test_vllm),
+        cmocka_unit_test(test_lists_agree),
+        cmocka_unit_test(test_killed_helper),
+        cmocka_unit_test(test_stuck_helper),
+        cmocka_unit_test(test_helper_not_pinned),
         cmocka_unit_test(test_missing_python),
     };
     return cmocka_run_group_tests(tests, NULL, shutdown_all);

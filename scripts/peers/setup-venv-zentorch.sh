@@ -14,12 +14,9 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-dir=${1:-$repo/.venv-zentorch}
-if [ -L "$dir" ] && [ ! -e "$dir" ]; then # venv would say only "File exists"
-    echo "setup-venv-zentorch.sh: $dir is a link to $(readlink "$dir"), which does not exist: remove the link (rm '$dir') or make its target" >&2
-    exit 2
-fi
-python=${PYTHON:-python3}
+# shellcheck source=venv-common.sh
+. "$repo/scripts/peers/venv-common.sh"
+venv_begin setup-venv-zentorch.sh "$repo/.venv-zentorch" "${1:-}"
 
 # The versions of the rows in results/ (the peer's version, zentorch's and
 # its torch's, goes into every result file's context). zentorch 2.14.0.1
@@ -30,10 +27,6 @@ pins=(
     numpy==2.4.6
 )
 
-if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
-    echo "setup-venv-zentorch.sh: $python lacks venv/ensurepip (Debian: apt-get install python3-venv)" >&2
-    exit 2
-fi
 echo "setup-venv-zentorch.sh: creating $dir with ${pins[*]}"
 "$python" -m venv "$dir"
 "$dir/bin/python3" -m pip install --upgrade pip
@@ -41,8 +34,4 @@ echo "setup-venv-zentorch.sh: creating $dir with ${pins[*]}"
 # the same imports the helper makes at hello, and the ops it calls
 "$dir/bin/python3" -c 'import torch, numpy, zentorch; torch.ops.zentorch.zentorch_sdpa_attn; torch.ops.zentorch.zentorch_sdpa; print("peers:", "zentorch", zentorch.__version__, "torch", torch.__version__)'
 
-if [ "$dir" = "$repo/.venv-zentorch" ]; then
-    echo "setup-venv-zentorch.sh: done; mhabench finds $dir by itself"
-else
-    echo "setup-venv-zentorch.sh: done; use it with: export MHA_PEERS_PYTHON_ZENTORCH=$dir/bin/python3"
-fi
+venv_done "$repo/.venv-zentorch" MHA_PEERS_PYTHON_ZENTORCH

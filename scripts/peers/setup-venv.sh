@@ -13,12 +13,9 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-dir=${1:-$repo/.venv-peers}
-if [ -L "$dir" ] && [ ! -e "$dir" ]; then # venv would say only "File exists"
-    echo "setup-venv.sh: $dir is a link to $(readlink "$dir"), which does not exist: remove the link (rm '$dir') or make its target" >&2
-    exit 2
-fi
-python=${PYTHON:-python3}
+# shellcheck source=venv-common.sh
+. "$repo/scripts/peers/venv-common.sh"
+venv_begin setup-venv.sh "$repo/.venv-peers" "${1:-}"
 
 # The versions of the rows in results/ (a peer's version goes into every
 # result file's context, so a rerun with other versions says so).
@@ -30,10 +27,6 @@ pins=(
     onnx==1.23.2
 )
 
-if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
-    echo "setup-venv.sh: $python lacks venv/ensurepip (Debian: apt-get install python3-venv)" >&2
-    exit 2
-fi
 echo "setup-venv.sh: creating $dir with ${pins[*]}"
 "$python" -m venv "$dir"
 "$dir/bin/python3" -m pip install --upgrade pip
@@ -41,9 +34,5 @@ echo "setup-venv.sh: creating $dir with ${pins[*]}"
 # the same imports the helper makes at hello
 "$dir/bin/python3" -c 'import torch, numpy, onnx, onnxruntime, openvino; print("peers:", "torch", torch.__version__, "onnxruntime", onnxruntime.__version__, "openvino", openvino.get_version())'
 
-if [ "$dir" = "$repo/.venv-peers" ]; then
-    echo "setup-venv.sh: done; mhabench finds $dir by itself"
-else
-    echo "setup-venv.sh: done; use it with: export MHA_PEERS_PYTHON=$dir/bin/python3"
-fi
+venv_done "$repo/.venv-peers" MHA_PEERS_PYTHON
 echo "  check: MHA_PEERS_PYTHON=$dir/bin/python3 meson test -C build peer_py -v"

@@ -272,6 +272,31 @@ static int check_layout(const peer_ops *peer, mha_dtype dt, int layout) {
     return taken;
 }
 
+/* A row of the sinks and softcap tables: a shape, its sink logits drawn as
+ * SINKS_* (NO_SINKS: a problem without), a window left:0 (left < 0: none)
+ * and a logit softcap (0: none). */
+enum { NO_SINKS = -1 };
+typedef struct {
+    shape s;
+    int sinks;
+    int64_t left;
+    float cap;
+} sink_case;
+
+/* check_one_sinks on the problem of c, in dt with K/V of kvdt. */
+static int check_sink_case(const peer_ops *peer, const sink_case *c, mha_dtype dt, mha_dtype kvdt,
+                           int index) {
+    mha_problem p = problem_of(&c->s, MHA_F32);
+    p.sinks = c->sinks != NO_SINKS;
+    p.softcap = c->cap;
+    if (c->left >= 0) {
+        p.window = 1;
+        p.window_left = c->left;
+        p.window_right = 0;
+    }
+    return check_one_sinks(peer, &p, dt, kvdt, index, p.sinks ? c->sinks : SINKS_UNIFORM);
+}
+
 static void test_torch(void **state) {
     (void)state;
     check_peer(&peer_torch);
@@ -299,29 +324,16 @@ static void test_openvino(void **state) {
     /* sinks through the same op, dense problems run as B sequences: logits
      * uniform, +large, mixed per head, -inf; GQA, cross, decode, gpt-oss's
      * sinks in a window, a window of 0 */
-    static const struct {
-        shape s;
-        int sinks;
-        int64_t left;
-    } sk[] = {{{1, 4, 2, 33, 33, 64, 1}, SINKS_UNIFORM, -1},
-              {{1, 2, 2, 64, 64, 64, 1}, SINKS_LARGE, -1},
-              {{1, 8, 8, 12, 197, 80, 1}, SINKS_MIXED, -1},
-              {{2, 8, 2, 1, 197, 64, 0}, SINKS_MIXED, -1},
-              {{1, 8, 2, 197, 197, 64, 1}, SINKS_UNIFORM, 31},
-              {{1, 4, 2, 33, 33, 64, 1}, SINKS_NINF, 0}};
+    static const sink_case sk[] = {{{1, 4, 2, 33, 33, 64, 1}, SINKS_UNIFORM, -1, 0},
+                                   {{1, 2, 2, 64, 64, 64, 1}, SINKS_LARGE, -1, 0},
+                                   {{1, 8, 8, 12, 197, 80, 1}, SINKS_MIXED, -1, 0},
+                                   {{2, 8, 2, 1, 197, 64, 0}, SINKS_MIXED, -1, 0},
+                                   {{1, 8, 2, 197, 197, 64, 1}, SINKS_UNIFORM, 31, 0},
+                                   {{1, 4, 2, 33, 33, 64, 1}, SINKS_NINF, 0, 0}};
     for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++) {
-        mha_problem p = problem_of(&sk[i].s, MHA_F32);
-        p.sinks = 1;
-        if (sk[i].left >= 0) {
-            p.window = 1;
-            p.window_left = sk[i].left;
-            p.window_right = 0;
-        }
-        assert_true(
-            check_one_sinks(&peer_openvino, &p, MHA_F32, MHA_F32, 1800 + (int)i, sk[i].sinks));
-        assert_int_equal(
-            check_one_sinks(&peer_openvino, &p, MHA_BF16, MHA_BF16, 1900 + (int)i, sk[i].sinks),
-            bf16);
+        assert_true(check_sink_case(&peer_openvino, &sk[i], MHA_F32, MHA_F32, 1800 + (int)i));
+        assert_int_equal(check_sink_case(&peer_openvino, &sk[i], MHA_BF16, MHA_BF16, 1900 + (int)i),
+                         bf16);
     }
     /* and refused with the reason: several non-causal queries, a softcap */
     mha_problem p = problem_of(&(shape){2, 3, 1, 16, 16, 64, 0}, MHA_F32);
@@ -374,29 +386,16 @@ static void test_ggml(void **state) {
      * uniform, -inf (no mass), +large (a sink that takes nearly all of it) and
      * mixed per head; GQA, cross, decode, gpt-oss's sinks with a window, and
      * with a softcap */
-    static const struct {
-        shape s;
-        int sinks;
-        int64_t left;
-        float cap;
-    } sk[] = {{{1, 4, 2, 33, 33, 64, 1}, SINKS_UNIFORM, -1, 0},
-              {{2, 3, 1, 16, 16, 64, 0}, SINKS_NINF, -1, 0},
-              {{1, 2, 2, 64, 64, 64, 1}, SINKS_LARGE, -1, 0},
-              {{1, 8, 8, 12, 197, 80, 1}, SINKS_MIXED, -1, 0},
-              {{1, 8, 2, 1, 197, 64, 0}, SINKS_MIXED, -1, 0},
-              {{1, 8, 2, 197, 197, 64, 1}, SINKS_UNIFORM, 31, 0},
-              {{1, 4, 2, 33, 33, 64, 1}, SINKS_MIXED, -1, 2.0f}};
+    static const sink_case sk[] = {{{1, 4, 2, 33, 33, 64, 1}, SINKS_UNIFORM, -1, 0},
+                                   {{2, 3, 1, 16, 16, 64, 0}, SINKS_NINF, -1, 0},
+                                   {{1, 2, 2, 64, 64, 64, 1}, SINKS_LARGE, -1, 0},
+                                   {{1, 8, 8, 12, 197, 80, 1}, SINKS_MIXED, -1, 0},
+                                   {{1, 8, 2, 1, 197, 64, 0}, SINKS_MIXED, -1, 0},
+                                   {{1, 8, 2, 197, 197, 64, 1}, SINKS_UNIFORM, 31, 0},
+                                   {{1, 4, 2, 33, 33, 64, 1}, SINKS_MIXED, -1, 2.0f}};
     for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++) {
-        mha_problem p = problem_of(&sk[i].s, MHA_F32);
-        p.sinks = 1;
-        p.softcap = sk[i].cap;
-        if (sk[i].left >= 0) {
-            p.window = 1;
-            p.window_left = sk[i].left;
-            p.window_right = 0;
-        }
-        assert_true(check_one_sinks(&peer_ggml, &p, MHA_F32, MHA_F32, 1600 + (int)i, sk[i].sinks));
-        assert_true(check_one_sinks(&peer_ggml, &p, MHA_F32, MHA_F16, 1700 + (int)i, sk[i].sinks));
+        assert_true(check_sink_case(&peer_ggml, &sk[i], MHA_F32, MHA_F32, 1600 + (int)i));
+        assert_true(check_sink_case(&peer_ggml, &sk[i], MHA_F32, MHA_F16, 1700 + (int)i));
     }
     char why[512] = "";
     mha_problem p = problem_of(&SHAPES[1], MHA_F32);
@@ -429,33 +428,18 @@ static void test_vllm(void **state) {
     }
     /* sinks (s_aux) and the softcap, alone and together, with GQA, cross,
      * decode and gpt-oss's sinks in a window */
-    static const struct {
-        shape s;
-        int sinks; /* SINKS_*, or -1: none */
-        int64_t left;
-        float cap;
-    } sk[] = {{{1, 4, 2, 33, 33, 64, 1}, SINKS_UNIFORM, -1, 0},
-              {{2, 3, 1, 16, 16, 64, 0}, SINKS_NINF, -1, 0},
-              {{1, 2, 2, 64, 64, 64, 1}, SINKS_LARGE, -1, 0},
-              {{1, 8, 8, 12, 197, 80, 1}, SINKS_MIXED, -1, 0},
-              {{2, 8, 2, 1, 197, 64, 0}, SINKS_MIXED, -1, 0},
-              {{1, 8, 2, 197, 197, 64, 1}, SINKS_UNIFORM, 31, 0},
-              {{1, 2, 2, 33, 33, 64, 1}, -1, -1, 1.5f},
-              {{2, 8, 2, 7, 197, 64, 0}, -1, -1, 30.0f},
-              {{1, 4, 2, 33, 33, 64, 1}, SINKS_MIXED, -1, 2.0f}};
+    static const sink_case sk[] = {{{1, 4, 2, 33, 33, 64, 1}, SINKS_UNIFORM, -1, 0},
+                                   {{2, 3, 1, 16, 16, 64, 0}, SINKS_NINF, -1, 0},
+                                   {{1, 2, 2, 64, 64, 64, 1}, SINKS_LARGE, -1, 0},
+                                   {{1, 8, 8, 12, 197, 80, 1}, SINKS_MIXED, -1, 0},
+                                   {{2, 8, 2, 1, 197, 64, 0}, SINKS_MIXED, -1, 0},
+                                   {{1, 8, 2, 197, 197, 64, 1}, SINKS_UNIFORM, 31, 0},
+                                   {{1, 2, 2, 33, 33, 64, 1}, NO_SINKS, -1, 1.5f},
+                                   {{2, 8, 2, 7, 197, 64, 0}, NO_SINKS, -1, 30.0f},
+                                   {{1, 4, 2, 33, 33, 64, 1}, SINKS_MIXED, -1, 2.0f}};
     for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++) {
-        mha_problem p = problem_of(&sk[i].s, MHA_F32);
-        p.sinks = sk[i].sinks >= 0;
-        p.softcap = sk[i].cap;
-        if (sk[i].left >= 0) {
-            p.window = 1;
-            p.window_left = sk[i].left;
-            p.window_right = 0;
-        }
-        assert_true(check_one_sinks(&peer_vllm, &p, MHA_F32, MHA_F32, 2000 + (int)i,
-                                    sk[i].sinks < 0 ? 0 : sk[i].sinks));
-        assert_true(check_one_sinks(&peer_vllm, &p, MHA_BF16, MHA_BF16, 2100 + (int)i,
-                                    sk[i].sinks < 0 ? 0 : sk[i].sinks));
+        assert_true(check_sink_case(&peer_vllm, &sk[i], MHA_F32, MHA_F32, 2000 + (int)i));
+        assert_true(check_sink_case(&peer_vllm, &sk[i], MHA_BF16, MHA_BF16, 2100 + (int)i));
     }
     /* refused with the reason: a head size it is not built for, more queries
      * than keys, a window it cannot express, d_v != d */

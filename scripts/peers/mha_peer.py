@@ -226,6 +226,54 @@ def window_text(req):
                         " (causal)" if req["causal"] else "")
 
 
+def sequences(req, q, lay, who):
+    """The problem as a serving engine's batch of sequences, as the paged ops
+    (OpenVINO's PagedAttention, vLLM's) take it: q as [T,H,d] (a dense
+    [B,H,Nq,d] is B sequences of Nq queries over Nkv keys), cu_q [B+1], the
+    keys of each sequence lens [B], rows(src, b): sequence b's keys [n, G, .]
+    of K or V (through our block table when paged), and dense: (B, Nq, H, d)
+    to turn a dense problem's output back, else None. A sequence with more
+    queries than keys is an error: who's queries are a sequence's newest keys."""
+    layout = req.get("layout", LAYOUT_DENSE)
+    B, H, d = req["batch"], req["heads"], req["head_dim"]
+    dense = None
+    if layout == LAYOUT_PAGED:
+        BS = req["block_size"]
+        cu_q, lens, table = lay["cu_seqlens_q"], lay["seq_lens_kv"], lay["block_table"]
+
+        def rows(src, b):
+            t = np.arange(int(lens[b]))
+            return src[table[b, t // BS], t % BS]
+    elif layout == LAYOUT_PACKED:
+        cu_q, cu_kv = lay["cu_seqlens_q"], lay["cu_seqlens_kv"]
+        lens = np.diff(cu_kv)
+
+        def rows(src, b):
+            return src[cu_kv[b]:cu_kv[b + 1]]
+    else:
+        Nq, Nkv = req["seq_q"], req["seq_kv"]
+        dense = (B, Nq, H, d)
+        q = q.transpose(0, 2, 1, 3).reshape(B * Nq, H, d)
+        cu_q = (np.arange(B + 1) * Nq).astype(np.int32)
+        lens = np.full(B, Nkv, np.int32)
+
+        def rows(src, b):
+            return src[b].transpose(1, 0, 2)
+    if np.any(np.diff(cu_q) > lens):
+        raise ValueError("a sequence with more queries than keys: %s's queries are a "
+                         "sequence's newest keys" % who)
+    return q, cu_q, lens, rows, dense
+
+
+def torch_tensor(torch, a, dtype):
+    """numpy array a (float32, or uint16 bit patterns of bf16 / fp16) as a
+    torch tensor of our dtype name, copied."""
+    if dtype == "fp32":
+        return torch.from_numpy(np.array(a, np.float32, order="C"))
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    return torch.from_numpy(np.ascontiguousarray(a).view(np.int16).copy()).view(tdt)
+
+
 # ---- torch ------------------------------------------------------------------
 class TorchPeer:
     def __init__(self):
@@ -254,9 +302,7 @@ class TorchPeer:
         threads = req["threads"]
 
         def tensor(a):
-            if req["dtype"] == "fp32":
-                return torch.from_numpy(a.copy())
-            return torch.from_numpy(a.view(np.int16).copy()).view(tdt)
+            return torch_tensor(torch, a, req["dtype"])
 
         inst = {"threads": threads, "scale": float(req["scale"]), "dtype": req["dtype"]}
         with torch.inference_mode():
@@ -783,33 +829,9 @@ class OpenvinoPeer:
         et = ov.Type.bf16 if bf16 else ov.Type.f32
         B, G, d, BS = req["batch"], req["kv_heads"], req["head_dim"], req["block_size"]
         layout = req.get("layout", LAYOUT_DENSE)
-        dense = None
-        if layout == LAYOUT_PAGED:
-            cu_q, lens, table = lay["cu_seqlens_q"], lay["seq_lens_kv"], lay["block_table"]
-
-            def rows(src, b):  # sequence b's keys [n, G, .] through our block table
-                t = np.arange(int(lens[b]))
-                return src[table[b, t // BS], t % BS]
-        elif layout == LAYOUT_PACKED:  # the same op, its caches filled from K and V
-            cu_q, cu_kv = lay["cu_seqlens_q"], lay["cu_seqlens_kv"]
-            lens = np.diff(cu_kv)
-
-            def rows(src, b):
-                return src[cu_kv[b]:cu_kv[b + 1]]
-        else:  # dense [B,H,N,d] (a problem with sinks): B sequences of Nq over Nkv
-            Nq, Nkv, H = req["seq_q"], req["seq_kv"], req["heads"]
-            dense = (B, Nq, H, d)
-            q = q.transpose(0, 2, 1, 3)
-            cu_q = (np.arange(B + 1) * Nq).astype(np.int32)
-            lens = np.full(B, Nkv, np.int32)
-
-            def rows(src, b):
-                return src[b].transpose(1, 0, 2)
+        q, cu_q, lens, rows, dense = sequences(req, q, lay, "PagedAttention")
         sinks = load_sinks(req, fd)
         nq = np.diff(cu_q)
-        if np.any(nq > lens):
-            raise ValueError("a sequence with more queries than keys: PagedAttention's queries "
-                             "are the newest keys")
         prec = "bf16" if bf16 else "f32"
         config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": req["threads"],
                   "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": prec,
@@ -971,7 +993,6 @@ class VllmPeer:
     is c tanh(s / c) on the scaled score, s_aux mha.h's sinks."""
     TAKES_SINKS = True
     BLOCK = 128  # vLLM's default KV block on CPU (vllm/platforms/cpu.py)
-    HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # CPUAttentionBackend's
 
     def __init__(self):
         import importlib.util
@@ -1012,48 +1033,17 @@ class VllmPeer:
         q, kp, vp = load_inputs(req, fd)
         lay = load_layout(req, fd)
         B, H, G, d = req["batch"], req["heads"], req["kv_heads"], req["head_dim"]
-        if req.get("head_dim_v", d) != d:
-            raise ValueError("head_dim_v %d != head_dim %d: vLLM's CPU attention takes one head "
-                             "size" % (req["head_dim_v"], d))
-        if d not in self.HEAD_SIZES:
-            raise ValueError("head_dim %d: not one of vLLM's CPU head sizes" % d)
-        if req.get("kv_dtype", req["dtype"]) != req["dtype"]:
-            raise ValueError("K/V of %s under %s queries" % (req["kv_dtype"], req["dtype"]))
+        # head sizes, d_v and the dtypes: peer_py.c's vllm_takes and RULES_vllm
         tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[req["dtype"]]
         layout = req.get("layout", LAYOUT_DENSE)
-        dense = None
-        if layout == LAYOUT_PAGED:
-            BSo = req["block_size"]
-            cu_q, lens, table = lay["cu_seqlens_q"], lay["seq_lens_kv"], lay["block_table"]
-
-            def rows(src, b):  # sequence b's keys [n, G, d] through our block table
-                t = np.arange(int(lens[b]))
-                return src[table[b, t // BSo], t % BSo]
-        elif layout == LAYOUT_PACKED:
-            cu_q, cu_kv = lay["cu_seqlens_q"], lay["cu_seqlens_kv"]
-            lens = np.diff(cu_kv)
-
-            def rows(src, b):
-                return src[cu_kv[b]:cu_kv[b + 1]]
-        else:  # dense [B,H,N,d]: B sequences of Nq queries over Nkv keys
-            Nq, Nkv = req["seq_q"], req["seq_kv"]
-            dense = (B, Nq, H, d)
-            q = q.transpose(0, 2, 1, 3).reshape(B * Nq, H, d)
-            cu_q = (np.arange(B + 1) * Nq).astype(np.int32)
-            lens = np.full(B, Nkv, np.int32)
-
-            def rows(src, b):
-                return src[b].transpose(1, 0, 2)
+        q, cu_q, lens, rows, dense = sequences(req, q, lay, "vLLM")
         nq = np.diff(cu_q)
-        if np.any(nq > lens):
-            raise ValueError("a sequence with more queries than keys: vLLM's queries are a "
-                             "sequence's newest keys")
         # one query per sequence (decode) is its newest key: causal or not, it
         # sees every key, so it runs as causal, where a window maps
         causal = bool(req["causal"]) or not np.any(nq > 1)
         window = -1
         if req.get("window"):
-            # the C rules (peer_py.c, py_takes_vllm) send only what maps: its
+            # the C rules (peer_py.c, vllm_takes) send only what maps: its
             # sliding_window under causal (non-causal, it is not mha.h's L:-1)
             if req["window_left"] < 0 or not causal:
                 raise ValueError("window %d:%d%s: vLLM's sliding_window is a window L:0 under "
@@ -1066,15 +1056,13 @@ class VllmPeer:
         torch.set_num_threads(threads)
 
         def tensor(a):
-            if req["dtype"] == "fp32":
-                return torch.from_numpy(np.ascontiguousarray(a))
-            return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(tdt)
+            return torch_tensor(torch, a, req["dtype"])
         # the pool: every sequence's blocks of BS keys drawn from a shuffle of
         # the whole pool, as a serving engine's allocator leaves them
         nblk = (lens + BS - 1) // BS
         nb = max(int(nblk.sum()), 1)
         perm = np.random.default_rng(1).permutation(nb).astype(np.int32)
-        mb = max(int(nblk.max()) if B else 1, 1)
+        mb = max(int(nblk.max()), 1)
         bt = np.zeros((B, mb), np.int32)
         begins = np.concatenate([[0], np.cumsum(nblk)]).astype(np.int64)
         slots = []
@@ -1084,11 +1072,10 @@ class VllmPeer:
             slots.append(bt[b, t // BS].astype(np.int64) * BS + t % BS)
         kv = torch.zeros((nb, G, 2 * BS, d), dtype=tdt)
         kc, vc = kv.chunk(2, dim=2)  # CPUAttentionBackendImpl.forward's views
-        ktok = tensor(np.concatenate([rows(kp, b) for b in range(B)]) if B else
-                      np.zeros((0, G, d), kp.dtype))
-        vtok = tensor(np.concatenate([rows(vp, b) for b in range(B)]) if B else
-                      np.zeros((0, G, d), vp.dtype))
-        slot = torch.from_numpy(np.concatenate(slots) if B else np.zeros(0, np.int64))
+        # (batch >= 1: mha_problem_validate)
+        ktok = tensor(np.concatenate([rows(kp, b) for b in range(B)]))
+        vtok = tensor(np.concatenate([rows(vp, b) for b in range(B)]))
+        slot = torch.from_numpy(np.concatenate(slots))
         self.op.cpu_attn_reshape_and_cache(ktok, vtok, kc, vc, slot, isa, 1.0, 1.0, "auto")
         sinks = load_sinks(req, fd)
         qsl = torch.from_numpy(np.ascontiguousarray(cu_q, np.int32))

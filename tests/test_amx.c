@@ -250,8 +250,14 @@ static void test_emulated_twin(void **state) {
      * blocks agree and so do their bits (test_bf16's grid compares them) */
     assert_true(mha_kernel_traits(emu) & mha_kernel_traits(amx) & MHA_KT_TILES);
     assert_false(mha_kernel_traits(bf) & MHA_KT_TILES);
-    const mha_problem p = {.batch = 1, .heads = 4, .kv_heads = 2, .seq_q = 197, .seq_kv = 197,
-                           .head_dim = 80, .dtype = MHA_BF16, .kv_dtype = MHA_BF16};
+    const mha_problem p = {.batch = 1,
+                           .heads = 4,
+                           .kv_heads = 2,
+                           .seq_q = 197,
+                           .seq_kv = 197,
+                           .head_dim = 80,
+                           .dtype = MHA_BF16,
+                           .kv_dtype = MHA_BF16};
     const mha_options o = {.threads = 2};
     mha_options re, ra;
     assert_int_equal(mha_resolve_options(emu, &p, &o, &re), MHA_OK);
@@ -287,6 +293,95 @@ static void test_emulated_twin(void **state) {
     if (!mha_amx_status(NULL)) {
         assert_int_equal(mha_kernel_supported(amx), MHA_EUNSUPPORTED);
         assert_non_null(strstr(mha_last_error(), "needs amx"));
+    }
+}
+
+/* decode.amx (decode_bf16.c on the tiles) and its emulated twin
+ * decode.amxemu: the traits, and where decode.amx runs the same bits. Above
+ * 4 query rows per (sequence, KV head) decode.amx runs the tiles and gives
+ * decode.amxemu's bits; at 4 or fewer it hands the problem to
+ * decode.avx512bf16 and gives that kernel's. */
+static mha_status run_bf16(const mha_kernel *k, const mha_problem *p, const uint16_t *q,
+                           const uint16_t *kc, const uint16_t *vc, uint16_t *out, int threads) {
+    const mha_tensor qt = mha_view_typed(q, MHA_BF16, NULL, p->heads, p->seq_q, p->head_dim);
+    const mha_tensor kt = mha_view_typed(kc, MHA_BF16, NULL, p->kv_heads, p->seq_kv, p->head_dim);
+    const mha_tensor vt = mha_view_typed(vc, MHA_BF16, NULL, p->kv_heads, p->seq_kv, p->head_dim);
+    const mha_tensor_mut ot = mha_view_typed_mut(out, MHA_BF16, p->heads, p->seq_q, p->head_dim);
+    const mha_options o = {.threads = threads};
+    size_t bytes = 0;
+    assert_int_equal(mha_workspace_size(k, p, &o, &bytes), MHA_OK);
+    void *ws = mha_alloc(bytes ? bytes : 64);
+    assert_non_null(ws);
+    const mha_status st = mha_attend_ex(k, p, &o, &qt, &kt, &vt, NULL, &ot, ws, bytes);
+    mha_free(ws);
+    return st;
+}
+
+static void test_decode_twin(void **state) {
+    (void)state;
+    const mha_kernel *emu = mha_kernel_find("decode.amxemu"), *amx = mha_kernel_find("decode.amx"),
+                     *bf = mha_kernel_find("decode.avx512bf16");
+    assert_true(emu && amx && bf);
+    assert_true(mha_kernel_traits(emu) & MHA_KT_EMULATED);
+    assert_false(mha_kernel_traits(amx) & MHA_KT_EMULATED);
+    assert_true(mha_kernel_traits(emu) & mha_kernel_traits(amx) & MHA_KT_DECODE);
+    assert_int_equal(mha_kernel_isa(emu), MHA_ISA_AVX512BF16);
+    assert_int_equal(mha_kernel_isa(amx), MHA_ISA_AMX);
+    assert_int_equal(mha_kernel_dtypes(amx), mha_kernel_dtypes(bf));
+    assert_int_equal(mha_kernel_dtypes(emu), mha_kernel_dtypes(bf));
+    assert_ptr_equal(mha_kernel_twin(bf, MHA_ISA_AMX), amx);
+    assert_ptr_equal(mha_kernel_twin(amx, MHA_ISA_AVX512BF16), bf);
+    if (mha_kernel_supported(amx) != MHA_OK) {
+        print_message("skipping decode.amx against its twin: %s\n", mha_last_error());
+        return;
+    }
+    /* rows per KV head: 8 (one pass), 24 (two, a d tail, causal), 16 (split
+     * across 2 threads), 4 (handed to decode.avx512bf16) */
+    const mha_problem ps[] = {
+        {.batch = 1, .heads = 16, .kv_heads = 2, .seq_q = 1, .seq_kv = 300, .head_dim = 80},
+        {.batch = 1,
+         .heads = 8,
+         .kv_heads = 1,
+         .seq_q = 3,
+         .seq_kv = 197,
+         .head_dim = 17,
+         .causal = 1},
+        {.batch = 1, .heads = 32, .kv_heads = 2, .seq_q = 1, .seq_kv = 1000, .head_dim = 128},
+        {.batch = 1, .heads = 8, .kv_heads = 2, .seq_q = 1, .seq_kv = 300, .head_dim = 64},
+    };
+    uint64_t x = 0x5eed28u;
+    for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
+        mha_problem p = ps[i];
+        p.dtype = p.kv_dtype = MHA_BF16;
+        const size_t nq = (size_t)(p.heads * p.seq_q * p.head_dim),
+                     nk = (size_t)(p.kv_heads * p.seq_kv * p.head_dim);
+        uint16_t *q = malloc(nq * 2), *kc = malloc(nk * 2), *vc = malloc(nk * 2),
+                 *a = malloc(nq * 2), *b = malloc(nq * 2);
+        assert_true(q && kc && vc && a && b);
+        uint16_t *all[3] = {q, kc, vc};
+        const size_t n[3] = {nq, nk, nk};
+        for (int t = 0; t < 3; t++)
+            for (size_t e = 0; e < n[t]; e++) { /* bf16 of a float uniform in [-1, 1) */
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                const float f = (float)((double)(x >> 11) * 0x1p-52 - 1.0);
+                uint32_t u;
+                memcpy(&u, &f, 4);
+                all[t][e] = (uint16_t)(u >> 16);
+            }
+        const int tiles = p.heads / p.kv_heads * p.seq_q > 4;
+        const mha_kernel *same = tiles ? emu : bf;
+        for (int threads = 1; threads <= 2; threads++) {
+            memset(a, 0xff, nq * 2);
+            memset(b, 0, nq * 2);
+            assert_int_equal(run_bf16(amx, &p, q, kc, vc, a, threads), MHA_OK);
+            assert_int_equal(run_bf16(same, &p, q, kc, vc, b, threads), MHA_OK);
+            if (memcmp(a, b, nq * 2)) {
+                print_error("case %zu threads %d: decode.amx differs from %s\n", i, threads,
+                            mha_kernel_name(same));
+                fail();
+            }
+        }
+        free(q), free(kc), free(vc), free(a), free(b);
     }
 }
 
@@ -358,7 +453,8 @@ int main(void) {
         cmocka_unit_test(test_selfcheck_emulated), cmocka_unit_test(test_selfcheck_real),
         cmocka_unit_test(test_compare_emulated),   cmocka_unit_test(test_compare_real),
         cmocka_unit_test(test_tile_unit_emulated), cmocka_unit_test(test_info),
-        cmocka_unit_test(test_emulated_twin),      cmocka_unit_test(test_emulated_not_timed),
+        cmocka_unit_test(test_emulated_twin),      cmocka_unit_test(test_decode_twin),
+        cmocka_unit_test(test_emulated_not_timed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -110,7 +110,8 @@ static double max_row_norm(const mha_tensor *t, int64_t B, int64_t H, int64_t N,
  * brief's 2^-9 would be the bound of a 9-bit format), 2^-11 for fp16 (11
  * bits), plus fp16's subnormal spacing 2^-24 / 2 absolute; so
  * tol(out) = tol32 + u * (|ref| + tol32) + floor. A kernel on the bf16 dot
- * product (the avx512bf16 level) also rounds P to bf16 before P.V with the
+ * product or the tiles (the avx512bf16 and amx levels: decode.avx512bf16,
+ * decode.amx and its emulated twin) also rounds P to bf16 before P.V with the
  * row sum taken from the unrounded P: each normalised weight moves by at most
  * u_b = 2^-9 relative, so o by <= u_b * mag; check.c's "P rounded to bf16"
  * term, 2 u_b * mag (it also covers a kernel that sums the rounded P), joins
@@ -212,7 +213,8 @@ static int run_check(const mha_kernel *k, const kv_case *c, const mha_tensor *k_
     const mha_tensor lay = view(out, p->dtype, NULL, c->layout, B, H, Nq, d);
     ot.stride_b = lay.stride_b, ot.stride_h = lay.stride_h, ot.stride_n = lay.stride_n;
     int bad = 0;
-    const int p_rounded = mha_kernel_isa(k) == MHA_ISA_AVX512BF16;
+    const int p_rounded =
+        mha_kernel_isa(k) == MHA_ISA_AVX512BF16 || mha_kernel_isa(k) == MHA_ISA_AMX;
     const mha_status st = mha_attend(k, p, &o, &c->qt, k_view, v_view, &ot, w, ws);
     if (st != MHA_OK) {
         snprintf(msg, msglen, "mha_attend: %s", mha_last_error());

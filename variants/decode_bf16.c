@@ -19,7 +19,10 @@
  * The variants as in decode.c: a window (the pass starts at the first key a
  * row sees, keys before a row's begin masked), a softcap (each block's
  * scores capped before the mask), sinks (joined once per row) and
- * head_dim_v (o and the partial results are d_v wide, padded to 32). */
+ * head_dim_v (o and the partial results are d_v wide, padded to 32).
+ * Built on the tile layer too (decode.amx, decode.amxemu; DB_TILES, "The
+ * tiles" below): the two products on AMX tiles, up to 16 rows per pass,
+ * everything else as here; docs/amx.md has its measurements. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -33,9 +36,27 @@
 #error "decode_bf16.c needs AVX512_BF16 (meson builds it only for such levels)"
 #endif
 
+/* Built with the tile layer (level amx: decode.amx; MHA_TILE_EMU:
+ * decode.amxemu), both products run on tiles (below, "The tiles"). */
+#if (defined(MHA_TILE_EMU) && MHA_TILE_EMU) || defined(__AMX_TILE__) || defined(__AMXTILE__)
+#define DB_TILES 1
+#include "tile.h"
+#include "tile_pack.h"
+#else
+#define DB_TILES 0
+#endif
+
 #define LOG2E 1.44269504088896341f
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
-enum { DB_RB = 4, DB_BK = 16 }; /* rows per pass over K/V, keys per softmax block */
+/* rows per pass over K/V, keys per softmax block, the block's width rounded
+ * (the vector version's 16-key reduction; a tile's 32 keys of P) */
+#if DB_TILES
+enum { DB_RB = 16, DB_BK = 64, DB_BW = 32 };
+#else
+enum { DB_RB = 4, DB_BK = 16, DB_BW = 16 };
+#endif
+/* at most this many rows per (batch, KV head) split the KV (decode.c's) */
+enum { DB_SPLIT_ROWS = 16 };
 /* A head-major cache: the block whose rows each block prefetches, counted
  * from it (db_rows) */
 enum { DB_PF_AHEAD = 2 };
@@ -47,12 +68,23 @@ _Static_assert(DB_BK1_CACHED <= DB_RB * DB_BK && DB_BK1_STREAM <= DB_RB * DB_BK,
                "a one-row block fits the scratch of DB_RB rows");
 enum { DB_INIT_ZERO, DB_INIT_ACC, DB_INIT_SCALE };
 
+/* Floats of tmp: the vector version's per-key lanes of DB_RB rows x 16
+ * keys, or two 16 x 16 S^T tiles. */
+enum { DB_TMP = DB_TILES ? 2 * 256 : DB_RB * 256 };
+/* Bytes of the tiles' own buffers, after the scratch above: Q^T as B tiles
+ * (dq / 32 of 1 KiB), two 16-key K tiles made from tails (2 KiB) and the V
+ * pairs of two 32-key sub-blocks, lo and hi (4 KiB). */
+static inline size_t db_tbuf_bytes(int64_t dq) {
+    return DB_TILES ? (size_t)dq * 32 + 6 * 1024 : 0;
+}
+
 typedef struct {
     int64_t rows, nsplit, chunk, dq; /* dq: head_dim rounded up to 32 (one vdpbf16ps) */
     int64_t dvq;                     /* head_dim_v rounded up to 32: o's width */
     int stream;                  /* the cache is beyond a quarter of the L3: read as from DRAM */
     int all_heads;               /* paged GQA: an item is a (sequence, KV chunk) (below) */
     size_t part, scratch, state; /* state: all_heads' o, m, l of every (KV head, row group) */
+    size_t tbuf_at;              /* bytes from a thread's scratch to its db_tbuf_bytes */
 } db_plan;
 
 /* A paged pool [NB,BS,G,d] holds a key's G heads side by side: an item per
@@ -65,9 +97,10 @@ typedef struct {
  * each (head, row group) keeps its o (columns still permuted), m and l in
  * the thread's state between spans. For few rows per KV head (decode). */
 /* Floats of one (KV head, row group)'s state: o [DB_RB][dvq], m and l
- * [DB_RB], padded to 64 bytes (o is read with aligned loads). */
+ * [DB_RB], padded to 64 bytes (o is read with aligned loads; the tiles load
+ * and store all DB_RB rows of o). */
 static inline int64_t db_slot(int64_t dvq) {
-    return DB_RB * dvq + 16;
+    return DB_RB * dvq + (2 * DB_RB + 15) / 16 * 16;
 }
 
 static db_plan plan(const mha_problem *p, int threads, int interleaved) {
@@ -78,7 +111,7 @@ static db_plan plan(const mha_problem *p, int threads, int interleaved) {
     P.all_heads = interleaved && p->kv_heads > 1 && nrc <= 2;
     mha_problem per_seq = *p; /* all_heads: the items are (sequence, chunk): split by sequences */
     if (P.all_heads) per_seq.kv_heads = 1;
-    P.nsplit = mha_decode_nsplit(&per_seq, P.rows, 4 * DB_RB, threads); /* decode.c's split */
+    P.nsplit = mha_decode_nsplit(&per_seq, P.rows, DB_SPLIT_ROWS, threads); /* decode.c's */
     P.chunk = (p->seq_kv + P.nsplit - 1) / P.nsplit;
     P.dq = (p->head_dim + 31) / 32 * 32;
     P.dvq = (mha_dv(p) + 31) / 32 * 32;
@@ -94,17 +127,39 @@ static db_plan plan(const mha_problem *p, int threads, int interleaved) {
         P.nsplit > 1
             ? mha_align64(mha_mul_sz(mha_mul_sz((size_t)(pairs * P.rows * P.nsplit), dv + 2), f))
             : 0;
-    /* s[RB][BK] scores, acc[RB][16][16] per-key lanes, o[RB][dvq], m, l [RB],
-     * P as bf16 [RB][BK], Q rows as bf16 [RB][dq] */
+    /* s[RB][BK] scores, tmp (the vector version: [RB][16][16] per-key
+     * lanes; the tiles: two 16 x 16 S^T tiles), o[RB][dvq], m, l [RB], P as
+     * bf16 [RB][BK], Q rows as bf16 [RB][dq]; the tiles' buffers (db_tbuf) */
     P.state = P.all_heads ? mha_align64((size_t)(p->kv_heads * nrc * db_slot(P.dvq)) * f) : 0;
-    P.scratch = mha_align64((DB_RB * DB_BK + DB_RB * 256 + DB_RB * dvq + 2 * DB_RB) * f +
-                            (DB_RB * DB_BK + DB_RB * dq) * 2) +
-                P.state;
+    P.tbuf_at = mha_align64((DB_RB * DB_BK + DB_TMP + DB_RB * dvq + 2 * DB_RB) * f +
+                            (DB_RB * DB_BK + DB_RB * dq) * 2);
+    P.scratch = P.tbuf_at + db_tbuf_bytes(P.dq) + P.state;
     return P;
 }
 
+#if DB_TILES && !(defined(MHA_TILE_EMU) && MHA_TILE_EMU)
+/* decode.amx hands a problem with at most DB_VEC_ROWS query rows per
+ * (sequence, KV head) to decode.avx512bf16: a pass of the tiles costs the
+ * same for 1 row as for 16, the vector version's grows with the rows.
+ * Measured on the AMX VM (bench_kvcache, H 32, Nkv 4096, d 128, the tiles
+ * against the vector version at 1 / 2 threads, same run): KV heads 32 (1
+ * row) 0.68x / 0.76x, 8 (4 rows) 0.92x / 1.06x, 4 (8 rows) 2.04x / 1.99x,
+ * 2 (16 rows) 3.66x / 2.61x. decode.amxemu keeps the tiles at every row
+ * count: it verifies them. */
+#define DB_HAND_OFF 1
+enum { DB_VEC_ROWS = 4 };
+static int db_vector_rows(const mha_problem *p) {
+    return p->heads / p->kv_heads * p->seq_q <= DB_VEC_ROWS;
+}
+#else
+#define DB_HAND_OFF 0
+#endif
+
 size_t MHA_CAT(MHA_SYM(decode), _workspace)(const mha_problem *p, const mha_options *o,
                                             int threads) {
+#if DB_HAND_OFF
+    if (db_vector_rows(p)) return mha_decode__avx512bf16_workspace(p, o, threads);
+#endif
     (void)o;
     /* the run picks all_heads by the tensors' strides: room for either plan */
     const db_plan P0 = plan(p, threads, 0), P1 = plan(p, threads, 1);
@@ -248,6 +303,140 @@ static void unpermute(float *o, int64_t dq) {
     }
 }
 
+#if DB_TILES
+/* The tiles (decode.amx, decode.amxemu). Every tile is 16 rows of 64 bytes
+ * (tile_configure_all), configured per thread for the whole parallel region.
+ * Scores as S^T = K Q^T: the A operand is 16 keys' rows of K, 32 head_dim
+ * elements, read in place (rows skn elements apart), the B operand Q^T as
+ * VNNI pairs (tile_pack_b of the pass's rows, once per db_rows), so the
+ * cache is never repacked; C holds 16 keys x 16 rows, a row's scores in a
+ * column, gathered into s[r]. A tile of keys that would reach past the
+ * block, or a head_dim tail, is copied with masked loads into a zero-padded
+ * buffer first (a tile load reads whole 64-byte rows). P.V as O += P V: A is
+ * P as bf16 (the softmax's pw, 16 rows of 32 keys), B the V rows of 32 keys
+ * interleaved in pairs by vpunpck{l,h}wd as the vector version does (the
+ * same column permutation: unpermute and all after it are shared), C the
+ * 16 fp32 columns of o's lo or hi half of a 32-column group, loaded from and
+ * stored to o around the block's products. Rows of a tile past the pass's R
+ * rows hold whatever the buffers held; nothing reads what they give.
+ * Tiles: 0, 1 S^T of two 16-key groups, then o's lo and hi; 2, 7 the K rows;
+ * 3 Q^T; 4, 5 P of two 32-key sub-blocks; 6, 7 and 2, 3 their V pairs. */
+
+/* The A operand of keys [j, j + n) (n <= 16), head_dim elements
+ * [32 c, 32 c + 32): in place when all 16 rows and 32 elements exist, else
+ * copied into buf (zeros past n rows and past d). Sets *ld (elements). */
+ALWAYS_INLINE const uint16_t *k_rows(const uint16_t *kh, int64_t skn, int64_t d, int64_t j,
+                                     int64_t n, int64_t c, uint16_t *buf, int64_t *ld) {
+    const uint16_t *at = kh + j * skn + 32 * c;
+    if (n == 16 && d >= 32 * c + 32) {
+        *ld = skn;
+        return at;
+    }
+    const __mmask32 m = mask32(d - 32 * c);
+    for (int u = 0; u < 16; u++)
+        _mm512_storeu_si512(buf + 32 * u, u < n ? _mm512_maskz_loadu_epi16(m, at + u * skn)
+                                                : _mm512_setzero_si512());
+    *ld = 32;
+    return buf;
+}
+
+/* Scores of keys [j0, j0 + bk) (bk <= DB_BK) for R rows into s[r][0,
+ * ceil32(bk)) in log2 units (-inf past a row's end and past bk), from Q^T
+ * packed in qt (nc B tiles). */
+static void scores_tiles(int R, int64_t nc, const uint32_t *qt, const uint16_t *kh, int64_t skn,
+                         int64_t d, int64_t j0, int64_t bk, const int64_t *end, float qscale,
+                         float *s, float *tmp, uint16_t *kbuf, mha_span_pf *pf) {
+    const __m512i col = _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64,
+                                         48, 32, 16, 0); /* key u of a column: tmp[16 u] */
+    for (int64_t g = 0; g < bk; g += 32) {
+        const int64_t n0 = bk - g < 16 ? bk - g : 16, n1 = bk - g - 16 < 16 ? bk - g - 16 : 16;
+        const uint16_t *a;
+        int64_t lda;
+        MHA_TILE_ZERO(0);
+        if (n1 > 0) MHA_TILE_ZERO(1);
+        for (int64_t c = 0; c < nc; c++) {
+            MHA_TILE_LOAD(3, qt + 256 * c, 64);
+            a = k_rows(kh, skn, d, j0 + g, n0, c, kbuf, &lda);
+            MHA_TILE_LOAD(2, a, lda * 2);
+            MHA_TILE_DPBF16PS(0, 2, 3);
+            if (n1 > 0) {
+                a = k_rows(kh, skn, d, j0 + g + 16, n1, c, kbuf + 512, &lda);
+                MHA_TILE_LOAD(7, a, lda * 2);
+                MHA_TILE_DPBF16PS(1, 7, 3);
+            }
+        }
+        MHA_TILE_STORE(0, tmp, 64);
+        if (n1 > 0) MHA_TILE_STORE(1, tmp + 256, 64);
+        for (int64_t u = 0; u < n0 + (n1 > 0 ? n1 : 0); u++) mha_span_pf_step(pf);
+        for (int r = 0; r < R; r++)
+            for (int h = 0; h < 2; h++) {
+                const int64_t jh = j0 + g + 16 * h, n = h ? n1 : n0;
+                const int64_t vis = end[r] - jh < n ? end[r] - jh : n;
+                const __mmask16 ok = vis <= 0 ? 0 : (__mmask16)((1u << vis) - 1u);
+                const vf sc =
+                    _mm512_mask_i32gather_ps(vset1(-INFINITY), ok, col, tmp + 256 * h + r, 4);
+                vstore(s + r * DB_BK + g + 16 * h, _mm512_mask_mul_ps(sc, ok, sc, vset1(qscale)));
+            }
+    }
+}
+
+/* V rows [j, j + n) (n <= 32) of columns [c, c + 32) as the two B tiles of
+ * pairs (rows 2i, 2i + 1; zeros past n and past d), lo and hi as the vector
+ * version's vpunpck{l,h}wd order them. A prefetch step per pair when step. */
+ALWAYS_INLINE void v_pairs(const uint16_t *vh, int64_t svn, int64_t j, int64_t n, int64_t c,
+                           int64_t d, uint32_t *lo, uint32_t *hi, mha_span_pf *pf, int step) {
+    const __mmask32 m = mask32(d - c);
+    for (int i = 0; i < 16; i++) {
+        vbf va = _mm512_setzero_si512(), vb = _mm512_setzero_si512();
+        if (2 * i < n) {
+            va = _mm512_maskz_loadu_epi16(m, vh + (j + 2 * i) * svn + c);
+            if (step) mha_span_pf_step(pf);
+        }
+        if (2 * i + 1 < n) vb = _mm512_maskz_loadu_epi16(m, vh + (j + 2 * i + 1) * svn + c);
+        _mm512_storeu_si512(lo + 16 * i, _mm512_unpacklo_epi16(va, vb));
+        _mm512_storeu_si512(hi + 16 * i, _mm512_unpackhi_epi16(va, vb));
+    }
+}
+
+/* o[r][0, dvq) (columns permuted within each 32: see unpermute) =
+ * init(o) + P V over keys [j0, j0 + bk) (bk <= DB_BK); pw holds the
+ * block's P as bf16 rows DB_BK apart (zero past bk up to ceil32(bk)). */
+static void pv_tiles(int R, int init, const float *alpha, const uint16_t *pw, const uint16_t *vh,
+                     int64_t svn, int64_t j0, int64_t bk, int64_t d, float *o, int64_t ldo,
+                     uint32_t *vbuf, mha_span_pf *pf) {
+    if (init == DB_INIT_SCALE)
+        for (int r = 0; r < R; r++)
+            for (int64_t c = 0; c < ldo; c += 16)
+                vstore(o + r * ldo + c, vmul(vload(o + r * ldo + c), vset1(alpha[r])));
+    const int two = bk > 32;
+    MHA_TILE_LOAD(4, pw, DB_BK * 2);
+    if (two) MHA_TILE_LOAD(5, pw + 32, DB_BK * 2);
+    for (int64_t c = 0; c < d; c += 32) {
+        if (init == DB_INIT_ZERO) {
+            MHA_TILE_ZERO(0);
+            MHA_TILE_ZERO(1);
+        } else {
+            MHA_TILE_LOAD(0, o + c, ldo * 4);
+            MHA_TILE_LOAD(1, o + c + 16, ldo * 4);
+        }
+        const int step = c % 64 == 0; /* the vector version's steps: per pair and 64 columns */
+        v_pairs(vh, svn, j0, two ? 32 : bk, c, d, vbuf, vbuf + 256, pf, step);
+        MHA_TILE_LOAD(6, vbuf, 64);
+        MHA_TILE_LOAD(7, vbuf + 256, 64);
+        MHA_TILE_DPBF16PS(0, 4, 6);
+        MHA_TILE_DPBF16PS(1, 4, 7);
+        if (two) {
+            v_pairs(vh, svn, j0 + 32, bk - 32, c, d, vbuf + 512, vbuf + 768, pf, step);
+            MHA_TILE_LOAD(2, vbuf + 512, 64);
+            MHA_TILE_LOAD(3, vbuf + 768, 64);
+            MHA_TILE_DPBF16PS(0, 5, 2);
+            MHA_TILE_DPBF16PS(1, 5, 3);
+        }
+        MHA_TILE_STORE(0, o + c, ldo * 4);
+        MHA_TILE_STORE(1, o + c + 16, ldo * 4);
+    }
+}
+#else
 /* The out-of-line instances, one per (rows, Q vectors) for the scores and
  * per rows for P.V, reached through the switches below. */
 #define DB_SC(R, NC)                                                                               \
@@ -285,6 +474,7 @@ DB_PV(4)
 typedef void (*pv_fn)(int, const float *, const uint16_t *, const uint16_t *, int64_t, int64_t,
                       int64_t, int64_t, float *, int64_t, mha_span_pf *);
 static const pv_fn pv_fns[DB_RB] = {pv_1, pv_2, pv_3, pv_4};
+#endif
 
 typedef struct {
     const mha_problem *p;
@@ -323,6 +513,9 @@ typedef struct {
     float *s, *tmp, *o, *m, *l;
     uint16_t *pw, *qb;
     mha_span_pf *pf; /* all_heads: the next span's prefetch, else NULL */
+    uint32_t *qt;    /* the tiles: Q^T as B tiles, V pairs; K tiles made from tails */
+    uint32_t *vbuf;
+    uint16_t *kbuf;
 } db_scratch;
 
 static void store_row(const mha_tensor_mut *out, int64_t b, int64_t h, int64_t i, const float *row,
@@ -355,6 +548,9 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
             l[r] = 0.0f;
         }
     }
+#if DB_TILES
+    for (int64_t c = 0; c < nc; c++) tile_pack_b(w->qb, dq, R, MHA_BF16, dq, c, w->qt + 256 * c);
+#endif
     const uint16_t *kh = (const uint16_t *)k->data + b * k->stride_b + g * k->stride_h;
     const uint16_t *vh = (const uint16_t *)v->data + b * v->stride_b + g * v->stride_h;
     /* Short blocks: K and V are read in alternation a few keys at a time.
@@ -372,7 +568,7 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
      * 20.3 / 40.2. Four rows (KV=8): cold cache (bench_kvcache) 64 keys with
      * prefetch 45 / 80, 16 keys without 52-60 / 107-125. */
     const int rows_pf = x->stream && !w->pf && !x->blocks;
-    const int64_t bkb = R > 1 ? DB_BK : (x->stream ? DB_BK1_STREAM : DB_BK1_CACHED);
+    const int64_t bkb = R > 1 || DB_TILES ? DB_BK : (x->stream ? DB_BK1_STREAM : DB_BK1_CACHED);
     int64_t kend = k0, kbeg = k1; /* keys any row sees: [kbeg, kend) */
     for (int r = 0; r < R; r++) {
         kend = end[r] > kend ? end[r] : kend;
@@ -382,13 +578,15 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
     if (kbeg < k0) kbeg = k0;
     if (kend <= kbeg && fresh) /* no row sees a key of this chunk: o = 0, m = -inf, l = 0 */
         for (int r = 0; r < R; r++) memset(o + r * dvq, 0, (size_t)dvq * sizeof(float));
+#if !DB_TILES
     const sc_fn score = sc_fns[R - 1][nc <= 4 ? nc : 0];
+#endif
     const float cap = p->softcap;
     vf lsum[DB_RB]; /* l per row as 16 partial sums: one horizontal sum per call */
     for (int r = 0; r < R; r++) lsum[r] = _mm512_zextps128_ps512(_mm_set_ss(l[r]));
     for (int64_t j0 = kbeg, bk; j0 < kend; j0 += bk) {
         bk = page_cap(x, j0, kend - j0 < bkb ? kend - j0 : bkb);
-        const int64_t b16 = (bk + 15) / 16 * 16;
+        const int64_t bw = (bk + DB_BW - 1) / DB_BW * DB_BW; /* s and pw are written to bw */
         mha_span_pf ahead, *pf = w->pf;
         if (rows_pf) {
             const int64_t a = j0 + DB_PF_AHEAD * bk, n = kend - a < bk ? kend - a : bk;
@@ -398,15 +596,20 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
             mha_span_pf_rows(&ahead, vh, v->stride_n, 2, dv, a, n, &lines);
             pf = mha_span_pf_begin(&ahead, lines, db_pf_steps(bk, dv));
         }
+#if DB_TILES
+        scores_tiles(R, nc, w->qt, kv_base(x, k, kh, j0), k->stride_n, d, j0, bk, end, x->qscale, s,
+                     w->tmp, w->kbuf, pf);
+#else
         score(nc, w->qb, dq, kv_base(x, k, kh, j0), k->stride_n, d, j0, bk, end, x->qscale, s,
               w->tmp, pf);
+#endif
         if (cap > 0 || p->window) /* the cap before the mask; a window's left edge */
             for (int r = 0; r < R; r++) {
                 float *sr = s + r * DB_BK;
                 if (cap > 0)
-                    for (int64_t j = 0; j < b16; j += 16)
+                    for (int64_t j = 0; j < bw; j += 16)
                         vstore(sr + j, vsoftcap_log2(vload(sr + j), cap));
-                for (int64_t j = 0; j < b16; j++)
+                for (int64_t j = 0; j < bw; j++)
                     if (j >= bk || j0 + j < beg[r] || j0 + j >= end[r]) sr[j] = -INFINITY;
             }
         float arow[DB_RB];
@@ -415,7 +618,7 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
             float *sr = s + r * DB_BK;
             uint16_t *pr = w->pw + r * DB_BK;
             vf mx = vset1(-INFINITY);
-            for (int64_t j = 0; j < b16; j += 16) mx = vmax(mx, vload(sr + j));
+            for (int64_t j = 0; j < bw; j += 16) mx = vmax(mx, vload(sr + j));
             /* m is the running max: when no score passes it (most blocks
              * after the first few), no horizontal max, exp2f or rescale;
              * -inf before any key, and NaN compares false */
@@ -427,20 +630,25 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
                 m[r] = m_new;
             }
             const vf mu = vset1(m[r] == -INFINITY ? 0.0f : m[r]);
-            for (int64_t j = 0; j < b16; j += 32) {
+            for (int64_t j = 0; j < bw; j += 32) {
                 const vf e0 = vexp2_nonpos(vsub(vload(sr + j), mu));
-                const vf e1 = j + 16 < b16 ? vexp2_nonpos(vsub(vload(sr + j + 16), mu)) : vzero();
+                const vf e1 = j + 16 < bw ? vexp2_nonpos(vsub(vload(sr + j + 16), mu)) : vzero();
                 lsum[r] = vadd(lsum[r], vadd(e0, e1));
-                /* pairs (p_2q, p_2q+1); only the row's b16 - j (16 or 32) lanes */
-                _mm512_mask_storeu_epi16(pr + j, mask32(b16 - j), vbf_from2(e0, e1));
+                /* pairs (p_2q, p_2q+1); only the row's bw - j (16 or 32) lanes */
+                _mm512_mask_storeu_epi16(pr + j, mask32(bw - j), vbf_from2(e0, e1));
             }
             arow[r] = alpha;
             rescale |= alpha != 1.0f;
         }
         const int init =
             fresh && j0 == kbeg ? DB_INIT_ZERO : (rescale ? DB_INIT_SCALE : DB_INIT_ACC);
+#if DB_TILES
+        pv_tiles(R, init, arow, w->pw, kv_base(x, v, vh, j0), v->stride_n, j0, bk, dv, o, dvq,
+                 w->vbuf, pf);
+#else
         pv_fns[R - 1](init, arow, w->pw, kv_base(x, v, vh, j0), v->stride_n, j0, bk, dv, o, dvq,
                       pf);
+#endif
     }
     for (int r = 0; r < R; r++) l[r] = vhsum(lsum[r]);
 }
@@ -509,6 +717,10 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                                           const mha_tensor *q, const mha_tensor *k,
                                           const mha_tensor *v, const mha_extras *ex,
                                           const mha_tensor_mut *out, void *workspace) {
+#if DB_HAND_OFF
+    if (db_vector_rows(p))
+        return mha_decode__avx512bf16_run(p, o, threads, q, k, v, ex, out, workspace);
+#endif
     (void)o;
     const db_plan P = plan(p, threads, mha_decode_interleaved(p, k, v));
     /* scores in log2 units -> exp2; a softcap takes them natural */
@@ -539,12 +751,18 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
         db_scratch w;
         w.s = base;
         w.tmp = w.s + DB_RB * DB_BK;
-        w.o = w.tmp + DB_RB * 256;
+        w.o = w.tmp + DB_TMP;
         w.m = w.o + DB_RB * dq;
         w.l = w.m + DB_RB;
         w.pw = (uint16_t *)(w.l + DB_RB);
         w.qb = w.pw + DB_RB * DB_BK;
         w.pf = NULL;
+        w.qt = (uint32_t *)((char *)base + P.tbuf_at);
+        w.kbuf = (uint16_t *)(w.qt + 8 * P.dq); /* dq / 32 tiles of 256 dwords */
+        w.vbuf = (uint32_t *)(w.kbuf + 2 * 512);
+#if DB_TILES
+        tile_configure_all(); /* per thread, before its first tile instruction */
+#endif
         float *state = (float *)((char *)base + P.scratch - P.state); /* all_heads */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < items; it++) {
@@ -634,6 +852,9 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                 store_row(os, b, h, i, acc, d, lsum, mha_kv_count(xs->p, i) == 0);
             }
         }
+#if DB_TILES
+        MHA_TILE_RELEASE();
+#endif
     }
     return MHA_OK;
 }

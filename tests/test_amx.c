@@ -236,16 +236,33 @@ static void test_selfcheck_real(void **state) {
     assert_int_equal(mha_ops_for(MHA_ISA_AMX)->tile_selfcheck(5, why, sizeof why), 0);
 }
 
+/* An AMX kernel, its emulated build and the avx512bf16 kernel of the same
+ * algorithm: only the emulated one has MHA_KT_EMULATED; it is listed at
+ * avx512bf16 (where the emulation runs), the real one at amx; all three
+ * take the same dtypes; the real one and the avx512bf16 one are each
+ * other's twins at their levels (that the emulated one is nobody's twin,
+ * test_registry checks). */
+static void check_amx_trio(const char *emu_name, const char *amx_name, const char *bf_name,
+                           const mha_kernel **emu, const mha_kernel **amx, const mha_kernel **bf) {
+    *emu = mha_kernel_find(emu_name);
+    *amx = mha_kernel_find(amx_name);
+    *bf = mha_kernel_find(bf_name);
+    assert_true(*emu && *amx && *bf);
+    assert_true(mha_kernel_traits(*emu) & MHA_KT_EMULATED);
+    assert_false(mha_kernel_traits(*amx) & MHA_KT_EMULATED);
+    assert_int_equal(mha_kernel_isa(*emu), MHA_ISA_AVX512BF16);
+    assert_int_equal(mha_kernel_isa(*amx), MHA_ISA_AMX);
+    assert_int_equal(mha_kernel_dtypes(*emu), mha_kernel_dtypes(*bf));
+    assert_int_equal(mha_kernel_dtypes(*amx), mha_kernel_dtypes(*bf));
+    assert_ptr_equal(mha_kernel_twin(*bf, MHA_ISA_AVX512BF16), *bf);
+    assert_ptr_equal(mha_kernel_twin(*amx, MHA_ISA_AVX512BF16), *bf);
+    assert_ptr_equal(mha_kernel_twin(*bf, MHA_ISA_AMX), *amx);
+}
+
 static void test_emulated_twin(void **state) {
     (void)state;
-    const mha_kernel *emu = mha_kernel_find("flash.amxemu"), *amx = mha_kernel_find("flash.amx"),
-                     *bf = mha_kernel_find("flash.avx512bf16");
-    assert_true(emu && amx && bf);
-    assert_true(mha_kernel_traits(emu) & MHA_KT_EMULATED);
-    assert_false(mha_kernel_traits(amx) & MHA_KT_EMULATED);
-    assert_int_equal(mha_kernel_isa(emu), MHA_ISA_AVX512BF16);
-    assert_int_equal(mha_kernel_isa(amx), MHA_ISA_AMX);
-    assert_int_equal(mha_kernel_dtypes(emu), mha_kernel_dtypes(bf));
+    const mha_kernel *emu, *amx, *bf;
+    check_amx_trio("flash.amxemu", "flash.amx", "flash.avx512bf16", &emu, &amx, &bf);
     /* the tiles' block model on both (MHA_KT_TILES), so that left at 0 their
      * blocks agree and so do their bits (test_bf16's grid compares them) */
     assert_true(mha_kernel_traits(emu) & mha_kernel_traits(amx) & MHA_KT_TILES);
@@ -264,10 +281,6 @@ static void test_emulated_twin(void **state) {
     assert_int_equal(mha_resolve_options(amx, &p, &o, &ra), MHA_OK);
     assert_int_equal(re.block_q, ra.block_q);
     assert_int_equal(re.block_kv, ra.block_kv);
-    /* the same algorithm and dtypes at avx512bf16, yet nobody's twin */
-    assert_ptr_equal(mha_kernel_twin(bf, MHA_ISA_AVX512BF16), bf);
-    assert_ptr_equal(mha_kernel_twin(amx, MHA_ISA_AVX512BF16), bf);
-    assert_ptr_equal(mha_kernel_twin(bf, MHA_ISA_AMX), amx);
     if (mha_kernel_supported(emu) != MHA_OK) {
         print_message("skipping the selection check: %s\n", mha_last_error());
         return;
@@ -319,18 +332,9 @@ static mha_status run_bf16(const mha_kernel *k, const mha_problem *p, const uint
 
 static void test_decode_twin(void **state) {
     (void)state;
-    const mha_kernel *emu = mha_kernel_find("decode.amxemu"), *amx = mha_kernel_find("decode.amx"),
-                     *bf = mha_kernel_find("decode.avx512bf16");
-    assert_true(emu && amx && bf);
-    assert_true(mha_kernel_traits(emu) & MHA_KT_EMULATED);
-    assert_false(mha_kernel_traits(amx) & MHA_KT_EMULATED);
+    const mha_kernel *emu, *amx, *bf;
+    check_amx_trio("decode.amxemu", "decode.amx", "decode.avx512bf16", &emu, &amx, &bf);
     assert_true(mha_kernel_traits(emu) & mha_kernel_traits(amx) & MHA_KT_DECODE);
-    assert_int_equal(mha_kernel_isa(emu), MHA_ISA_AVX512BF16);
-    assert_int_equal(mha_kernel_isa(amx), MHA_ISA_AMX);
-    assert_int_equal(mha_kernel_dtypes(amx), mha_kernel_dtypes(bf));
-    assert_int_equal(mha_kernel_dtypes(emu), mha_kernel_dtypes(bf));
-    assert_ptr_equal(mha_kernel_twin(bf, MHA_ISA_AMX), amx);
-    assert_ptr_equal(mha_kernel_twin(amx, MHA_ISA_AVX512BF16), bf);
     if (mha_kernel_supported(amx) != MHA_OK) {
         print_message("skipping decode.amx against its twin: %s\n", mha_last_error());
         return;

@@ -98,9 +98,11 @@ typedef struct {
  * the thread's state between spans. For few rows per KV head (decode). */
 /* Floats of one (KV head, row group)'s state: o [DB_RB][dvq], m and l
  * [DB_RB], padded to 64 bytes (o is read with aligned loads; the tiles load
- * and store all DB_RB rows of o). */
-static inline int64_t db_slot(int64_t dvq) {
-    return DB_RB * dvq + (2 * DB_RB + 15) / 16 * 16;
+ * and store all DB_RB rows of o), and with the tiles the rows' Q^T (dq / 32
+ * B tiles of 256 dwords), packed by the first span and read by the rest. */
+enum { DB_ML = (2 * DB_RB + 15) / 16 * 16 };
+static inline int64_t db_slot(int64_t dvq, int64_t dq) {
+    return DB_RB * dvq + DB_ML + (DB_TILES ? 8 * dq : 0);
 }
 
 static db_plan plan(const mha_problem *p, int threads, int interleaved) {
@@ -130,7 +132,7 @@ static db_plan plan(const mha_problem *p, int threads, int interleaved) {
     /* s[RB][BK] scores, tmp (the vector version: [RB][16][16] per-key
      * lanes; the tiles: two 16 x 16 S^T tiles), o[RB][dvq], m, l [RB], P as
      * bf16 [RB][BK], Q rows as bf16 [RB][dq]; the tiles' buffers (db_tbuf) */
-    P.state = P.all_heads ? mha_align64((size_t)(p->kv_heads * nrc * db_slot(P.dvq)) * f) : 0;
+    P.state = P.all_heads ? mha_align64((size_t)(p->kv_heads * nrc * db_slot(P.dvq, P.dq)) * f) : 0;
     P.tbuf_at = mha_align64((DB_RB * DB_BK + DB_TMP + DB_RB * dvq + 2 * DB_RB) * f +
                             (DB_RB * DB_BK + DB_RB * dq) * 2);
     P.scratch = P.tbuf_at + db_tbuf_bytes(P.dq) + P.state;
@@ -518,14 +520,25 @@ typedef struct {
     uint16_t *kbuf;
 } db_scratch;
 
+/* all_heads: w's o, m, l (and Q^T) are slot i of the state. */
+static inline void db_at_slot(db_scratch *w, float *state, int64_t i, int64_t dvq, int64_t dq) {
+    w->o = state + i * db_slot(dvq, dq);
+    w->m = w->o + DB_RB * dvq;
+    w->l = w->m + DB_RB;
+#if DB_TILES
+    w->qt = (uint32_t *)(w->o + DB_RB * dvq + DB_ML);
+#endif
+}
+
 static void store_row(const mha_tensor_mut *out, int64_t b, int64_t h, int64_t i, const float *row,
                       int64_t d, float lsum, int64_t blind);
 
 /* Rows [r0, r0 + R) of KV head (b, g) over keys [k0, k1): leaves the
  * unnormalised o (its columns permuted within each 32: unpermute puts them
  * in order), the max m (log2 units) and the sum l. fresh starts them (o = 0,
- * m = -inf, l = 0), else the keys join the o, m and l left by earlier calls
- * (all_heads' spans). */
+ * m = -inf, l = 0; the tiles pack the rows' Q^T into w->qt), else the keys
+ * join the o, m and l left by earlier calls (all_heads' spans; the tiles
+ * reuse the Q^T the first one packed). */
 static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, int64_t k0,
                     int64_t k1, const db_scratch *w, int fresh) {
     const mha_problem *p = x->p;
@@ -538,9 +551,10 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
         const int64_t rr = r0 + r, h = g * x->group + rr / Nq, i = rr % Nq;
         const uint16_t *src =
             (const uint16_t *)q->data + b * q->stride_b + h * q->stride_h + i * q->stride_n;
-        for (int64_t c = 0; c < dq; c += 32)
-            _mm512_storeu_si512(w->qb + r * dq + c,
-                                _mm512_maskz_loadu_epi16(mask32(d - c), src + c));
+        if (!DB_TILES || fresh) /* the tiles read Q only through w->qt */
+            for (int64_t c = 0; c < dq; c += 32)
+                _mm512_storeu_si512(w->qb + r * dq + c,
+                                    _mm512_maskz_loadu_epi16(mask32(d - c), src + c));
         end[r] = mha_kv_end(p, i);
         beg[r] = mha_kv_begin(p, i);
         if (fresh) {
@@ -549,7 +563,9 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
         }
     }
 #if DB_TILES
-    for (int64_t c = 0; c < nc; c++) tile_pack_b(w->qb, dq, R, MHA_BF16, dq, c, w->qt + 256 * c);
+    if (fresh)
+        for (int64_t c = 0; c < nc; c++)
+            tile_pack_b(w->qb, dq, R, MHA_BF16, dq, c, w->qt + 256 * c);
 #endif
     const uint16_t *kh = (const uint16_t *)k->data + b * k->stride_b + g * k->stride_h;
     const uint16_t *vh = (const uint16_t *)v->data + b * v->stride_b + g * v->stride_h;
@@ -748,7 +764,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
 #pragma omp parallel num_threads(threads)
     {
         float *base = (float *)(scratch0 + (size_t)omp_get_thread_num() * P.scratch);
-        db_scratch w;
+        db_scratch w = {.pf = NULL}; /* the tiles' buffers set below, else unused */
         w.s = base;
         w.tmp = w.s + DB_RB * DB_BK;
         w.o = w.tmp + DB_TMP;
@@ -756,11 +772,10 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
         w.l = w.m + DB_RB;
         w.pw = (uint16_t *)(w.l + DB_RB);
         w.qb = w.pw + DB_RB * DB_BK;
-        w.pf = NULL;
+#if DB_TILES
         w.qt = (uint32_t *)((char *)base + P.tbuf_at);
         w.kbuf = (uint16_t *)(w.qt + 8 * P.dq); /* dq / 32 tiles of 256 dwords */
         w.vbuf = (uint32_t *)(w.kbuf + 2 * 512);
-#if DB_TILES
         tile_configure_all(); /* per thread, before its first tile instruction */
 #endif
         float *state = (float *)((char *)base + P.scratch - P.state); /* all_heads */
@@ -789,9 +804,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                                          xs->bs, b, G, c1, c1 + span < k1 ? c1 + span : k1, steps);
                     for (int64_t g = 0; g < G; g++)
                         for (int64_t rc = 0; rc < nrcs; rc++) {
-                            ws.o = state + (g * nrc + rc) * db_slot(dq);
-                            ws.m = ws.o + DB_RB * dq;
-                            ws.l = ws.m + DB_RB;
+                            db_at_slot(&ws, state, g * nrc + rc, dq, P.dq);
                             const int R =
                                 (int)(rows - rc * DB_RB < DB_RB ? rows - rc * DB_RB : DB_RB);
                             db_rows(xs, b, g, rc * DB_RB, R, c0, c1, &ws, c0 == k0);
@@ -802,9 +815,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                 ws.pf = NULL;
                 for (int64_t g = 0; g < G; g++)
                     for (int64_t rc = 0; rc < nrcs; rc++) {
-                        ws.o = state + (g * nrc + rc) * db_slot(dq);
-                        ws.m = ws.o + DB_RB * dq;
-                        ws.l = ws.m + DB_RB;
+                        db_at_slot(&ws, state, g * nrc + rc, dq, P.dq);
                         const int R = (int)(rows - rc * DB_RB < DB_RB ? rows - rc * DB_RB : DB_RB);
                         emit_rows(xs, &P, part, os, b, b0 * G + g, g, split, rc * DB_RB, R, &ws);
                     }

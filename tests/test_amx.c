@@ -310,10 +310,10 @@ static void test_emulated_twin(void **state) {
 }
 
 /* decode.amx (decode_bf16.c on the tiles) and its emulated twin
- * decode.amxemu: the traits, and where decode.amx runs the same bits. Above
- * 4 query rows per (sequence, KV head) decode.amx runs the tiles and gives
- * decode.amxemu's bits; at 4 or fewer it hands the problem to
- * decode.avx512bf16 and gives that kernel's. */
+ * decode.amxemu: the traits, and where decode.amx runs the same bits. Over
+ * a dense cache (these cases), above 4 query rows per (sequence, KV head)
+ * decode.amx runs the tiles and gives decode.amxemu's bits; at 4 or fewer it
+ * hands the problem to decode.avx512bf16 and gives that kernel's. */
 static mha_status run_bf16(const mha_kernel *k, const mha_problem *p, const uint16_t *q,
                            const uint16_t *kc, const uint16_t *vc, uint16_t *out, int threads) {
     const mha_tensor qt = mha_view_typed(q, MHA_BF16, NULL, p->heads, p->seq_q, p->head_dim);

@@ -150,8 +150,18 @@ static db_plan plan(const mha_problem *p, int threads, int interleaved) {
  * count: it verifies them. */
 #define DB_HAND_OFF 1
 enum { DB_VEC_ROWS = 4 };
+/* A paged cache of blocks under 32 keys cuts the tiles' 64-key softmax
+ * blocks at its pages (page_cap: 16-key blocks at pages of 16, a half-empty
+ * P.V tile and the block's fixed work for a quarter of the keys), so there
+ * up to 2 DB_VEC_ROWS rows go to the vector kernel. Measured on the AMX VM
+ * (sweep, 8 sequences of 4,096 keys, d 128, 1 / 2 threads, the tiles
+ * against the vector version): pages of 16, 8 rows 0.60-0.65x, 16 rows
+ * 1.04-1.67x, 32 rows 1.17-1.26x; pages of 32, 64 and 128, 8 rows
+ * 1.23-1.28x (1 thread). */
 static int db_vector_rows(const mha_problem *p) {
-    return p->heads / p->kv_heads * p->seq_q <= DB_VEC_ROWS;
+    const int64_t most =
+        p->layout == MHA_LAYOUT_PAGED && p->block_size < 32 ? 2 * DB_VEC_ROWS : DB_VEC_ROWS;
+    return p->heads / p->kv_heads * p->seq_q <= most;
 }
 #else
 #define DB_HAND_OFF 0

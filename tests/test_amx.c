@@ -313,7 +313,8 @@ static void test_emulated_twin(void **state) {
  * decode.amxemu: the traits, and where decode.amx runs the same bits. Over
  * a dense cache (these cases), above 4 query rows per (sequence, KV head)
  * decode.amx runs the tiles and gives decode.amxemu's bits; at 4 or fewer it
- * hands the problem to decode.avx512bf16 and gives that kernel's. */
+ * hands the problem to decode.bf16fma (the vector version on fp32 FMAs) and
+ * gives that kernel's. */
 static mha_status run_bf16(const mha_kernel *k, const mha_problem *p, const uint16_t *q,
                            const uint16_t *kc, const uint16_t *vc, uint16_t *out, int threads) {
     const mha_tensor qt = mha_view_typed(q, MHA_BF16, NULL, p->heads, p->seq_q, p->head_dim);
@@ -335,12 +336,14 @@ static void test_decode_twin(void **state) {
     const mha_kernel *emu, *amx, *bf;
     check_amx_trio("decode.amxemu", "decode.amx", "decode.avx512bf16", &emu, &amx, &bf);
     assert_true(mha_kernel_traits(emu) & mha_kernel_traits(amx) & MHA_KT_DECODE);
+    const mha_kernel *fma = mha_kernel_find("decode.bf16fma");
+    assert_non_null(fma);
     if (mha_kernel_supported(amx) != MHA_OK) {
         print_message("skipping decode.amx against its twin: %s\n", mha_last_error());
         return;
     }
     /* rows per KV head: 8 (one pass), 24 (two, a d tail, causal), 16 (split
-     * across 2 threads), 4 (handed to decode.avx512bf16) */
+     * across 2 threads), 4 (handed to decode.bf16fma) */
     const mha_problem ps[] = {
         {.batch = 1, .heads = 16, .kv_heads = 2, .seq_q = 1, .seq_kv = 300, .head_dim = 80},
         {.batch = 1,
@@ -373,7 +376,7 @@ static void test_decode_twin(void **state) {
                 all[t][e] = (uint16_t)(u >> 16);
             }
         const int tiles = p.heads / p.kv_heads * p.seq_q > 4;
-        const mha_kernel *same = tiles ? emu : bf;
+        const mha_kernel *same = tiles ? emu : fma;
         for (int threads = 1; threads <= 2; threads++) {
             memset(a, 0xff, nq * 2);
             memset(b, 0, nq * 2);

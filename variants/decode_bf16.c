@@ -46,6 +46,17 @@
 #define DB_TILES 0
 #endif
 
+/* Built with -DDB_FMA=1 (decode.bf16fma; the vector version only), both
+ * products run on fp32 FMAs instead of vdpbf16ps: see "The FMA flavour". */
+#if defined(DB_FMA) && DB_FMA
+#if DB_TILES
+#error "DB_FMA is a flavour of the vector version, not of the tiles"
+#endif
+#else
+#undef DB_FMA
+#define DB_FMA 0
+#endif
+
 #define LOG2E 1.44269504088896341f
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 /* rows per pass over K/V, keys per softmax block, the block's width rounded
@@ -170,7 +181,7 @@ static int db_vector_rows(const mha_problem *p) {
 size_t MHA_CAT(MHA_SYM(decode), _workspace)(const mha_problem *p, const mha_options *o,
                                             int threads) {
 #if DB_HAND_OFF
-    if (db_vector_rows(p)) return mha_decode__avx512bf16_workspace(p, o, threads);
+    if (db_vector_rows(p)) return mha_decode__bf16fma_workspace(p, o, threads);
 #endif
     (void)o;
     /* the run picks all_heads by the tensors' strides: room for either plan */
@@ -204,6 +215,32 @@ static inline __mmask32 mask32(int64_t n) {
     return n >= 32 ? (__mmask32)0xffffffffu : (__mmask32)(((uint32_t)1 << n) - 1u);
 }
 
+/* The FMA flavour (decode.bf16fma). A bf16 is the top half of an fp32, so
+ * 32 bf16 in one vector are two fp32 vectors at the cost of one shift (the
+ * even elements) and one and (the odd ones), exactly: each K vector is split
+ * once for all rows of the group and each Q vector once per pass, and a dot
+ * product is two FMA chains (even, odd) added at the end. P.V takes one key
+ * at a time, P in fp32 (not rounded to bf16), and leaves each 32 columns of
+ * o as their 16 even columns then their 16 odd ones (unpermute). Per 32
+ * products of 4 rows: 8 FMAs and 2 splits where vdpbf16ps takes 4
+ * instructions; the cores where that pays are those whose vdpbf16ps runs
+ * at half the FMA's rate (mhabench info on both AMX VMs, Intel Xeon family
+ * 6 models 167 and 207: 119-123 against 240-246 and 82-91 against 173-183
+ * GFLOP/s), and not those where it runs at twice it (Zen 4: 235 against
+ * 117), so it is a kernel of its own: decode.amx hands its few-row
+ * problems to it, sweep and tune time it beside decode.avx512bf16. */
+#if DB_FMA
+typedef float db_pt; /* P as P.V reads it */
+static inline vf bf16_even(vbf x) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+}
+static inline vf bf16_odd(vbf x) {
+    return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xffff0000u)));
+}
+#else
+typedef uint16_t db_pt;
+#endif
+
 /* Scores of keys [j0, j0 + bk) for R rows into s[r][0, ceil16(bk)) in log2
  * units (-inf past a row's end and past bk). NC > 0: head_dim in NC vectors
  * of 32 bf16, the Q rows held in registers; NC == 0: nc vectors, Q from L1. */
@@ -216,6 +253,15 @@ ALWAYS_INLINE void scores_blk(const int R, const int NC, int64_t nc, const uint1
     if (NC)
         for (int r = 0; r < R; r++)
             for (int c = 0; c < NC; c++) qv[r][c] = _mm512_loadu_si512(qb + r * ldq + 32 * c);
+#if DB_FMA
+    vf qe[DB_RB][4], qo[DB_RB][4];
+    if (NC)
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < NC; c++) {
+                qe[r][c] = bf16_even(qv[r][c]);
+                qo[r][c] = bf16_odd(qv[r][c]);
+            }
+#endif
     for (int64_t g = 0; g < bk; g += 16) {
         const int n = bk - g < 16 ? (int)(bk - g) : 16;
         for (int u = 0; u < n; u++) {
@@ -224,6 +270,33 @@ ALWAYS_INLINE void scores_blk(const int R, const int NC, int64_t nc, const uint1
             mha_span_pf_step(pf);
             vf acc[DB_RB];
             for (int r = 0; r < R; r++) acc[r] = vzero();
+#if DB_FMA
+            vf acc2[DB_RB]; /* the odd elements' chains */
+            for (int r = 0; r < R; r++) acc2[r] = vzero();
+            if (NC) {
+                for (int c = 0; c < NC; c++) {
+                    const vbf kv = c == NC - 1 ? _mm512_maskz_loadu_epi16(last, kr + 32 * c)
+                                               : _mm512_loadu_si512(kr + 32 * c);
+                    const vf ke = bf16_even(kv), ko = bf16_odd(kv);
+                    for (int r = 0; r < R; r++) {
+                        acc[r] = vfma(qe[r][c], ke, acc[r]);
+                        acc2[r] = vfma(qo[r][c], ko, acc2[r]);
+                    }
+                }
+            } else {
+                for (int64_t c = 0; c < nc; c++) {
+                    const vbf kv = c == nc - 1 ? _mm512_maskz_loadu_epi16(last, kr + 32 * c)
+                                               : _mm512_loadu_si512(kr + 32 * c);
+                    const vf ke = bf16_even(kv), ko = bf16_odd(kv);
+                    for (int r = 0; r < R; r++) {
+                        const vbf qq = _mm512_loadu_si512(qb + r * ldq + 32 * c);
+                        acc[r] = vfma(bf16_even(qq), ke, acc[r]);
+                        acc2[r] = vfma(bf16_odd(qq), ko, acc2[r]);
+                    }
+                }
+            }
+            for (int r = 0; r < R; r++) acc[r] = vadd(acc[r], acc2[r]);
+#else
             if (NC) {
                 for (int c = 0; c < NC; c++) {
                     const vbf kv = c == NC - 1 ? _mm512_maskz_loadu_epi16(last, kr + 32 * c)
@@ -238,6 +311,7 @@ ALWAYS_INLINE void scores_blk(const int R, const int NC, int64_t nc, const uint1
                         acc[r] = vdot_bf16(acc[r], _mm512_loadu_si512(qb + r * ldq + 32 * c), kv);
                 }
             }
+#endif
             for (int r = 0; r < R; r++) vstore(tmp + (r * 16 + u) * 16, acc[r]);
         }
         for (int u = n; u < 16; u++)
@@ -255,7 +329,7 @@ ALWAYS_INLINE void scores_blk(const int R, const int NC, int64_t nc, const uint1
  * init(o) + sum over key pairs of (p_t, p_t+1) . (v_t, v_t+1), for keys
  * [j0, j0 + bk); pw[r] holds the block's P as bf16 (zero past bk). */
 ALWAYS_INLINE void pv_strip(const int R, const int NS, int init, const float *alpha,
-                            const uint16_t *pw, const uint16_t *vh, int64_t svn, int64_t j0,
+                            const db_pt *pw, const uint16_t *vh, int64_t svn, int64_t j0,
                             int64_t bk, int64_t c0, int64_t d, float *o, int64_t ldo,
                             mha_span_pf *pf) {
     vf acc[DB_RB][4];
@@ -268,6 +342,25 @@ ALWAYS_INLINE void pv_strip(const int R, const int NS, int init, const float *al
         }
     __mmask32 mk[2];
     for (int c = 0; c < NS; c++) mk[c] = mask32(d - c0 - 32 * c);
+#if DB_FMA
+    for (int64_t t = 0; t < bk; t++) {
+        const uint16_t *a = vh + (j0 + t) * svn + c0;
+        if (!(t & 1)) mha_span_pf_step(pf); /* once per pair, as db_pf_steps counts */
+        vf ve[2], vo[2];
+        for (int c = 0; c < NS; c++) {
+            const vbf va = _mm512_maskz_loadu_epi16(mk[c], a + 32 * c);
+            ve[c] = bf16_even(va);
+            vo[c] = bf16_odd(va);
+        }
+        for (int r = 0; r < R; r++) {
+            const vf w = vset1(pw[r * DB_BK + t]);
+            for (int c = 0; c < NS; c++) {
+                acc[r][2 * c] = vfma(w, ve[c], acc[r][2 * c]);
+                acc[r][2 * c + 1] = vfma(w, vo[c], acc[r][2 * c + 1]);
+            }
+        }
+    }
+#else
     const int64_t full = bk / 2;
     for (int64_t q = 0; q <= full; q++) {
         if (q == full && !(bk & 1)) break;
@@ -289,11 +382,12 @@ ALWAYS_INLINE void pv_strip(const int R, const int NS, int init, const float *al
             }
         }
     }
+#endif
     for (int r = 0; r < R; r++)
         for (int v = 0; v < 2 * NS; v++) vstore(o + r * ldo + c0 + 16 * v, acc[r][v]);
 }
 
-ALWAYS_INLINE void pv_rows(const int R, int init, const float *alpha, const uint16_t *pw,
+ALWAYS_INLINE void pv_rows(const int R, int init, const float *alpha, const db_pt *pw,
                            const uint16_t *vh, int64_t svn, int64_t j0, int64_t bk, int64_t d,
                            float *o, int64_t ldo, mha_span_pf *pf) {
     int64_t c = 0;
@@ -305,8 +399,13 @@ ALWAYS_INLINE void pv_rows(const int R, int init, const float *alpha, const uint
  * "lo" vector holds columns (0-3, 8-11, 16-19, 24-27), "hi" (4-7, 12-15,
  * 20-23, 28-31). Puts a row of dq floats back in column order. */
 static void unpermute(float *o, int64_t dq) {
+#if DB_FMA /* the FMA flavour: the 16 even columns, then the 16 odd ones */
+    static const int32_t i0[16] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+    static const int32_t i1[16] = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+#else
     static const int32_t i0[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
     static const int32_t i1[16] = {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+#endif
     const __m512i x0 = _mm512_loadu_si512(i0), x1 = _mm512_loadu_si512(i1);
     for (int64_t c = 0; c < dq; c += 32) {
         const vf lo = vload(o + c), hi = vload(o + c + 16);
@@ -474,7 +573,7 @@ static const sc_fn sc_fns[DB_RB][5] = {DB_SC_ROW(1), DB_SC_ROW(2), DB_SC_ROW(3),
 
 #define DB_PV(R)                                                                                   \
     static __attribute__((noinline)) void pv_##R(                                                  \
-        int init, const float *alpha, const uint16_t *pw, const uint16_t *vh, int64_t svn,         \
+        int init, const float *alpha, const db_pt *pw, const uint16_t *vh, int64_t svn,            \
         int64_t j0, int64_t bk, int64_t d, float *o, int64_t ldo, mha_span_pf *pf) {               \
         pv_rows(R, init, alpha, pw, vh, svn, j0, bk, d, o, ldo, pf);                               \
     }
@@ -483,7 +582,7 @@ DB_PV(2)
 DB_PV(3)
 DB_PV(4)
 #undef DB_PV
-typedef void (*pv_fn)(int, const float *, const uint16_t *, const uint16_t *, int64_t, int64_t,
+typedef void (*pv_fn)(int, const float *, const db_pt *, const uint16_t *, int64_t, int64_t,
                       int64_t, int64_t, float *, int64_t, mha_span_pf *);
 static const pv_fn pv_fns[DB_RB] = {pv_1, pv_2, pv_3, pv_4};
 #endif
@@ -642,7 +741,9 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
         int rescale = 0;
         for (int r = 0; r < R; r++) {
             float *sr = s + r * DB_BK;
+#if !DB_FMA
             uint16_t *pr = w->pw + r * DB_BK;
+#endif
             vf mx = vset1(-INFINITY);
             for (int64_t j = 0; j < bw; j += 16) mx = vmax(mx, vload(sr + j));
             /* m is the running max: when no score passes it (most blocks
@@ -660,8 +761,13 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
                 const vf e0 = vexp2_nonpos(vsub(vload(sr + j), mu));
                 const vf e1 = j + 16 < bw ? vexp2_nonpos(vsub(vload(sr + j + 16), mu)) : vzero();
                 lsum[r] = vadd(lsum[r], vadd(e0, e1));
+#if DB_FMA /* P in fp32, over the scores */
+                vstore(sr + j, e0);
+                if (j + 16 < bw) vstore(sr + j + 16, e1);
+#else
                 /* pairs (p_2q, p_2q+1); only the row's bw - j (16 or 32) lanes */
                 _mm512_mask_storeu_epi16(pr + j, mask32(bw - j), vbf_from2(e0, e1));
+#endif
             }
             arow[r] = alpha;
             rescale |= alpha != 1.0f;
@@ -672,8 +778,9 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
         pv_tiles(R, init, arow, w->pw, kv_base(x, v, vh, j0), v->stride_n, j0, bk, dv, o, dvq,
                  w->vbuf, pf);
 #else
-        pv_fns[R - 1](init, arow, w->pw, kv_base(x, v, vh, j0), v->stride_n, j0, bk, dv, o, dvq,
-                      pf);
+        pv_fns[R - 1](init, arow,
+                      DB_FMA ? (const db_pt *)(const void *)s : (const db_pt *)(const void *)w->pw,
+                      kv_base(x, v, vh, j0), v->stride_n, j0, bk, dv, o, dvq, pf);
 #endif
     }
     for (int r = 0; r < R; r++) l[r] = vhsum(lsum[r]);
@@ -745,7 +852,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                                           const mha_tensor_mut *out, void *workspace) {
 #if DB_HAND_OFF
     if (db_vector_rows(p))
-        return mha_decode__avx512bf16_run(p, o, threads, q, k, v, ex, out, workspace);
+        return mha_decode__bf16fma_run(p, o, threads, q, k, v, ex, out, workspace);
 #endif
     (void)o;
     const db_plan P = plan(p, threads, mha_decode_interleaved(p, k, v));

@@ -93,6 +93,7 @@ typedef struct {
     int64_t rows, nsplit, chunk, dq; /* dq: head_dim rounded up to 32 (one vdpbf16ps) */
     int64_t dvq;                     /* head_dim_v rounded up to 32: o's width */
     int stream;                  /* the cache is beyond a quarter of the L3: read as from DRAM */
+    int rows_pf;                 /* a head-major cache's rows prefetched (db_rows) */
     int all_heads;               /* paged GQA: an item is a (sequence, KV chunk) (below) */
     size_t part, scratch, state; /* state: all_heads' o, m, l of every (KV head, row group) */
     size_t tbuf_at;              /* bytes from a thread's scratch to its db_tbuf_bytes */
@@ -134,7 +135,17 @@ static db_plan plan(const mha_problem *p, int threads, int interleaved) {
      * H = 16 (16 MiB) 16 keys 26.8-29.3, 64 keys 16.2-20.6 (1 thread); H = 32
      * (32 MiB) 16 keys 23.9-24.7 / 33.5-35.2, 64 keys 12.3-12.7 / 25.1-27.3,
      * with prefetch one or two blocks ahead 14.8 / 29.3-31.5. */
-    P.stream = mha_decode_cache_per_l3(p) > 0.25; /* a one-row pass: DB_BK1_STREAM keys */
+    const double per_l3 = mha_decode_cache_per_l3(p);
+    P.stream = per_l3 > 0.25; /* a one-row pass: DB_BK1_STREAM keys */
+    /* The FMA flavour also prefetches a cache within the L3 but beyond the
+     * L2: with its cheaper products the loads wait longer on the L3, where
+     * the vector version was bound by vdpbf16ps (a switch measured there
+     * changed nothing, stop 48). Emerald Rapids VM, decode.bf16fma H 32 d 128
+     * Nkv 8192 bf16 (8-32 MiB), `profile` alternated 5-8 times, median of the
+     * per-pair ratios: 4 rows 1.10x (1 thread) and 1.15x (2), 8 rows 1.16x. */
+    mha_caches c;
+    mha_caches_get(&c);
+    P.rows_pf = P.stream || (DB_FMA && per_l3 * (double)c.l3 > (double)c.l2);
     const size_t f = sizeof(float), dv = (size_t)mha_dv(p), dq = (size_t)P.dq, dvq = (size_t)P.dvq;
     P.part =
         P.nsplit > 1
@@ -591,7 +602,8 @@ typedef struct {
     const mha_problem *p;
     const mha_tensor *q, *k, *v;
     int64_t group, dq, dvq;
-    int stream;   /* the plan's: short one-row blocks, a head-major cache's rows prefetched */
+    int stream;   /* the plan's: short one-row blocks */
+    int rows_pf;  /* the plan's: a head-major cache's rows prefetched */
     float qscale; /* scale * log2(e), or scale alone under a softcap */
     const float *sinks;
     const int32_t *blocks; /* paged: the sequence's row of the block table; else NULL */
@@ -679,20 +691,19 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
     const uint16_t *kh = (const uint16_t *)k->data + b * k->stride_b + g * k->stride_h;
     const uint16_t *vh = (const uint16_t *)v->data + b * v->stride_b + g * v->stride_h;
     /* Short blocks: K and V are read in alternation a few keys at a time.
-     * A head-major cache beyond a quarter of the L3 (x->stream; each head's rows
+     * A head-major cache beyond a quarter of the L3 (x->rows_pf; each head's rows
      * contiguous, no block table) has the rows of the block DB_PF_AHEAD
      * blocks on walked into L2 over this block's steps (mha_span_pf: a few
      * lines per key of the scores and per pair of P.V), beside the hardware
      * prefetchers; all_heads brings its own w->pf, and within the L3 the
-     * hardware keeps up. One row over a cache well inside the L3 takes long
-     * blocks (DB_BK1_CACHED). Measured in docs/attention-variants.md ("Decode
-     * from DRAM: the rows two blocks ahead"); before that prefetch (Zen 4,
-     * H=32 Nkv=4096 d=128, medians of interleaved runs): one row per pass
-     * (KV=32, DRAM): 64 keys with a prefetch 8 KiB ahead 13.5 GFLOP/s;
-     * without, 16 keys 16-17, 8 keys 22.4 / 31.5 (1 / 2 threads), 4 keys
-     * 20.3 / 40.2. Four rows (KV=8): cold cache (bench_kvcache) 64 keys with
-     * prefetch 45 / 80, 16 keys without 52-60 / 107-125. */
-    const int rows_pf = x->stream && !w->pf && !x->blocks;
+     * hardware keeps up (but for the FMA flavour's, plan()). One row over a cache well inside the
+     * L3 takes long blocks (DB_BK1_CACHED). Measured in docs/attention-variants.md ("Decode from
+     * DRAM: the rows two blocks ahead"); before that prefetch (Zen 4, H=32 Nkv=4096 d=128, medians
+     * of interleaved runs): one row per pass (KV=32, DRAM): 64 keys with a prefetch 8 KiB
+     * ahead 13.5 GFLOP/s; without, 16 keys 16-17, 8 keys 22.4 / 31.5 (1 / 2 threads), 4 keys 20.3
+     * / 40.2. Four rows (KV=8): cold cache (bench_kvcache) 64 keys with prefetch 45 / 80, 16 keys
+     * without 52-60 / 107-125. */
+    const int rows_pf = x->rows_pf && !w->pf && !x->blocks;
     const int64_t bkb = R > 1 || DB_TILES ? DB_BK : (x->stream ? DB_BK1_STREAM : DB_BK1_CACHED);
     int64_t kend = k0, kbeg = k1; /* keys any row sees: [kbeg, kend) */
     for (int r = 0; r < R; r++) {
@@ -865,6 +876,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
                       .dq = P.dq,
                       .dvq = P.dvq,
                       .stream = P.stream,
+                      .rows_pf = P.rows_pf,
                       .qscale = mha_problem_scale(p) * (p->softcap > 0 ? 1.0f : LOG2E),
                       .sinks = ex->sinks,
                       .blocks = NULL,

@@ -310,21 +310,24 @@ static void test_classes(void **state) {
         mha_class_name(&cl[i], again, sizeof again);
         assert_string_equal(again, names[i]);
     }
-    /* prefill classes in fp32 and bf16, decode in fp32: quick has 24 + 24 + 8 */
+    /* prefill and decode classes in fp32 and bf16: quick has 24 + 24 + 8 + 8 */
     for (int set = 0; set < 2; set++) {
         const int n = mha_class_list(set ? "full" : "quick", cl, MHA_CLASS_MAX);
-        int n32 = 0, n16 = 0, ndec = 0;
+        int n32 = 0, n16 = 0, ndec32 = 0, ndec16 = 0;
         for (int i = 0; i < n; i++) {
-            assert_true(cl[i].dtype == MHA_F32 || (cl[i].dtype == MHA_BF16 && !cl[i].decode));
+            assert_true(cl[i].dtype == MHA_F32 || cl[i].dtype == MHA_BF16);
             assert_int_equal(cl[i].kv_dtype, cl[i].dtype);
-            ndec += cl[i].decode;
-            n32 += !cl[i].decode && cl[i].dtype == MHA_F32;
-            n16 += cl[i].dtype == MHA_BF16;
+            const int b16 = cl[i].dtype == MHA_BF16;
+            ndec32 += cl[i].decode && !b16;
+            ndec16 += cl[i].decode && b16;
+            n32 += !cl[i].decode && !b16;
+            n16 += !cl[i].decode && b16;
         }
         assert_int_equal(n16, n32);
+        assert_int_equal(ndec16, ndec32);
         if (!set) {
-            assert_int_equal(n, 56);
-            assert_int_equal(ndec, 8);
+            assert_int_equal(n, 64);
+            assert_int_equal(ndec32, 8);
         }
     }
     const mha_problem dec = {.batch = 2,

@@ -84,14 +84,16 @@ int mha_class_list(const char *set, mha_shape_class *out, int max) {
     /* quick: the head dims and lengths most models run (those of `mhabench
      * sweep --preset quick`), both thread counts, and decode against a 4K cache.
      * The prefill classes come in fp32 and bf16 (the kernel and its blocks
-     * differ by dtype: flash.avx512bf16 where it runs); decode in fp32 only (its
-     * kernels have no block knobs, and mha_select's default already takes the
-     * dtype's best-ranked decode kernel). */
+     * differ by dtype: flash.avx512bf16 where it runs); decode too, though its
+     * kernels have no block knobs: which bf16 decode kernel is the faster is
+     * the CPU's (decode.avx512bf16 on vdpbf16ps, decode.bf16fma on the FMAs,
+     * decode.avx512 widening; vdpbf16ps runs at twice the FMA's rate on Zen
+     * 4 and at half it on the Xeon VMs). */
     static const int quick_dims[] = {1, 3}, quick_buckets[] = {0, 1, 2};
     static const mha_dtype dtypes[] = {MHA_F32, MHA_BF16};
     int n = 0;
     for (int decode = 0; decode <= 1; decode++)
-        for (int ti = 0; ti < (decode ? 1 : 2); ti++)
+        for (int ti = 0; ti < 2; ti++)
             for (int di = 0; di < (full ? MHA_CLASS_DIMS : 2); di++)
                 for (int bi = 0; bi < (full ? MHA_CLASS_BUCKETS : (decode ? 1 : 3)); bi++)
                     /* decode: the second pass is the GQA family (causal is moot) */

@@ -34,8 +34,8 @@ typedef struct {
 
 #define MHA_CLASS_DIMS 5
 #define MHA_CLASS_BUCKETS 4
-/* decode and prefill, the latter in two dtypes: (1 + 2) x dims x buckets x causal x threads */
-#define MHA_CLASS_MAX (3 * MHA_CLASS_DIMS * MHA_CLASS_BUCKETS * 2 * 2)
+/* decode and prefill, each in two dtypes: (2 + 2) x dims x buckets x causal (or GQA) x threads */
+#define MHA_CLASS_MAX (4 * MHA_CLASS_DIMS * MHA_CLASS_BUCKETS * 2 * 2)
 
 void mha_class_of(const mha_problem *p, int threads, mha_shape_class *c);
 /* "d64-kv1024-causal-t1", "decode-d128-kv4096-tall", "decode-gqa-d128-kv4096-t1",

@@ -26,9 +26,9 @@ static const opt_row ROWS[] = {
     {"threads", required_argument, O_THREADS, 0, "1,N", 0,
      "thread counts: 1 for the t1 classes, N > 1 for the tall ones (default 1,<cores>)"},
     {"dtype", required_argument, O_DTYPE, 0, "LIST", 0,
-     "Q/O dtypes of the classes (default fp32,bf16): prefill classes come in both, decode in "
-     "fp32; a dtype no kernel with block knobs takes here (bf16 without AVX512_BF16) is left "
-     "out"},
+     "Q/O dtypes of the classes (default fp32,bf16): prefill and decode classes come in both; "
+     "a 16-bit class no kernel with block knobs takes here (bf16 without AVX512_BF16) is left "
+     "out, but for a decode class with two kernels to choose between"},
     {"out", required_argument, O_OUT, 0, "TABLE.json", 0,
      "the table (replaced if there; default: this CPU's table where mha_select reads first: "
      "MHA_TUNING_DIR, the installed <datadir>/mhabench/tuning, else the tree's results/tuning; "

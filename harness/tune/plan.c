@@ -55,16 +55,21 @@ double class_cost(const mha_shape_class *c, int tall) {
 }
 
 /* Whether class c has a kernel to time: one of the run's kernels is in it
- * and, for a class not in fp32, one with block knobs (a 16-bit class that only
- * the knob-less decode kernels take has nothing to tune, and timing them on
- * prefill shapes would only confirm the cache model's choice). */
+ * and, for a class not in fp32, one with block knobs or, for a decode class,
+ * two kernels to choose between (a bf16 decode: decode.avx512bf16 against
+ * decode.bf16fma and the widening decode.avx512, whose order is the CPU's;
+ * a 16-bit prefill class that only knob-less kernels take would only
+ * confirm the cache model's choice). */
 static int class_has_kernel(const tune_run *r, const mha_shape_class *c) {
     mha_problem p;
     mha_class_problem(c, &p);
+    int in = 0;
     for (int i = 0; i < r->nk; i++)
-        if (kernel_in_class(r, r->kr[i].k, c, &p) && (r->kr[i].tunable || c->dtype == MHA_F32))
-            return 1;
-    return 0;
+        if (kernel_in_class(r, r->kr[i].k, c, &p)) {
+            if (r->kr[i].tunable || c->dtype == MHA_F32) return 1;
+            in++;
+        }
+    return c->decode && in >= 2;
 }
 
 /* The classes to tune: the --classes set, less those whose thread count
@@ -108,7 +113,7 @@ static tune_status choose_classes(tune_run *r) {
     for (int t = 0; t < MHA_DTYPE_COUNT; t++)
         if (no_kernel[t])
             printf("tune: %d %s classes left out: no kernel with block knobs that runs here "
-                   "takes %s (they keep the cache model's choice)\n",
+                   "takes %s, nor two decode kernels (they keep the cache model's choice)\n",
                    no_kernel[t], mha_dtype_name((mha_dtype)t), mha_dtype_name((mha_dtype)t));
     /* A shard takes every N-th class of the list, so every shard gets the
      * same mix of cheap and dear classes. Shards of one run write their own

@@ -298,10 +298,7 @@ MHA_API int mha_kernel_rank(const mha_kernel *k);
 /* The ISA whose code k runs now: its own, or the active one (MHA_KT_BASELINE). */
 MHA_API mha_isa mha_kernel_run_isa(const mha_kernel *k);
 /* The kernel of k's algorithm that takes the same dtypes at ISA level isa, or
- * NULL (flash.avx512bf16 is no twin of the fp32 flash.avx512). k itself at
- * its own level (an emulated kernel is nobody's twin); where a level holds
- * two such kernels (decode.avx512bf16 and decode.bf16fma), the better
- * ranked. */
+ * NULL (flash.avx512bf16 is no twin of the fp32 flash.avx512). */
 MHA_API const mha_kernel *mha_kernel_twin(const mha_kernel *k, mha_isa isa);
 
 /* The options k runs with for p: o validated (MHA_EINVAL naming a bad

@@ -90,9 +90,6 @@ static void test_traits(void **state) {
     assert_ptr_equal(mha_kernel_twin(mha_kernel_find("flash.scalar"), MHA_ISA_AVX512),
                      mha_kernel_find("flash.avx512"));
     assert_null(mha_kernel_twin(mha_kernel_find("naive"), MHA_ISA_AVX2));
-    /* two decodes at avx512bf16: each its own twin, the better ranked another's */
-    assert_ptr_equal(mha_kernel_twin(mha_kernel_find("decode.amx"), MHA_ISA_AVX512BF16),
-                     mha_kernel_find("decode.avx512bf16"));
     assert_int_equal(mha_kernel_traits(NULL), 0);
 }
 

@@ -55,20 +55,14 @@ mha_isa mha_kernel_run_isa(const mha_kernel *k) {
     return k->traits & MHA_KT_BASELINE ? mha_isa_active() : k->isa;
 }
 
-/* A level may hold two kernels of one algorithm and dtypes (decode.avx512bf16
- * and decode.bf16fma: the same decode on two units): each is its own twin,
- * and another kernel's twin there is the better ranked (then the first
- * listed). */
 const mha_kernel *mha_kernel_twin(const mha_kernel *k, mha_isa isa) {
-    if (!k) return NULL;
-    if (k->isa == isa && !(k->traits & MHA_KT_EMULATED)) return k;
-    const mha_kernel *best = NULL;
-    for (int i = 0; i < n_kernels; i++)
-        if (kernels[i].isa == isa && !(kernels[i].traits & MHA_KT_EMULATED) &&
-            strcmp(kernels[i].algorithm, k->algorithm) == 0 && kernels[i].dtypes == k->dtypes &&
-            kernels[i].kv_dtypes == k->kv_dtypes && (!best || kernels[i].rank < best->rank))
-            best = &kernels[i];
-    return best;
+    if (k)
+        for (int i = 0; i < n_kernels; i++)
+            if (kernels[i].isa == isa && !(kernels[i].traits & MHA_KT_EMULATED) &&
+                strcmp(kernels[i].algorithm, k->algorithm) == 0 && kernels[i].dtypes == k->dtypes &&
+                kernels[i].kv_dtypes == k->kv_dtypes)
+                return &kernels[i];
+    return NULL;
 }
 
 mha_status mha_kernel_supported(const mha_kernel *k) {

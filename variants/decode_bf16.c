@@ -1,5 +1,6 @@
 /* decode_bf16.c - kernel decode.<isa> on the bf16 dot product (built for the
- * levels with AVX512_BF16: decode.avx512bf16). The algorithm of decode.c (few
+ * levels with AVX512_BF16: decode.avx512bf16; and as decode.bf16fma, "The
+ * FMA flavour" below, at the avx512 level). The algorithm of decode.c (few
  * query rows over a long KV cache, every head of a GQA group in one pass over
  * K and V, split-KV with a log-sum-exp merge) for Q/O and K/V stored as bf16,
  * with both products on vdpbf16ps and no widening of the cache:
@@ -32,10 +33,6 @@
 #include "ukernels.h"
 #include "flash_var.h"
 
-#ifndef __AVX512BF16__
-#error "decode_bf16.c needs AVX512_BF16 (meson builds it only for such levels)"
-#endif
-
 /* Built with the tile layer (level amx: decode.amx; MHA_TILE_EMU:
  * decode.amxemu), both products run on tiles (below, "The tiles"). */
 #if (defined(MHA_TILE_EMU) && MHA_TILE_EMU) || defined(__AMX_TILE__) || defined(__AMXTILE__)
@@ -55,6 +52,22 @@
 #else
 #undef DB_FMA
 #define DB_FMA 0
+#endif
+
+#if !DB_FMA && !defined(__AVX512BF16__)
+#error "decode_bf16.c needs AVX512_BF16 (meson builds it only for such levels) but as DB_FMA"
+#endif
+#ifndef __AVX512BF16__ /* the FMA flavour at the avx512 level: no vec_avx512bf16.h */
+typedef __m512i vbf;
+/* 16 floats to bf16, nearest even (kernels/dtype.h's rule: NaN quietened) */
+static inline __m256i vf_to_bf16(vf x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),
+                              _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
 #endif
 
 #define LOG2E 1.44269504088896341f
@@ -238,7 +251,9 @@ static inline __mmask32 mask32(int64_t n) {
  * at half the FMA's rate (mhabench info on both AMX VMs, Intel Xeon family
  * 6 models 167 and 207: 119-123 against 240-246 and 82-91 against 173-183
  * GFLOP/s), and not those where it runs at twice it (Zen 4: 235 against
- * 117), so it is a kernel of its own: decode.amx hands its few-row
+ * 117), so it is a kernel of its own, built at the avx512 level (it needs
+ * no bf16 instruction: the output is rounded by vf_to_bf16 above, so it also
+ * serves AVX-512 CPUs without AVX512_BF16): decode.amx hands its few-row
  * problems to it, sweep and tune time it beside decode.avx512bf16. */
 #if DB_FMA
 typedef float db_pt; /* P as P.V reads it */

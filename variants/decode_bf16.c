@@ -353,7 +353,8 @@ ALWAYS_INLINE void scores_blk(const int R, const int NC, int64_t nc, const uint1
 
 /* o[r][c0, c0 + 32 NS) (columns permuted within each 32: see unpermute) =
  * init(o) + sum over key pairs of (p_t, p_t+1) . (v_t, v_t+1), for keys
- * [j0, j0 + bk); pw[r] holds the block's P as bf16 (zero past bk). */
+ * [j0, j0 + bk); pw[r] holds the block's P as bf16 (zero past bk; the FMA
+ * flavour: P in fp32, one key at a time, its own column order). */
 ALWAYS_INLINE void pv_strip(const int R, const int NS, int init, const float *alpha,
                             const db_pt *pw, const uint16_t *vh, int64_t svn, int64_t j0,
                             int64_t bk, int64_t c0, int64_t d, float *o, int64_t ldo,

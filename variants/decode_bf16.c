@@ -54,6 +54,14 @@
 #define DB_FMA 0
 #endif
 
+/* A Q row as the scores read it: bf16, or in the FMA flavour fp32 with each
+ * 32 elements as their 16 even then 16 odd ones (split once per pass). */
+#if DB_FMA
+typedef float db_qt;
+#else
+typedef uint16_t db_qt;
+#endif
+
 #if !DB_FMA && !defined(__AVX512BF16__)
 #error "decode_bf16.c needs AVX512_BF16 (meson builds it only for such levels) but as DB_FMA"
 #endif
@@ -166,10 +174,10 @@ static db_plan plan(const mha_problem *p, int threads, int interleaved) {
             : 0;
     /* s[RB][BK] scores, tmp (the vector version: [RB][16][16] per-key
      * lanes; the tiles: two 16 x 16 S^T tiles), o[RB][dvq], m, l [RB], P as
-     * bf16 [RB][BK], Q rows as bf16 [RB][dq]; the tiles' buffers (db_tbuf) */
+     * bf16 [RB][BK], Q rows as db_qt [RB][dq]; the tiles' buffers (db_tbuf) */
     P.state = P.all_heads ? mha_align64((size_t)(p->kv_heads * nrc * db_slot(P.dvq, P.dq)) * f) : 0;
     P.tbuf_at = mha_align64((DB_RB * DB_BK + DB_TMP + DB_RB * dvq + 2 * DB_RB) * f +
-                            (DB_RB * DB_BK + DB_RB * dq) * 2);
+                            DB_RB * DB_BK * 2 + DB_RB * dq * sizeof(db_qt));
     P.scratch = P.tbuf_at + db_tbuf_bytes(P.dq) + P.state;
     return P;
 }
@@ -270,23 +278,24 @@ typedef uint16_t db_pt;
 /* Scores of keys [j0, j0 + bk) for R rows into s[r][0, ceil16(bk)) in log2
  * units (-inf past a row's end and past bk). NC > 0: head_dim in NC vectors
  * of 32 bf16, the Q rows held in registers; NC == 0: nc vectors, Q from L1. */
-ALWAYS_INLINE void scores_blk(const int R, const int NC, int64_t nc, const uint16_t *qb,
-                              int64_t ldq, const uint16_t *kh, int64_t skn, int64_t d, int64_t j0,
-                              int64_t bk, const int64_t *end, float qscale, float *s, float *tmp,
+ALWAYS_INLINE void scores_blk(const int R, const int NC, int64_t nc, const db_qt *qb, int64_t ldq,
+                              const uint16_t *kh, int64_t skn, int64_t d, int64_t j0, int64_t bk,
+                              const int64_t *end, float qscale, float *s, float *tmp,
                               mha_span_pf *pf) {
-    vbf qv[DB_RB][4];
     const __mmask32 last = mask32(d - (nc - 1) * 32);
-    if (NC)
-        for (int r = 0; r < R; r++)
-            for (int c = 0; c < NC; c++) qv[r][c] = _mm512_loadu_si512(qb + r * ldq + 32 * c);
 #if DB_FMA
     vf qe[DB_RB][4], qo[DB_RB][4];
     if (NC)
         for (int r = 0; r < R; r++)
             for (int c = 0; c < NC; c++) {
-                qe[r][c] = bf16_even(qv[r][c]);
-                qo[r][c] = bf16_odd(qv[r][c]);
+                qe[r][c] = vloadu(qb + r * ldq + 32 * c);
+                qo[r][c] = vloadu(qb + r * ldq + 32 * c + 16);
             }
+#else
+    vbf qv[DB_RB][4];
+    if (NC)
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < NC; c++) qv[r][c] = _mm512_loadu_si512(qb + r * ldq + 32 * c);
 #endif
     for (int64_t g = 0; g < bk; g += 16) {
         const int n = bk - g < 16 ? (int)(bk - g) : 16;
@@ -315,9 +324,8 @@ ALWAYS_INLINE void scores_blk(const int R, const int NC, int64_t nc, const uint1
                                                : _mm512_loadu_si512(kr + 32 * c);
                     const vf ke = bf16_even(kv), ko = bf16_odd(kv);
                     for (int r = 0; r < R; r++) {
-                        const vbf qq = _mm512_loadu_si512(qb + r * ldq + 32 * c);
-                        acc[r] = vfma(bf16_even(qq), ke, acc[r]);
-                        acc2[r] = vfma(bf16_odd(qq), ko, acc2[r]);
+                        acc[r] = vfma(vloadu(qb + r * ldq + 32 * c), ke, acc[r]);
+                        acc2[r] = vfma(vloadu(qb + r * ldq + 32 * c + 16), ko, acc2[r]);
                     }
                 }
             }
@@ -579,7 +587,7 @@ static void pv_tiles(int R, int init, const float *alpha, const uint16_t *pw, co
  * per rows for P.V, reached through the switches below. */
 #define DB_SC(R, NC)                                                                               \
     static __attribute__((noinline)) void sc_##R##_##NC(                                           \
-        int64_t nc, const uint16_t *qb, int64_t ldq, const uint16_t *kh, int64_t skn, int64_t d,   \
+        int64_t nc, const db_qt *qb, int64_t ldq, const uint16_t *kh, int64_t skn, int64_t d,      \
         int64_t j0, int64_t bk, const int64_t *end, float qscale, float *s, float *tmp,            \
         mha_span_pf *pf) {                                                                         \
         scores_blk(R, NC, nc, qb, ldq, kh, skn, d, j0, bk, end, qscale, s, tmp, pf);               \
@@ -591,8 +599,8 @@ DB_SC_R(3)
 DB_SC_R(4)
 #undef DB_SC_R
 #undef DB_SC
-typedef void (*sc_fn)(int64_t, const uint16_t *, int64_t, const uint16_t *, int64_t, int64_t,
-                      int64_t, int64_t, const int64_t *, float, float *, float *, mha_span_pf *);
+typedef void (*sc_fn)(int64_t, const db_qt *, int64_t, const uint16_t *, int64_t, int64_t, int64_t,
+                      int64_t, const int64_t *, float, float *, float *, mha_span_pf *);
 #define DB_SC_ROW(R)                                                                               \
     { sc_##R##_0, sc_##R##_1, sc_##R##_2, sc_##R##_3, sc_##R##_4 }
 static const sc_fn sc_fns[DB_RB][5] = {DB_SC_ROW(1), DB_SC_ROW(2), DB_SC_ROW(3), DB_SC_ROW(4)};
@@ -650,7 +658,8 @@ static inline int64_t db_pf_steps(int64_t n, int64_t dv) {
 
 typedef struct {
     float *s, *tmp, *o, *m, *l;
-    uint16_t *pw, *qb;
+    uint16_t *pw;
+    db_qt *qb;
     mha_span_pf *pf; /* all_heads: the next span's prefetch, else NULL */
     uint32_t *qt;    /* the tiles: Q^T as B tiles, V pairs; K tiles made from tails */
     uint32_t *vbuf;
@@ -689,9 +698,15 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
         const uint16_t *src =
             (const uint16_t *)q->data + b * q->stride_b + h * q->stride_h + i * q->stride_n;
         if (!DB_TILES || fresh) /* the tiles read Q only through w->qt */
-            for (int64_t c = 0; c < dq; c += 32)
-                _mm512_storeu_si512(w->qb + r * dq + c,
-                                    _mm512_maskz_loadu_epi16(mask32(d - c), src + c));
+            for (int64_t c = 0; c < dq; c += 32) {
+                const vbf qv = _mm512_maskz_loadu_epi16(mask32(d - c), src + c);
+#if DB_FMA /* split once per pass: db_qt */
+                vstoreu(w->qb + r * dq + c, bf16_even(qv));
+                vstoreu(w->qb + r * dq + c + 16, bf16_odd(qv));
+#else
+                _mm512_storeu_si512(w->qb + r * dq + c, qv);
+#endif
+            }
         end[r] = mha_kv_end(p, i);
         beg[r] = mha_kv_begin(p, i);
         if (fresh) {
@@ -916,7 +931,7 @@ mha_status MHA_CAT(MHA_SYM(decode), _run)(const mha_problem *p, const mha_option
         w.m = w.o + DB_RB * dq;
         w.l = w.m + DB_RB;
         w.pw = (uint16_t *)(w.l + DB_RB);
-        w.qb = w.pw + DB_RB * DB_BK;
+        w.qb = (db_qt *)(void *)(w.pw + DB_RB * DB_BK);
 #if DB_TILES
         w.qt = (uint32_t *)((char *)base + P.tbuf_at);
         w.kbuf = (uint16_t *)(w.qt + 8 * P.dq); /* dq / 32 tiles of 256 dwords */

@@ -722,17 +722,20 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
     const uint16_t *kh = (const uint16_t *)k->data + b * k->stride_b + g * k->stride_h;
     const uint16_t *vh = (const uint16_t *)v->data + b * v->stride_b + g * v->stride_h;
     /* Short blocks: K and V are read in alternation a few keys at a time.
-     * A head-major cache beyond a quarter of the L3 (x->rows_pf; each head's rows
+     * A head-major cache beyond a quarter of the L3 (each head's rows
      * contiguous, no block table) has the rows of the block DB_PF_AHEAD
      * blocks on walked into L2 over this block's steps (mha_span_pf: a few
      * lines per key of the scores and per pair of P.V), beside the hardware
      * prefetchers; all_heads brings its own w->pf, and within the L3 the
-     * hardware keeps up (but for the FMA flavour's, plan()). One row over a cache well inside the
-     * L3 takes long blocks (DB_BK1_CACHED). Measured in docs/attention-variants.md ("Decode from
-     * DRAM: the rows two blocks ahead"); before that prefetch (Zen 4, H=32 Nkv=4096 d=128, medians
-     * of interleaved runs): one row per pass (KV=32, DRAM): 64 keys with a prefetch 8 KiB
-     * ahead 13.5 GFLOP/s; without, 16 keys 16-17, 8 keys 22.4 / 31.5 (1 / 2 threads), 4 keys 20.3
-     * / 40.2. Four rows (KV=8): cold cache (bench_kvcache) 64 keys with prefetch 45 / 80, 16 keys
+     * hardware keeps up, but for the FMA flavour, which prefetches any cache
+     * beyond the L2 (x->rows_pf: plan()). One row over a cache well inside
+     * the L3 takes long blocks (DB_BK1_CACHED). Measured in
+     * docs/attention-variants.md ("Decode from DRAM: the rows two blocks
+     * ahead"); before that prefetch (Zen 4, H=32 Nkv=4096 d=128, medians of
+     * interleaved runs): one row per pass (KV=32, DRAM): 64 keys with a
+     * prefetch 8 KiB ahead 13.5 GFLOP/s; without, 16 keys 16-17, 8 keys
+     * 22.4 / 31.5 (1 / 2 threads), 4 keys 20.3 / 40.2. Four rows (KV=8):
+     * cold cache (bench_kvcache) 64 keys with prefetch 45 / 80, 16 keys
      * without 52-60 / 107-125. */
     const int rows_pf = x->rows_pf && !w->pf && !x->blocks;
     const int64_t bkb = R > 1 || DB_TILES ? DB_BK : (x->stream ? DB_BK1_STREAM : DB_BK1_CACHED);
@@ -820,9 +823,12 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
         pv_tiles(R, init, arow, w->pw, kv_base(x, v, vh, j0), v->stride_n, j0, bk, dv, o, dvq,
                  w->vbuf, pf);
 #else
-        pv_fns[R - 1](init, arow,
-                      DB_FMA ? (const db_pt *)(const void *)s : (const db_pt *)(const void *)w->pw,
-                      kv_base(x, v, vh, j0), v->stride_n, j0, bk, dv, o, dvq, pf);
+#if DB_FMA
+        const db_pt *pblk = s; /* P in fp32, written over the scores */
+#else
+        const db_pt *pblk = w->pw;
+#endif
+        pv_fns[R - 1](init, arow, pblk, kv_base(x, v, vh, j0), v->stride_n, j0, bk, dv, o, dvq, pf);
 #endif
     }
     for (int r = 0; r < R; r++) l[r] = vhsum(lsum[r]);

@@ -105,7 +105,10 @@ LD_LIBRARY_PATH=$libdir "$tmp/demo" >"$tmp/demo.out" || fail "the demo's mha_sel
 cat "$tmp/demo.out"
 grep -qF "tuning table $fresh, class d64-kv1024-t1" "$tmp/demo.out" ||
     fail "the library does not read $fresh"
-LD_LIBRARY_PATH=$libdir ldd "$tmp/demo" | grep -qF "$libdir/libmha.so" || fail "the demo did not load the installed libmha.so"
+# ldd to a file first: under pipefail, grep -q leaving early could kill ldd
+# with SIGPIPE and fail the check though the line was there (CI, stop 50)
+LD_LIBRARY_PATH=$libdir ldd "$tmp/demo" >"$tmp/ldd.out" || fail "ldd cannot read the demo"
+grep -qF "$libdir/libmha.so" "$tmp/ldd.out" || fail "the demo did not load the installed libmha.so"
 
 after=$(state)
 [ "$before" = "$after" ] || { diff <(echo "$before") <(echo "$after") || true; fail "the source tree's results/ changed"; }

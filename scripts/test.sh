@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# test.sh - sets up and runs every test: the unit tests natively (the full
-# verify grid, the fleet tests), the ISA-dependent ones under each MHA_ISA
-# cap (tests for an ISA this CPU lacks skip; kernel grids a third, verify
-# --quick), then an AddressSanitizer + UBSan build (everything but the full
-# grid and the fleet, kernel grids a third), then a bounded libFuzzer run of
-# each reader (scripts/fuzz.sh, about a minute). The suites and setups are
+# test.sh [--heavy] - sets up and runs every test: the unit tests natively
+# (the full verify grid, the fleet tests), the ISA-dependent ones under each
+# MHA_ISA cap (tests for an ISA this CPU lacks skip; kernel grids one case in
+# six, verify --quick), then an AddressSanitizer + UBSan build (everything but
+# the full grid and the fleet, kernel grids one in six), then a bounded
+# libFuzzer run of each reader (scripts/fuzz.sh, about a minute). --heavy:
+# the kernel grids whole under the caps and the sanitizers too
+# (MHA_TEST_STRIDE=1; about three times as long). The suites and setups are
 # in tests/meson.build. Ends with "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+'') ;;
+--heavy) export MHA_TEST_STRIDE=1 ;;
+*)
+    echo "usage: scripts/test.sh [--heavy] (got '$1')" >&2
+    exit 2
+    ;;
+esac
 ./scripts/bootstrap.sh || { echo "0 passed, 1 failed"; exit 1; }
 
 pass=0 fail=0 skip=0

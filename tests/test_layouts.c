@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "mha.h"
+#include "testutil.h"
 
 enum { NSEQ_MAX = 16 };
 
@@ -478,6 +479,7 @@ static void layout_kernels(int layout) {
         }
         double worst[4] = {0, 0, 0, 0};
         static const mha_dtype types[] = {MHA_F32, MHA_BF16, MHA_F16};
+        long runs = 0; /* under a cap or a sanitizer: one run in tu_stride(), rotating */
         for (int ws = 0; ws < NCONFIG * 3; ws++) {
             const int w = ws / 3;
             const shape_set *sh = &SHAPE_SETS[ws % 3];
@@ -494,6 +496,7 @@ static void layout_kernels(int layout) {
             for (int ti = 0; ti < 3; ti++) {
                 if (!(mha_kernel_dtypes(k) & MHA_DTYPE_BIT(types[ti]))) continue;
                 for (int c = 0; c < 4; c++) {
+                    if (!tu_take(runs++, i)) continue;
                     const mha_options opt = {.threads = 1 + (c & 1),
                                              .split = c & 2 ? MHA_SPLIT_HEADS : MHA_SPLIT_AUTO,
                                              .block_q = c == 3 ? 7 : 0,
@@ -528,6 +531,7 @@ static void layout_kernels(int layout) {
                 ragged p8;
                 make_paged(&p8, &pk, bs, 1);
                 for (int c = 0; c < 2; c++) {
+                    if (!tu_take(runs++, i)) continue;
                     const mha_options opt = {.threads = 1 + c};
                     const double e = kernel_vs_oracle(k, &p8, &opt, MHA_F32);
                     if (!(e <= 2e-5))

@@ -128,3 +128,23 @@ int tu_quick(void) {
     const char *q = getenv("MHA_TEST_QUICK");
     return q && *q && strcmp(q, "0") != 0;
 }
+
+int tu_stride(void) {
+    if (!tu_quick()) return 1;
+    const char *v = getenv("MHA_TEST_STRIDE");
+    if (!v || !*v) return 6;
+    char *end;
+    const long s = strtol(v, &end, 10);
+    if (*end || s < 1 || s > 1000) {
+        fprintf(stderr, "MHA_TEST_STRIDE='%s': must be an integer from 1 to 1000\n", v);
+        abort();
+    }
+    return (int)s;
+}
+
+int tu_take(long i, long salt) {
+    const long s = tu_stride();
+    if (s == 1) return 1;
+    if (salt < 0) salt = -salt;
+    return i % s == (i / s + salt) % s;
+}

@@ -11,8 +11,17 @@ void tu_rm_tree(const char *dir);
 /* Entries of dir besides . and ..; -1 if it cannot be opened. */
 int tu_count_entries(const char *dir);
 /* 1 when MHA_TEST_QUICK is set (the ISA-cap and sanitizer setups of
- * tests/meson.build): the big kernel grids then take every third case. */
+ * tests/meson.build). */
 int tu_quick(void);
+/* The big kernel grids' sampling under MHA_TEST_QUICK: 1 (every case) when
+ * it is unset; otherwise MHA_TEST_STRIDE (a positive integer; what
+ * `scripts/test.sh --heavy` sets to 1) or 6. */
+int tu_stride(void);
+/* Whether a kernel grid runs its case i: always at stride 1; at stride s one
+ * case in each run of s consecutive ones, the chosen place moving by one
+ * from run to run (and by salt between kernels or dtypes), so a parameter
+ * that cycles with i is not stuck at one value. */
+int tu_take(long i, long salt);
 /* Reads up to len-1 bytes of path into buf, NUL-terminated ("" if unreadable). */
 void tu_slurp(const char *path, char *buf, size_t len);
 /* Runs argv[0] with argv (NULL-terminated); stdout and stderr go through

@@ -2,9 +2,9 @@
 # test.sh [--heavy] - sets up and runs every test: the unit tests natively
 # (the full verify grid, the fleet tests), the ISA-dependent ones under each
 # MHA_ISA cap (tests for an ISA this CPU lacks skip; kernel grids one case in
-# six, verify --quick), then an AddressSanitizer + UBSan build (everything but
-# the full grid and the fleet, kernel grids one in six), then a bounded
-# libFuzzer run of each reader (scripts/fuzz.sh, about a minute). --heavy:
+# six, verify --quick at 1 thread), then an AddressSanitizer + UBSan build
+# (everything but the full grid and the fleet, kernel grids one in six), then
+# a bounded libFuzzer run of each reader (scripts/fuzz.sh, about a minute). --heavy:
 # the kernel grids whole under the caps and the sanitizers too
 # (MHA_TEST_STRIDE=1; much longer: under ASan test_kernels alone took 198 s
 # at a third of its cases, stop 50). The suites and setups are

@@ -162,13 +162,20 @@ static inline int vany_gt(vf a, vf b) {
 
 /* 2^x for x <= 128: x = n + f with n = round(x), |f| <= 1/2, 2^f by a degree-6
  * polynomial (Cephes exp2f coefficients, rel. error ~1.7e-7), then scalef by
- * 2^n. x is clamped at -200 so that -inf gives exactly 0.
- * NaN propagates: max/min return their second operand when either is NaN,
- * so every clamp here puts x second (a NaN score must never become a finite
- * weight; README "NaN and Inf"). */
+ * 2^n. Results below 2^-126 (FLT_MIN) are exactly 0, so -inf gives 0: the
+ * lanes with x < -126 are zeroed by the scalef's mask, never computed as a
+ * subnormal. On Intel an underflowing scalef takes a microcode assist: a loop
+ * of these exps on the Emerald Rapids VM ran ~110 ns (~300 cycles) per
+ * vector with any such lane, against ~3 ns, and the clamp at -200 this
+ * replaces hit it on every masked score (a causal diagonal, a window's
+ * edges, a tail's padding; docs/semantics.md "Tiny softmax weights").
+ * NaN propagates: the mask keeps unordered lanes (NLT_UQ), and max/min
+ * return their second operand when either is NaN, so every clamp puts x
+ * second (a NaN score must never become a finite weight; README "NaN and Inf"). */
+#define MHA_EXP2_FLUSH (-126.0f)
 /* For x <= 128.0 only (the softmax always passes x <= 0): no upper clamp. */
 static inline vf vexp2_nonpos(vf x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-200.0f), x);
+    const __mmask16 k = _mm512_cmp_ps_mask(x, _mm512_set1_ps(MHA_EXP2_FLUSH), _CMP_NLT_UQ);
     const vf n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const vf f = _mm512_sub_ps(x, n);
     vf p = _mm512_set1_ps(1.535336188319500e-4f);
@@ -178,16 +185,19 @@ static inline vf vexp2_nonpos(vf x) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
+    return _mm512_maskz_scalef_ps(k, p, n);
 }
 static inline vf vexp2(vf x) {
     return vexp2_nonpos(_mm512_min_ps(_mm512_set1_ps(128.0f), x));
 }
 
 /* e^x with Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, and a degree-7
- * polynomial for e^r (Cephes expf coefficients); -inf (x < -120 clamped) gives 0. */
+ * polynomial for e^r (Cephes expf coefficients); x < -87.33 (e^x below
+ * FLT_MIN, ln FLT_MIN = -87.3365) and -inf give exactly 0 through the
+ * scalef's mask, as in vexp2_nonpos (no subnormal, no assist). */
 static inline vf vexp(vf x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-120.0f), x); /* x second: NaN propagates */
+    const __mmask16 k = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_NLT_UQ);
+    x = _mm512_max_ps(_mm512_set1_ps(-87.33f), x); /* x second: NaN propagates */
     x = _mm512_min_ps(_mm512_set1_ps(88.7f), x);
     const vf n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -200,6 +210,6 @@ static inline vf vexp(vf x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
+    return _mm512_maskz_scalef_ps(k, p, n);
 }
 #endif

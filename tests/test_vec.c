@@ -62,7 +62,8 @@ static void test_accuracy(void **state) {
 
 /* The degree-3 exp2 of the bf16 kernels' P (kernels/vec_avx512bf16.h, which
  * harness/check.c's tolerance cites): relative error within the stated
- * 7.5e-5 over [-126, 0], -inf and below -200 give 0, NaN stays NaN. Built
+ * 7.5e-5 over [-125, 0], -inf and below -125 give exactly 0 (never a
+ * subnormal), NaN stays NaN. Built
  * for AVX512_BF16 here, run where the CPU has it. */
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")
@@ -85,24 +86,53 @@ static void test_exp2_bf16(void **state) {
     float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
     assert_non_null(x);
     assert_non_null(y);
-    for (int j = 0; j < N; j++) x[j] = (float)(-126.0 * j / (N - 1));
+    for (int j = 0; j < N; j++) x[j] = (float)(MHA_EXP2_BF16_FLUSH * j / (N - 1));
     exp2_bf16_array(x, y, N);
     double worst = 0;
     for (int j = 0; j < N; j++) {
         const double want = exp2((double)x[j]);
         worst = fmax(worst, fabs((double)y[j] - want) / want);
     }
-    print_message("vexp2_nonpos_bf16: max relative error %.5g over [-126, 0]\n", worst);
+    print_message("vexp2_nonpos_bf16: max relative error %.5g over [%g, 0]\n", worst,
+                  (double)MHA_EXP2_BF16_FLUSH);
     assert_true(worst <= MHA_EXP2_BF16_REL);
     assert_true(worst > 1e-5); /* it is the short polynomial, not the full one */
-    const float e[] = {-INFINITY, -1000.0f, -200.5f, NAN, 0.0f};
+    const float e[] = {-INFINITY, -1000.0f, -125.25f, NAN, 0.0f};
     float r[5];
     exp2_bf16_array(e, r, 5);
     assert_true(r[0] == 0.0f && r[1] == 0.0f && r[2] == 0.0f);
+    for (int j = 0; j < 1024; j++) { /* [-128, -120): 0 or normal, 0 below -125 */
+        float xj = -128.0f + j / 128.0f, yj;
+        exp2_bf16_array(&xj, &yj, 1);
+        assert_true(yj == 0.0f || yj >= 0x1p-126f);
+        assert_true(xj >= MHA_EXP2_BF16_FLUSH || yj == 0.0f);
+    }
     assert_true(isnan(r[3]));
     assert_true(fabs(r[4] - 1.0) <= MHA_EXP2_BF16_REL);
     free(x);
     free(y);
+}
+
+/* Below FLT_MIN the exps give exactly 0, never a subnormal: on Intel a
+ * subnormal result (or an underflowing scalef) costs a microcode assist of
+ * ~300 cycles per vector (kernels/vec_avx512.h, vexp2_nonpos). Over
+ * [lo, hi] in steps of 1/256 (and its odd tail): each result is 0 or a
+ * normal float, 0 below flush, and within 4 ulp of libm above flush + 1. */
+static void no_subnormal(void (*f)(const float *, float *, int64_t), double lo, double hi,
+                         double flush) {
+    enum { N = 2561 };
+    float x[N], y[N];
+    for (int j = 0; j < N; j++) x[j] = (float)(lo + (hi - lo) * j / (N - 1));
+    f(x, y, N);
+    const int is_exp2 = flush < -100;
+    for (int j = 0; j < N; j++) {
+        if (!(y[j] == 0.0f || fabsf(y[j]) >= 0x1p-126f))
+            fail_msg("x = %.9g gave the subnormal %.9g", x[j], y[j]);
+        if (x[j] < flush && y[j] != 0.0f) fail_msg("x = %.9g gave %.9g, not 0", x[j], y[j]);
+        const double want = is_exp2 ? exp2((double)x[j]) : exp((double)x[j]);
+        if (x[j] >= flush + 1 && ulp_err(y[j], want) > 4)
+            fail_msg("x = %.9g gave %.9g, want %.9g", x[j], y[j], want);
+    }
 }
 
 static void test_edges(void **state) {
@@ -120,8 +150,10 @@ static void test_edges(void **state) {
     assert_true(y[5] == 1.0f && y2[5] == 1.0f);
     assert_true(y[6] == 1.0f && y2[6] == 1.0f);
     assert_true(ulp_err(y[7], exp(1.0)) <= 4 && ulp_err(y2[7], 2.0) <= 4);
-    /* exp(-88) = 6e-39 is below FLT_MIN: flushed to 0 (avx2, scalar) or accurate (avx512). */
-    assert_true(y[8] == 0.0f || ulp_err(y[8], exp(-88.0)) <= 4);
+    /* exp(-88) = 6e-39 is below FLT_MIN: exactly 0 on every level. */
+    assert_true(y[8] == 0.0f);
+    no_subnormal(OPS(i)->vexp_array, -90.0, -85.0, -87.33);
+    no_subnormal(OPS(i)->vexp2_array, -130.0, -120.0, -126.0);
 }
 
 /* The softcap (ukernels.h's vsoftcap_log2: c tanh(x / c) log2 e) against

@@ -176,8 +176,8 @@ static inline int vany_gt(vf a, vf b) {
 /* For x <= 128.0 only (the softmax always passes x <= 0): no upper clamp. */
 static inline vf vexp2_nonpos(vf x) {
     const __mmask16 k = _mm512_cmp_ps_mask(x, _mm512_set1_ps(MHA_EXP2_FLUSH), _CMP_NLT_UQ);
-    const vf n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const vf f = _mm512_sub_ps(x, n);
+    const vf f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const vf n = _mm512_sub_ps(x, f);
     vf p = _mm512_set1_ps(1.535336188319500e-4f);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));

@@ -58,8 +58,8 @@ static inline __m256i vf_to_f16(vf x) {
 #define MHA_EXP2_BF16_FLUSH (-125.0f)
 static inline vf vexp2_nonpos_bf16(vf x) {
     const __mmask16 k = _mm512_cmp_ps_mask(x, _mm512_set1_ps(MHA_EXP2_BF16_FLUSH), _CMP_NLT_UQ);
-    const vf n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const vf f = _mm512_sub_ps(x, n);
+    const vf f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const vf n = _mm512_sub_ps(x, f);
     vf p = _mm512_set1_ps(5.517166905792616e-2f);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.426111221932161e-1f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.932609854606553e-1f));

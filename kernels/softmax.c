@@ -62,7 +62,11 @@ void MHA_SYM(vsoftcap_array)(const float *x, float *y, int64_t n, float c) {
 
 /* The exp unit's loop (ops.h's "exp" row): the kernels' own exponential,
  * vexp2_nonpos (what softmax_columns and the fused score tiles call), on
- * the inputs a softmax gives it (x - max in log2 units, -16 <= x < 0). Each
+ * the inputs a softmax gives it (x - max in log2 units, -16 <= x < 0), and
+ * in one vector of 8 every other lane -inf, as a mask's edge leaves it: an
+ * exp that took a microcode assist there (an underflowing scalef on Intel,
+ * ~37x a plain vector: docs/semantics.md "Tiny softmax weights") would
+ * show here as a rate several times lower. Each
  * pass loads x, computes 2^x and stores y, 4 KiB each, so both stay in L1
  * and the rate is the exponential's, not memory's; the empty asm with a
  * memory clobber tells the compiler that x may have changed and y is read,
@@ -71,7 +75,8 @@ void MHA_SYM(vsoftcap_array)(const float *x, float *y, int64_t n, float c) {
 double MHA_SYM(exp_peak_loop)(int64_t iters) {
     if (iters <= 0) return 0.0;
     _Alignas(64) float x[EXP_PEAK_N], y[EXP_PEAK_N];
-    for (int i = 0; i < EXP_PEAK_N; i++) x[i] = -16.0f * ((float)i + 0.5f) / EXP_PEAK_N;
+    for (int i = 0; i < EXP_PEAK_N; i++)
+        x[i] = (i / VW) % 8 == 7 && i % 2 ? -INFINITY : -16.0f * ((float)i + 0.5f) / EXP_PEAK_N;
     for (int64_t it = 0; it < iters; it++) {
         for (int i = 0; i < EXP_PEAK_N; i += VW) vstore(y + i, vexp2_nonpos(vload(x + i)));
         /* the stores are consumed and x may have changed: nothing hoisted or dropped */

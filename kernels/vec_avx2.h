@@ -160,16 +160,18 @@ static inline vf vpow2i(vf n) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
 }
 
-/* 2^x: same polynomial as vec_avx512.h; results below 2^-126 (FLT_MIN) are
- * exactly 0 (so -inf gives 0), never a subnormal (vec_avx512.h's
- * vexp2_nonpos says why): x is clamped at -126 and the lanes below are
- * cleared by a mask that keeps NaN (NLT_UQ).
- * For x <= 127.0 only (the softmax always passes x <= 0): no upper clamp.
+/* 2^x: same polynomial as vec_avx512.h; x clamped to [-127, 127]; results
+ * below 2^-126.5 flush to 0 (so -inf gives exactly 0: 2^-127 is built as
+ * +0 from its exponent bits, with no subnormal and no assist, unlike
+ * vec_avx512.h's scalef). x in [-126.5, -126) gives a subnormal (a
+ * microcode assist on Intel, for a score in that half unit only); masked
+ * scores never land there, so it is left (clearing it would take a compare
+ * and an and per vector; docs/semantics.md "Tiny softmax weights"). */
+/* For x <= 127.0 only (the softmax always passes x <= 0): no upper clamp.
  * x is the second operand of every clamp so that NaN propagates (maxps
  * returns the second operand when either is NaN). */
 static inline vf vexp2_nonpos(vf x) {
-    const vf keep = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NLT_UQ);
-    x = _mm256_max_ps(_mm256_set1_ps(-126.0f), x);
+    x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);
     const vf n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const vf f = _mm256_sub_ps(x, n);
     vf p = _mm256_set1_ps(1.535336188319500e-4f);
@@ -179,17 +181,15 @@ static inline vf vexp2_nonpos(vf x) {
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    return _mm256_and_ps(keep, _mm256_mul_ps(p, vpow2i(n)));
+    return _mm256_mul_ps(p, vpow2i(n));
 }
 static inline vf vexp2(vf x) {
     return vexp2_nonpos(_mm256_min_ps(_mm256_set1_ps(127.0f), x));
 }
 
-/* e^x, Cody-Waite + degree-7 polynomial as in vec_avx512.h; x < -87.33
- * (below FLT_MIN) -> exactly 0, never a subnormal. */
+/* e^x, Cody-Waite + degree-7 polynomial as in vec_avx512.h; x < -88.5 -> 0. */
 static inline vf vexp(vf x) {
-    const vf keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33f), _CMP_NLT_UQ);
-    x = _mm256_max_ps(_mm256_set1_ps(-87.33f), x); /* x second: NaN propagates */
+    x = _mm256_max_ps(_mm256_set1_ps(-88.5f), x); /* x second: NaN propagates */
     x = _mm256_min_ps(_mm256_set1_ps(88.0f), x);
     vf n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -203,6 +203,6 @@ static inline vf vexp(vf x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    return _mm256_and_ps(keep, _mm256_mul_ps(p, vpow2i(n)));
+    return _mm256_mul_ps(p, vpow2i(n));
 }
 #endif

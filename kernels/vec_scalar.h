@@ -127,7 +127,7 @@ static inline float vpow2i_(float n) { /* n integer in [-127, 127]; -127 -> +0 *
     return r;
 }
 static inline vf vexp2_nonpos(vf x) { /* x <= 127: no upper clamp */
-    if (x < -126.0f) return 0.0f;     /* below FLT_MIN: 0, never a subnormal */
+    x = x < -127.0f ? -127.0f : x;
     const float n = vround_(x), f = x - n;
     float p = 1.535336188319500e-4f;
     p = p * f + 1.339887440266574e-3f;
@@ -142,8 +142,7 @@ static inline vf vexp2(vf x) {
     return vexp2_nonpos(x > 127.0f ? 127.0f : x);
 }
 static inline vf vexp(vf x) {
-    if (x < -87.33f) return 0.0f; /* below FLT_MIN: 0, never a subnormal */
-    x = x > 88.0f ? 88.0f : x;
+    x = x < -88.5f ? -88.5f : (x > 88.0f ? 88.0f : x);
     float n = vround_(x * 1.44269504088896341f);
     float r = x - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;

@@ -337,6 +337,47 @@ static inline float softmax_row_full(const float *s, int64_t c0, int64_t c1, flo
     return alpha;
 }
 
+/* ---- prefetching the next task's rows --------------------------------------
+ * The per-group split prefetches, while a task computes, what the next one
+ * reads from memory first: the K and V rows of the keys the next query
+ * block packs, and the Q rows (and the output rows, for writing) of the
+ * next (head, query block). Without it a window of 128 spent about a fifth
+ * of its time waiting on the pack's and the Q copy's loads (perf: the
+ * samples after the loads of K and V rows in pack_kv_chunk), for the same
+ * number of keys as causal packs, which it amortises over 64x the work. A
+ * few rows per softmax row, so that the prefetches spread over the task. */
+typedef struct {
+    const amx_ctx *x;
+    int64_t b, g, j, je; /* keys [j, je) of (b, g): their K and V rows */
+    const uint16_t *q;   /* qn rows of Q from q, and of the output from o */
+    uint16_t *o;
+    int64_t qn, kstep, qstep; /* keys and query rows per step */
+} amx_pf;
+
+static inline void pf_lines(const void *p, int64_t bytes, int write) {
+    for (int64_t c = 0; c < bytes; c += 64) {
+        if (write)
+            __builtin_prefetch((const char *)p + c, 1, 3);
+        else
+            __builtin_prefetch((const char *)p + c, 0, 3);
+    }
+}
+
+static inline void pf_step(amx_pf *w) {
+    const amx_ctx *x = w->x;
+    const int64_t kb = x->p->head_dim * 2, vb = mha_dv(x->p) * 2;
+    for (int64_t u = 0; u < w->kstep && w->j < w->je; u++, w->j++) {
+        pf_lines(kv_row(x, x->k, w->b, w->g, w->j), kb, 0);
+        pf_lines(kv_row(x, x->v, w->b, w->g, w->j), vb, 0);
+    }
+    for (int64_t u = 0; u < w->qstep && w->qn > 0; u++, w->qn--) {
+        pf_lines(w->q, kb, 0);
+        pf_lines(w->o, vb, 1);
+        w->q += x->q->stride_n;
+        w->o += x->out->stride_n;
+    }
+}
+
 /* ---- the algorithm ------------------------------------------------------- */
 
 /* Rows [r0, r0 + nr) (a 32-row sub-block of the task's query block, global
@@ -349,7 +390,7 @@ static inline float softmax_row_full(const float *s, int64_t c0, int64_t c1, flo
  * the L1d. */
 static void amx_sub_block(const amx_ctx *x, int64_t i0, int64_t r0, int64_t nr, int64_t j0,
                           int64_t je, const uint16_t *qa, const uint32_t *kt, const uint32_t *vp,
-                          float *S, uint16_t *Pa, float *Ob, float *m, float *l) {
+                          float *S, uint16_t *Pa, float *Ob, float *m, float *l, amx_pf *pf) {
     const mha_problem *p = x->p;
     const amx_layout *L = &x->L;
     const int64_t slo = mha_kv_begin(p, i0 + r0), shi = mha_kv_end(p, i0 + r0 + nr - 1);
@@ -398,6 +439,7 @@ static void amx_sub_block(const amx_ctx *x, int64_t i0, int64_t r0, int64_t nr, 
                      ? softmax_row_full(srow, c0, c1, sc, &m[r0 + i], li, prow)
                      : softmax_row(srow, c0, c1, rlo, rhi, sc, &m[r0 + i], li, prow);
         }
+        if (pf) pf_step(pf);
         if (!first && al != 1.0f) {
             const vf av = vset1(al);
             float *orow = Ob + ((r0 + i) / 16) * L->vc * 256 + ((r0 + i) % 16) * 16;
@@ -417,7 +459,7 @@ static void amx_sub_block(const amx_ctx *x, int64_t i0, int64_t r0, int64_t nr, 
 
 /* One (batch, head, query block) task: Q packed once, then every KV block
  * against every 32-row sub-block. */
-static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws) {
+static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws, amx_pf *pf) {
     const mha_problem *p = x->p;
     const amx_layout *L = &x->L;
     const int64_t dvr = mha_dv(p), g = h / x->group;
@@ -452,8 +494,8 @@ static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *
     for (int64_t j0 = kv_lo / 32 * 32; j0 < kv_end; j0 += L->bk) {
         const int64_t je = j0 + L->bk < kv_end ? j0 + L->bk : kv_end;
         for (int64_t r0 = 0; r0 < n; r0 += 32)
-            amx_sub_block(x, i0, r0, n - r0 < 32 ? n - r0 : 32, j0, je, Qa, kt, vp, S, Pa, Ob, m,
-                          l);
+            amx_sub_block(x, i0, r0, n - r0 < 32 ? n - r0 : 32, j0, je, Qa, kt, vp, S, Pa, Ob, m, l,
+                          pf);
     }
     PHASE_RESTART();
     /* out = O / l in the output dtype; a row that sees no key is zeros, sink or not */
@@ -470,6 +512,54 @@ static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *
         }
     }
     PHASE(PHASE_PACK);
+}
+
+/* One (batch, KV head) task of the per-group split: the query blocks in
+ * order, each for every head of the group, with the K and V chunks packed
+ * just before the first query block that reads them. Under a window (and
+ * causal) the packing then goes along with the blocks, and the chunks it
+ * writes are still in the L1 and L2 when the heads read them: packing the
+ * whole head first (1 MiB of packs per 4096 keys at d = 64) left a window
+ * of 128 reading them back from the L3 (docs/amx.md). Not causal, the first
+ * block packs them all, as before. */
+static void amx_group_task(const amx_ctx *x, int64_t b, int64_t g, char *ws) {
+    const mha_problem *p = x->p;
+    const int64_t bq = x->L.bq, nkc = up32(p->seq_kv) / 32;
+    uint32_t *kt = packs_of(x, b, g, ws);
+    int64_t packed = 0; /* chunks [0, packed) are in kt */
+    for (int64_t i0 = 0, qb = 0; i0 < p->seq_q; i0 += bq, qb++) {
+        const int64_t n = i0 + bq < p->seq_q ? bq : p->seq_q - i0;
+        const int64_t need = (mha_kv_end(p, i0 + n - 1) + 31) / 32;
+        PHASE_START();
+        for (; packed < need && packed < nkc; packed++) pack_kv_chunk(x, b, g, packed, kt);
+        PHASE(PHASE_PACK);
+        /* the keys the next query block packs, spread over the group's heads */
+        const int64_t n2 = i0 + bq + bq < p->seq_q ? bq : p->seq_q - i0 - bq;
+        int64_t kj = 32 * packed,
+                kje = n2 > 0 ? 32 * ((mha_kv_end(p, i0 + bq + n2 - 1) + 31) / 32) : 0;
+        if (kje > p->seq_kv) kje = p->seq_kv;
+        const int64_t per_head = kje > kj ? (kje - kj + x->group - 1) / x->group : 0;
+        for (int64_t h = g * x->group; h < (g + 1) * x->group; h++) {
+            /* the next task: the next head of the group, or the first head's next block */
+            const int last_h = h + 1 == (g + 1) * x->group;
+            const int64_t nh = last_h ? g * x->group : h + 1, ni0 = last_h ? i0 + bq : i0;
+            const int64_t nn = last_h ? n2 : n;
+            amx_pf pf = {x,
+                         b,
+                         g,
+                         kj,
+                         kj + per_head < kje ? kj + per_head : kje,
+                         (const uint16_t *)x->q->data + b * x->q->stride_b + nh * x->q->stride_h +
+                             ni0 * x->q->stride_n,
+                         (uint16_t *)x->out->data + b * x->out->stride_b + nh * x->out->stride_h +
+                             ni0 * x->out->stride_n,
+                         nn > 0 ? nn : 0,
+                         (per_head + n - 1) / n,
+                         1};
+            kj = pf.je;
+            amx_block(x, b, h, qb, ws, &pf);
+        }
+    }
 }
 
 /* ---- the packed ragged batch and the paged cache -------------------------
@@ -509,15 +599,8 @@ static void amx_run_layout(const amx_ctx *x, const mha_extras *ex, int threads, 
             tile_configure_all(); /* per thread, before its first tile instruction */
 #pragma omp for schedule(dynamic, 1)
             for (int64_t bg = 0; bg < B * G; bg++) {
-                const int64_t g = bg % G;
                 amx_seq_view(x, ex, bg / G, &s);
-                uint32_t *kt = packs_of(&s.x, 0, g, ws);
-                PHASE_START();
-                for (int64_t c = 0; c < up32(s.v.p.seq_kv) / 32; c++)
-                    pack_kv_chunk(&s.x, 0, g, c, kt);
-                PHASE(PHASE_PACK);
-                for (int64_t h = g * x->group; h < (g + 1) * x->group; h++)
-                    for (int64_t qb = 0; qb * bq < s.v.p.seq_q; qb++) amx_block(&s.x, 0, h, qb, ws);
+                amx_group_task(&s.x, 0, bg % G, ws);
             }
         } else {
             {
@@ -538,7 +621,7 @@ static void amx_run_layout(const amx_ctx *x, const mha_extras *ex, int threads, 
                 int64_t b, h, qb;
                 if (!mha_seq_task(p, ex, bq, it, &b, &h, &qb)) continue;
                 amx_seq_view(x, ex, b, &s);
-                amx_block(&s.x, 0, h, qb, ws);
+                amx_block(&s.x, 0, h, qb, ws, NULL);
             }
         }
         MHA_TILE_RELEASE();
@@ -569,13 +652,7 @@ mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options
             tile_configure_all(); /* per thread, before its first tile instruction */
 #pragma omp for schedule(dynamic, 1)
             for (int64_t bg = 0; bg < p->batch * G; bg++) {
-                const int64_t b = bg / G, g = bg % G;
-                uint32_t *kt = packs_of(&x, b, g, ws);
-                PHASE_START();
-                for (int64_t c = 0; c < nkc; c++) pack_kv_chunk(&x, b, g, c, kt);
-                PHASE(PHASE_PACK);
-                for (int64_t h = g * x.group; h < (g + 1) * x.group; h++)
-                    for (int64_t qb = 0; qb < nqb; qb++) amx_block(&x, b, h, qb, ws);
+                amx_group_task(&x, bg / G, bg % G, ws);
             }
         } else {
             {
@@ -593,7 +670,7 @@ mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options
 #pragma omp for schedule(dynamic, 1)
             for (int64_t it = 0; it < tasks; it++) { /* the costly last (causal) blocks first */
                 const int64_t bh = it / nqb;
-                amx_block(&x, bh / H, bh % H, nqb - 1 - it % nqb, ws);
+                amx_block(&x, bh / H, bh % H, nqb - 1 - it % nqb, ws, NULL);
             }
         }
         MHA_TILE_RELEASE();

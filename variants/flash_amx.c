@@ -226,6 +226,21 @@ static inline int max_stays(vf mx, vf vsc, float m) {
     return !_mm512_cmp_ps_mask(vmul(mx, vsc), vset1(m + MHA_LAZY_LOG2), _CMP_GT_OQ);
 }
 
+/* A row without a reference max yet (its first block, no sink) takes the
+ * max of one group of its scores, x's lanes k, as the reference (in log2
+ * units: times sc), so that the one pass below serves its first block too
+ * instead of a pass for the max and one for P. The reference is a score of
+ * the row, so no P exceeds 2^MHA_LAZY_LOG2 where the pass keeps it
+ * (max_stays), and where a score exceeds it by more the row takes the two
+ * passes as before. A window of 128 has all its keys in its first block,
+ * and its max pass took a fifth of the softmax. Not finite (NaN, or every
+ * lane -inf): no reference, the two passes. */
+static inline void seed_max(vf x, __mmask16 k, float sc, float *m) {
+    if (*m != -INFINITY) return;
+    const float e = _mm512_mask_reduce_max_ps(k, x) * sc;
+    if (e > -INFINITY && e < INFINITY) *m = e;
+}
+
 /* The visible lanes of the 16 keys of group g, [lo, hi): all of an inner
  * group without a test. */
 static inline __mmask16 group_lanes(int64_t g, int64_t lo, int64_t hi) {
@@ -294,6 +309,7 @@ static inline float softmax_row(float *s, int64_t c0, int64_t c1, int64_t lo, in
     }
     const int64_t g0 = lo / VW, g1 = (hi + VW - 1) / VW; /* the groups with a visible key */
     const vf vsc = vset1(sc);
+    seed_max(vload(s + 256 * g0), group_lanes(g0, lo, hi), sc, m);
     if (*m > -INFINITY) {
         vf mx = vset1(-INFINITY);
         const vf sum = exp_masked(s, c0, c1, lo, hi, vsc, vset1(-*m), &mx, prow);
@@ -317,6 +333,7 @@ static inline float softmax_row(float *s, int64_t c0, int64_t c1, int64_t lo, in
 static inline float softmax_row_full(const float *s, int64_t c0, int64_t c1, float sc, float *m,
                                      float *l, uint16_t *prow) {
     const vf vsc = vset1(sc);
+    seed_max(vload(s + 256 * (2 * c0)), (__mmask16)0xffff, sc, m);
     if (*m > -INFINITY) {
         vf mx;
         const vf sum = exp_full(s, c0, c1, vsc, vset1(-*m), &mx, prow);

@@ -64,8 +64,8 @@ typedef struct {
 /* The two ways to share the work. Per KV group (split = heads, and auto
  * where there are at least 4 (batch, KV head) pairs per thread): a task is a
  * (batch, KV head) with every query block of its heads, and it packs that
- * head's K and V into the thread's own buffer first, which the L2 then
- * holds for the whole task. Per query block (split = query blocks, and
+ * head's K and V into the thread's own buffer as its query blocks reach
+ * them (amx_group_task), where the L2 then holds them. Per query block (split = query blocks, and
  * auto with fewer pairs): a task is a (batch, head, query block) and every
  * (batch, KV head) is packed once, in parallel, into the shared part of the
  * workspace before any task starts. */

@@ -141,6 +141,8 @@ int check_cases(check_case *out, int max, int quick) {
     /* Inputs that hurt: near one-hot softmax, all scores equal, long rows. */
     n = add(out, n, max, 1, 2, 2, 64, 64, 64, 0, INPUT_LARGE_LOGITS, LAYOUT_BHND, "logits-x30");
     n = add(out, n, max, 1, 3, 1, 197, 197, 80, 1, INPUT_LARGE_LOGITS, LAYOUT_PADDED, "logits-x30");
+    n = add(out, n, max, 1, 2, 2, 64, 64, 64, 0, INPUT_WIDE_LOGITS, LAYOUT_BNHD, "logits-x400");
+    n = add(out, n, max, 1, 3, 1, 197, 197, 64, 1, INPUT_WIDE_LOGITS, LAYOUT_BHND, "logits-x400");
     n = add(out, n, max, 2, 2, 1, 33, 33, 16, 0, INPUT_EQUAL_SCORES, LAYOUT_BNHD, "equal-scores");
     n = add(out, n, max, 1, 2, 2, 7, 40, 63, 1, INPUT_EQUAL_SCORES, LAYOUT_BHND, "equal-scores");
     n = add(out, n, max, 1, 2, 1, 12, 5, 8, 1, INPUT_UNIFORM, LAYOUT_PADDED, "masked-rows");
@@ -164,9 +166,9 @@ int check_cases(check_case *out, int max, int quick) {
 }
 
 static const char *const layout_names[LAYOUT_COUNT] = {"bhnd", "bnhd", "padded", "packed", "paged"};
-static const char *const input_names[INPUT_COUNT] = {"uniform", "logits-x30", "equal-scores",
-                                                     "nan-k",   "nan-q",      "inf-q",
-                                                     "ninf-k",  "ninf-all",   "huge-x1e30"};
+static const char *const input_names[INPUT_COUNT] = {
+    "uniform", "logits-x30", "equal-scores", "logits-x400", "nan-k",
+    "nan-q",   "inf-q",      "ninf-k",       "ninf-all",    "huge-x1e30"};
 
 void check_describe(const check_case *c, char *buf, size_t len) {
     const mha_problem *p = &c->p;

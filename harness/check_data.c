@@ -327,9 +327,10 @@ mha_status check_prepare(const check_case *c, uint64_t case_seed, check_data *d)
     uint64_t rng = case_seed;
     mha_status st;
     if ((st = mha_problem_validate(p)) != MHA_OK) return st;
-    const float qgain = c->input == INPUT_LARGE_LOGITS ? 30.0f
-                        : c->input == INPUT_HUGE       ? 1e30f
-                                                       : 1.0f;
+    const float qgain = c->input == INPUT_LARGE_LOGITS  ? 30.0f
+                        : c->input == INPUT_WIDE_LOGITS ? 400.0f
+                        : c->input == INPUT_HUGE        ? 1e30f
+                                                        : 1.0f;
     const float kgain = c->input == INPUT_HUGE ? 1e30f : 1.0f;
     const int64_t dv = mha_problem_head_dim_v(p);
     if ((st = make_input(c, p->heads, p->seq_q, p->head_dim, &d->q, &d->qv, &rng, qgain, 0)) ||

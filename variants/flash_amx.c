@@ -65,10 +65,10 @@ typedef struct {
  * where there are at least 4 (batch, KV head) pairs per thread): a task is a
  * (batch, KV head) with every query block of its heads, and it packs that
  * head's K and V into the thread's own buffer as its query blocks reach
- * them (amx_group_task), where the L2 then holds them. Per query block (split = query blocks, and
- * auto with fewer pairs): a task is a (batch, head, query block) and every
- * (batch, KV head) is packed once, in parallel, into the shared part of the
- * workspace before any task starts. */
+ * them (amx_group_task), where the L2 then holds them. Per query block
+ * (split = query blocks, and auto with fewer pairs): a task is a (batch,
+ * head, query block) and every (batch, KV head) is packed once, in
+ * parallel, into the shared part of the workspace before any task starts. */
 static int amx_per_group(const mha_problem *p, const mha_options *o, int threads) {
     if (o->split != MHA_SPLIT_AUTO) return o->split == MHA_SPLIT_HEADS;
     return p->batch * p->kv_heads >= 4 * (int64_t)threads;
@@ -534,11 +534,11 @@ static void amx_block(const amx_ctx *x, int64_t b, int64_t h, int64_t qb, char *
 /* One (batch, KV head) task of the per-group split: the query blocks in
  * order, each for every head of the group, with the K and V chunks packed
  * just before the first query block that reads them. Under a window (and
- * causal) the packing then goes along with the blocks, and the chunks it
- * writes are still in the L1 and L2 when the heads read them: packing the
- * whole head first (1 MiB of packs per 4096 keys at d = 64) left a window
- * of 128 reading them back from the L3 (docs/amx.md). Not causal, the first
- * block packs them all, as before. */
+ * causal) the packing then goes along with the blocks, so that the loads
+ * of the next block's keys can be prefetched while this block computes
+ * (amx_pf), where packing the whole head first did all its loads in one
+ * stretch with nothing ahead of them (docs/amx.md, "Windows"). Not causal,
+ * the first block packs them all, as before. */
 static void amx_group_task(const amx_ctx *x, int64_t b, int64_t g, char *ws) {
     const mha_problem *p = x->p;
     const int64_t bq = x->L.bq, nkc = up32(p->seq_kv) / 32;
@@ -560,16 +560,16 @@ static void amx_group_task(const amx_ctx *x, int64_t b, int64_t g, char *ws) {
             /* the next task: the next head of the group, or the first head's next block */
             const int last_h = h + 1 == (g + 1) * x->group;
             const int64_t nh = last_h ? g * x->group : h + 1, ni0 = last_h ? i0 + bq : i0;
-            const int64_t nn = last_h ? n2 : n;
+            const int64_t nn = last_h ? n2 : n, qrow = nn > 0 ? ni0 : 0; /* no row: no prefetch */
             amx_pf pf = {x,
                          b,
                          g,
                          kj,
                          kj + per_head < kje ? kj + per_head : kje,
                          (const uint16_t *)x->q->data + b * x->q->stride_b + nh * x->q->stride_h +
-                             ni0 * x->q->stride_n,
+                             qrow * x->q->stride_n,
                          (uint16_t *)x->out->data + b * x->out->stride_b + nh * x->out->stride_h +
-                             ni0 * x->out->stride_n,
+                             qrow * x->out->stride_n,
                          nn > 0 ? nn : 0,
                          (per_head + n - 1) / n,
                          1};

@@ -12,11 +12,12 @@
 /* Inputs: uniform in [-1, 1); near one-hot rows (Q x 30); all scores equal;
  * rows whose scores span hundreds of binades (Q x 400: an exponential taken
  * against anything but a near-maximal reference overflows, so a kernel's
- * lazy or estimated running max must move where it falls short); then corrupted inputs whose
- * NaN/Inf must reach the output as in the oracle (README "NaN and Inf"): one NaN in K, one NaN in
- * Q, one +Inf in Q, one -Inf in K, every visible score -inf, and Q, K x 1e30 (the scores overflow
- * float32: the oracle in double stays finite, a float32 kernel must not, so rows that see a key
- * must come out non-finite). */
+ * lazy or estimated running max must move where it falls short); then
+ * corrupted inputs whose NaN/Inf must reach the output as in the oracle
+ * (README "NaN and Inf"): one NaN in K, one NaN in Q, one +Inf in Q, one
+ * -Inf in K, every visible score -inf, and Q, K x 1e30 (the scores overflow
+ * float32: the oracle in double stays finite, a float32 kernel must not, so
+ * rows that see a key must come out non-finite). */
 enum {
     INPUT_UNIFORM,
     INPUT_LARGE_LOGITS,

@@ -42,6 +42,12 @@
  *    error u_e = 7.5e-5, kernels/vec_avx512bf16.h vexp2_nonpos_bf16) moves
  *    each p_j by u_e more before the rounding and each normalised weight by
  *    2 u_e: we allow 2 (u_p + u_e) * mag;
+ *  - the logit softcap of those kernels (vsoftcap_log2_bf16 in
+ *    kernels/vec_avx512bf16.h: a shorter tanh, relative error u_c = 2.5e-6,
+ *    against ~1e-7 for the fp32 kernels' form, which TOL_LOGIT covers):
+ *    a capped logit c tanh(s / c) moves by at most u_c min(smax, c), each
+ *    weight by a factor within e^(+-2 u_c min(smax, c)) after
+ *    normalisation, so out by at most expm1(2 u_c min(smax, c)) * mag;
  *  - fp16 inputs converted to bf16 for a bf16 dot-product unit (2^-9
  *    relative on each converted element): Q and K each perturb a logit by at
  *    most 2^-9 * |scale| |q| |k| <= 2^-9 * smax (Cauchy-Schwarz), so with n
@@ -60,6 +66,7 @@
 #define TOL_BF16 0x1p-9     /* unit roundoff of bf16 (8 significant bits) */
 #define TOL_F16 0x1p-11     /* unit roundoff of fp16 (11 significant bits) */
 #define TOL_EXP_BF16 7.5e-5 /* the degree-3 exp2 of P (vexp2_nonpos_bf16) */
+#define TOL_CAP_BF16 2.5e-6 /* their softcap's tanh (vsoftcap_log2_bf16) */
 
 static int is_half(mha_dtype t) {
     return t == MHA_BF16 || t == MHA_F16;
@@ -69,7 +76,10 @@ void check_tolerance(const mha_problem *p, double mag, double smax, double *tol_
                      double *tol_rel) {
     const mha_dtype dt = p->dtype, kv = mha_problem_kv_dtype(p);
     double e = TOL_BASE + TOL_LOGIT * sqrt((double)p->head_dim) * smax;
-    if (is_half(dt) || is_half(kv)) e += 2 * (TOL_BF16 + TOL_EXP_BF16); /* P: exp, bf16 */
+    if (is_half(dt) || is_half(kv)) {
+        e += 2 * (TOL_BF16 + TOL_EXP_BF16); /* P: exp, bf16 */
+        if (p->softcap > 0) e += expm1(2.0 * TOL_CAP_BF16 * fmin(smax, (double)p->softcap));
+    }
     const int n16 = (dt == MHA_F16) + (kv == MHA_F16); /* Q, K converted fp16 -> bf16 */
     if (n16) e += expm1(2.0 * n16 * TOL_BF16 * smax);
     if (kv == MHA_F16) e += TOL_BF16; /* V converted fp16 -> bf16 */

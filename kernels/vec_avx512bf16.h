@@ -67,6 +67,39 @@ static inline vf vexp2_nonpos_bf16(vf x) {
     return _mm512_maskz_scalef_ps(k, p, n);
 }
 
+/* c tanh(x sc / c) log2(e): the logit softcap (ukernels.h's
+ * vsoftcap_log2_scaled, same contract) for the kernels whose P is rounded
+ * to bf16 next (flash.avx512bf16, flash.amx), to the precision that
+ * rounding leaves room for. y = x sc / c clamped to [-7.2, 7.2] (y second
+ * in each clamp, so NaN stays NaN; vrangeps would save an op but returns
+ * the bound for NaN), then tanh y = y P(y^2) / Q(y^2) with P and Q of
+ * degree 3 instead of 4 (scripts/fit_tanh.py --deg 3 --clamp 7.2: relative
+ * error 1.30e-6 in exact arithmetic, and 1 - tanh 7.2 = 1.1e-6 beyond the
+ * clamp; tests/test_vec.c bounds the fp32 result by MHA_SOFTCAP_BF16_REL),
+ * the quotient by vrcp, c log2(e) folded into P. A capped score s' off by
+ * that relative error moves its P by a factor within e^(2.5e-6 |s'|), |s'|
+ * <= c in natural units: harness/check.c's TOL_CAP_BF16. Two FMAs fewer
+ * than the fp32 form per 16 scores: on the Emerald Rapids VM, a cap pass
+ * plus flash.amx's exp pass over L1-resident scores took 12.1 against
+ * 13.3 TSC ticks per 16 scores (plain: 5.1; stop 54). */
+#define MHA_SOFTCAP_BF16_REL 2.5e-6
+static inline vf vsoftcap_log2_bf16(vf x, float sc, float c) {
+    const float k = c * 1.44269504088896341f;
+    const vf y = _mm512_min_ps(_mm512_set1_ps(7.2f),
+                               _mm512_max_ps(_mm512_set1_ps(-7.2f),
+                                             _mm512_mul_ps(x, _mm512_set1_ps(sc / c))));
+    const vf u = _mm512_mul_ps(y, y);
+    vf p = _mm512_set1_ps(k * 3.8850992552158763e-06f);
+    p = _mm512_fmadd_ps(p, u, _mm512_set1_ps(k * 2.2699166178274319e-03f));
+    p = _mm512_fmadd_ps(p, u, _mm512_set1_ps(k * 1.2296430246229009e-01f));
+    p = _mm512_fmadd_ps(p, u, _mm512_set1_ps(k * 9.9999875650127701e-01f));
+    vf q = _mm512_set1_ps(1.4144972184596205e-04f);
+    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(2.1044334079841021e-02f));
+    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(4.5628833388102952e-01f));
+    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(1.0f));
+    return _mm512_mul_ps(_mm512_mul_ps(y, p), vrcp(q));
+}
+
 /* 16 bf16 / fp16 (the first n, others 0) widened to fp32 lanes. */
 static inline vf vbf16_load_n(const uint16_t *p, int n) {
     const __m256i h = _mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1u), p);

@@ -103,6 +103,13 @@ static void exp2_bf16_array(const float *x, float *y, int64_t n) {
         _mm512_mask_storeu_ps(y + j, k, vexp2_nonpos_bf16(_mm512_maskz_loadu_ps(k, x + j)));
     }
 }
+/* y = vsoftcap_log2_bf16(x, sc, c) over an array (the bf16 kernels' softcap). */
+static void softcap_bf16_array(const float *x, float *y, int64_t n, float sc, float c) {
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 k = (__mmask16)(n - j >= 16 ? 0xffff : (1u << (n - j)) - 1u);
+        _mm512_mask_storeu_ps(y + j, k, vsoftcap_log2_bf16(_mm512_maskz_loadu_ps(k, x + j), sc, c));
+    }
+}
 #pragma GCC pop_options
 
 static void test_exp2_bf16(void **state) {
@@ -206,6 +213,58 @@ static void test_softcap(void **state) {
     free(y);
 }
 
+/* The bf16 kernels' softcap (vec_avx512bf16.h's vsoftcap_log2_bf16: c tanh(x
+ * sc / c) log2 e with a degree-3 rational, which harness/check.c's
+ * TOL_CAP_BF16 cites) against libm's tanh in double, over |x sc / c| in
+ * [1e-6, 12] (past the clamp at 7.2) for caps of 0.75, 30 and 50 and
+ * prescales of 1 and 0.125: relative error within MHA_SOFTCAP_BF16_REL and
+ * above the fp32 form's (it is the short one), odd to the bit, +-inf and
+ * 1e30 give +-c log2 e within it, NaN stays NaN, 0 gives 0. */
+static void test_softcap_bf16(void **state) {
+    (void)state;
+    if (mha_isa_active() < MHA_ISA_AVX512BF16) {
+        print_message("skipping: avx512bf16 not available here (or capped by MHA_ISA)\n");
+        skip();
+    }
+    enum { N = 100003 };
+    float *x = malloc(2 * N * sizeof *x), *y = malloc(2 * N * sizeof *y);
+    assert_non_null(x);
+    assert_non_null(y);
+    const float caps[] = {0.75f, 30.0f, 50.0f}, scs[] = {1.0f, 0.125f};
+    double worst = 0;
+    for (int ci = 0; ci < 3; ci++)
+        for (int si = 0; si < 2; si++) {
+            const float c = caps[ci], sc = scs[si];
+            for (int j = 0; j < N; j++) { /* log-spaced |x sc / c| from 1e-6 to 12, both signs */
+                x[j] = (float)(c / sc * 1e-6 * pow(12e6, (double)j / (N - 1)));
+                x[N + j] = -x[j];
+            }
+            softcap_bf16_array(x, y, 2 * N, sc, c);
+            const double k = (double)c * 1.4426950408889634;
+            for (int j = 0; j < N; j++) {
+                const double want = k * tanh((double)x[j] * sc / c);
+                const double rel = fabs((double)y[j] - want) / fabs(want);
+                if (rel > worst) worst = rel;
+                if (!(rel <= MHA_SOFTCAP_BF16_REL))
+                    fail_msg("c %g sc %g x %.9g: %.9g, want %.9g (relative %.3g)", (double)c,
+                             (double)sc, (double)x[j], (double)y[j], want, rel);
+                assert_true(y[N + j] == -y[j]); /* odd */
+            }
+            const float edge[5] = {INFINITY, -INFINITY, NAN, 0.0f, 1e30f};
+            float out[5];
+            softcap_bf16_array(edge, out, 5, sc, c); /* also the masked tail */
+            assert_true(fabs(out[0] - k) <= MHA_SOFTCAP_BF16_REL * k);
+            assert_true(fabs(out[1] + k) <= MHA_SOFTCAP_BF16_REL * k);
+            assert_true(isnan(out[2]));
+            assert_true(out[3] == 0.0f);
+            assert_true(fabs(out[4] - k) <= MHA_SOFTCAP_BF16_REL * k);
+        }
+    print_message("vsoftcap_log2_bf16: max relative error %.3g\n", worst);
+    assert_true(worst > 2e-7); /* the short rational, not the fp32 kernels' one */
+    free(x);
+    free(y);
+}
+
 /* The ops table: one row per level, in enum order, every entry filled. */
 static void test_ops_table(void **state) {
     (void)state;
@@ -224,7 +283,7 @@ static void test_ops_table(void **state) {
 }
 
 int main(void) {
-    enum { N = 3 * MHA_ISA_COUNT + 2 };
+    enum { N = 3 * MHA_ISA_COUNT + 3 };
     struct CMUnitTest tests[N];
     static char names[N][32];
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
@@ -238,7 +297,8 @@ int main(void) {
         tests[2 * MHA_ISA_COUNT + i] = (struct CMUnitTest){
             names[2 * MHA_ISA_COUNT + i], test_softcap, NULL, NULL, (void *)(intptr_t)i};
     }
-    tests[N - 2] = (struct CMUnitTest){"ops_table", test_ops_table, NULL, NULL, NULL};
-    tests[N - 1] = (struct CMUnitTest){"exp2_bf16", test_exp2_bf16, NULL, NULL, NULL};
+    tests[N - 3] = (struct CMUnitTest){"ops_table", test_ops_table, NULL, NULL, NULL};
+    tests[N - 2] = (struct CMUnitTest){"exp2_bf16", test_exp2_bf16, NULL, NULL, NULL};
+    tests[N - 1] = (struct CMUnitTest){"softcap_bf16", test_softcap_bf16, NULL, NULL, NULL};
     return _cmocka_run_group_tests("vec", tests, N, NULL, NULL);
 }

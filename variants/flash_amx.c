@@ -430,7 +430,7 @@ static void amx_sub_block(const amx_ctx *x, int64_t i0, int64_t r0, int64_t nr, 
         for (int64_t t = 0; t < 2; t++) {
             float *s0 = S + 256 * (t * sg + 2 * c0);
             for (int64_t e = 0; e < 512 * (c1 - c0); e += VW)
-                vstore(s0 + e, vsoftcap_log2_scaled(vload(s0 + e), sc, cap));
+                vstore(s0 + e, vsoftcap_log2_bf16(vload(s0 + e), sc, cap));
         }
         sc = 1.0f;
     }

@@ -144,9 +144,9 @@ ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64
         }
     }
     const vf sc = vset1(qscale), lazy = vset1(MHA_LAZY_LOG2), ninf = vset1(-INFINITY);
-    if (cap > 0) /* log2 units: capped in natural units */
+    if (cap > 0) /* log2 units: capped in natural units, to P's bf16 precision */
         for (int r = 0; r < R; r++)
-            for (int v = 0; v < NV; v++) acc[r][v] = vsoftcap_log2_scaled(acc[r][v], qscale, cap);
+            for (int v = 0; v < NV; v++) acc[r][v] = vsoftcap_log2_bf16(acc[r][v], qscale, cap);
     else
         for (int r = 0; r < R; r++)
             for (int v = 0; v < NV; v++) acc[r][v] = vmul(acc[r][v], sc);

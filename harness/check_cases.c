@@ -46,7 +46,12 @@ typedef struct {
 } variant_spec;
 
 static int add_variants(check_case *out, int n, int max, int quick) {
-    enum { U = INPUT_UNIFORM, X30 = INPUT_LARGE_LOGITS, EQ = INPUT_EQUAL_SCORES };
+    enum {
+        U = INPUT_UNIFORM,
+        X30 = INPUT_LARGE_LOGITS,
+        EQ = INPUT_EQUAL_SCORES,
+        X400 = INPUT_WIDE_LOGITS
+    };
     static const variant_spec vs[] = {
         /* windows: 0 (the diagonal only), left-only, right-only, both, wide */
         {1, 2, 2, 33, 33, 16, 0, 1, 0, 0, 0, 0, 0, U, "window-0"},
@@ -100,6 +105,14 @@ static int add_variants(check_case *out, int n, int max, int quick) {
             out[n - 1].sinks = v->sinks ? v->sinks - 1 : 0;
         }
     }
+    /* A softcap over logits x400 (raw scores hundreds of binades beyond
+     * their capped values), in a layout every dense kernel takes: a kernel
+     * that kept a row's max on the raw scores and took it into log2 units
+     * without the cap passed every other case (a flash.amx mutation tried in
+     * stop 54), since the max only has to be within 125 binades of the
+     * capped scores for P to survive. */
+    n = add(out, n, max, 1, 3, 1, 97, 97, 32, 1, X400, LAYOUT_BNHD, "softcap-wide");
+    if (n <= max) out[n - 1].p.softcap = 30.0f;
     return n;
 }
 

@@ -1063,6 +1063,30 @@ static void write_fake(const char *script, const char *tag, const char *src) {
     assert_int_equal(chmod(script, 0755), 0);
 }
 
+/* A fake mhabench for --ab whose k-th sweep copies srcs[(k - 1) % n]: a
+ * build whose speed is not the same in every round. */
+static void write_fake_cycle(const char *script, const char *tag, const char *const *srcs, int n) {
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "#!/bin/sh\n"
+            "echo \"%s $*\" >> '%s/calls.log'\n"
+            "k=$(cat '%s.count' 2>/dev/null || echo 0)\n"
+            "k=$((k + 1))\n"
+            "echo $k > '%s.count'\n"
+            "out=\n"
+            "while [ $# -gt 0 ]; do\n"
+            "  case \"$1\" in --out) out=\"$2\"; shift;; esac\n"
+            "  shift\n"
+            "done\n"
+            "case $(( (k - 1) %% %d )) in\n",
+            tag, g_tmp, script, script, n);
+    for (int i = 0; i < n; i++) fprintf(f, "  %d) cp '%s' \"$out\";;\n", i, srcs[i]);
+    fprintf(f, "esac\n");
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(script, 0755), 0);
+}
+
 /* The fake sweeps' calls in calls.log ran in this order of their tags. */
 static void expect_call_order(const char *calls, const char *order) {
     char log[8192];
@@ -1101,9 +1125,12 @@ static void test_ab(void **state) {
     json_object *r = parse_report();
     assert_string_equal(verdict_at(r, 0), "same");
     assert_string_equal(verdict_at(r, 1), "slower");
-    /* The three rounds' repetitions are pooled per side. */
+    /* The three rounds' repetitions are pooled per side; each round moved alike. */
     assert_int_equal(json_object_get_int(get(bench_at(r, 1), "base_repetitions")), 27);
     assert_int_equal(json_object_get_int(get(bench_at(r, 1), "new_repetitions")), 27);
+    assert_int_equal(json_object_get_int(get(bench_at(r, 1), "rounds")), 3);
+    assert_int_equal(json_object_get_int(get(bench_at(r, 1), "rounds_agreeing")), 3);
+    assert_false(json_object_get_boolean(get(bench_at(r, 1), "rounds_disagree")));
     json_object_put(r);
     /* The Thue-Morse order: A B, B A, B A (a round runs B first when its
      * number has odd parity), each a ci sweep with the extra arguments and
@@ -1144,6 +1171,33 @@ static void test_ab(void **state) {
     /* The same build on both sides: no regression (table output). */
     EXPECT_EXIT(0, run_bench("compare", "--ab", sa, sa, "--rounds", "2", NULL));
     EXPECT_IN(g_out, "2 same");
+
+    /* A move only some rounds show (the host's speed changed between the
+     * sweeps): new ran 20% slower in rounds 1 and 3 and alike in round 2.
+     * Pooled, 18 of its 27 repetitions are slower than every base one (U
+     * test: slower); per round, one of three did not move: noisy, and the
+     * gate inconclusive (exit 3), neither a regression nor a pass. */
+    const char *sc = tmp_path("cycle.sh");
+    const char *const srcs[3] = {rb, ra, rb};
+    write_fake_cycle(sc, "C", srcs, 3);
+    EXPECT_EXIT(3, run_bench("compare", "--ab", sa, sc, "--rounds", "3", "--json", NULL));
+    r = parse_report();
+    assert_string_equal(verdict_at(r, 0), "same");
+    assert_string_equal(verdict_at(r, 1), "noisy");
+    assert_true(json_object_get_double(get(bench_at(r, 1), "change_pct")) > 15);
+    assert_true(json_object_get_double(get(bench_at(r, 1), "p_value")) < 1e-4);
+    assert_int_equal(json_object_get_int(get(bench_at(r, 1), "rounds")), 3);
+    assert_int_equal(json_object_get_int(get(bench_at(r, 1), "rounds_agreeing")), 2);
+    assert_true(json_object_get_boolean(get(bench_at(r, 1), "rounds_disagree")));
+    json_object *range = get(bench_at(r, 1), "round_change_range_pct");
+    assert_true(fabs(json_object_get_double(json_object_array_get_idx(range, 0))) < 2);
+    assert_true(json_object_get_double(json_object_array_get_idx(range, 1)) > 15);
+    assert_non_null(strstr(json_object_to_json_string(get(r, "summary")),
+                           "not past half the threshold in every round"));
+    json_object_put(r);
+    EXPECT_EXIT(3, run_bench("compare", "--ab", sa, sc, "--rounds", "3", NULL));
+    EXPECT_IN(g_out, "rounds disagree: 2 of 3 past half the threshold");
+    EXPECT_IN(g_out, "INCONCLUSIVE");
 
     /* A sweep that fails is an input error with its output shown. */
     EXPECT_EXIT(2, run_bench("compare", "--ab", sa, sf, "--rounds", "2", NULL));

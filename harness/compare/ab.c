@@ -60,12 +60,17 @@ int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget, 
     char log[4200];
     snprintf(log, sizeof log, "%s/sweep.log", dir);
     result_set sets[2] = {{0}, {0}};
+    const int max_rounds = rounds > 0 ? rounds : MAX_ROUNDS;
+    /* each round's files apart too (the per-round check, gate.c) */
+    result_set *per[2] = {xrealloc(NULL, (size_t)max_rounds * sizeof(result_set)),
+                          xrealloc(NULL, (size_t)max_rounds * sizeof(result_set))};
+    memset(per[0], 0, (size_t)max_rounds * sizeof(result_set));
+    memset(per[1], 0, (size_t)max_rounds * sizeof(result_set));
     int rc = 0, caught = 0;
     char out[4200];
     char *argv[MAX_SWEEP_ARGS + 8];
     const double t0 = now_s();
     int done = 0;
-    const int max_rounds = rounds > 0 ? rounds : MAX_ROUNDS;
     if (rounds <= 0)
         fprintf(stderr, "mhabench: compare: --ab: budget %g s (at least %d rounds)\n", budget,
                 AB_MIN_ROUNDS);
@@ -116,7 +121,8 @@ int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget, 
                 errorf_esc("compare: --ab: `%s sweep` wrote no %s", bins[side], out);
                 show_log(log);
                 rc = EXIT_USAGE;
-            } else if (load_results(out, &sets[side]) != 0) {
+            } else if (load_results(out, &sets[side]) != 0 ||
+                       load_results(out, &per[side][r]) != 0) {
                 show_log(log);
                 rc = EXIT_USAGE;
             }
@@ -125,19 +131,23 @@ int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget, 
     }
     proc_remove_tree(dir, "compare");
     if (!caught) caught = proc_signal_pending(&sg);
-    if (caught) {
-        result_free(&sets[0]);
-        result_free(&sets[1]);
-        return proc_die_from(caught, &sg);
-    }
-    proc_signals_restore(&sg);
-    if (rc == 0) {
+    if (!caught && rc == 0) {
+        proc_signals_restore(&sg);
         char la[4200], lb[4200];
         snprintf(la, sizeof la, "A=%s (%d rounds pooled, %.0f s)", old_bin, done, now_s() - t0);
         snprintf(lb, sizeof lb, "B=%s (%d rounds pooled)", new_bin, done);
-        rc = compare_sets(&sets[0], &sets[1], la, lb, 0, 0, s);
+        settings sr = *s;
+        sr.rounds[0] = per[0];
+        sr.rounds[1] = per[1];
+        sr.nrounds = done;
+        rc = compare_sets(&sets[0], &sets[1], la, lb, 0, 0, &sr);
+    } else if (!caught) {
+        proc_signals_restore(&sg);
     }
-    result_free(&sets[0]);
-    result_free(&sets[1]);
-    return rc;
+    for (int side = 0; side < 2; side++) {
+        result_free(&sets[side]);
+        for (int r = 0; r < max_rounds; r++) result_free(&per[side][r]);
+        free(per[side]);
+    }
+    return caught ? proc_die_from(caught, &sg) : rc;
 }

@@ -101,6 +101,12 @@ typedef struct {
     int too_few;
     verdict v;
     double mde, fp_rate; /* from the machine's calibration; NaN when none */
+    /* --ab: the rounds with the row on both sides, how many of them moved
+     * past half the threshold the pooled verdict's way, and the range of
+     * their changes (percent, each round's medians, drift divided out) */
+    int rounds, rounds_agree;
+    double round_lo, round_hi;
+    int rounds_split; /* slower or faster by the pooled test, not in every round: noisy */
 } row;
 
 /* A machine's measured gate noise (calibrate.c): per benchmark the share of
@@ -123,12 +129,16 @@ typedef struct {
 typedef struct {
     double threshold, alpha;
     int json;
-    int threshold_given;      /* 0: derived (stats_derived_threshold), 1: --threshold, 2: the --ab
-                                 default */
-    int normalize;            /* remove the drift common to every benchmark before testing */
-    int ab;                   /* an A/B run: both sides took turns on the same host */
+    int threshold_given; /* 0: derived (stats_derived_threshold), 1: --threshold, 2: the --ab
+                            default */
+    int normalize;       /* remove the drift common to every benchmark before testing */
+    int ab;              /* an A/B run: both sides took turns on the same host */
     double max_drift;         /* percent: a common drift beyond it is a finding (--max-drift) */
     const noise_table *noise; /* the machine's calibration, or NULL */
+    /* --ab: each side's rounds apart (rounds[0] base, rounds[1] new; nrounds
+     * each), for the per-round check of a row the pooled test calls (gate.c) */
+    const result_set *rounds[2];
+    int nrounds;
 } settings;
 
 /* A drift group: thread count, size, memory-bound or not, its drift, and

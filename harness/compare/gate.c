@@ -259,11 +259,11 @@ static void mark_small(comparison *c) {
  * half the threshold the way the pooled verdict says. The pooled U test
  * takes every repetition as independent, but repetitions of one sweep share
  * the host's state during that sweep: on the Emerald Rapids VM (stop 54) a
- * neighbour's load switched between two levels for minutes at a time, the
- * same binary read 44 and 57 ms a call in one A/B, and a 4-round A/B called
- * a build 18.8% faster at p 4e-10 that best-of-15 rounds and an
- * L1-resident loop both put within 1% of its base. A move the rounds do not
- * each show is not evidence of a change, whatever the pooled p. */
+ * neighbour's load switched between two levels for minutes at a time: a
+ * 4-round A/B called a build 18.8% faster at p 4e-10 that a rerun of it
+ * read 4.5% faster, and another read a row whose arithmetic the change had
+ * not altered 30% slower (44 against 57 ms a call). A move the rounds do
+ * not each show is not evidence of a change, whatever the pooled p. */
 static void check_rounds(row *r, const settings *s, double f) {
     r->rounds = r->rounds_agree = r->rounds_split = 0;
     r->round_lo = r->round_hi = NAN;

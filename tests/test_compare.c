@@ -1040,51 +1040,41 @@ static void test_calibrate(void **state) {
 }
 
 /* A fake mhabench for --ab: logs its arguments, then copies a prepared result
- * file to its --out argument (or fails with status 3 when src is NULL); a
- * tag in lower case sleeps 0.3 s first (a sweep that takes time). */
-static void write_fake(const char *script, const char *tag, const char *src) {
+ * file to its --out argument: srcs[0] when n is 1, and with n > 1 its k-th
+ * sweep srcs[(k - 1) % n] (a build whose speed is not the same in every
+ * round); with n 0 it fails with status 3. A tag in lower case sleeps 0.3 s
+ * first (a sweep that takes time). */
+static void write_fake_srcs(const char *script, const char *tag, const char *const *srcs, int n) {
     FILE *f = fopen(script, "w");
     assert_non_null(f);
-    fprintf(f,
-            "#!/bin/sh\n"
-            "%s"
-            "echo \"%s $*\" >> '%s/calls.log'\n"
-            "out=\n"
-            "while [ $# -gt 0 ]; do\n"
-            "  case \"$1\" in --out) out=\"$2\"; shift;; esac\n"
-            "  shift\n"
-            "done\n",
+    fprintf(f, "#!/bin/sh\n%secho \"%s $*\" >> '%s/calls.log'\n",
             tag[0] >= 'a' && tag[0] <= 'z' ? "sleep 0.3\n" : "", tag, g_tmp);
-    if (src)
-        fprintf(f, "cp '%s' \"$out\"\n", src);
-    else
+    if (n > 1)
+        fprintf(f,
+                "k=$(cat '%s.count' 2>/dev/null || echo 0)\n"
+                "k=$((k + 1))\n"
+                "echo $k > '%s.count'\n",
+                script, script);
+    fprintf(f, "out=\n"
+               "while [ $# -gt 0 ]; do\n"
+               "  case \"$1\" in --out) out=\"$2\"; shift;; esac\n"
+               "  shift\n"
+               "done\n");
+    if (n == 0) {
         fprintf(f, "echo 'fake sweep: something broke' >&2\nexit 3\n");
+    } else if (n == 1) {
+        fprintf(f, "cp '%s' \"$out\"\n", srcs[0]);
+    } else {
+        fprintf(f, "case $(( (k - 1) %% %d )) in\n", n);
+        for (int i = 0; i < n; i++) fprintf(f, "  %d) cp '%s' \"$out\";;\n", i, srcs[i]);
+        fprintf(f, "esac\n");
+    }
     assert_int_equal(fclose(f), 0);
     assert_int_equal(chmod(script, 0755), 0);
 }
-
-/* A fake mhabench for --ab whose k-th sweep copies srcs[(k - 1) % n]: a
- * build whose speed is not the same in every round. */
-static void write_fake_cycle(const char *script, const char *tag, const char *const *srcs, int n) {
-    FILE *f = fopen(script, "w");
-    assert_non_null(f);
-    fprintf(f,
-            "#!/bin/sh\n"
-            "echo \"%s $*\" >> '%s/calls.log'\n"
-            "k=$(cat '%s.count' 2>/dev/null || echo 0)\n"
-            "k=$((k + 1))\n"
-            "echo $k > '%s.count'\n"
-            "out=\n"
-            "while [ $# -gt 0 ]; do\n"
-            "  case \"$1\" in --out) out=\"$2\"; shift;; esac\n"
-            "  shift\n"
-            "done\n"
-            "case $(( (k - 1) %% %d )) in\n",
-            tag, g_tmp, script, script, n);
-    for (int i = 0; i < n; i++) fprintf(f, "  %d) cp '%s' \"$out\";;\n", i, srcs[i]);
-    fprintf(f, "esac\n");
-    assert_int_equal(fclose(f), 0);
-    assert_int_equal(chmod(script, 0755), 0);
+/* write_fake_srcs with one file, or none (src NULL: the sweep fails). */
+static void write_fake(const char *script, const char *tag, const char *src) {
+    write_fake_srcs(script, tag, &src, src ? 1 : 0);
 }
 
 /* The fake sweeps' calls in calls.log ran in this order of their tags. */
@@ -1179,7 +1169,7 @@ static void test_ab(void **state) {
      * gate inconclusive (exit 3), neither a regression nor a pass. */
     const char *sc = tmp_path("cycle.sh");
     const char *const srcs[3] = {rb, ra, rb};
-    write_fake_cycle(sc, "C", srcs, 3);
+    write_fake_srcs(sc, "C", srcs, 3);
     EXPECT_EXIT(3, run_bench("compare", "--ab", sa, sc, "--rounds", "3", "--json", NULL));
     r = parse_report();
     assert_string_equal(verdict_at(r, 0), "same");

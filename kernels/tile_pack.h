@@ -24,11 +24,51 @@ static inline __m512i tile_row32_bf16(const uint16_t *row, mha_dtype t, int64_t 
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+/* tile_pack_b_rows where all 16 rows are bf16 and hold columns [col, col +
+ * 32): the transpose's first two steps done by the loads. Register a[s] of
+ * dword group c takes, in its 128-bit lane L, dwords [4c, 4c + 4) of row
+ * 4L + s (a broadcast and three merging broadcasts, each a load); a 4 x 4
+ * transpose within the lanes of a[0..3] then gives B rows 4c .. 4c + 3.
+ * 32 shuffles and 48 merges per tile against the register transpose's 64
+ * shuffles (vtranspose), all of them on the one shuffle port there. */
+static inline void tile_pack_b_rows_bf16(const uint16_t *const rows[16], int64_t col,
+                                         uint32_t *dst) {
+    for (int c = 0; c < 4; c++) {
+        __m512i a[4];
+        for (int s = 0; s < 4; s++) {
+            const uint16_t *at = rows[s] + col + 8 * c;
+            __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)at));
+            for (int lane = 1; lane < 4; lane++)
+                t = _mm512_mask_broadcast_i32x4(
+                    t, (__mmask16)(0xf << (4 * lane)),
+                    _mm_loadu_si128((const __m128i *)(rows[4 * lane + s] + col + 8 * c)));
+            a[s] = t;
+        }
+        const __m512i u0 = _mm512_unpacklo_epi32(a[0], a[1]),
+                      u1 = _mm512_unpackhi_epi32(a[0], a[1]),
+                      u2 = _mm512_unpacklo_epi32(a[2], a[3]),
+                      u3 = _mm512_unpackhi_epi32(a[2], a[3]);
+        _mm512_store_si512(dst + 16 * (4 * c), _mm512_unpacklo_epi64(u0, u2));
+        _mm512_store_si512(dst + 16 * (4 * c + 1), _mm512_unpackhi_epi64(u0, u2));
+        _mm512_store_si512(dst + 16 * (4 * c + 2), _mm512_unpacklo_epi64(u1, u3));
+        _mm512_store_si512(dst + 16 * (4 * c + 3), _mm512_unpackhi_epi64(u1, u3));
+    }
+}
+
 /* The B tile of 16 rows given by pointer (a NULL row reads as zeros; a
  * paged KV cache's keys lie wherever its table puts them) and columns
- * [32 c, 32 c + 32) (past d zeros): dst gets 256 dwords, 64-byte aligned. */
+ * [32 c, 32 c + 32) (past d zeros): dst gets 256 dwords, 64-byte aligned.
+ * Whole bf16 rows take tile_pack_b_rows_bf16 (flash_amx.c's pack_kv_chunk
+ * has what it saved); the rest (fp16, a tail of d, a missing row) converts
+ * and masks row by row. */
 static inline void tile_pack_b_rows(const uint16_t *const rows[16], mha_dtype t, int64_t d,
                                     int64_t c, uint32_t *dst) {
+    int whole = t == MHA_BF16 && 32 * c + 32 <= d;
+    for (int n = 0; n < 16 && whole; n++) whole = rows[n] != NULL;
+    if (whole) {
+        tile_pack_b_rows_bf16(rows, 32 * c, dst);
+        return;
+    }
     vf r[16];
     for (int n = 0; n < 16; n++)
         r[n] = rows[n] ? _mm512_castsi512_ps(tile_row32_bf16(rows[n], t, 32 * c, d)) : vzero();

@@ -288,22 +288,36 @@ static inline __attribute__((always_inline)) vf exp_masked(const float *s, int64
                                                            int64_t lo, int64_t hi, vf vsc, vf nm,
                                                            vf *mx, uint16_t *prow) {
     const int64_t g0 = lo / VW, g1 = (hi + VW - 1) / VW;
-    vf sum = vzero();
+    /* only the first and the last group with a visible key are partial, and
+     * the chunks [a, e) hold visible keys only: those go without masks */
+    const __mmask16 kf = lanes_in(g0 * VW, lo, hi), kl = lanes_in((g1 - 1) * VW, lo, hi);
+    const int64_t a = (lo + 31) / 32, e = hi / 32;
+    vf sum[2] = {vzero(), vzero()}, m2[2] = {vset1(-INFINITY), vset1(-INFINITY)};
     for (int64_t c = c0; c < c1; c++) {
         vf pr[2];
-        for (int h = 0; h < 2; h++) {
-            const int64_t g = 2 * c + h;
-            pr[h] = vzero();
-            if (g < g0 || g >= g1) continue;
-            const __mmask16 k = group_lanes(g, lo, hi);
-            const vf x = vload(s + 256 * g);
-            if (mx) *mx = _mm512_mask_max_ps(*mx, k, *mx, x);
-            pr[h] = _mm512_maskz_mov_ps(k, vexp2_nonpos_bf16(vfma(x, vsc, nm)));
-            sum = vadd(sum, pr[h]);
+        if (c >= a && c < e) {
+            for (int h = 0; h < 2; h++) {
+                const vf x = vload(s + 256 * (2 * c + h));
+                if (mx) m2[h] = vmax(m2[h], x);
+                pr[h] = vexp2_nonpos_bf16(vfma(x, vsc, nm));
+                sum[h] = vadd(sum[h], pr[h]);
+            }
+        } else {
+            for (int h = 0; h < 2; h++) {
+                const int64_t g = 2 * c + h;
+                pr[h] = vzero();
+                if (g < g0 || g >= g1) continue;
+                const __mmask16 k = (g == g0 ? kf : 0xffff) & (g == g1 - 1 ? kl : 0xffff);
+                const vf x = vload(s + 256 * g);
+                if (mx) m2[h] = _mm512_mask_max_ps(m2[h], k, m2[h], x);
+                pr[h] = _mm512_maskz_mov_ps(k, vexp2_nonpos_bf16(vfma(x, vsc, nm)));
+                sum[h] = vadd(sum[h], pr[h]);
+            }
         }
         _mm512_store_si512(prow + 512 * c, vbf_from2(pr[0], pr[1]));
     }
-    return sum;
+    if (mx) *mx = vmax(*mx, vmax(m2[0], m2[1]));
+    return vadd(sum[0], sum[1]);
 }
 
 /* exp_masked for every key of the chunks: no masks, two sum (and max)
@@ -334,8 +348,9 @@ static inline __attribute__((always_inline)) vf exp_full(const float *s, int64_t
  * taken alongside, and only where a score exceeds m + MHA_LAZY_LOG2 (rare
  * after a row's first blocks) the row again with the max moved. Returns
  * alpha, the factor the row's earlier O must take. */
-static inline float softmax_row(float *s, int64_t c0, int64_t c1, int64_t lo, int64_t hi, float sc,
-                                float *m, float *l, uint16_t *prow) {
+static inline __attribute__((always_inline)) float softmax_row(float *s, int64_t c0, int64_t c1,
+                                                               int64_t lo, int64_t hi, float sc,
+                                                               float *m, float *l, uint16_t *prow) {
     if (hi <= lo) {
         for (int64_t c = c0; c < c1; c++)
             _mm512_store_si512(prow + 512 * c, _mm512_setzero_si512());

@@ -88,6 +88,11 @@ static int add_variants(check_case *out, int n, int max, int quick) {
         {1, 6, 2, 37, 53, 24, 0, 1, 17, 2, 1.5f, SINKS_MIXED + 1, 13, U, "all"},
         {1, 3, 1, 70, 33, 33, 1, 1, 4, 0, 2.0f, SINKS_LARGE + 1, 48, U, "all-blind"},
         {1, 2, 2, 1, 1000, 64, 1, 1, 100, -1, 30.0f, SINKS_NINF + 1, 96, U, "all-decode"},
+        /* a window long in keys over a long sequence, KV heads enough for
+         * flash.amx's per-group split at 1 and 2 threads: its packs are a
+         * ring of chunks there, and a query block's chunks wrap around it */
+        {1, 8, 8, 700, 700, 32, 1, 1, 100, -1, 0, 0, 0, U, "window-ring"},
+        {1, 4, 4, 300, 350, 48, 0, 1, 40, 20, 0, 0, 0, U, "window-ring"},
     };
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
         if (quick && i % 3 == 2) continue;

@@ -55,8 +55,9 @@ static int64_t up32(int64_t x) {
 
 typedef struct {
     int per_group; /* amx_per_group: packs per thread, a task per KV head */
-    /* dc: 32-element chunks of d, vc: 16-column groups of dv */
-    int64_t bq, nqp, bk, dp, dvp, nkp, dc, vc;
+    /* dc: 32-element chunks of d, vc: 16-column groups of dv; ring: the
+     * chunks a thread's packs hold under a window (amx_ring), 0 = all */
+    int64_t bq, nqp, bk, dp, dvp, nkp, dc, vc, ring;
     size_t kt_head, vp_head, shared;       /* bytes: the packs of one (batch, KV head), all */
     size_t qa, s, pa, ob, vec, per_thread; /* bytes, each 64-aligned */
 } amx_layout;
@@ -72,6 +73,29 @@ typedef struct {
 static int amx_per_group(const mha_problem *p, const mha_options *o, int threads) {
     if (o->split != MHA_SPLIT_AUTO) return o->split == MHA_SPLIT_HEADS;
     return p->batch * p->kv_heads >= 4 * (int64_t)threads;
+}
+
+/* Under a window bounded on both sides of each row (on the left, and on the
+ * right or by causal), a query block reads the chunks of at most
+ * (bq + left + right + 31) / 32 + 1 consecutive 32-key chunks, and the
+ * per-group task packs chunks just before the first block that reads them
+ * (amx_group_task). Its packs then need only that many chunks, as a ring
+ * (chunk kc in slot kc % ring): the packs' stores land on lines the thread
+ * touched a few blocks before, where the whole head's packs (2 MiB at N 8192,
+ * d 64) stored every chunk to lines evicted since the head began. 0 when
+ * the ring would not be smaller than the head or the split is per block. */
+static int64_t amx_ring(const mha_problem *p, int per_group, int64_t bq, int64_t nkp) {
+    if (!per_group || !p->window || p->window_left < 0) return 0;
+    const int64_t right = p->causal ? 0 : p->window_right; /* causal: no key past the diagonal */
+    if (right < 0) return 0;
+    if (p->window_left > nkp || right > nkp) return 0; /* no overflow below; as large as the head */
+    const int64_t ring = (bq + p->window_left + right + 31) / 32 + 1;
+    return ring * 32 < nkp ? ring : 0;
+}
+
+/* The slot of chunk kc in a thread's packs. */
+static inline int64_t chunk_slot(const amx_layout *L, int64_t kc) {
+    return L->ring ? kc % L->ring : kc;
 }
 
 /* The one plan of the workspace. Packs of a (batch, KV head): K^T (nkp x dp
@@ -93,7 +117,9 @@ static amx_layout amx_plan(const mha_problem *p, const mha_options *o, int threa
     L.dvp = up32(mha_dv(p));
     L.dc = L.dp / 32;
     L.vc = L.dvp / 16;
-    const size_t nkp = (size_t)L.nkp, nqp = (size_t)L.nqp, bk = (size_t)L.bk;
+    L.ring = amx_ring(p, L.per_group, L.bq, L.nkp);
+    const size_t nkp = (size_t)(L.ring ? 32 * L.ring : L.nkp), nqp = (size_t)L.nqp,
+                 bk = (size_t)L.bk;
     L.kt_head = mha_mul_sz(mha_mul_sz(nkp, (size_t)L.dp), 2);
     L.vp_head = mha_mul_sz(mha_mul_sz(nkp, (size_t)L.dvp), 2);
     const size_t packs = mha_add_sz(L.kt_head, L.vp_head);
@@ -166,6 +192,7 @@ static void pack_kv_chunk(const amx_ctx *x, int64_t b, int64_t g, int64_t kc, ui
         vr[i] = j < nkv ? kv_row(x, x->v, b, g, j) : NULL;
     }
     uint32_t *vp = (uint32_t *)((char *)kt + L->kt_head);
+    const int64_t slot = chunk_slot(L, kc);
     /* every key of the chunk, bf16: whole 32-column groups without tests
      * (K: tile_pack_b_rows_bf16; V: two loads and two word permutes per
      * pair and 32 columns, where the loop below takes four masked loads, an
@@ -175,7 +202,7 @@ static void pack_kv_chunk(const amx_ctx *x, int64_t b, int64_t g, int64_t kc, ui
     const int full = x->kvt == MHA_BF16 && 32 * kc + 32 <= nkv;
     const int64_t kwhole = full ? d / 32 : 0, whole = full ? dvr / 32 : 0;
     for (int64_t pnl = 0; pnl < 2; pnl++) {
-        uint32_t *kp = kt + (2 * kc + pnl) * L->dc * 256;
+        uint32_t *kp = kt + (2 * slot + pnl) * L->dc * 256;
         for (int64_t c = 0; c < L->dc; c++)
             if (c < kwhole)
                 tile_pack_b_rows_bf16(kr + 16 * pnl, 32 * c, kp + c * 256);
@@ -191,7 +218,7 @@ static void pack_kv_chunk(const amx_ctx *x, int64_t b, int64_t g, int64_t kc, ui
         for (; cg < 2 * whole; cg += 2) {
             const __m512i a = _mm512_loadu_si512(ra + 16 * cg),
                           e = _mm512_loadu_si512(rb + 16 * cg);
-            uint32_t *o = vp + (kc * L->vc + cg) * 256 + 16 * q;
+            uint32_t *o = vp + (slot * L->vc + cg) * 256 + 16 * q;
             _mm512_store_si512(o, _mm512_permutex2var_epi16(a, ilo, e));
             _mm512_store_si512(o + 256, _mm512_permutex2var_epi16(a, ihi, e));
         }
@@ -199,7 +226,7 @@ static void pack_kv_chunk(const amx_ctx *x, int64_t b, int64_t g, int64_t kc, ui
             const __m256i lo = ra ? row16_bf16(ra, x->kvt, 16 * cg, dvr) : _mm256_setzero_si256();
             const __m256i hi = rb ? row16_bf16(rb, x->kvt, 16 * cg, dvr) : _mm256_setzero_si256();
             const vbf both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-            _mm512_store_si512(vp + (kc * L->vc + cg) * 256 + 16 * q, vbf_interleave(both));
+            _mm512_store_si512(vp + (slot * L->vc + cg) * 256 + 16 * q, vbf_interleave(both));
         }
     }
 }
@@ -468,7 +495,7 @@ static void amx_sub_block(const amx_ctx *x, int64_t i0, int64_t r0, int64_t nr, 
     const uint16_t *q0 = qa + (r0 / 16) * L->dc * 512, *q1 = q0 + L->dc * 512;
     PHASE_START();
     for (int64_t c = c0; c < c1; c++) {
-        const uint32_t *b0 = kt + (2 * (kc + c)) * L->dc * 256, *b1 = b0 + L->dc * 256;
+        const uint32_t *b0 = kt + 2 * chunk_slot(L, kc + c) * L->dc * 256, *b1 = b0 + L->dc * 256;
         tile_mul_2x2(q0, q1, b0, b1, 256, L->dc, S + 256 * (2 * c), S + 256 * (2 * c + 1),
                      S + 256 * (sg + 2 * c), S + 256 * (sg + 2 * c + 1), 1);
     }
@@ -515,10 +542,16 @@ static void amx_sub_block(const amx_ctx *x, int64_t i0, int64_t r0, int64_t nr, 
     }
     PHASE(PHASE_SOFTMAX);
     float *o0 = Ob + (r0 / 16) * L->vc * 256, *o1 = o0 + L->vc * 256;
-    for (int64_t cg = 0; cg < L->vc; cg += 2) {
-        const uint32_t *b0 = vp + ((kc + c0) * L->vc + cg) * 256;
-        tile_mul_2x2(Pa + 512 * c0, Pa + (pg + c0) * 512, b0, b0 + 256, L->vc * 256, c1 - c0,
-                     o0 + 256 * cg, o0 + 256 * (cg + 1), o1 + 256 * cg, o1 + 256 * (cg + 1), first);
+    /* the chunks in runs of consecutive slots: two where the ring wraps */
+    for (int64_t c = c0, run; c < c1; c += run) {
+        const int64_t slot = chunk_slot(L, kc + c);
+        run = L->ring && L->ring - slot < c1 - c ? L->ring - slot : c1 - c;
+        for (int64_t cg = 0; cg < L->vc; cg += 2) {
+            const uint32_t *b0 = vp + (slot * L->vc + cg) * 256;
+            tile_mul_2x2(Pa + 512 * c, Pa + (pg + c) * 512, b0, b0 + 256, L->vc * 256, run,
+                         o0 + 256 * cg, o0 + 256 * (cg + 1), o1 + 256 * cg, o1 + 256 * (cg + 1),
+                         first && c == c0);
+        }
     }
     PHASE(PHASE_PV);
 }
@@ -597,6 +630,10 @@ static void amx_group_task(const amx_ctx *x, int64_t b, int64_t g, char *ws) {
         const int64_t n = i0 + bq < p->seq_q ? bq : p->seq_q - i0;
         const int64_t need = (mha_kv_end(p, i0 + n - 1) + 31) / 32;
         PHASE_START();
+        /* chunks before the block's first key are read by no block (the
+         * first key never moves back): left out */
+        const int64_t first = mha_kv_begin(p, i0) / 32;
+        if (packed < first) packed = first;
         for (; packed < need && packed < nkc; packed++) pack_kv_chunk(x, b, g, packed, kt);
         PHASE(PHASE_PACK);
         /* the keys the next query block packs, spread over the group's heads */

@@ -121,10 +121,11 @@ int cmd_ab(const char *old_bin, const char *new_bin, int rounds, double budget, 
                 errorf_esc("compare: --ab: `%s sweep` wrote no %s", bins[side], out);
                 show_log(log);
                 rc = EXIT_USAGE;
-            } else if (load_results(out, &sets[side]) != 0 ||
-                       load_results(out, &per[side][r]) != 0) {
+            } else if (load_results(out, &per[side][r]) != 0) {
                 show_log(log);
                 rc = EXIT_USAGE;
+            } else {
+                result_merge(&sets[side], &per[side][r]); /* the rounds pooled */
             }
             unlink(out);
         }

@@ -58,6 +58,8 @@ bench *find_bench(const result_set *rs, const char *name);
 /* Loads a Google Benchmark result file into rs (appending when rs already
  * holds one: --ab pools rounds). 0, or EXIT_USAGE after a message. */
 int load_results(const char *path, result_set *rs);
+/* Appends src (a loaded set) to dst, as loading src's file into dst would. */
+void result_merge(result_set *dst, const result_set *src);
 /* 1 if the fingerprints agree (the CPU key; every key with setup_too), else
  * prints each difference (a refusal, or a warning with force) and returns 0.
  * A required key missing on a side never matches: that machine is unknown. */

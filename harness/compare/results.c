@@ -54,13 +54,39 @@ static bench *bench_of(result_set *rs, const char *name) {
     return b;
 }
 
-static void add_time(result_set *rs, const char *name, double ns) {
-    bench *b = bench_of(rs, name);
+static void bench_add(bench *b, double ns) {
     if (b->n == b->cap) {
         b->cap = b->cap ? 2 * b->cap : 16;
         b->t = xrealloc(b->t, (size_t)b->cap * sizeof *b->t);
     }
     b->t[b->n++] = ns;
+}
+
+static void add_time(result_set *rs, const char *name, double ns) {
+    bench_add(bench_of(rs, name), ns);
+}
+
+/* Appends src's rows and counts to dst, as loading src's file into dst
+ * would have (the first set merged sets the fingerprint): compare --ab
+ * reads each round's file once, into the round's own set, and pools the
+ * rounds from those. */
+void result_merge(result_set *dst, const result_set *src) {
+    if (!dst->path) {
+        dst->path = src->path;
+        for (int k = 0; k < FP_COUNT; k++) dst->fp[k] = src->fp[k] ? xstrdup(src->fp[k]) : NULL;
+    }
+    dst->files += src->files;
+    dst->steady += src->steady;
+    dst->rows += src->rows;
+    dst->skipped += src->skipped;
+    dst->disturbed += src->disturbed;
+    for (int i = 0; i < src->nb; i++) {
+        const bench *from = &src->b[i];
+        bench *to = bench_of(dst, from->name);
+        for (int j = 0; j < from->n; j++) bench_add(to, from->t[j]);
+        to->mem |= from->mem;
+        if (from->threads) to->threads = from->threads;
+    }
 }
 
 /* Loads a Google Benchmark JSON file and appends its iteration rows to rs (which

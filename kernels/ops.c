@@ -20,6 +20,7 @@ OPS_FROM_BASE(scores_exp)
 OPS_FROM_BASE(vexp_array)
 OPS_FROM_BASE(vexp2_array)
 OPS_FROM_BASE(vsoftcap_array)
+OPS_FROM_BASE(narrow_array)
 OPS_FROM_BASE(exp_peak_loop)
 #undef OPS_FROM_BASE
 #else
@@ -98,6 +99,7 @@ const mha_isa_ops MHA_SYM(ops) = {
     .vexp_array = OPS_SYM(vexp_array),
     .vexp2_array = OPS_SYM(vexp2_array),
     .vsoftcap_array = OPS_SYM(vsoftcap_array),
+    .narrow_array = OPS_SYM(narrow_array),
     .units = units,
     .nunits = (int)(sizeof units / sizeof units[0]),
     .probe_loop = PROBE_SYM(probe_loop),

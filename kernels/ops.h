@@ -69,6 +69,7 @@ typedef struct {
     void (*vexp_array)(const float *x, float *y, int64_t n);
     void (*vexp2_array)(const float *x, float *y, int64_t n);
     void (*vsoftcap_array)(const float *x, float *y, int64_t n, float c);
+    void (*narrow_array)(const float *x, uint16_t *y, int64_t n, int bf16);
     /* This level's compute units (mha_unit above), nunits rows; the first
      * that serves fp32 is the FMA (mha_ops_unit). */
     const mha_unit *units;

@@ -54,6 +54,15 @@ void MHA_SYM(vexp2_array)(const float *x, float *y, int64_t n) {
     if (i < n) vstoreu_n(y + i, vexp2(vloadu_n(x + i, (int)(n - i))), (int)(n - i));
 }
 
+void MHA_SYM(narrow_array)(const float *x, uint16_t *y, int64_t n, int bf16) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW)
+        bf16 ? vstore_bf16(y + i, vloadu(x + i)) : vstore_f16(y + i, vloadu(x + i));
+    if (i < n)
+        bf16 ? vstore_bf16_n(y + i, vloadu_n(x + i, (int)(n - i)), (int)(n - i))
+             : vstore_f16_n(y + i, vloadu_n(x + i, (int)(n - i)), (int)(n - i));
+}
+
 void MHA_SYM(vsoftcap_array)(const float *x, float *y, int64_t n, float c) {
     int64_t i = 0;
     for (; i + VW <= n; i += VW) vstoreu(y + i, vsoftcap_log2(vloadu(x + i), c));

@@ -158,6 +158,9 @@ void MHA_SYM(vexp_array)(const float *x, float *y, int64_t n);
 void MHA_SYM(vexp2_array)(const float *x, float *y, int64_t n);
 /* y = vsoftcap_log2(x, c) over an array (test_vec measures its accuracy). */
 void MHA_SYM(vsoftcap_array)(const float *x, float *y, int64_t n, float c);
+/* y = x rounded to bf16 (bf16 != 0) or fp16 through the narrowing stores
+ * the kernels use (vstore_bf16 / vstore_f16), VW at a time, then the tail. */
+void MHA_SYM(narrow_array)(const float *x, uint16_t *y, int64_t n, int bf16);
 /* The exp unit's loop (ops.h's mha_unit "exp"): iters passes of the
  * kernels' vexp2_nonpos over an L1-resident buffer of the range a softmax
  * feeds it; returns the exponentials computed (1024 a pass). */

@@ -61,6 +61,39 @@ static inline vf vload_f16_n(const uint16_t *p, int n) {
     memcpy(t, p, (size_t)n * sizeof *p);
     return vload_f16(t);
 }
+/* Narrowing stores of VW fp32 lanes, bitwise kernels/dtype.h's conversions
+ * (vec_avx512.h's, in 8 lanes); the _n forms write only the first n. */
+static inline __m128i vbf16_bits(vf v) {
+    const __m256i u = _mm256_castps_si256(v);
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(
+            u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                                _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)))),
+        16);
+    /* a NaN: |u| > 0x7f800000 (both below 2^31: a signed compare serves) */
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)),
+                           nan);
+    /* every lane holds 16 bits: an unsigned saturating pack keeps them */
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+static inline void vstore_bf16(uint16_t *p, vf v) {
+    _mm_storeu_si128((__m128i *)p, vbf16_bits(v));
+}
+static inline void vstore_bf16_n(uint16_t *p, vf v, int n) {
+    uint16_t t[VW];
+    _mm_storeu_si128((__m128i *)t, vbf16_bits(v));
+    memcpy(p, t, (size_t)n * sizeof *p);
+}
+static inline void vstore_f16(uint16_t *p, vf v) {
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+static inline void vstore_f16_n(uint16_t *p, vf v, int n) {
+    uint16_t t[VW];
+    _mm_storeu_si128((__m128i *)t, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    memcpy(p, t, (size_t)n * sizeof *p);
+}
 static inline vf vload_i8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }

@@ -56,6 +56,36 @@ static inline vf vload_f16(const uint16_t *p) {
 static inline vf vload_f16_n(const uint16_t *p, int n) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1u), p));
 }
+/* Narrowing stores of VW fp32 lanes, bitwise kernels/dtype.h's conversions:
+ * bf16 rounded to nearest even on the integer bits (a NaN quieted, its top
+ * bits kept), fp16 by vcvtps2ph (IEEE nearest even: subnormals, overflow to
+ * Inf, a NaN quieted with its top payload bits, as mha_f32_to_f16). The _n
+ * forms write only the first n elements. */
+static inline __m256i vbf16_bits(vf v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(
+            u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)))),
+        16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_cvtepi32_epi16(
+        _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+}
+static inline void vstore_bf16(uint16_t *p, vf v) {
+    _mm256_storeu_si256((__m256i *)p, vbf16_bits(v));
+}
+static inline void vstore_bf16_n(uint16_t *p, vf v, int n) {
+    _mm256_mask_storeu_epi16(p, (__mmask16)((1u << n) - 1u), vbf16_bits(v));
+}
+static inline void vstore_f16(uint16_t *p, vf v) {
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+static inline void vstore_f16_n(uint16_t *p, vf v, int n) {
+    _mm256_mask_storeu_epi16(p, (__mmask16)((1u << n) - 1u),
+                             _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
 static inline vf vload_i8(const int8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }

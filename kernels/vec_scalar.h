@@ -52,6 +52,19 @@ static inline vf vload_f16(const uint16_t *p) {
 static inline vf vload_f16_n(const uint16_t *p, int n) {
     return n > 0 ? mha_f16_to_f32(*p) : 0.0f;
 }
+/* Narrowing stores (one element): dtype.h's conversions. */
+static inline void vstore_bf16(uint16_t *p, vf v) {
+    *p = mha_f32_to_bf16(v);
+}
+static inline void vstore_bf16_n(uint16_t *p, vf v, int n) {
+    if (n > 0) *p = mha_f32_to_bf16(v);
+}
+static inline void vstore_f16(uint16_t *p, vf v) {
+    *p = mha_f32_to_f16(v);
+}
+static inline void vstore_f16_n(uint16_t *p, vf v, int n) {
+    if (n > 0) *p = mha_f32_to_f16(v);
+}
 static inline vf vload_i8(const int8_t *p) {
     return (float)*p;
 }

@@ -80,7 +80,9 @@ fi
 [ -f "$local_bin" ] && [ -x "$local_bin" ] || die "--local-mhabench '$local_bin' is not an executable file"
 # The presets are the binary's (mhabench sweep --list-presets), not a list kept here.
 presets=$("$local_bin" sweep --list-presets 2>/dev/null) || die "'$local_bin sweep --list-presets' failed: an mhabench older than this script?"
-printf '%s\n' "$presets" | grep -qxF -- "$preset" ||
+# (a here-string, not a pipe: under pipefail, grep -q leaving at its first
+# match can end printf with SIGPIPE and fail a listed preset; seen in CI)
+grep -qxF -- "$preset" <<<"$presets" ||
     die "--preset '$preset': expected one of $(printf '%s\n' "$presets" | paste -sd, - | sed 's/,/, /g')"
 
 out=${out:-fleet-$preset-$(date -u +%Y%m%dT%H%M%SZ)}

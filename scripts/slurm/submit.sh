@@ -74,7 +74,9 @@ mhabench=$(cd "$(dirname "$mhabench")" && pwd)/$(basename "$mhabench") # nodes n
 "$mhabench" sweep --help >/dev/null 2>&1 || die "'$mhabench sweep --help' failed: not an mhabench?"
 # The presets are the binary's (mhabench sweep --list-presets), not a list kept here.
 presets=$("$mhabench" sweep --list-presets 2>/dev/null) || die "'$mhabench sweep --list-presets' failed: an mhabench older than this script?"
-printf '%s\n' "$presets" | grep -qxF -- "$preset" ||
+# (a here-string, not a pipe: under pipefail, grep -q leaving at its first
+# match can end printf with SIGPIPE and fail a listed preset; seen in CI)
+grep -qxF -- "$preset" <<<"$presets" ||
     die "--preset '$preset': expected one of $(printf '%s\n' "$presets" | paste -sd, - | sed 's/,/, /g')"
 [ -z "$run_id" ] && run_id="$preset-$(date -u +%Y%m%dT%H%M%SZ)"
 [ -z "$label" ] && label=${partition:-${constraint:-default}}

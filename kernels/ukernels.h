@@ -13,6 +13,7 @@
 
 #include "mha.h"
 #include "vec.h"
+#include "softcap.h"
 
 enum {
     MHA_INIT_ZERO = 0,     /* C  = A B */
@@ -47,20 +48,12 @@ void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int6
  * handling; NaN stays NaN (each clamp puts y second), +-inf gives +-c.
  * The _scaled form caps x sc (sc > 0: a prescale folded into 1 / c). */
 static inline vf vsoftcap_log2_scaled(vf x, float sc, float c) {
-    const float k = c * 1.44269504088896341f;
-    const vf y = vmin(vset1(9.0f), vmax(vset1(-9.0f), vmul(x, vset1(sc / c))));
-    const vf u = vmul(y, y);
-    vf p = vset1(k * 1.3347516141722862e-08f);
-    p = vfma(p, u, vset1(k * 2.0604122253435377e-05f));
-    p = vfma(p, u, vset1(k * 3.4952968179446627e-03f));
-    p = vfma(p, u, vset1(k * 1.3380783982212013e-01f));
-    p = vfma(p, u, vset1(k * 9.9999997997931560e-01f));
-    vf q = vset1(7.773688299515702e-07f);
-    q = vfma(q, u, vset1(3.2851511004406884e-04f));
-    q = vfma(q, u, vset1(2.587588503868998e-02f));
-    q = vfma(q, u, vset1(4.671409970934777e-01f));
-    q = vfma(q, u, vset1(1.0f));
-    return vmul(vmul(y, p), vrcp(q));
+    static const float p[5] = {1.3347516141722862e-08f, 2.0604122253435377e-05f,
+                               3.4952968179446627e-03f, 1.3380783982212013e-01f,
+                               9.9999997997931560e-01f},
+                       q[5] = {7.773688299515702e-07f, 3.2851511004406884e-04f,
+                               2.587588503868998e-02f, 4.671409970934777e-01f, 1.0f};
+    return vsoftcap_rational(x, sc, c, 9.0f, p, q, 4);
 }
 static inline vf vsoftcap_log2(vf s, float c) {
     return vsoftcap_log2_scaled(s, 1.0f, c);

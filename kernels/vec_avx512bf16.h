@@ -7,6 +7,7 @@
 #ifndef MHA_VEC_AVX512BF16_H
 #define MHA_VEC_AVX512BF16_H
 #include "vec_avx512.h"
+#include "softcap.h"
 
 /* 32 bf16 (or 16 bf16 pairs) in a zmm: an integer vector, so that loads,
  * stores and shuffles stay plain and casts happen only at the dot product. */
@@ -84,20 +85,11 @@ static inline vf vexp2_nonpos_bf16(vf x) {
  * 13.3 TSC ticks per 16 scores (plain: 5.1; stop 54). */
 #define MHA_SOFTCAP_BF16_REL 2.5e-6
 static inline vf vsoftcap_log2_bf16(vf x, float sc, float c) {
-    const float k = c * 1.44269504088896341f;
-    const vf y = _mm512_min_ps(_mm512_set1_ps(7.2f),
-                               _mm512_max_ps(_mm512_set1_ps(-7.2f),
-                                             _mm512_mul_ps(x, _mm512_set1_ps(sc / c))));
-    const vf u = _mm512_mul_ps(y, y);
-    vf p = _mm512_set1_ps(k * 3.8850992552158763e-06f);
-    p = _mm512_fmadd_ps(p, u, _mm512_set1_ps(k * 2.2699166178274319e-03f));
-    p = _mm512_fmadd_ps(p, u, _mm512_set1_ps(k * 1.2296430246229009e-01f));
-    p = _mm512_fmadd_ps(p, u, _mm512_set1_ps(k * 9.9999875650127701e-01f));
-    vf q = _mm512_set1_ps(1.4144972184596205e-04f);
-    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(2.1044334079841021e-02f));
-    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(4.5628833388102952e-01f));
-    q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(1.0f));
-    return _mm512_mul_ps(_mm512_mul_ps(y, p), vrcp(q));
+    static const float p[4] = {3.8850992552158763e-06f, 2.2699166178274319e-03f,
+                               1.2296430246229009e-01f, 9.9999875650127701e-01f},
+                       q[4] = {1.4144972184596205e-04f, 2.1044334079841021e-02f,
+                               4.5628833388102952e-01f, 1.0f};
+    return vsoftcap_rational(x, sc, c, 7.2f, p, q, 3);
 }
 
 /* 16 bf16 / fp16 (the first n, others 0) widened to fp32 lanes. */

@@ -164,4 +164,5 @@ double MHA_SYM(exp_peak_loop)(int64_t iters);
 #define k_scores_exp MHA_SYM(scores_exp)
 #define k_softmax_columns MHA_SYM(softmax_columns)
 #define k_store_normalized MHA_SYM(store_normalized)
+#define k_narrow_array MHA_SYM(narrow_array)
 #endif

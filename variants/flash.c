@@ -162,21 +162,13 @@ static void store_rows(const mha_tensor_mut *out, char *ohead, int64_t i0, int64
         return;
     }
     k_store_normalized(n, dv, Ob, ldo, l, blind, Ob, ldo);
-    /* rounded VW at a time (vstore_bf16/_f16: bitwise dtype.h's conversions,
+    /* rounded VW at a time (narrow_array: vstore_bf16/_f16, bitwise dtype.h's conversions,
      * all 2^32 inputs checked); element by element through mha_store_elem
      * this took a fifth of flash.avx512's time under a window of 128 (bf16,
      * d 64, the Emerald Rapids VM, stop 55) */
-    const int bf = out->dtype == MHA_BF16;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t *dst = (uint16_t *)ohead + (i0 + i) * son;
-        const float *src = Ob + i * ldo;
-        int64_t c = 0;
-        for (; c + VW <= dv; c += VW)
-            bf ? vstore_bf16(dst + c, vload(src + c)) : vstore_f16(dst + c, vload(src + c));
-        if (c < dv)
-            bf ? vstore_bf16_n(dst + c, vload(src + c), (int)(dv - c))
-               : vstore_f16_n(dst + c, vload(src + c), (int)(dv - c));
-    }
+    for (int64_t i = 0; i < n; i++)
+        k_narrow_array(Ob + i * ldo, (uint16_t *)ohead + (i0 + i) * son, dv,
+                       out->dtype == MHA_BF16);
 }
 /* ---- the paged KV cache ----------------------------------------------------------------
  * A KV block never crosses the end of a cache block (page_cap), so its keys

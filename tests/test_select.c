@@ -212,6 +212,50 @@ static void test_default_blocks(void **state) {
     mha_default_blocks(&big, FLASH, MHA_ISA_AVX512, 1, &bq1, &bk);
     mha_default_blocks(&big, FLASH, MHA_ISA_AVX512, 2, &bq2, &bk);
     assert_int_equal(bq1, bq2);
+    /* flash.avx512bf16 under a window of at most 1,024 keys at d <= 64: two
+     * vectors of queries, 256 keys; a wider window, a larger head dim, the
+     * fp32 level and the tiles keep the unwindowed blocks. */
+    mha_problem win = big;
+    win.seq_q = win.seq_kv = 8192;
+    win.causal = 1;
+    win.window = 1;
+    win.window_left = 128;
+    win.window_right = -1;
+    int bqw, bkw, bq0, bk0;
+    mha_default_blocks(&win, FLASH, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
+    assert_int_equal(bqw, 32);
+    assert_int_equal(bkw, 256);
+    win.causal = 0;
+    win.window_right = 895; /* a span of 1,024 */
+    mha_default_blocks(&win, FLASH, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
+    assert_int_equal(bqw, 32);
+    const mha_problem plain = {.batch = 1,
+                               .heads = 32,
+                               .kv_heads = 32,
+                               .seq_q = 8192,
+                               .seq_kv = 8192,
+                               .head_dim = 64,
+                               .causal = 1,
+                               .scale = 0.0f,
+                               .dtype = MHA_F32,
+                               .kv_dtype = MHA_F32};
+    mha_default_blocks(&plain, FLASH, MHA_ISA_AVX512BF16, 1, &bq0, &bk0);
+    win.window_right = 896; /* 1,025 */
+    mha_default_blocks(&win, FLASH, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
+    assert_int_equal(bqw, bq0);
+    assert_int_equal(bkw, bk0);
+    win.window_right = 0;
+    win.head_dim = 128;
+    mha_default_blocks(&win, FLASH, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
+    mha_problem plain128 = plain;
+    plain128.head_dim = 128;
+    mha_default_blocks(&plain128, FLASH, MHA_ISA_AVX512BF16, 1, &bq0, &bk0);
+    assert_int_equal(bqw, bq0);
+    win.head_dim = 64;
+    mha_default_blocks(&win, FLASH, MHA_ISA_AVX512, 1, &bqw, &bkw);
+    mha_default_blocks(&plain, FLASH, MHA_ISA_AVX512, 1, &bq0, &bk0);
+    assert_int_equal(bqw, bq0);
+    assert_int_equal(bkw, bk0);
 }
 
 /* The cache-model default: the best-ranked kernel that runs here for the

@@ -327,6 +327,12 @@ static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb
      * [lo, f0) and [f1, hi) masked by the band in blocks of at most bk */
     int64_t f0 = kb[n - 1], f1 = ke[0];
     if (f1 <= f0) f0 = f1 = hi;
+    /* A short window's whole band within one block (bk keys: window 128
+     * under 96-query blocks): one masked block instead of two edges and
+     * the run between them, each with its own pass over St, rescale and
+     * P.V call per row tile. Measured on the Zen 4 VM, flash.avx512 H8
+     * N8192 d64 causal window 128, 1 thread: 1.06x (3 alternated rounds). */
+    if (p->window && f0 > lo && hi - lo <= L->bk) f0 = f1 = hi;
     const int64_t nfull = (f1 - f0 + L->bk - 1) / L->bk;
     int64_t even = nfull > 0 ? (f1 - f0 + nfull - 1) / nfull : L->bk;
     even = (even + MHA_MR - 1) / MHA_MR * MHA_MR;

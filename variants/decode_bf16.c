@@ -90,8 +90,9 @@ enum { DB_RB = 4, DB_BK = 16, DB_BW = 16 };
 /* at most this many rows per (batch, KV head) split the KV (decode.c's) */
 enum { DB_SPLIT_ROWS = 16 };
 /* A head-major cache: the block whose rows each block prefetches, counted
- * from it (db_rows) */
-enum { DB_PF_AHEAD = 2 };
+ * from it, and for a one-row pass the bytes at the head of each 4 KiB page
+ * of them that the walk fetches (db_rows) */
+enum { DB_PF_AHEAD = 2, DB_PF_HEAD = 256 };
 /* keys per block when a pass has one row: short from DRAM, long from a cache
  * that fits the L3 with room to spare (!db_plan.stream); at most DB_RB * DB_BK,
  * the one row's share of the scratch */
@@ -765,6 +766,19 @@ static void db_rows(const db_ctx *x, int64_t b, int64_t g, int64_t r0, int R, in
             mha_span_pf_rows(&ahead, kh, k->stride_n, 2, d, a, n, &lines);
             mha_span_pf_rows(&ahead, vh, v->stride_n, 2, dv, a, n, &lines);
             pf = mha_span_pf_begin(&ahead, lines, db_pf_steps(bk, dv));
+            /* One row (MHA decode: 1 flop per byte) walks only the page
+             * heads and leaves the rest of each page to the hardware's
+             * stream, which follows the rows the products read in order;
+             * prefetching every line held the core's misses and cost it
+             * the stream's pace. Zen 4 VM, H32 KV32 8,192 keys d128 (128
+             * MiB), 3 alternated rounds of best-of-7: decode.avx512bf16
+             * 20 -> 31 GFLOP/s at 1 thread (the DRAM's read rate), 41-48
+             * -> 59-64 at 2; decode.bf16fma 22-24 -> 33 and 43-46 -> 58-63.
+             * With 4 rows (KV8) the heads alone gained 3-10% on
+             * decode.avx512bf16 but cost decode.bf16fma 17%, so several
+             * rows keep every line. The paged walk (all_heads) needs every
+             * line: its rows are not read in order (heads alone: 0.55x). */
+            if (pf && R == 1) pf->head = DB_PF_HEAD;
         }
 #if DB_TILES
         scores_tiles(R, nc, w->qt, kv_base(x, k, kh, j0), k->stride_n, d, j0, bk, end, x->qscale, s,

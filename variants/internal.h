@@ -361,6 +361,8 @@ typedef struct {
     const char *run[MHA_SPAN_PF_RUNS];
     int64_t len[MHA_SPAN_PF_RUNS]; /* bytes */
     int nrun, ri, per;             /* per: lines per step */
+    int head;                      /* 0: every line; else the lines in the first head bytes of each
+                                      4 KiB page only (a stream the hardware follows: decode_bf16.c) */
     const char *p, *end;           /* the run being walked; both NULL when done */
 } mha_span_pf;
 
@@ -374,7 +376,14 @@ static __attribute__((noinline, unused)) void mha_span_pf_next(mha_span_pf *f) {
  * less than per lines: a prefetch never faults). f NULL: nothing. */
 static inline __attribute__((always_inline)) void mha_span_pf_step(mha_span_pf *f) {
     if (!f || f->p == f->end) return;
-    for (int i = 0; i < f->per; i++) __builtin_prefetch(f->p + 64 * i, 0, 2);
+    if (!f->head) {
+        for (int i = 0; i < f->per; i++) __builtin_prefetch(f->p + 64 * i, 0, 2);
+    } else { /* the page heads that this step's lines [a, e) reach */
+        const uintptr_t a = (uintptr_t)f->p, e = a + 64 * (uintptr_t)f->per;
+        for (uintptr_t pg = a & ~(uintptr_t)4095; pg < e; pg += 4096)
+            for (uintptr_t l = pg > a ? pg : a; l < pg + (uintptr_t)f->head && l < e; l += 64)
+                __builtin_prefetch((const void *)l, 0, 2);
+    }
     f->p += 64 * f->per;
     if (f->p >= f->end) mha_span_pf_next(f);
 }
@@ -394,6 +403,7 @@ static inline void mha_span_pf_add(mha_span_pf *f, const void *at, int64_t bytes
 static inline mha_span_pf *mha_span_pf_begin(mha_span_pf *f, int64_t lines, int64_t steps) {
     if (!f->nrun || steps <= 0) return NULL;
     f->per = (int)((lines + steps - 1) / steps);
+    f->head = 0;
     f->ri = -1;
     mha_span_pf_next(f);
     return f;

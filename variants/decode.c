@@ -145,8 +145,10 @@ static dec_plan plan(const mha_problem *p, int threads, int interleaved) {
      * 29.4 / 61.9, with 27.4 / 56.3; H = 32 fp32 (128 MiB) without 9.5 /
      * 16.7, with 10.3 / 17.4; H = 32 bf16 (64 MiB) once 28.8 / 43.5 without
      * against 18.5 / 35.6 with, but level (13.3-14.8 / 29.1-30.2) when
-     * measured again on huge pages. The multi-row passes are compute-bound
-     * and always prefetch. */
+     * measured again on huge pages. Measured again in stop 56 (huge pages,
+     * H = 32 bf16, 8,192 keys): without 29 against 18 at 1 thread, so
+     * AVX-512 streams 16-bit and int8 V rows unprefetched (pv1_strip). The
+     * multi-row passes are compute-bound and always prefetch. */
     P.stream_pf = mha_decode_cache_per_l3(p) > 1.5;
     P.state = P.all_heads
                   ? mha_align64((size_t)(p->kv_heads * nrc) * (DEC_RB * dvp + 2 * DEC_RB) * f)
@@ -451,7 +453,13 @@ static inline __attribute__((always_inline)) void pv1_strip(const int t, const i
                                              : vloadu(o + c0 + v * VW);
     for (int64_t j = 0; j < bk; j++) {
         const void *vrow = elem(t, vh, (j0 + j) * svn);
-        if (pf > 0 && j0 + j + pf < kend)
+        /* AVX-512 over 16-bit and int8 rows: no prefetch; the hardware's
+         * stream keeps up, and the prefetch in this loop cost the loop
+         * more than it fetched (Zen 4 VM, H32 KV32 8,192 keys d128, 3
+         * alternated rounds of best-of-5: bf16 cache 1.56-1.64x at 1
+         * thread, 1.30x at 2; the sweep's fp16 1.4-1.55x, int8 1.4x). On
+         * AVX2 the same removal lost 10-15%; fp32 rows keep it too. */
+        if ((t == MHA_F32 || VW < 16) && pf > 0 && j0 + j + pf < kend)
             prefetch_row_l2(elem(t, vrow, pf * svn + c0), NV * VW * esize(t));
         const vf pj = vset1(p[j]);
         for (int v = 0; v < NV; v++)

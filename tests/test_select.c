@@ -503,6 +503,28 @@ static void test_table_match(void **state) {
     select_ok(&causal, 1, &s);
     assert_int_equal(s.source, MHA_CHOICE_DEFAULT);
     assert_non_null(strstr(s.reason, "no entry"));
+    /* A window bounded on the left: the table's kernel (tiled does not take
+     * a window, so its runner-up), the cache model's blocks, and the reason
+     * says so; a window unbounded on the left keeps the table's blocks. */
+    mha_problem win = P1024;
+    win.window = 1;
+    win.window_left = 128;
+    win.window_right = 0;
+    select_ok(&win, 1, &s);
+    assert_int_equal(s.source, MHA_CHOICE_TABLE);
+    assert_string_equal(mha_kernel_name(s.kernel), "flash.scalar");
+    assert_non_null(strstr(s.reason, "cache model"));
+    setenv("MHA_KERNEL", "flash.scalar", 1);
+    select_ok(&win, 1, &s2);
+    unsetenv("MHA_KERNEL");
+    assert_int_equal(s.options.block_q, s2.options.block_q);
+    assert_int_equal(s.options.block_kv, s2.options.block_kv);
+    win.window_left = -1;
+    select_ok(&win, 1, &s);
+    assert_string_equal(mha_kernel_name(s.kernel), "flash.scalar");
+    assert_int_equal(s.options.block_q, 16);
+    assert_int_equal(s.options.block_kv, 64);
+    assert_null(strstr(s.reason, "cache model"));
 
     /* The committed-table location: MHA_TUNING_DIR/<cpu key>.json. */
     unsetenv("MHA_TUNING");

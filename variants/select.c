@@ -163,8 +163,13 @@ static int select_from_table(const mha_problem *p, const mha_options *req, mha_s
     }
     out->kernel = k;
     out->options = *req;
-    if (out->options.block_q == 0) out->options.block_q = ch->block_q;
-    if (out->options.block_kv == 0) out->options.block_kv = ch->block_kv;
+    /* The classes are tuned without a window; under one bounded on the
+     * left a query block reads W + bq keys, not the class's, so its blocks
+     * are the cache model's (which has a rule for short windows), not the
+     * table's. */
+    const int own_blocks = !mha_window_local(p);
+    if (out->options.block_q == 0 && own_blocks) out->options.block_q = ch->block_q;
+    if (out->options.block_kv == 0 && own_blocks) out->options.block_kv = ch->block_kv;
     if (out->options.split == 0) out->options.split = ch->split;
     fill_blocks(p, k, &out->options);
     out->source = MHA_CHOICE_TABLE;
@@ -172,8 +177,10 @@ static int select_from_table(const mha_problem *p, const mha_options *req, mha_s
     char near[80] = "", skipped[200] = "";
     if (strcmp(e.cls, names[0]) != 0) put(near, sizeof near, " (nearest to %s)", names[0]);
     if (ch == &e.runner_up) put(skipped, sizeof skipped, ", runner-up (winner: %s)", w1);
-    put(out->reason, sizeof out->reason, "tuning table %s, class %s%s%s", path, e.cls, near,
-        skipped);
+    put(out->reason, sizeof out->reason, "tuning table %s, class %s%s%s%s", path, e.cls, near,
+        skipped,
+        own_blocks ? ""
+                   : "; blocks from the cache model (a window: the class is tuned without one)");
     return 1;
 }
 

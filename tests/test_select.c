@@ -215,9 +215,10 @@ static void test_default_blocks(void **state) {
     /* flash.avx512bf16 under a window of at most 1,024 keys at d <= 64: two
      * vectors of queries, 256 keys; a wider window, a larger head dim, the
      * fp32 level and the tiles keep the unwindowed blocks. */
-    mha_problem win = big;
-    win.seq_q = win.seq_kv = 8192;
-    win.causal = 1;
+    mha_problem plain = big;
+    plain.seq_q = plain.seq_kv = 8192;
+    plain.causal = 1;
+    mha_problem win = plain;
     win.window = 1;
     win.window_left = 128;
     win.window_right = -1;
@@ -229,16 +230,6 @@ static void test_default_blocks(void **state) {
     win.window_right = 895; /* a span of 1,024 */
     mha_default_blocks(&win, FLASH, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
     assert_int_equal(bqw, 32);
-    const mha_problem plain = {.batch = 1,
-                               .heads = 32,
-                               .kv_heads = 32,
-                               .seq_q = 8192,
-                               .seq_kv = 8192,
-                               .head_dim = 64,
-                               .causal = 1,
-                               .scale = 0.0f,
-                               .dtype = MHA_F32,
-                               .kv_dtype = MHA_F32};
     mha_default_blocks(&plain, FLASH, MHA_ISA_AVX512BF16, 1, &bq0, &bk0);
     win.window_right = 896; /* 1,025 */
     mha_default_blocks(&win, FLASH, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
@@ -256,6 +247,9 @@ static void test_default_blocks(void **state) {
     mha_default_blocks(&plain, FLASH, MHA_ISA_AVX512, 1, &bq0, &bk0);
     assert_int_equal(bqw, bq0);
     assert_int_equal(bkw, bk0);
+    mha_default_blocks(&win, FLASH | MHA_KT_TILES, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
+    assert_int_equal(bqw, 64);
+    assert_int_equal(bkw, 256);
 }
 
 /* The cache-model default: the best-ranked kernel that runs here for the

@@ -331,7 +331,8 @@ static void flash_block_var(const flash_ctx *x, int64_t b, int64_t h, int64_t qb
      * under 96-query blocks): one masked block instead of two edges and
      * the run between them, each with its own pass over St, rescale and
      * P.V call per row tile. Measured on the Zen 4 VM, flash.avx512 H8
-     * N8192 d64 causal window 128, 1 thread: 1.06x (3 alternated rounds). */
+     * N8192 d64 causal window 128: 1.047x / 1.042x at 1 / 2 threads (3
+     * alternated rounds). */
     if (p->window && f0 > lo && hi - lo <= L->bk) f0 = f1 = hi;
     const int64_t nfull = (f1 - f0 + L->bk - 1) / L->bk;
     int64_t even = nfull > 0 ? (f1 - f0 + nfull - 1) / nfull : L->bk;

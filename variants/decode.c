@@ -103,7 +103,8 @@ typedef struct {
     size_t part;    /* bytes of the partial results (0 when nsplit == 1) */
     size_t scratch; /* bytes per thread */
     int wide_q;     /* Q is not fp32: its rows are widened into the scratch */
-    int stream_pf;  /* one-row passes prefetch K and V ahead: the cache is beyond the L3 */
+    int stream_pf;  /* the cache is beyond the L3: one-row passes prefetch ahead, multi-row
+                       ones of fp32 rows (any on AVX2) V rows only (dec_rows) */
     int all_heads;  /* paged GQA: an item is a (sequence, KV chunk) with every KV head (below) */
     size_t state;   /* all_heads: bytes per thread of every (KV head, row group)'s o, m, l */
 } dec_plan;
@@ -213,11 +214,11 @@ static inline __attribute__((always_inline)) float dot(const int t, const float 
 /* Scores of keys [j0, j0 + bk) (log2 units, -inf past a row's end) into
  * s[r][j]; an int8 K row's scale ks[j * kss] multiplies its score. The
  * stream is memory-bound with little work per byte, so the K rows pf ahead
- * are prefetched; with several rows, so are the V rows of this block, which
- * the register-blocked P.V reads next. Kept out of line per row count and
- * storage type (the DEC_TYPES instances): one loop nest per case lets each
- * keep its registers (one row ran 10% slower sharing a loop with the
- * multi-row case). */
+ * are prefetched (KPF: see dec_rows for where not); with several rows, so
+ * are the V rows of this block, which the register-blocked P.V reads next.
+ * Kept out of line per row count and storage type (the DEC_TYPES
+ * instances): one loop nest per case lets each keep its registers (one row
+ * ran 10% slower sharing a loop with the multi-row case). */
 /* out[r][u] = q[r] . K row u, for R rows and 4 keys at once: each q vector
  * is loaded once for 4 keys and each K vector once for R rows, so the loads
  * per FMA halve against one key at a time (with 4 rows the loop was load-port
@@ -250,9 +251,9 @@ static inline __attribute__((always_inline)) void dots_x4(const int t, const int
 }
 
 static inline __attribute__((always_inline)) void
-scores_block(const int t, int R, const float *const *qrow, const int64_t *end, const void *kh,
-             int64_t skn, const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0,
-             int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s,
+scores_block(const int t, const int KPF, int R, const float *const *qrow, const int64_t *end,
+             const void *kh, int64_t skn, const float *ks, int64_t kss, const void *vh, int64_t svn,
+             int64_t j0, int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s,
              mha_span_pf *spf) {
     const int64_t rb = d * esize(t); /* bytes of a stored row */
     int64_t j = 0;
@@ -265,7 +266,7 @@ scores_block(const int t, int R, const float *const *qrow, const int64_t *end, c
             mha_span_pf_step(spf);
             kr[u] = elem(t, kh, (j0 + j + u) * skn);
             if (pf > 0 && j0 + j + u + pf < kend) {
-                prefetch_row(elem(t, kr[u], pf * skn), rb);
+                if (KPF) prefetch_row(elem(t, kr[u], pf * skn), rb);
                 prefetch_row_l2(elem(t, vh, (j0 + j + u) * svn), rb);
             }
         }
@@ -292,7 +293,7 @@ scores_block(const int t, int R, const float *const *qrow, const int64_t *end, c
         mha_span_pf_step(spf);
         const void *krow = elem(t, kh, (j0 + j) * skn);
         if (pf > 0 && j0 + j + pf < kend) {
-            prefetch_row(elem(t, krow, pf * skn), rb);
+            if (KPF) prefetch_row(elem(t, krow, pf * skn), rb);
             prefetch_row_l2(elem(t, vh, (j0 + j) * svn), rb);
         }
         float dj[DEC_RB];
@@ -559,6 +560,10 @@ typedef struct {
                    const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0,
                    int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s,
                    mha_span_pf *spf);
+    void (*scores_v)(int R, const float *const *qrow, const int64_t *end, const void *kh,
+                     int64_t skn, const float *ks, int64_t kss, const void *vh, int64_t svn,
+                     int64_t j0, int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale,
+                     float *s, mha_span_pf *spf); /* the same prefetching V rows only */
     void (*scores1)(const float *qrow, int64_t end, const void *kh, int64_t skn, const float *ks,
                     int64_t kss, int64_t j0, int64_t bk, int64_t kend, int64_t pf, int64_t d,
                     float qscale, float *s, mha_span_pf *spf);
@@ -573,8 +578,15 @@ typedef struct {
         int R, const float *const *qrow, const int64_t *end, const void *kh, int64_t skn,          \
         const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0, int64_t bk,         \
         int64_t kend, int64_t pf, int64_t d, float qscale, float *s, mha_span_pf *spf) {           \
-        scores_block(T, R, qrow, end, kh, skn, ks, kss, vh, svn, j0, bk, kend, pf, d, qscale, s,   \
-                     spf);                                                                         \
+        scores_block(T, 1, R, qrow, end, kh, skn, ks, kss, vh, svn, j0, bk, kend, pf, d, qscale,   \
+                     s, spf);                                                                      \
+    }                                                                                              \
+    static __attribute__((noinline)) void scores_v_##name(                                         \
+        int R, const float *const *qrow, const int64_t *end, const void *kh, int64_t skn,          \
+        const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0, int64_t bk,         \
+        int64_t kend, int64_t pf, int64_t d, float qscale, float *s, mha_span_pf *spf) {           \
+        scores_block(T, 0, R, qrow, end, kh, skn, ks, kss, vh, svn, j0, bk, kend, pf, d, qscale,   \
+                     s, spf);                                                                      \
     }                                                                                              \
     static __attribute__((noinline)) void scores1_##name(                                          \
         const float *qrow, int64_t end, const void *kh, int64_t skn, const float *ks, int64_t kss, \
@@ -599,10 +611,10 @@ DEC_INSTANCE(i8, MHA_I8)
 #undef DEC_INSTANCE
 
 static const dec_fn_set dec_fns[MHA_DTYPE_COUNT] = {
-    [MHA_F32] = {scores_f32, scores1_f32, pv1_f32, pvn_f32},
-    [MHA_BF16] = {scores_bf16, scores1_bf16, pv1_bf16, pvn_bf16},
-    [MHA_F16] = {scores_f16, scores1_f16, pv1_f16, pvn_f16},
-    [MHA_I8] = {scores_i8, scores1_i8, pv1_i8, pvn_i8},
+    [MHA_F32] = {scores_f32, scores_v_f32, scores1_f32, pv1_f32, pvn_f32},
+    [MHA_BF16] = {scores_bf16, scores_v_bf16, scores1_bf16, pv1_bf16, pvn_bf16},
+    [MHA_F16] = {scores_f16, scores_v_f16, scores1_f16, pv1_f16, pvn_f16},
+    [MHA_I8] = {scores_i8, scores_v_i8, scores1_i8, pv1_i8, pvn_i8},
 };
 
 /* Rows [r0, r0+R) of KV head (b, g) over keys [k0, k1): leaves the unnormalised
@@ -645,6 +657,17 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
         kvt == MHA_I8 ? v->scale + b * v->scale_stride_b + g * v->scale_stride_h : NULL;
     const int64_t kss = k->scale_stride_n, vss = v->scale_stride_n;
     const dec_fn_set *F = &dec_fns[kvt];
+    /* The multi-row passes prefetch K rows into L1 beside the V rows into
+     * L2 (scores_block), except over a cache from DRAM (the plan's
+     * stream_pf) of fp32 rows, or any rows on AVX2: there the K stream is
+     * the hardware's, and the prefetches held the misses the V rows need.
+     * Zen 4 VM, H32 KV8 d128, 32,768 keys, alternated rounds: fp32 1.20x /
+     * 1.19x at 1 / 2 threads, AVX2 fp32 1.42x / 1.27x, AVX2 bf16 1.16x;
+     * B4 8,192 keys fp32 1.22x, 8 rows per KV head 1.12x. With the cache
+     * in the L3 (2,048 keys) dropping them cost 16%, and AVX-512 bf16 rows
+     * from DRAM were level, so those keep them. Two instances (scores,
+     * scores_v): a test in the loop cost 5% where nothing changed. */
+    const int kpf = !(x->stream_pf && (kvt == MHA_F32 || VW < 16));
     /* prefetch distance: a fixed number of bytes of storage ahead; none in
      * all_heads' spans, whose next span spf fetches (the per-row stream beside
      * it requested the same lines again: without it, Zen 4 VM, decode.avx512
@@ -680,8 +703,9 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
                 F->scores1(qrow[0], end[0], st.kh, k->stride_n, st.ks, kss, js, n, st.pf_end, pf1,
                            d, x->qscale, s + (js - j0), spf);
             else
-                F->scores(R, qrow, end, st.kh, k->stride_n, st.ks, kss, st.vh, v->stride_n, js, n,
-                          st.pf_end, pf, d, x->qscale, s + (js - j0), spf);
+                (kpf ? F->scores : F->scores_v)(R, qrow, end, st.kh, k->stride_n, st.ks, kss, st.vh,
+                                                v->stride_n, js, n, st.pf_end, pf, d, x->qscale,
+                                                s + (js - j0), spf);
         }
         if (cap > 0 || p->window) /* the cap before the mask; a window's left edge */
             for (int r = 0; r < R; r++) {

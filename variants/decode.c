@@ -659,15 +659,16 @@ static void dec_rows(const dec_ctx *x, int64_t b, int64_t g, int64_t r0, int R, 
     const dec_fn_set *F = &dec_fns[kvt];
     /* The multi-row passes prefetch K rows into L1 beside the V rows into
      * L2 (scores_block), except over a cache from DRAM (the plan's
-     * stream_pf) of fp32 rows, or any rows on AVX2: there the K stream is
-     * the hardware's, and the prefetches held the misses the V rows need.
+     * stream_pf) of fp32 rows on AVX-512 and of any rows on AVX2 (the
+     * scalar level, not measured, keeps them): there the K stream is the
+     * hardware's, and the prefetches held the misses the V rows need.
      * Zen 4 VM, H32 KV8 d128, 32,768 keys, alternated rounds: fp32 1.20x /
      * 1.19x at 1 / 2 threads, AVX2 fp32 1.42x / 1.27x, AVX2 bf16 1.16x;
      * B4 8,192 keys fp32 1.22x, 8 rows per KV head 1.12x. With the cache
      * in the L3 (2,048 keys) dropping them cost 16%, and AVX-512 bf16 rows
      * from DRAM were level, so those keep them. Two instances (scores,
      * scores_v): a test in the loop cost 5% where nothing changed. */
-    const int kpf = !(x->stream_pf && (kvt == MHA_F32 || VW < 16));
+    const int kpf = !(x->stream_pf && VW >= 8 && (kvt == MHA_F32 || VW == 8)); /* 8: AVX2 */
     /* prefetch distance: a fixed number of bytes of storage ahead; none in
      * all_heads' spans, whose next span spf fetches (the per-row stream beside
      * it requested the same lines again: without it, Zen 4 VM, decode.avx512

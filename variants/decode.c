@@ -555,15 +555,14 @@ pv_rows(const int t, int R, int init, const float *alpha, const float *p, const 
 
 /* The per-type instances: one out-of-line copy of each streaming loop per K/V
  * storage type, reached through dec_fns[kv dtype]. */
+/* The multi-row scores loop (scores_block): one instance prefetching K and
+ * V rows, one V rows only (dec_rows chooses). */
+typedef void dec_scores_fn(int R, const float *const *qrow, const int64_t *end, const void *kh,
+                           int64_t skn, const float *ks, int64_t kss, const void *vh, int64_t svn,
+                           int64_t j0, int64_t bk, int64_t kend, int64_t pf, int64_t d,
+                           float qscale, float *s, mha_span_pf *spf);
 typedef struct {
-    void (*scores)(int R, const float *const *qrow, const int64_t *end, const void *kh, int64_t skn,
-                   const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0,
-                   int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s,
-                   mha_span_pf *spf);
-    void (*scores_v)(int R, const float *const *qrow, const int64_t *end, const void *kh,
-                     int64_t skn, const float *ks, int64_t kss, const void *vh, int64_t svn,
-                     int64_t j0, int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale,
-                     float *s, mha_span_pf *spf); /* the same prefetching V rows only */
+    dec_scores_fn *scores, *scores_v;
     void (*scores1)(const float *qrow, int64_t end, const void *kh, int64_t skn, const float *ks,
                     int64_t kss, int64_t j0, int64_t bk, int64_t kend, int64_t pf, int64_t d,
                     float qscale, float *s, mha_span_pf *spf);
@@ -573,21 +572,17 @@ typedef struct {
                 int64_t j0, int64_t bk, int64_t d, float *o, int64_t dp);
 } dec_fn_set;
 
+#define DEC_SCORES(fn, T, KPF)                                                                     \
+    static __attribute__((noinline)) void fn(                                                      \
+        int R, const float *const *qrow, const int64_t *end, const void *kh, int64_t skn,          \
+        const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0, int64_t bk,         \
+        int64_t kend, int64_t pf, int64_t d, float qscale, float *s, mha_span_pf *spf) {           \
+        scores_block(T, KPF, R, qrow, end, kh, skn, ks, kss, vh, svn, j0, bk, kend, pf, d, qscale, \
+                     s, spf);                                                                      \
+    }
 #define DEC_INSTANCE(name, T)                                                                      \
-    static __attribute__((noinline)) void scores_##name(                                           \
-        int R, const float *const *qrow, const int64_t *end, const void *kh, int64_t skn,          \
-        const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0, int64_t bk,         \
-        int64_t kend, int64_t pf, int64_t d, float qscale, float *s, mha_span_pf *spf) {           \
-        scores_block(T, 1, R, qrow, end, kh, skn, ks, kss, vh, svn, j0, bk, kend, pf, d, qscale,   \
-                     s, spf);                                                                      \
-    }                                                                                              \
-    static __attribute__((noinline)) void scores_v_##name(                                         \
-        int R, const float *const *qrow, const int64_t *end, const void *kh, int64_t skn,          \
-        const float *ks, int64_t kss, const void *vh, int64_t svn, int64_t j0, int64_t bk,         \
-        int64_t kend, int64_t pf, int64_t d, float qscale, float *s, mha_span_pf *spf) {           \
-        scores_block(T, 0, R, qrow, end, kh, skn, ks, kss, vh, svn, j0, bk, kend, pf, d, qscale,   \
-                     s, spf);                                                                      \
-    }                                                                                              \
+    DEC_SCORES(scores_##name, T, 1)                                                                \
+    DEC_SCORES(scores_v_##name, T, 0)                                                              \
     static __attribute__((noinline)) void scores1_##name(                                          \
         const float *qrow, int64_t end, const void *kh, int64_t skn, const float *ks, int64_t kss, \
         int64_t j0, int64_t bk, int64_t kend, int64_t pf, int64_t d, float qscale, float *s,       \
@@ -609,6 +604,7 @@ DEC_INSTANCE(bf16, MHA_BF16)
 DEC_INSTANCE(f16, MHA_F16)
 DEC_INSTANCE(i8, MHA_I8)
 #undef DEC_INSTANCE
+#undef DEC_SCORES
 
 static const dec_fn_set dec_fns[MHA_DTYPE_COUNT] = {
     [MHA_F32] = {scores_f32, scores_v_f32, scores1_f32, pv1_f32, pvn_f32},

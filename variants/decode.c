@@ -828,8 +828,7 @@ static void store_row(const mha_tensor_mut *out, int64_t b, int64_t h, int64_t i
         return;
     }
     k_store_normalized(1, d, row, d, lsum, blind, row, d); /* in place */
-    void *dst = (char *)out->data + off * (int64_t)mha_dtype_size(out->dtype);
-    for (int64_t c = 0; c < d; c++) mha_store_elem(dst, out->dtype, c, row[c]);
+    k_narrow_array(row, (uint16_t *)out->data + off, d, out->dtype == MHA_BF16);
 }
 
 /* Rows [r0, r0 + R) of pair (b, g) after their pass over chunk split: o

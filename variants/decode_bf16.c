@@ -67,14 +67,10 @@ typedef uint16_t db_qt;
 #endif
 #ifndef __AVX512BF16__ /* the FMA flavour at the avx512 level: no vec_avx512bf16.h */
 typedef __m512i vbf;
-/* 16 floats to bf16, nearest even (kernels/dtype.h's rule: NaN quietened) */
+/* 16 floats to bf16, nearest even (kernels/dtype.h's rule: NaN quietened):
+ * vec_avx512.h's narrowing store's rounding */
 static inline __m256i vf_to_bf16(vf x) {
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),
-                              _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+    return vbf16_bits(x);
 }
 #endif
 

@@ -214,9 +214,10 @@ void MHA_SYM(scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a
             s = s < j0 ? j0 : s;
             e = e > j0 + nc ? j0 + nc : e;
             if (s >= e) continue;
-            tile_exp_dispatch(r, (int)((e - s) / VW), masked, kc, a + r0 * a_rs, a_rs, b + s, ldb,
-                              c + r0 * ldc + s, ldc, r0, m + s, bsum + s, alpha + s, t0 + r0 - s,
-                              t1 + r0 - s, cap);
+            tile_exp_dispatch(r, (int)((e - s) / VW),
+                              masked && !mha_band_inside(t0, t1, r0, r, s, e), kc, a + r0 * a_rs,
+                              a_rs, b + s, ldb, c + r0 * ldc + s, ldc, r0, m + s, bsum + s,
+                              alpha + s, t0 + r0 - s, t1 + r0 - s, cap);
         }
     }
 }

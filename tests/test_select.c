@@ -214,7 +214,7 @@ static void test_default_blocks(void **state) {
     assert_int_equal(bq1, bq2);
     /* flash.avx512bf16 under a window of at most 1,024 keys at d <= 64: two
      * vectors of queries, 256 keys; a wider window, a larger head dim, the
-     * fp32 level and the tiles keep the unwindowed blocks. */
+     * fp32 level and the tiles keep the unwindowed bq (the KV block: below). */
     mha_problem plain = big;
     plain.seq_q = plain.seq_kv = 8192;
     plain.causal = 1;
@@ -231,10 +231,10 @@ static void test_default_blocks(void **state) {
     mha_default_blocks(&win, FLASH, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
     assert_int_equal(bqw, 32);
     mha_default_blocks(&plain, FLASH, MHA_ISA_AVX512BF16, 1, &bq0, &bk0);
-    win.window_right = 896; /* 1,025 */
+    win.window_right = 896; /* 1,025: the unwindowed bq, and bk by the band (below) */
     mha_default_blocks(&win, FLASH, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
     assert_int_equal(bqw, bq0);
-    assert_int_equal(bkw, bk0);
+    assert_true(bkw == bk0 || bkw == (1024 + bq0 + 31) / 32 * 32);
     win.window_right = 0;
     win.head_dim = 128;
     mha_default_blocks(&win, FLASH, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
@@ -250,6 +250,35 @@ static void test_default_blocks(void **state) {
     mha_default_blocks(&win, FLASH | MHA_KT_TILES, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
     assert_int_equal(bqw, 64);
     assert_int_equal(bkw, 256);
+    /* On the AVX-512 levels a KV block spans a query block's band (span +
+     * bq - 1 keys, in 32s) where S^T stays within half the L2: window 256
+     * (causal), 32 + 256 -> 288 keys (bf16), the fp32 level from its own
+     * bq; AVX2 and a band too long for the L2 keep the unwindowed blocks. */
+    mha_caches cw;
+    mha_caches_get(&cw);
+    win.window_left = 256;
+    mha_default_blocks(&win, FLASH, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
+    assert_int_equal(bqw, 32);
+    assert_int_equal(bkw, 288);
+    mha_default_blocks(&win, FLASH, MHA_ISA_AVX512, 1, &bqw, &bkw);
+    mha_default_blocks(&plain, FLASH, MHA_ISA_AVX512, 1, &bq0, &bk0);
+    assert_int_equal(bqw, bq0);
+    const int band = (256 + bqw + 31) / 32 * 32;
+    assert_int_equal(bkw,
+                     band > bk0 && (uint64_t)band * (uint64_t)bqw * 4 <= cw.l2 / 2 ? band : bk0);
+    mha_default_blocks(&win, FLASH, MHA_ISA_AVX2, 1, &bqw, &bkw);
+    mha_default_blocks(&plain, FLASH, MHA_ISA_AVX2, 1, &bq0, &bk0);
+    assert_int_equal(bqw, bq0);
+    assert_int_equal(bkw, bk0);
+    win.window_left = 4095; /* 4,096 + 95 keys x 96 queries: 1.6 MiB of S^T */
+    mha_default_blocks(&win, FLASH, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
+    mha_default_blocks(&plain, FLASH, MHA_ISA_AVX512BF16, 1, &bq0, &bk0);
+    assert_int_equal(bqw, bq0);
+    if ((uint64_t)(4096 + bqw) * (uint64_t)bqw * 4 > cw.l2 / 2) assert_int_equal(bkw, bk0);
+    win.window_left = 1 << 20; /* no window that short */
+    mha_default_blocks(&win, FLASH, MHA_ISA_AVX512, 1, &bqw, &bkw);
+    mha_default_blocks(&plain, FLASH, MHA_ISA_AVX512, 1, &bq0, &bk0);
+    assert_int_equal(bkw, bk0);
 }
 
 /* The cache-model default: the best-ranked kernel that runs here for the

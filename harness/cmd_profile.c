@@ -38,14 +38,7 @@ static const opt_row ROWS[] = {
     {"dtype", required_argument, 'T', 0, "D", 0,
      "the element type of Q, K, V and O: fp32 (default), bf16 or fp16; inputs uniform in "
      "[-1, 1)"},
-    {"window", required_argument, 'W', 0, "L,R", 0,
-     "sliding window: L keys before the diagonal, R after (-1 = unbounded), e.g. --window "
-     "4096,0 --causal (docs/attention-variants.md)"},
-    {"softcap", required_argument, 'C', 0, "C", 0,
-     "logit softcap C > 0: s = C tanh(s / C) on the scaled score"},
-    {"sinks", no_argument, 'Z', 0, NULL, 0,
-     "attention sinks: one seeded fp32 logit per query head (uniform in [-1, 1))"},
-    {"head-dim-v", required_argument, 'V', 0, "D", 0, "V's and O's head dim (default: --head-dim)"},
+    OPTS_VARIANT_ROWS,
     {"layer", no_argument, 'L', 0, NULL, 0,
      "the full layer (mha_forward, self-attention over --seq tokens, d_model = heads x "
      "head-dim, weights and inputs in --dtype) with K its attention kernel; then the attention "
@@ -164,10 +157,10 @@ static int profile_layer(const mha_kernel *k, const mha_problem *p, const mha_op
 /* profile's command line. */
 typedef struct {
     const char *kname;
-    int64_t B, H, G, N, M, d, T, BQ, BK, SP, NS, DV;
-    double seconds, softcap;
-    int causal, layer, sinks;
-    window_spec window;
+    int64_t B, H, G, N, M, d, T, BQ, BK, SP, NS;
+    double seconds;
+    int causal, layer;
+    variant_args var;
     mha_dtype dt;
 } profile_args;
 
@@ -208,16 +201,10 @@ static int parse_profile_args(int argc, char **argv, profile_args *a) {
             a->layer = 1;
             break;
         case 'W':
-            ok = parse_window("profile: --window", optarg, ',', &a->window);
-            break;
         case 'C':
-            ok = parse_double("profile: --softcap", optarg, 0.0, 1e30, 1, &a->softcap);
-            break;
         case 'Z':
-            a->sinks = 1;
-            break;
         case 'V':
-            ok = parse_i64("profile: --head-dim-v", optarg, 1, 1 << 16, &a->DV);
+            ok = variant_arg("profile", c, optarg, &a->var) == 1;
             break;
         case 't':
             ok = parse_i64("--threads", optarg, 0, 4096, &a->T);
@@ -254,7 +241,7 @@ static int parse_profile_args(int argc, char **argv, profile_args *a) {
         usage(stderr);
         return -1;
     }
-    if (a->layer && (a->window.on || a->softcap > 0 || a->sinks || a->DV)) {
+    if (a->layer && variant_any(&a->var)) {
         errorf("profile: --layer times the dense layer; --window, --softcap, --sinks and "
                "--head-dim-v are for the attention core");
         return -1;
@@ -336,22 +323,17 @@ int cmd_profile(int argc, char **argv) {
     const int parsed = parse_profile_args(argc, argv, &a);
     if (parsed != 0) return parsed > 0 ? 0 : EXIT_USAGE;
     if (!check_isa_env()) return EXIT_USAGE;
-    const mha_problem p = {.batch = a.B,
-                           .heads = a.H,
-                           .kv_heads = a.G ? a.G : a.H,
-                           .seq_q = a.N,
-                           .seq_kv = a.M ? a.M : a.N,
-                           .head_dim = a.d,
-                           .causal = a.causal,
-                           .scale = 0.0f,
-                           .dtype = a.dt,
-                           .kv_dtype = a.dt,
-                           .window = a.window.on,
-                           .window_left = a.window.left,
-                           .window_right = a.window.right,
-                           .softcap = (float)a.softcap,
-                           .sinks = a.sinks,
-                           .head_dim_v = a.DV};
+    mha_problem p = {.batch = a.B,
+                     .heads = a.H,
+                     .kv_heads = a.G ? a.G : a.H,
+                     .seq_q = a.N,
+                     .seq_kv = a.M ? a.M : a.N,
+                     .head_dim = a.d,
+                     .causal = a.causal,
+                     .scale = 0.0f,
+                     .dtype = a.dt,
+                     .kv_dtype = a.dt};
+    variant_apply(&a.var, &p);
     mha_options o = {
         .threads = (int)a.T, .block_q = (int)a.BQ, .block_kv = (int)a.BK, .split = (int)a.SP};
     /* "auto" as everywhere else: mha_select's kernel and knobs for this shape */

@@ -29,6 +29,20 @@ typedef struct {
 #define OPTS_HELP                                                                                  \
     { "help", no_argument, 'h', 'h', NULL, OPT_NO_USAGE, "print this help and exit 0" }
 
+/* The attention variants' rows of a one-shape command (util.h: variant_arg
+ * takes their values). */
+// clang-format off
+#define OPTS_VARIANT_ROWS                                                                          \
+    {"window", required_argument, 'W', 0, "L,R", 0,                                                \
+     "sliding window: L keys before the diagonal, R after (-1 = unbounded), e.g. --window "       \
+     "4096,0 --causal (docs/attention-variants.md)"},                                              \
+    {"softcap", required_argument, 'C', 0, "C", 0,                                                 \
+     "logit softcap C > 0: s = C tanh(s / C) on the scaled score"},                                \
+    {"sinks", no_argument, 'Z', 0, NULL, 0,                                                        \
+     "attention sinks: one fp32 logit per query head (profile: seeded, uniform in [-1, 1))"},      \
+    {"head-dim-v", required_argument, 'V', 0, "D", 0, "V's and O's head dim (default: --head-dim)"}
+// clang-format on
+
 /* The most rows a table may have. */
 #define OPTS_MAX 48
 

@@ -221,6 +221,39 @@ int parse_window_list(const char *opt, const char *s, window_spec *out, int max)
     return each_item(opt, s, "list", "window", window_item, &l) == 0 ? l.n : -1;
 }
 
+int variant_arg(const char *cmd, int id, const char *arg, variant_args *v) {
+    char opt[64];
+    switch (id) {
+    case 'W':
+        snprintf(opt, sizeof opt, "%s: --window", cmd);
+        return parse_window(opt, arg, ',', &v->window);
+    case 'C':
+        snprintf(opt, sizeof opt, "%s: --softcap", cmd);
+        return parse_double(opt, arg, 0.0, 1e30, 1, &v->softcap);
+    case 'Z':
+        v->sinks = 1;
+        return 1;
+    case 'V':
+        snprintf(opt, sizeof opt, "%s: --head-dim-v", cmd);
+        return parse_i64(opt, arg, 1, 1 << 16, &v->dv);
+    default:
+        return -1;
+    }
+}
+
+int variant_any(const variant_args *v) {
+    return v->window.on || v->softcap > 0 || v->sinks || v->dv;
+}
+
+void variant_apply(const variant_args *v, mha_problem *p) {
+    p->window = v->window.on;
+    p->window_left = v->window.left;
+    p->window_right = v->window.right;
+    p->softcap = (float)v->softcap;
+    p->sinks = v->sinks;
+    p->head_dim_v = v->dv;
+}
+
 void say_unknown(const char *opt, const char *what, const char *name, const char *const *cands,
                  int n, const char *otherwise) {
     char msg[2048];

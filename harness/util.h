@@ -61,6 +61,23 @@ int parse_window(const char *opt, const char *s, char sep, window_spec *out);
  * after a message naming the bad item. */
 int parse_window_list(const char *opt, const char *s, window_spec *out, int max);
 
+/* The attention variants of a one-shape command (profile, recommend), as
+ * the rows OPTS_VARIANT_ROWS (opts.h: ids 'W', 'C', 'Z', 'V'): --window
+ * L,R, --softcap C, --sinks, --head-dim-v D (docs/attention-variants.md). */
+typedef struct {
+    window_spec window;
+    double softcap; /* 0: none */
+    int sinks;
+    int64_t dv; /* 0: --head-dim */
+} variant_args;
+/* Takes option id (its value arg) into v: 1 taken, 0 after a message naming
+ * the bad value ("CMD: --window '...': ..."), -1 when id is not one of them. */
+int variant_arg(const char *cmd, int id, const char *arg, variant_args *v);
+/* Whether v asks for any variant. */
+int variant_any(const variant_args *v);
+/* Sets p's window, softcap, sinks and head_dim_v from v. */
+void variant_apply(const variant_args *v, mha_problem *p);
+
 /* Every unknown name the harness reports goes through these: "OPT: unknown
  * WHAT 'NAME' (did you mean X?)" when a candidate is close (suggest.h), else
  * "(OTHERWISE)", OTHERWISE NULL listing the candidates ("expected a, b or c");

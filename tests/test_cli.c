@@ -351,8 +351,8 @@ static const cmd_opts ALL_OPTS[] = {
       "seed=", "shard=", "help"}},
     {"recommend",
      1,
-     {"seq=", "seq-kv=", "heads=", "kv-heads=", "head-dim=", "causal",
-      "threads=", "batch=", "dtype=", "kv-dtype=", "help"}},
+     {"seq=", "seq-kv=", "heads=", "kv-heads=", "head-dim=", "causal", "threads=", "batch=",
+      "dtype=", "kv-dtype=", "window=", "softcap=", "sinks", "head-dim-v=", "help"}},
     {"compare",
      0,
      {"threshold=", "no-normalize", "max-drift=", "alpha=", "json", "force", "baseline",
@@ -1993,6 +1993,44 @@ static void test_recommend_dtype(void **state) {
                  "fp32");
 }
 
+/* recommend --window/--softcap/--sinks/--head-dim-v: the problem it asks
+ * mha_select about carries them (a window's blocks come from the cache
+ * model, the reason says so; a kernel that takes them), and a bad value is
+ * exit 2 naming it. */
+static void test_recommend_variants(void **state) {
+    (void)state;
+    NEED_BENCH();
+    int rc =
+        run_bench("recommend", "--seq", "2048", "--heads", "4", "--head-dim", "64", "--causal",
+                  "--window", "128,0", "--softcap", "30", "--sinks", "--head-dim-v", "32", NULL);
+    if (rc != 0) fail_msg("recommend --window: exit %d: %s", rc, g_err);
+    char kname[64] = "";
+    assert_int_equal(sscanf(g_out, "kernel %63s", kname), 1);
+    const mha_problem pw = {.batch = 1,
+                            .heads = 4,
+                            .kv_heads = 4,
+                            .seq_q = 2048,
+                            .seq_kv = 2048,
+                            .head_dim = 64,
+                            .causal = 1,
+                            .scale = 0.0f,
+                            .window = 1,
+                            .window_left = 128,
+                            .window_right = 0,
+                            .softcap = 30.0f,
+                            .sinks = 1,
+                            .head_dim_v = 32};
+    assert_int_equal(mha_kernel_takes(mha_kernel_find(kname), &pw), MHA_OK);
+    if (strstr(g_out, "source    table"))
+        assert_non_null(strstr(g_out, "blocks from the cache model"));
+    expect_usage(run_bench("recommend", "--seq", "8", "--heads", "2", "--head-dim", "16",
+                           "--window", "1,-2", NULL),
+                 "-2");
+    expect_usage(run_bench("recommend", "--seq", "8", "--heads", "2", "--head-dim", "16",
+                           "--softcap", "0", NULL),
+                 "--softcap");
+}
+
 /* ---- argument edge cases of verify and profile ---------------------------------------- */
 
 /* Exit 2 and a "mhabench: " line on stderr containing want (the sanitizer
@@ -2202,6 +2240,7 @@ int main(void) {
         cmocka_unit_test(test_sweep_dtypes),
         cmocka_unit_test(test_sweep_peers),
         cmocka_unit_test(test_recommend_dtype),
+        cmocka_unit_test(test_recommend_variants),
         cmocka_unit_test(test_verify_dtypes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

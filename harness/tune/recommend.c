@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "meas_core.h"
 #include "opts.h"
 #include "util.h"
 #include "tune.h"
@@ -39,6 +40,7 @@ static const opt_row ROWS[] = {
      "Q/O element type (default fp32)"},
     {"kv-dtype", required_argument, O_KV_DTYPE, 0, "bf16|fp16|int8", 0,
      "the K/V storage (default: the --dtype)"},
+    OPTS_VARIANT_ROWS,
     OPTS_HELP,
 };
 enum { NROWS = sizeof ROWS / sizeof ROWS[0] };
@@ -57,6 +59,7 @@ typedef struct {
     int64_t seq, seq_kv, heads, kv_heads, dim, threads, batch;
     int causal, kv_given;
     mha_dtype dtype, kv_dtype;
+    variant_args var;
 } recommend_args;
 
 /* Parses argv into a. Returns -1 to go on, else the exit code (0 after
@@ -103,6 +106,12 @@ static int parse_recommend_args(int argc, char **argv, recommend_args *a) {
                 return EXIT_USAGE;
             }
             a->kv_given = 1;
+            break;
+        case 'W':
+        case 'C':
+        case 'Z':
+        case 'V':
+            if (variant_arg("recommend", c, optarg, &a->var) != 1) return EXIT_USAGE;
             break;
         case 'h':
             usage_recommend(stdout);
@@ -153,6 +162,7 @@ static int recommend_problem(recommend_args *a, mha_problem *p) {
                        .scale = 0.0f,
                        .dtype = a->dtype,
                        .kv_dtype = a->kv_dtype == a->dtype ? MHA_F32 : a->kv_dtype};
+    variant_apply(&a->var, p);
     if (mha_problem_validate(p) != MHA_OK) {
         errorf("recommend: %s", mha_last_error());
         return EXIT_USAGE;
@@ -203,6 +213,12 @@ static void print_recommendation(const mha_problem *p, const mha_options *o,
                mha_dtype_name(mha_problem_kv_dtype(p)));
     printf("knobs     block_q=%d block_kv=%d split=%s threads=%d\n", sel->options.block_q,
            sel->options.block_kv, splits[sel->options.split], mha_resolve_threads(&sel->options));
+    const meas_shape shp = meas_shape_of(p);
+    if (meas_has_variant(&shp)) {
+        char var[256];
+        printf("variant  %s (the class is the shape's without them)\n",
+               meas_variant_text(&shp, var, sizeof var));
+    }
     printf("class     %s\n", cname);
     printf("source    %s\n", sources[sel->source]);
     print_table_lines(p, sel, cname);

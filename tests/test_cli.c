@@ -1957,6 +1957,26 @@ static void test_tuning_fifo(void **state) {
     assert_non_null(strstr(g_out, "FIFO"));
 }
 
+/* The kernel on recommend's "kernel" line in g_out (NULL if unknown), and
+ * the problem of `recommend --seq n --heads 4 --head-dim 64 [--causal]`. */
+static const mha_kernel *recommended_kernel(void) {
+    char kname[64] = "";
+    assert_int_equal(sscanf(g_out, "kernel %63s", kname), 1);
+    return mha_kernel_find(kname);
+}
+static mha_problem recommend_problem(int64_t n, int causal, mha_dtype dt) {
+    return (mha_problem){.batch = 1,
+                         .heads = 4,
+                         .kv_heads = 4,
+                         .seq_q = n,
+                         .seq_kv = n,
+                         .head_dim = 64,
+                         .causal = causal,
+                         .scale = 0.0f,
+                         .dtype = dt,
+                         .kv_dtype = MHA_F32};
+}
+
 /* recommend --dtype/--kv-dtype: the class and the kernel follow the dtype
  * (a bf16 prefill goes to a kernel that takes bf16, a decode over an int8
  * cache to a decode kernel); a dtype the API does not offer is exit 2. */
@@ -1967,19 +1987,8 @@ static void test_recommend_dtype(void **state) {
                        "bf16", NULL);
     if (rc != 0) fail_msg("recommend --dtype bf16: exit %d: %s", rc, g_err);
     assert_non_null(strstr(g_out, "-bf16\n")); /* the class names the dtype */
-    char kname[64] = "";
-    assert_int_equal(sscanf(g_out, "kernel %63s", kname), 1);
-    const mha_problem pb = {.batch = 1,
-                            .heads = 4,
-                            .kv_heads = 4,
-                            .seq_q = 256,
-                            .seq_kv = 256,
-                            .head_dim = 64,
-                            .causal = 0,
-                            .scale = 0.0f,
-                            .dtype = MHA_BF16,
-                            .kv_dtype = MHA_F32};
-    assert_int_equal(mha_kernel_takes(mha_kernel_find(kname), &pb), MHA_OK);
+    const mha_problem pb = recommend_problem(256, 0, MHA_BF16);
+    assert_int_equal(mha_kernel_takes(recommended_kernel(), &pb), MHA_OK);
     rc = run_bench("recommend", "--seq", "1", "--seq-kv", "4096", "--heads", "32", "--kv-heads",
                    "8", "--head-dim", "128", "--kv-dtype", "int8", NULL);
     if (rc != 0) fail_msg("recommend --kv-dtype int8: exit %d: %s", rc, g_err);
@@ -2004,23 +2013,14 @@ static void test_recommend_variants(void **state) {
         run_bench("recommend", "--seq", "2048", "--heads", "4", "--head-dim", "64", "--causal",
                   "--window", "128,0", "--softcap", "30", "--sinks", "--head-dim-v", "32", NULL);
     if (rc != 0) fail_msg("recommend --window: exit %d: %s", rc, g_err);
-    char kname[64] = "";
-    assert_int_equal(sscanf(g_out, "kernel %63s", kname), 1);
-    const mha_problem pw = {.batch = 1,
-                            .heads = 4,
-                            .kv_heads = 4,
-                            .seq_q = 2048,
-                            .seq_kv = 2048,
-                            .head_dim = 64,
-                            .causal = 1,
-                            .scale = 0.0f,
-                            .window = 1,
-                            .window_left = 128,
-                            .window_right = 0,
-                            .softcap = 30.0f,
-                            .sinks = 1,
-                            .head_dim_v = 32};
-    assert_int_equal(mha_kernel_takes(mha_kernel_find(kname), &pw), MHA_OK);
+    mha_problem pw = recommend_problem(2048, 1, MHA_F32);
+    pw.window = 1;
+    pw.window_left = 128;
+    pw.window_right = 0;
+    pw.softcap = 30.0f;
+    pw.sinks = 1;
+    pw.head_dim_v = 32;
+    assert_int_equal(mha_kernel_takes(recommended_kernel(), &pw), MHA_OK);
     if (strstr(g_out, "source    table"))
         assert_non_null(strstr(g_out, "blocks from the cache model"));
     expect_usage(run_bench("recommend", "--seq", "8", "--heads", "2", "--head-dim", "16",

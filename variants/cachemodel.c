@@ -59,6 +59,8 @@ void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int 
     const mha_isa_ops *ops = mha_ops_for(isa);
     const uint64_t lanes = ops ? (uint64_t)ops->lanes : 1;
     const uint64_t d = p && p->head_dim > 0 ? (uint64_t)p->head_dim : 64;
+    /* the vector flash kernels: neither the tiles nor decode */
+    const int vflash = !tiled && !(traits & (MHA_KT_TILES | MHA_KT_DECODE));
     uint64_t bk = (uint64_t)pow2_floor(l1 * 3 / 4 / (64 * f));
     bk = bk < 32 ? 32 : bk > 256 ? 256 : bk;
     uint64_t bq;
@@ -89,8 +91,8 @@ void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int 
      * too. Measured on the Zen 4 VM (32 KiB L1d, 1 MiB L2), 1 thread,
      * (1,32,2048,128) bf16 64 x 64 -> 64 x 256: 183.5 -> 194.6 GFLOP/s,
      * causal 177.9 -> 187.2; bq 96 or 128 within 1% of 64 there. */
-    if (!tiled && !(traits & (MHA_KT_TILES | MHA_KT_DECODE)) && isa == MHA_ISA_AVX512BF16 &&
-        d > 64 && d <= 128 && (2 * d + 256) * w * f * 4 <= l2) {
+    if (vflash && isa == MHA_ISA_AVX512BF16 && d > 64 && d <= 128 &&
+        (2 * d + 256) * w * f * 4 <= l2) {
         bq = w;
         bk = 256;
     }
@@ -108,8 +110,7 @@ void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int 
      * causal 1.04x; at d 128 (64 x 256) and under a window of 4,096,
      * 32-query blocks were level or slower, and on flash.avx512 (fp32)
      * within 2%: so not there. */
-    if (!tiled && !(traits & (MHA_KT_TILES | MHA_KT_DECODE)) && isa == MHA_ISA_AVX512BF16 && p &&
-        d <= 64 && p->window && p->window_left >= 0) {
+    if (vflash && isa == MHA_ISA_AVX512BF16 && p && d <= 64 && mha_window_local(p)) {
         int64_t left, right;
         mha_kv_band(p, &left, &right);
         if (left + right + 1 <= 1024) {
@@ -150,8 +151,7 @@ void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int 
      * 1.026x; flash.avx512 d64 256 1.025x, 512 1.008x, 1,024 1.017x, d128
      * 256 1.030x; not causal 128:128 bf16 1.026x, 256:256 fp32 1.019x.
      * flash.avx2 lost 1-3% (window 256 and 512), so not there. */
-    if (p && !tiled && !(traits & (MHA_KT_TILES | MHA_KT_DECODE)) && lanes >= 16 && p->window &&
-        p->window_left >= 0) {
+    if (p && vflash && lanes >= 16 && mha_window_local(p)) {
         int64_t left, right;
         mha_kv_band(p, &left, &right);
         if (left + right < 65536) {

@@ -273,12 +273,14 @@ static void pv_dispatch(int rows, int nv, int64_t kpairs, const uint32_t *pp, in
 }
 
 /* k_scores_exp's contract (ukernels.h: the band t0 + r <= i <= t1 + r when
- * masked) on the packed bf16 operands. */
+ * masked) on the packed bf16 operands, but for the columns outside a row
+ * tile's visible vectors: not written here (k_scores_exp zeroes them);
+ * pack_p writes their zeros from the same band. */
 static void scores_exp(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *kp, int64_t ldk,
                        const uint32_t *qp, int64_t ldq, float qscale, float *c, int64_t ldc,
                        float *m, float *bsum, float *alpha, int masked, int64_t t0, int64_t t1,
                        float cap) {
-    mha_band_clamp(&t0, &t1); /* the columns outside the band: pack_p's zeros */
+    mha_band_clamp(&t0, &t1);
     for (int64_t j0 = 0; j0 < ncols; j0 += MHA_NR) {
         const int64_t nc = ncols - j0 < MHA_NR ? ncols - j0 : MHA_NR;
         for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
@@ -516,8 +518,9 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
             bsum[i] = 0.0f;
             alpha[i] = 1.0f;
         }
+        const int64_t t0 = j0 - i0 - off - right, t1 = j0 - i0 - off + left; /* the band */
         scores_exp(bkk, ncols, L->dh, kp, 2 * L->dh, Qp, ld, x->qscale, St, ld, m, bsum, alpha,
-                   !fast, j0 - i0 - off - right, j0 - i0 - off + left, p->softcap);
+                   !fast, t0, t1, p->softcap);
         PHASE(PHASE_QK);
         int changed = 0;
         for (int64_t i = 0; i < ncols; i += VW) {
@@ -525,7 +528,7 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
             vstore(l + i, vfma(vload(l + i), a, vload(bsum + i)));
             changed |= vany_ne(a, vset1(1.0f));
         }
-        pack_p(bkk, ncols, St, ld, Pp, !fast, j0 - i0 - off - right, j0 - i0 - off + left);
+        pack_p(bkk, ncols, St, ld, Pp, !fast, t0, t1);
         PHASE(PHASE_SOFTMAX);
         const int init = j0 == lo ? MHA_INIT_ZERO : (changed ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
         if (fast) {

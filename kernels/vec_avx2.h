@@ -105,6 +105,10 @@ static inline vf vload_i8_n(const int8_t *p, int n) {
 static inline vf vfma(vf a, vf b, vf c) {
     return _mm256_fmadd_ps(a, b, c);
 }
+/* a b - c (one rounding where the ISA has FMA). */
+static inline vf vfms(vf a, vf b, vf c) {
+    return _mm256_fmsub_ps(a, b, c);
+}
 static inline vf vmul(vf a, vf b) {
     return _mm256_mul_ps(a, b);
 }

@@ -74,6 +74,10 @@ static inline vf vload_i8_n(const int8_t *p, int n) {
 static inline vf vfma(vf a, vf b, vf c) {
     return a * b + c;
 }
+/* a b - c (one rounding where the ISA has FMA). */
+static inline vf vfms(vf a, vf b, vf c) {
+    return a * b - c;
+}
 static inline vf vmul(vf a, vf b) {
     return a * b;
 }

@@ -160,13 +160,16 @@ ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64
             for (int v = 0; v < NV; v++) acc[r][v] = vdot_bf16(acc[r][v], a, bv[v]);
         }
     }
-    const vf sc = vset1(qscale), lazy = vset1(MHA_LAZY_LOG2), ninf = vset1(-INFINITY);
+    /* Unscaled scores stay unscaled: the scale is applied once per column to
+     * the rows' max (a positive scale commutes with max and with rounding,
+     * so m is as if every score were scaled) and inside P's exponent as one
+     * FMA, S sc - m, in place of a multiply and a subtraction. A softcap
+     * scales as it caps, and then the scale is 1. */
+    const vf sc = vset1(cap > 0 ? 1.0f : qscale), lazy = vset1(MHA_LAZY_LOG2),
+             ninf = vset1(-INFINITY);
     if (cap > 0) /* log2 units: capped in natural units, to P's bf16 precision */
         for (int r = 0; r < R; r++)
             for (int v = 0; v < NV; v++) acc[r][v] = vsoftcap_log2_bf16(acc[r][v], qscale, cap);
-    else
-        for (int r = 0; r < R; r++)
-            for (int v = 0; v < NV; v++) acc[r][v] = vmul(acc[r][v], sc);
     if (MASKED) /* column i of row r is visible iff t + r <= i <= u + r: others -> -inf */
         for (int v = 0; v < NV; v++) {
             const vf col = vadd(viota(), vset1((float)(v * VW)));
@@ -178,6 +181,7 @@ ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64
     for (int v = 0; v < NV; v++) {
         vf tm = acc[0][v];
         for (int r = 1; r < R; r++) tm = vmax(tm, acc[r][v]);
+        tm = vmul(tm, sc);
         vf mv = vload(m + v * VW);
         const vf limit = vadd(mv, lazy);
         if (vany_gt(tm, limit)) {
@@ -195,7 +199,7 @@ ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64
         if (MASKED) mv = vselect_eq(mv, ninf, vzero(), mv);
         vf sum = vzero();
         for (int r = 0; r < R; r++) {
-            const vf pv = vexp2_nonpos_bf16(vsub(acc[r][v], mv)); /* P goes to bf16 */
+            const vf pv = vexp2_nonpos_bf16(vfms(acc[r][v], sc, mv)); /* P goes to bf16 */
             vstore(c + r * ldc + v * VW, pv);
             sum = vadd(sum, pv);
         }

@@ -42,30 +42,33 @@ static inline __m256i vf_to_f16(vf x) {
     return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 /* 2^x for x <= 0 where the result is rounded to bf16 next (P of the bf16
- * kernels): vexp2_nonpos's reduction x = n + f, |f| <= 1/2, with a degree-3
- * polynomial for 2^f instead of degree 6. Its coefficients are the minimax
- * (relative error) fit on [-1/2, 1/2] (Remez, 200,001 points): largest
- * relative error 7.48e-5 in exact arithmetic, 7.484e-5 evaluated in fp32
- * (tests/test_vec.c, 400,003 points of [-125, 0]), under the stated bound
- * 7.5e-5: 0.038 of bf16's unit roundoff 2^-9 = 1.95e-3, so P as stored
- * (bf16, RNE) is off by at most 2^-9 + 7.5e-5 relative instead of 2^-9;
- * harness/check.c's tolerance carries the extra term (TOL_EXP_BF16).
- * Degree 2 would be 1.72e-3, as large as the rounding itself. Three FMAs
- * fewer per 16 exponentials. -inf and x < -125 give exactly 0 through the
- * scalef's mask (no subnormal: see vexp2_nonpos; -125, not -126, because
- * this polynomial's 2^0 is 0.99993, so 2^-126 would come out subnormal);
- * NaN stays NaN. */
+ * kernels): x = n + f with n = floor(x) and 0 <= f < 1 (one vreduceps; the
+ * scalef takes floor(x) from x itself, so n is never formed), and a
+ * degree-3 polynomial for 2^f instead of vexp2_nonpos's degree 6. Its
+ * coefficients are the minimax (relative error) fit for 2^g on [-1/2, 1/2]
+ * (Remez, 200,001 points) re-expanded about f = g + 1/2 (p(f) = sqrt(2)
+ * q(f - 1/2), the same relative error): largest relative error 7.48e-5 in
+ * exact arithmetic, and evaluated in fp32 under the stated bound 7.5e-5
+ * (tests/test_vec.c, 400,003 points of [-125, 0]): 0.038 of bf16's unit
+ * roundoff 2^-9 = 1.95e-3, so P as stored (bf16, RNE) is off by at most
+ * 2^-9 + 7.5e-5 relative instead of 2^-9; harness/check.c's tolerance
+ * carries the extra term (TOL_EXP_BF16). Degree 2 would be 1.72e-3, as
+ * large as the rounding itself. Three FMAs fewer per 16 exponentials than
+ * the fp32 one, and a subtraction fewer than rounding to nearest (n = x - f
+ * for the scalef): 1.006x-1.008x flash.avx512bf16 (Zen 4 VM, stop 58). -inf and
+ * x < -125 give exactly 0 through the scalef's mask (no subnormal: see
+ * vexp2_nonpos; -125, not -126, because this polynomial's 2^0 is 0.99993,
+ * so 2^-126 would come out subnormal); NaN stays NaN. */
 #define MHA_EXP2_BF16_REL 7.5e-5
 #define MHA_EXP2_BF16_FLUSH (-125.0f)
 static inline vf vexp2_nonpos_bf16(vf x) {
     const __mmask16 k = _mm512_cmp_ps_mask(x, _mm512_set1_ps(MHA_EXP2_BF16_FLUSH), _CMP_NLT_UQ);
-    const vf f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const vf n = _mm512_sub_ps(x, f);
-    vf p = _mm512_set1_ps(5.517166905792616e-2f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.426111221932161e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.932609854606553e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999280735394012e-1f));
-    return _mm512_maskz_scalef_ps(k, p, n);
+    const vf f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    vf p = _mm512_set1_ps(7.802452264047922e-2f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.260671554274836e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.958335404947528e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999252185627155e-1f));
+    return _mm512_maskz_scalef_ps(k, p, x);
 }
 
 /* c tanh(x sc / c) log2(e): the logit softcap (ukernels.h's

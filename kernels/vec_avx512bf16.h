@@ -34,6 +34,21 @@ static inline vbf vbf_interleave(vbf x) {
                                          8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     return _mm512_permutexvar_epi16(idx, x);
 }
+/* 16 bf16 pairs (as vbf_interleave gives them) times f, one factor per
+ * pair (lane), both halves; exact where f is a power of 2 and no product
+ * falls below FLT_MIN (then its low bits are cut, not rounded). */
+static inline vbf vbf_pairs_scale(vbf x, vf f) {
+    const vf lo = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), f);
+    const vf hi = _mm512_mul_ps(
+        _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xffff0000u))), f);
+    return _mm512_mask_blend_epi16((__mmask32)0xaaaaaaaau,
+                                   _mm512_srli_epi32(_mm512_castps_si512(lo), 16),
+                                   _mm512_castps_si512(hi));
+}
+/* The least integer >= x in each lane (NaN stays NaN). */
+static inline vf vceil(vf x) {
+    return _mm512_roundscale_ps(x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+}
 /* 16 fp32 lanes rounded to 16 bf16 / fp16 (RNE). */
 static inline __m256i vf_to_bf16(vf x) {
     return (__m256i)_mm512_cvtneps_pbh(x);

@@ -49,16 +49,16 @@
 #define BF_BK 64
 
 typedef struct {
-    int64_t bq, bqp, bk, kpairs, dh, dv;     /* dv: head_dim_v padded to VW */
-    size_t qp, st, pp, kp, vp, ob, vec, idx; /* byte sizes, each 64-aligned */
+    int64_t bq, bqp, bk, kpairs, dh, dv; /* dv: head_dim_v padded to VW */
+    size_t qp, pp, kp, vp, ob, vec, idx; /* byte sizes, each 64-aligned */
     size_t kall, vall; /* K and V of one (batch, KV head) packed whole (bf_pre), or 0 */
     size_t seqkv;      /* a packed batch's (sequence, KV head) copy, last (internal.h) */
     size_t per_thread;
 } bf_layout;
 
 /* The one plan of the workspace, for mha_workspace_size and the run. Per
- * thread: Qp (dh pairs x bqp queries, 32-bit words), S^T (bk x bqp fp32), Pp
- * (kpairs x bqp words), Kp (bk rows of 2 dh bf16), Vp (kpairs x dv words),
+ * thread: Qp (dh pairs x bqp queries, 32-bit words), Pp (kpairs x bqp
+ * words), Kp (bk rows of 2 dh bf16), Vp (kpairs x dv words),
  * O (bqp x dv fp32) and the four per-query vectors m, l, alpha, bsum. */
 static bf_layout bf_plan(const mha_problem *p, const mha_options *o) {
     bf_layout L;
@@ -72,7 +72,6 @@ static bf_layout bf_plan(const mha_problem *p, const mha_options *o) {
     L.dv = (mha_dv(p) + VW - 1) / VW * VW;
     const size_t w = 4, bqp = (size_t)L.bqp;
     L.qp = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.dh, bqp), w));
-    L.st = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.bk, bqp), w));
     L.pp = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.kpairs, bqp), w));
     L.kp = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.bk, (size_t)L.dh), w));
     L.vp = mha_align64(mha_mul_sz(mha_mul_sz((size_t)L.kpairs, (size_t)L.dv), w));
@@ -80,7 +79,7 @@ static bf_layout bf_plan(const mha_problem *p, const mha_options *o) {
     L.vec = mha_align64(bqp * w);
     L.idx = mha_align64(mha_mul_sz(2 * bqp, sizeof(int64_t))); /* per-row key ranges */
     L.per_thread =
-        mha_add_sz(mha_add_sz(mha_add_sz(L.qp, L.st), mha_add_sz(L.pp, L.kp)),
+        mha_add_sz(mha_add_sz(L.qp, mha_add_sz(L.pp, L.kp)),
                    mha_add_sz(mha_add_sz(L.vp, L.ob), mha_add_sz(mha_mul_sz(4, L.vec), L.idx)));
     /* K and V packed whole once per (batch or sequence, KV head) and thread
      * where more than one query block reads them (the query blocks of a
@@ -110,35 +109,6 @@ size_t MHA_CAT(MHA_SYM(flash), _workspace)(const mha_problem *p, const mha_optio
 
 /* ---- packing ---------------------------------------------------------------------------- */
 
-/* Pp[q][i] = (P^T[2q][i], P^T[2q + 1][i]) as bf16 pairs from St, for the
- * rows (keys) < rows and the ncols queries. Masked by the band (t0, t1) as
- * scores_exp computed it: a pair's columns outside the visible vectors of
- * its row tile (mha_band_cols; a pair never straddles two tiles, MHA_MR is
- * even) were not written there, and are zeros here, never read from St.
- * Zeroing them in St first, then packing them, cost 3% of a window of 128
- * (Zen 4 VM, stop 57). */
-static void pack_p(int64_t rows, int64_t ncols, const float *st, int64_t ld, uint32_t *pp,
-                   int masked, int64_t t0, int64_t t1) {
-    _Static_assert(MHA_MR % 2 == 0, "a key pair stays in one row tile");
-    mha_band_clamp(&t0, &t1);
-    for (int64_t q = 0; q < (rows + 1) / 2; q++) {
-        const float *a = st + 2 * q * ld, *b = a + ld;
-        const int has_b = 2 * q + 1 < rows;
-        const int64_t r0 = 2 * q / MHA_MR * MHA_MR;
-        int64_t s, e;
-        mha_band_cols(masked, t0, t1, r0, (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR), ncols, &s,
-                      &e);
-        for (int64_t i = 0; i < s; i += VW)
-            _mm512_store_si512(pp + q * ld + i, _mm512_setzero_si512());
-        for (int64_t i = s; i < e; i += VW) {
-            const vbf x = vbf_from2(vload(a + i), has_b ? vload(b + i) : vzero());
-            _mm512_store_si512(pp + q * ld + i, vbf_interleave(x));
-        }
-        for (int64_t i = e; i < ncols; i += VW)
-            _mm512_store_si512(pp + q * ld + i, _mm512_setzero_si512());
-    }
-}
-
 /* ---- micro-kernels ------------------------------------------------------------------------ */
 
 /* One R x NV tile of S^T = K Q^T (keys r, queries in NV vectors), turned into
@@ -147,7 +117,7 @@ static void pack_p(int64_t rows, int64_t ncols, const float *st, int64_t ld, uin
  * kp rows of ldk bf16 (pairs broadcast), qp [dh][ldq] pair words. */
 ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64_t dh,
                               const uint16_t *kp, int64_t ldk, const uint32_t *qp, int64_t ldq,
-                              float qscale, float *c, int64_t ldc, int64_t r0, float *m,
+                              float qscale, uint32_t *pp, int64_t ldp, int64_t r0, float *m,
                               float *bsum, float *alpha, int64_t t, int64_t u, float cap) {
     vf acc[6][4];
     for (int r = 0; r < R; r++)
@@ -185,11 +155,17 @@ ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64
         vf mv = vload(m + v * VW);
         const vf limit = vadd(mv, lazy);
         if (vany_gt(tm, limit)) {
-            const vf mn = vselect_gt(tm, limit, tm, mv);
-            const vf f = vexp2_nonpos(vselect_eq(mv, mn, vzero(), vsub(mv, mn)));
-            for (int64_t rr = 0; rr < r0; rr++) {
-                float *row = c + (rr - r0) * ldc + v * VW;
-                vstore(row, vmul(vload(row), f));
+            /* From -inf m moves to the max (its weight exactly 1, as in
+             * gemm.c); from a finite m by a whole k = ceil(tm - m), so that
+             * f = 2^-k rescales the pairs already written exactly. Lanes
+             * that stay keep f = 1. */
+            const vf k = vceil(vsub(tm, mv)), fresh = vselect_eq(mv, ninf, vzero(), vset1(1.0f));
+            const vf mn = vselect_gt(tm, limit, vselect_eq(mv, ninf, tm, vadd(mv, k)), mv);
+            const vf f =
+                vselect_gt(tm, limit, vmul(fresh, vexp2_nonpos(vsub(vzero(), k))), vset1(1.0f));
+            for (int64_t q = 0; q < r0 / 2; q++) {
+                uint32_t *row = pp + (q - r0 / 2) * ldp + v * VW;
+                _mm512_store_si512(row, vbf_pairs_scale(_mm512_load_si512(row), f));
             }
             vstore(bsum + v * VW, vmul(vload(bsum + v * VW), f));
             vstore(alpha + v * VW, vmul(vload(alpha + v * VW), f));
@@ -198,10 +174,11 @@ ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64
         }
         if (MASKED) mv = vselect_eq(mv, ninf, vzero(), mv);
         vf sum = vzero();
-        for (int r = 0; r < R; r++) {
-            const vf pv = vexp2_nonpos_bf16(vfms(acc[r][v], sc, mv)); /* P goes to bf16 */
-            vstore(c + r * ldc + v * VW, pv);
-            sum = vadd(sum, pv);
+        for (int r = 0; r < R; r += 2) { /* P goes to bf16, as key pairs */
+            const vf p0 = vexp2_nonpos_bf16(vfms(acc[r][v], sc, mv));
+            const vf p1 = r + 1 < R ? vexp2_nonpos_bf16(vfms(acc[r + 1][v], sc, mv)) : vzero();
+            _mm512_store_si512(pp + r / 2 * ldp + v * VW, vbf_interleave(vbf_from2(p0, p1)));
+            sum = vadd(sum, vadd(p0, p1));
         }
         vstore(bsum + v * VW, vadd(vload(bsum + v * VW), sum));
     }
@@ -258,14 +235,14 @@ _Static_assert(MHA_MR == 6 && MHA_NV == 4, "the bf16 tiles are written for AVX-5
 #define SCORE_UNMASKED(R, N, ...) score_tile(R, N, 0, __VA_ARGS__)
 #define SCORE_MASKED(R, N, ...) score_tile(R, N, 1, __VA_ARGS__)
 static void score_dispatch(int rows, int nv, int masked, int64_t dh, const uint16_t *kp,
-                           int64_t ldk, const uint32_t *qp, int64_t ldq, float qscale, float *c,
-                           int64_t ldc, int64_t r0, float *m, float *bsum, float *alpha, int64_t t,
+                           int64_t ldk, const uint32_t *qp, int64_t ldq, float qscale, uint32_t *pp,
+                           int64_t ldp, int64_t r0, float *m, float *bsum, float *alpha, int64_t t,
                            int64_t u, float cap) {
     if (masked) {
-        BF_SWITCH(rows, nv, SCORE_MASKED, dh, kp, ldk, qp, ldq, qscale, c, ldc, r0, m, bsum, alpha,
+        BF_SWITCH(rows, nv, SCORE_MASKED, dh, kp, ldk, qp, ldq, qscale, pp, ldp, r0, m, bsum, alpha,
                   t, u, cap)
     } else {
-        BF_SWITCH(rows, nv, SCORE_UNMASKED, dh, kp, ldk, qp, ldq, qscale, c, ldc, r0, m, bsum,
+        BF_SWITCH(rows, nv, SCORE_UNMASKED, dh, kp, ldk, qp, ldq, qscale, pp, ldp, r0, m, bsum,
                   alpha, t, u, cap)
     }
 }
@@ -277,13 +254,17 @@ static void pv_dispatch(int rows, int nv, int64_t kpairs, const uint32_t *pp, in
 }
 
 /* k_scores_exp's contract (ukernels.h: the band t0 + r <= i <= t1 + r when
- * masked) on the packed bf16 operands, but for the columns outside a row
- * tile's visible vectors: not written here (k_scores_exp zeroes them);
- * pack_p writes their zeros from the same band. */
+ * masked) on the packed bf16 operands, written straight to P as key pairs:
+ * Pp[q][i] = (P^T[2q][i], P^T[2q + 1][i]) (a pair never straddles two row
+ * tiles: MHA_MR is even), with zeros in a row tile's columns outside its
+ * visible vectors. Once finite, m moves by whole steps, so a rescale of
+ * the pairs already written is exact (a power of 2). Against an fp32 S^T
+ * packed to pairs afterwards: 1.0xx (Zen 4 VM, stop 58). */
 static void scores_exp(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *kp, int64_t ldk,
-                       const uint32_t *qp, int64_t ldq, float qscale, float *c, int64_t ldc,
+                       const uint32_t *qp, int64_t ldq, float qscale, uint32_t *pp, int64_t ldp,
                        float *m, float *bsum, float *alpha, int masked, int64_t t0, int64_t t1,
                        float cap) {
+    _Static_assert(MHA_MR % 2 == 0, "a key pair stays in one row tile");
     mha_band_clamp(&t0, &t1);
     for (int64_t j0 = 0; j0 < ncols; j0 += MHA_NR) {
         const int64_t nc = ncols - j0 < MHA_NR ? ncols - j0 : MHA_NR;
@@ -293,10 +274,17 @@ static void scores_exp(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *
             mha_band_cols(masked, t0, t1, r0, r, ncols, &s, &e);
             s = s < j0 ? j0 : s;
             e = e > j0 + nc ? j0 + nc : e;
-            if (s >= e) continue;
+            if (s > e) s = e;
+            for (int64_t q = r0 / 2; q < (r0 + r + 1) / 2; q++) { /* the pairs' columns not seen */
+                for (int64_t i = j0; i < s; i += VW)
+                    _mm512_store_si512(pp + q * ldp + i, _mm512_setzero_si512());
+                for (int64_t i = e; i < j0 + nc; i += VW)
+                    _mm512_store_si512(pp + q * ldp + i, _mm512_setzero_si512());
+            }
+            if (s == e) continue;
             score_dispatch(r, (int)((e - s) / VW), masked && !mha_band_inside(t0, t1, r0, r, s, e),
-                           dh, kp + r0 * ldk, ldk, qp + s, ldq, qscale, c + r0 * ldc + s, ldc, r0,
-                           m + s, bsum + s, alpha + s, t0 + r0 - s, t1 + r0 - s, cap);
+                           dh, kp + r0 * ldk, ldk, qp + s, ldq, qscale, pp + r0 / 2 * ldp + s, ldp,
+                           r0, m + s, bsum + s, alpha + s, t0 + r0 - s, t1 + r0 - s, cap);
         }
     }
 }
@@ -407,8 +395,7 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
     PHASE_START();
     char *w = ws;
     uint32_t *Qp = (uint32_t *)w;
-    float *St = (float *)(w += L->qp);
-    uint32_t *Pp = (uint32_t *)(w += L->st);
+    uint32_t *Pp = (uint32_t *)(w += L->qp);
     uint16_t *Kp = (uint16_t *)(w += L->pp);
     uint16_t *Vp = (uint16_t *)(w += L->kp);
     float *Ob = (float *)(w += L->vp);
@@ -523,7 +510,7 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
             alpha[i] = 1.0f;
         }
         const int64_t t0 = j0 - i0 - off - right, t1 = j0 - i0 - off + left; /* the band */
-        scores_exp(bkk, ncols, L->dh, kp, 2 * L->dh, Qp, ld, x->qscale, St, ld, m, bsum, alpha,
+        scores_exp(bkk, ncols, L->dh, kp, 2 * L->dh, Qp, ld, x->qscale, Pp, ld, m, bsum, alpha,
                    !fast, t0, t1, p->softcap);
         PHASE(PHASE_QK);
         int changed = 0;
@@ -532,7 +519,6 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
             vstore(l + i, vfma(vload(l + i), a, vload(bsum + i)));
             changed |= vany_ne(a, vset1(1.0f));
         }
-        pack_p(bkk, ncols, St, ld, Pp, !fast, t0, t1);
         PHASE(PHASE_SOFTMAX);
         const int init = j0 == lo ? MHA_INIT_ZERO : (changed ? MHA_INIT_ROWSCALE : MHA_INIT_ACC);
         if (fast) {

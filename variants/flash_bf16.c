@@ -115,10 +115,11 @@ size_t MHA_CAT(MHA_SYM(flash), _workspace)(const mha_problem *p, const mha_optio
  * P^T = 2^(S^T - m) in the epilogue exactly as gemm.c's tile_exp does (see
  * there and k_scores_exp in ukernels.h for m, bsum, alpha and the mask):
  * kp rows of ldk bf16 (pairs broadcast), qp [dh][ldq] pair words. */
-ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64_t dh,
-                              const uint16_t *kp, int64_t ldk, const uint32_t *qp, int64_t ldq,
-                              float qscale, uint32_t *pp, int64_t ldp, int64_t r0, float *m,
-                              float *bsum, float *alpha, int64_t t, int64_t u, float cap) {
+ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, const int CAP,
+                              int64_t dh, const uint16_t *kp, int64_t ldk, const uint32_t *qp,
+                              int64_t ldq, float qscale, uint32_t *pp, int64_t ldp, int64_t r0,
+                              float *m, float *bsum, float *alpha, int64_t t, int64_t u,
+                              float cap) {
     vf acc[6][4];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = vzero();
@@ -135,9 +136,8 @@ ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64
      * so m is as if every score were scaled) and inside P's exponent as one
      * FMA, S sc - m, in place of a multiply and a subtraction. A softcap
      * scales as it caps, and then the scale is 1. */
-    const vf sc = vset1(cap > 0 ? 1.0f : qscale), lazy = vset1(MHA_LAZY_LOG2),
-             ninf = vset1(-INFINITY);
-    if (cap > 0) /* log2 units: capped in natural units, to P's bf16 precision */
+    const vf sc = vset1(CAP ? 1.0f : qscale), lazy = vset1(MHA_LAZY_LOG2), ninf = vset1(-INFINITY);
+    if (CAP) /* log2 units: capped in natural units, to P's bf16 precision */
         for (int r = 0; r < R; r++)
             for (int v = 0; v < NV; v++) acc[r][v] = vsoftcap_log2_bf16(acc[r][v], qscale, cap);
     if (MASKED) /* column i of row r is visible iff t + r <= i <= u + r: others -> -inf */
@@ -148,7 +148,11 @@ ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, int64
                 acc[r][v] = vselect_gt(vset1((float)(u + r + 1)), col, acc[r][v], ninf);
             }
         }
+#pragma GCC unroll 4
     for (int v = 0; v < NV; v++) {
+        /* Unrolled, so that acc stays in registers: as a loop over v gcc
+         * kept all 24 accumulators on the stack (stored after the products,
+         * loaded back per column) */
         vf tm = acc[0][v];
         for (int r = 1; r < R; r++) tm = vmax(tm, acc[r][v]);
         tm = vmul(tm, sc);
@@ -232,17 +236,27 @@ ALWAYS_INLINE void pv_tile(const int R, const int NV, int64_t kpairs, const uint
     }
 _Static_assert(MHA_MR == 6 && MHA_NV == 4, "the bf16 tiles are written for AVX-512's 6 x 4");
 
-#define SCORE_UNMASKED(R, N, ...) score_tile(R, N, 0, __VA_ARGS__)
-#define SCORE_MASKED(R, N, ...) score_tile(R, N, 1, __VA_ARGS__)
+/* The mask and the softcap as compile-time flags: with the cap's loop over
+ * the whole tile a run-time branch, gcc kept the 24 accumulators on the
+ * stack through every tile's epilogue (stored and loaded again per tile). */
+#define SCORE_TILE(R, N, ...) score_tile(R, N, __VA_ARGS__)
 static void score_dispatch(int rows, int nv, int masked, int64_t dh, const uint16_t *kp,
                            int64_t ldk, const uint32_t *qp, int64_t ldq, float qscale, uint32_t *pp,
                            int64_t ldp, int64_t r0, float *m, float *bsum, float *alpha, int64_t t,
                            int64_t u, float cap) {
-    if (masked) {
-        BF_SWITCH(rows, nv, SCORE_MASKED, dh, kp, ldk, qp, ldq, qscale, pp, ldp, r0, m, bsum, alpha,
-                  t, u, cap)
+    if (cap > 0) {
+        if (masked) {
+            BF_SWITCH(rows, nv, SCORE_TILE, 1, 1, dh, kp, ldk, qp, ldq, qscale, pp, ldp, r0, m,
+                      bsum, alpha, t, u, cap)
+        } else {
+            BF_SWITCH(rows, nv, SCORE_TILE, 0, 1, dh, kp, ldk, qp, ldq, qscale, pp, ldp, r0, m,
+                      bsum, alpha, t, u, cap)
+        }
+    } else if (masked) {
+        BF_SWITCH(rows, nv, SCORE_TILE, 1, 0, dh, kp, ldk, qp, ldq, qscale, pp, ldp, r0, m, bsum,
+                  alpha, t, u, cap)
     } else {
-        BF_SWITCH(rows, nv, SCORE_UNMASKED, dh, kp, ldk, qp, ldq, qscale, pp, ldp, r0, m, bsum,
+        BF_SWITCH(rows, nv, SCORE_TILE, 0, 0, dh, kp, ldk, qp, ldq, qscale, pp, ldp, r0, m, bsum,
                   alpha, t, u, cap)
     }
 }

@@ -80,15 +80,15 @@ ALWAYS_INLINE void tile(const int R, const int NV, const int BT, int64_t ncols, 
  * <= 2^MHA_LAZY_LOG2 and the output rescale is rare. When it moves, the rows
  * [0, r0) of this block already written for that vector (c - r0*ldc ...),
  * the block's partial sums and the block's rescale factor alpha follow. */
-ALWAYS_INLINE void tile_exp(const int R, const int NV, const int MASKED, int64_t kc, const float *a,
-                            int64_t a_rs, const float *b, int64_t ldb, float *c, int64_t ldc,
-                            int64_t r0, float *m, float *bsum, float *alpha, int64_t t, int64_t u,
-                            float cap) {
+ALWAYS_INLINE void tile_exp(const int R, const int NV, const int MASKED, const int CAP, int64_t kc,
+                            const float *a, int64_t a_rs, const float *b, int64_t ldb, float *c,
+                            int64_t ldc, int64_t r0, float *m, float *bsum, float *alpha, int64_t t,
+                            int64_t u, float cap) {
     vf acc[6][4];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = vzero();
     accumulate(R, NV, 0, acc, VW, kc, a, a_rs, 1, b, ldb);
-    if (cap > 0) /* natural units -> capped, log2 units (before the mask) */
+    if (CAP) /* natural units -> capped, log2 units (before the mask) */
         for (int r = 0; r < R; r++)
             for (int v = 0; v < NV; v++) acc[r][v] = vsoftcap_log2(acc[r][v], cap);
     const vf lazy = vset1(MHA_LAZY_LOG2), ninf = vset1(-INFINITY);
@@ -100,7 +100,12 @@ ALWAYS_INLINE void tile_exp(const int R, const int NV, const int MASKED, int64_t
                 acc[r][v] = vselect_gt(vset1((float)(u + r + 1)), col, acc[r][v], ninf);
             }
         }
+#pragma GCC unroll 4
     for (int v = 0; v < NV; v++) {
+        /* Unrolled, and the cap a compile-time flag, so that acc stays in
+         * registers (as flash_bf16.c's score_tile): with a loop over v and
+         * the cap's pass a run-time branch, gcc stored the 24 accumulators
+         * to the stack after the products and loaded them back per column */
         vf tm = acc[0][v];
         for (int r = 1; r < R; r++) tm = vmax(tm, acc[r][v]);
         vf mv = vload(m + v * VW);
@@ -192,12 +197,19 @@ void MHA_SYM(gemm)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int6
     }
 }
 
+#define TILE_EXP_PLAIN(R, N, M, ...) tile_exp(R, N, M, 0, __VA_ARGS__)
+#define TILE_EXP_CAP(R, N, M, ...) tile_exp(R, N, M, 1, __VA_ARGS__)
 static void tile_exp_dispatch(int rows, int nv, int masked, int64_t kc, const float *a,
                               int64_t a_rs, const float *b, int64_t ldb, float *c, int64_t ldc,
                               int64_t r0, float *m, float *bsum, float *alpha, int64_t t, int64_t u,
                               float cap) {
-    TILE_SWITCH(rows, nv, tile_exp, masked, kc, a, a_rs, b, ldb, c, ldc, r0, m, bsum, alpha, t, u,
-                cap)
+    if (cap > 0) {
+        TILE_SWITCH(rows, nv, TILE_EXP_CAP, masked, kc, a, a_rs, b, ldb, c, ldc, r0, m, bsum, alpha,
+                    t, u, cap)
+    } else {
+        TILE_SWITCH(rows, nv, TILE_EXP_PLAIN, masked, kc, a, a_rs, b, ldb, c, ldc, r0, m, bsum,
+                    alpha, t, u, cap)
+    }
 }
 
 void MHA_SYM(scores_exp)(int64_t rows, int64_t ncols, int64_t kc, const float *a, int64_t a_rs,

@@ -250,6 +250,17 @@ static void test_default_blocks(void **state) {
     mha_default_blocks(&win, FLASH | MHA_KT_TILES, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
     assert_int_equal(bqw, 64);
     assert_int_equal(bkw, 256);
+    /* flash.avx512bf16 without a short window: 1,024-key blocks where P's
+     * pairs (512 x bq words) fit a quarter of the L2; the fp32 level keeps
+     * its own */
+    mha_caches c1;
+    mha_caches_get(&c1);
+    mha_default_blocks(&plain, FLASH, MHA_ISA_AVX512BF16, 1, &bq0, &bk0);
+    if ((uint64_t)512 * (uint64_t)bq0 * 4 <= c1.l2 / 4) assert_int_equal(bk0, 1024);
+    mha_default_blocks(&plain128, FLASH, MHA_ISA_AVX512BF16, 1, &bq0, &bk0);
+    if ((uint64_t)512 * (uint64_t)bq0 * 4 <= c1.l2 / 4) assert_int_equal(bk0, 1024);
+    mha_default_blocks(&plain, FLASH, MHA_ISA_AVX512, 1, &bq0, &bk0);
+    assert_true(bk0 <= 256);
     /* On the AVX-512 levels a KV block spans a query block's band (span +
      * bq - 1 keys, in 32s) where S^T stays within half the L2: window 256
      * (causal), 32 + 256 -> 288 keys (bf16), the fp32 level from its own
@@ -443,7 +454,9 @@ static void test_no_table_defaults(void **state) {
     assert_non_null(strstr(s.reason, "no tuning table"));
     assert_true(s.expected_gflops == 0);
     int bq, bk;
-    mha_default_blocks(&P1024, FLASH, mha_isa_active(), 1, &bq, &bk);
+    /* the chosen kernel's level: flash.avx512bf16's blocks differ from the
+     * fp32 kernel's where the CPU has AVX512_BF16 */
+    mha_default_blocks(&P1024, FLASH, mha_kernel_isa(s.kernel), 1, &bq, &bk);
     assert_int_equal(s.options.block_q, bq);
     assert_int_equal(s.options.block_kv, bk);
 }

@@ -96,6 +96,19 @@ void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int 
         bq = w;
         bk = 256;
     }
+    /* Since its score tile writes P as bf16 key pairs itself (no fp32 S^T,
+     * flash_bf16.c), a KV block of flash.avx512bf16 costs bk / 2 x bq words
+     * of P and nothing else per key but the packs' rows it reads; longer
+     * blocks amortise P.V's loads and stores of O and the rescale over more
+     * keys. 1,024 where those words take at most a quarter of the L2.
+     * Measured on the Zen 4 VM (1 MiB L2), best of 3-5, bk 256 / 512 /
+     * 1,024: (1,8,4096,64) at 96 x bk 200.9 / 201.9 / 204.4 (64 x 2,048
+     * 205.5), 2 threads 387.8 / 399.0 / 402.4; (1,32,2048,128) at 64 x bk
+     * 208.5 / 211.9 / 212.8, 2 threads 405.2 / 414.7 / 419.2; causal
+     * (1,12,1024,64) 183.2 / 187.3 / 187.9, (1,32,2048,128) 201.8 / 205.2
+     * / 206.5; (1,8,8192,128) window 4096:0 207.5 / 210.6 / 212.0. The
+     * short-window rules below set their own blocks after this one. */
+    if (vflash && isa == MHA_ISA_AVX512BF16 && d <= 128 && 512 * bq * f <= l2 / 4) bk = 1024;
     /* flash.avx512bf16 under a short window (at d <= 64, where the 1.5-tile
      * rule above gives 96 x 256): a query block's rows see the keys [first
      * row's begin, last row's end), and the band's two edges, bq - 1 keys

@@ -261,6 +261,13 @@ static void test_default_blocks(void **state) {
     if ((uint64_t)512 * (uint64_t)bq0 * 4 <= c1.l2 / 4) assert_int_equal(bk0, 1024);
     mha_default_blocks(&plain, FLASH, MHA_ISA_AVX512, 1, &bq0, &bk0);
     assert_true(bk0 <= 256);
+    /* the fp32 level at 64 < d <= 128: at least 256 keys where the working
+     * set fits half the L2; AVX2 keeps the L1 fit */
+    mha_default_blocks(&plain128, FLASH, MHA_ISA_AVX512, 1, &bq0, &bk0);
+    if ((uint64_t)(2 * 128 + 256) * (uint64_t)bq0 * 4 + 2 * 256 * 128 * 4 <= c1.l2 / 2)
+        assert_int_equal(bk0, 256);
+    mha_default_blocks(&plain128, FLASH, MHA_ISA_AVX2, 1, &bq0, &bk0);
+    assert_true(bk0 <= 256);
     /* On the AVX-512 levels a KV block spans a query block's band (span +
      * bq - 1 keys, in 32s) where S^T stays within half the L2: window 256
      * (causal), 32 + 256 -> 288 keys (bf16), the fp32 level from its own

@@ -84,6 +84,18 @@ void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int 
         bq = w * 3 / 2;
         bk = 256;
     }
+    /* The fp32 flash on AVX-512 at 64 < d <= 128: 256-key blocks where the
+     * working set above stays within half the L2 (the L1 fit gives 64 at a
+     * 32 KiB L1d). Measured on the Zen 4 VM (32 KiB L1d, 1 MiB L2), best of
+     * 3, flash.avx512 at 64 x 64 (the model before) / 64 x 128 / 64 x 256:
+     * (1,32,2048,128) 101.3 / 105.4 / 107.6 GFLOP/s, causal 99.1 / 102.5 /
+     * 104.4, H32 KV8 causal 99.9 / 102.6 / 105.4, 2 threads 202.0 / 209.0 /
+     * 214.8; (1,16,2048,80) 100.4 / 104.0 / 105.4, d 96 99.8 / 103.4 /
+     * 105.7. The tuner did not find it: 64 -> 128 alone gains less than
+     * its move margin. */
+    if (vflash && isa == MHA_ISA_AVX512 && d > 64 && d <= 128 &&
+        (2 * d + 256) * bq * f + 2 * 256 * d * f <= l2 / 2 && bk < 256)
+        bk = 256;
     /* The bf16 dot product's flash (flash.avx512bf16: MHA_ISA_AVX512BF16 on
      * this model, not the tiles) reads K and V from packs made once per
      * (batch, KV head) and thread (flash_bf16.c), so a larger KV block costs

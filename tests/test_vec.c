@@ -110,7 +110,49 @@ static void softcap_bf16_array(const float *x, float *y, int64_t n, float sc, fl
         _mm512_mask_storeu_ps(y + j, k, vsoftcap_log2_bf16(_mm512_maskz_loadu_ps(k, x + j), sc, c));
     }
 }
+/* out[j] = vbf_pairs_scale(pairs[j], f) for 16 pairs at a time. */
+static void pairs_scale_array(const uint32_t *x, const float *f, uint32_t *y, int64_t n) {
+    for (int64_t j = 0; j < n; j += 16)
+        _mm512_storeu_si512(y + j,
+                            vbf_pairs_scale(_mm512_loadu_si512(x + j), _mm512_loadu_ps(f + j)));
+}
 #pragma GCC pop_options
+
+/* vbf_pairs_scale (flash.avx512bf16's rescale of P pairs already written):
+ * both bf16 halves of each pair times the lane's power of 2, exactly, the
+ * halves not swapped; 0 stays 0 and a factor of 0 gives zeros. */
+static void test_pairs_scale(void **state) {
+    (void)state;
+    if (mha_isa_active() < MHA_ISA_AVX512BF16) {
+        print_message("skipping: avx512bf16 not available here (or capped by MHA_ISA)\n");
+        skip();
+    }
+    enum { N = 4096 };
+    uint32_t x[N], y[N];
+    float f[N];
+    uint64_t r = 12345;
+    for (int j = 0; j < N; j++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        /* positive bf16 weights in [2^-40, 2^8): exponents 87..134, any mantissa */
+        const uint32_t lo = (uint32_t)(((87 + (r >> 33) % 48) << 7) | ((r >> 20) & 0x7f));
+        const uint32_t hi = (uint32_t)(((87 + (r >> 45) % 48) << 7) | ((r >> 8) & 0x7f));
+        x[j] = j % 97 == 0 ? hi << 16 : (hi << 16) | lo; /* some pairs with a zero half */
+        f[j] = j % 61 == 0 ? 0.0f : ldexpf(1.0f, -(int)((r >> 56) % 40));
+    }
+    pairs_scale_array(x, f, y, N);
+    for (int j = 0; j < N; j++) {
+        float a, b, ga, gb;
+        const uint32_t xa = x[j] << 16, xb = x[j] & 0xffff0000u, ya = y[j] << 16,
+                       yb = y[j] & 0xffff0000u;
+        memcpy(&a, &xa, 4);
+        memcpy(&b, &xb, 4);
+        memcpy(&ga, &ya, 4);
+        memcpy(&gb, &yb, 4);
+        if (ga != a * f[j] || gb != b * f[j])
+            fail_msg("pair %d: (%g, %g) x %g gave (%g, %g)", j, (double)a, (double)b, (double)f[j],
+                     (double)ga, (double)gb);
+    }
+}
 
 static void test_exp2_bf16(void **state) {
     (void)state;
@@ -339,7 +381,7 @@ static void test_narrow(void **state) {
 }
 
 int main(void) {
-    enum { N = 3 * MHA_ISA_COUNT + 4 };
+    enum { N = 3 * MHA_ISA_COUNT + 5 };
     struct CMUnitTest tests[N];
     static char names[N][32];
     for (int i = 0; i < MHA_ISA_COUNT; i++) {
@@ -353,7 +395,8 @@ int main(void) {
         tests[2 * MHA_ISA_COUNT + i] = (struct CMUnitTest){
             names[2 * MHA_ISA_COUNT + i], test_softcap, NULL, NULL, (void *)(intptr_t)i};
     }
-    tests[N - 4] = (struct CMUnitTest){"narrow", test_narrow, NULL, NULL, NULL};
+    tests[N - 5] = (struct CMUnitTest){"narrow", test_narrow, NULL, NULL, NULL};
+    tests[N - 4] = (struct CMUnitTest){"pairs_scale", test_pairs_scale, NULL, NULL, NULL};
     tests[N - 3] = (struct CMUnitTest){"ops_table", test_ops_table, NULL, NULL, NULL};
     tests[N - 2] = (struct CMUnitTest){"exp2_bf16", test_exp2_bf16, NULL, NULL, NULL};
     tests[N - 1] = (struct CMUnitTest){"softcap_bf16", test_softcap_bf16, NULL, NULL, NULL};

@@ -253,18 +253,18 @@ static void test_default_blocks(void **state) {
     /* flash.avx512bf16 without a short window: 1,024-key blocks where P's
      * pairs (512 x bq words) fit a quarter of the L2; the fp32 level keeps
      * its own */
-    mha_caches c1;
-    mha_caches_get(&c1);
+    mha_caches cw;
+    mha_caches_get(&cw);
     mha_default_blocks(&plain, FLASH, MHA_ISA_AVX512BF16, 1, &bq0, &bk0);
-    if ((uint64_t)512 * (uint64_t)bq0 * 4 <= c1.l2 / 4) assert_int_equal(bk0, 1024);
+    if ((uint64_t)512 * (uint64_t)bq0 * 4 <= cw.l2 / 4) assert_int_equal(bk0, 1024);
     mha_default_blocks(&plain128, FLASH, MHA_ISA_AVX512BF16, 1, &bq0, &bk0);
-    if ((uint64_t)512 * (uint64_t)bq0 * 4 <= c1.l2 / 4) assert_int_equal(bk0, 1024);
+    if ((uint64_t)512 * (uint64_t)bq0 * 4 <= cw.l2 / 4) assert_int_equal(bk0, 1024);
     mha_default_blocks(&plain, FLASH, MHA_ISA_AVX512, 1, &bq0, &bk0);
     assert_true(bk0 <= 256);
     /* the fp32 level at 64 < d <= 128: at least 256 keys where the working
      * set fits half the L2; AVX2 keeps the L1 fit */
     mha_default_blocks(&plain128, FLASH, MHA_ISA_AVX512, 1, &bq0, &bk0);
-    if ((uint64_t)(2 * 128 + 256) * (uint64_t)bq0 * 4 + 2 * 256 * 128 * 4 <= c1.l2 / 2)
+    if ((uint64_t)(2 * 128 + 256) * (uint64_t)bq0 * 4 + 2 * 256 * 128 * 4 <= cw.l2 / 2)
         assert_int_equal(bk0, 256);
     mha_default_blocks(&plain128, FLASH, MHA_ISA_AVX2, 1, &bq0, &bk0);
     assert_true(bk0 <= 256);
@@ -272,8 +272,6 @@ static void test_default_blocks(void **state) {
      * bq - 1 keys, in 32s) where S^T stays within half the L2: window 256
      * (causal), 32 + 256 -> 288 keys (bf16), the fp32 level from its own
      * bq; AVX2 and a band too long for the L2 keep the unwindowed blocks. */
-    mha_caches cw;
-    mha_caches_get(&cw);
     win.window_left = 256;
     mha_default_blocks(&win, FLASH, MHA_ISA_AVX512BF16, 1, &bqw, &bkw);
     assert_int_equal(bqw, 32);

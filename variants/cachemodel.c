@@ -102,7 +102,9 @@ void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int 
      * no packing and amortises the rescale of O: 256-key blocks at d = 128
      * too. Measured on the Zen 4 VM (32 KiB L1d, 1 MiB L2), 1 thread,
      * (1,32,2048,128) bf16 64 x 64 -> 64 x 256: 183.5 -> 194.6 GFLOP/s,
-     * causal 177.9 -> 187.2; bq 96 or 128 within 1% of 64 there. */
+     * causal 177.9 -> 187.2; bq 96 or 128 within 1% of 64 there. (Since
+     * stop 58 the next rule lengthens the block to 1,024 keys wherever
+     * the L2 holds its P; this one's 256 is left for smaller L2s.) */
     if (vflash && isa == MHA_ISA_AVX512BF16 && d > 64 && d <= 128 &&
         (2 * d + 256) * w * f * 4 <= l2) {
         bq = w;

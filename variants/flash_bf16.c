@@ -161,12 +161,11 @@ ALWAYS_INLINE void score_tile(const int R, const int NV, const int MASKED, const
         if (vany_gt(tm, limit)) {
             /* From -inf m moves to the max (its weight exactly 1, as in
              * gemm.c); from a finite m by a whole k = ceil(tm - m), so that
-             * f = 2^-k rescales the pairs already written exactly. Lanes
-             * that stay keep f = 1. */
-            const vf k = vceil(vsub(tm, mv)), fresh = vselect_eq(mv, ninf, vzero(), vset1(1.0f));
+             * f = 2^-k rescales the pairs already written exactly (from
+             * -inf, k = +inf and f = 0). Lanes that stay keep f = 1. */
+            const vf k = vceil(vsub(tm, mv));
             const vf mn = vselect_gt(tm, limit, vselect_eq(mv, ninf, tm, vadd(mv, k)), mv);
-            const vf f =
-                vselect_gt(tm, limit, vmul(fresh, vexp2_nonpos(vsub(vzero(), k))), vset1(1.0f));
+            const vf f = vselect_gt(tm, limit, vexp2_nonpos(vsub(vzero(), k)), vset1(1.0f));
             for (int64_t q = 0; q < r0 / 2; q++) {
                 uint32_t *row = pp + (q - r0 / 2) * ldp + v * VW;
                 _mm512_store_si512(row, vbf_pairs_scale(_mm512_load_si512(row), f));
@@ -244,21 +243,21 @@ static void score_dispatch(int rows, int nv, int masked, int64_t dh, const uint1
                            int64_t ldk, const uint32_t *qp, int64_t ldq, float qscale, uint32_t *pp,
                            int64_t ldp, int64_t r0, float *m, float *bsum, float *alpha, int64_t t,
                            int64_t u, float cap) {
+#define SCORE_CASES(MASKED, CAP)                                                                   \
+    BF_SWITCH(rows, nv, SCORE_TILE, MASKED, CAP, dh, kp, ldk, qp, ldq, qscale, pp, ldp, r0, m,     \
+              bsum, alpha, t, u, cap)
     if (cap > 0) {
         if (masked) {
-            BF_SWITCH(rows, nv, SCORE_TILE, 1, 1, dh, kp, ldk, qp, ldq, qscale, pp, ldp, r0, m,
-                      bsum, alpha, t, u, cap)
+            SCORE_CASES(1, 1)
         } else {
-            BF_SWITCH(rows, nv, SCORE_TILE, 0, 1, dh, kp, ldk, qp, ldq, qscale, pp, ldp, r0, m,
-                      bsum, alpha, t, u, cap)
+            SCORE_CASES(0, 1)
         }
     } else if (masked) {
-        BF_SWITCH(rows, nv, SCORE_TILE, 1, 0, dh, kp, ldk, qp, ldq, qscale, pp, ldp, r0, m, bsum,
-                  alpha, t, u, cap)
+        SCORE_CASES(1, 0)
     } else {
-        BF_SWITCH(rows, nv, SCORE_TILE, 0, 0, dh, kp, ldk, qp, ldq, qscale, pp, ldp, r0, m, bsum,
-                  alpha, t, u, cap)
+        SCORE_CASES(0, 0)
     }
+#undef SCORE_CASES
 }
 
 static void pv_dispatch(int rows, int nv, int64_t kpairs, const uint32_t *pp, int64_t ldp,

@@ -302,15 +302,28 @@ static void scores_exp(int64_t rows, int64_t ncols, int64_t dh, const uint16_t *
     }
 }
 
+/* The height of P.V's next row tile (queries) with `left` rows to go:
+ * MHA_MR (6), but the last 7 or 8 rows as two tiles of 4, not a tile of 6
+ * and one of 1 or 2 (whose products reload the 4 V vectors per 1 or 2
+ * broadcasts). A 32-query block (the short-window rule of cachemodel.c)
+ * ends in such a pair. Measured on the Zen 4 VM, H8 N8192 d64 causal, best
+ * of 3, 3 alternated rounds, 1 thread: window 128 1.012x, 256 1.013x, 512
+ * 1.012x; (1,12,197,64) level. In the fp32 gemm (kernels/gemm.c) the same
+ * split lost 0.5-4% (windows 128 and 256, causal N 1024), so it is not there. */
+static inline int64_t pv_row_tile(int64_t left) {
+    _Static_assert(MHA_MR == 6, "two tiles of 4 for the last 7 or 8 rows");
+    return left == 7 || left == 8 ? 4 : (left < MHA_MR ? left : MHA_MR);
+}
+
 /* O[0, rows) += P V over kpairs key pairs (init as pv_tile), all dv columns. */
 static void pv(int64_t rows, int64_t kpairs, const uint32_t *pp, int64_t ldp, const uint16_t *vp,
                int64_t dv, float *o, int init, const float *alpha) {
     for (int64_t c0 = 0; c0 < dv; c0 += MHA_NR) {
         const int nv = (int)((dv - c0 < MHA_NR ? dv - c0 : MHA_NR) / VW);
-        for (int64_t r0 = 0; r0 < rows; r0 += MHA_MR) {
-            const int r = (int)(rows - r0 < MHA_MR ? rows - r0 : MHA_MR);
-            pv_dispatch(r, nv, kpairs, pp + r0, ldp, vp + 2 * c0, dv, o + r0 * dv + c0, dv, init,
-                        alpha + r0);
+        for (int64_t r0 = 0, r; r0 < rows; r0 += r) {
+            r = pv_row_tile(rows - r0);
+            pv_dispatch((int)r, nv, kpairs, pp + r0, ldp, vp + 2 * c0, dv, o + r0 * dv + c0, dv,
+                        init, alpha + r0);
         }
     }
 }
@@ -537,9 +550,9 @@ static void bf_block(const bf_ctx *x, int64_t b, int64_t h, int64_t qb, char *ws
         if (fast) {
             pv(n, (bkk + 1) / 2, Pp, ld, vp, L->dv, Ob, init, alpha);
         } else { /* the diagonal or an edge: each row tile over the key pairs its rows see */
-            for (int64_t r0 = 0; r0 < n; r0 += MHA_MR) {
+            for (int64_t r0 = 0, rows; r0 < n; r0 += rows) {
                 mha_span_pf_step(pf);
-                const int64_t rows = n - r0 < MHA_MR ? n - r0 : MHA_MR;
+                rows = pv_row_tile(n - r0);
                 int64_t k0 = kb[r0] - j0, k1 = ke[r0 + rows - 1] - j0;
                 k0 = k0 < 0 ? 0 : (k0 > bkk ? bkk : k0) / 2 * 2; /* from a pair's first key */
                 k1 = k1 < k0 ? k0 : (k1 > bkk ? bkk : k1);

@@ -43,6 +43,13 @@ double mha_decode_cache_per_l3(const mha_problem *p) {
  * tune` logs in results/tuning/log): this gives 64 x 128 for both at d = 64
  * and 128, where bk = 128 beat the earlier fixed 64 by 2-5% and tiled's bq 64
  * beat its fixed 256 by up to 40% under a causal mask. */
+/* Bytes of a flash block's working set as the model above counts it: Q^T,
+ * S^T and O ((2 d + bk) bq floats) and the streamed K and V blocks (2 bk d
+ * floats). */
+static uint64_t flash_ws(uint64_t d, uint64_t bq, uint64_t bk) {
+    return ((2 * d + bk) * bq + 2 * bk * d) * sizeof(float);
+}
+
 static int pow2_floor(uint64_t v) {
     int r = 1;
     while ((uint64_t)r * 2 <= v && r < (1 << 20)) r *= 2;
@@ -67,7 +74,7 @@ void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int 
     if (tiled) {
         bq = l1 / (2 * d * f) / w * w;
     } else {
-        while (bk > 16 && (2 * d + bk) * w * f + 2 * bk * d * f > l2 / 2) bk /= 2;
+        while (bk > 16 && flash_ws(d, w, bk) > l2 / 2) bk /= 2;
         bq = l1 / ((2 * d + bk) * f) / w * w;
     }
     if (bq < w) bq = w;
@@ -93,8 +100,8 @@ void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int 
      * 214.8; (1,16,2048,80) 100.4 / 104.0 / 105.4, d 96 99.8 / 103.4 /
      * 105.7. The tuner did not find it: 64 -> 128 alone gains less than
      * its move margin. */
-    if (vflash && isa == MHA_ISA_AVX512 && d > 64 && d <= 128 &&
-        (2 * d + 256) * bq * f + 2 * 256 * d * f <= l2 / 2 && bk < 256)
+    if (vflash && isa == MHA_ISA_AVX512 && d > 64 && d <= 128 && flash_ws(d, bq, 256) <= l2 / 2 &&
+        bk < 256)
         bk = 256;
     /* The bf16 dot product's flash (flash.avx512bf16: MHA_ISA_AVX512BF16 on
      * this model, not the tiles) reads K and V from packs made once per
@@ -171,7 +178,9 @@ void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int 
      * tiles wholly inside it take the unmasked epilogue) instead of two
      * masked edges and the run between them, each with its own pass over
      * S^T, rescale and P.V call per row tile. Where S^T (bk x bq floats)
-     * stays within half the L2, on the AVX-512 levels. Measured on the Zen
+     * stays within half the L2, on the AVX-512 levels (flash.avx512bf16
+     * keeps no S^T: its P, bf16 key pairs, is half that; the fp32 bound is
+     * kept for both, being met by every window under 1,024 keys there). Measured on the Zen
      * 4 VM (1 MiB L2), H8 N8192 causal, 3 alternated rounds, 1 thread:
      * flash.avx512bf16 d64 window 256 (32 x 256 -> 32 x 288) 1.037x, 512
      * 1.025x, 1,024 (96 x 1,120) 1.025x (1.028x at 2 threads), d128 1.024-

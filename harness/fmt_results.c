@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mha_build_rev.h"
 #include "util.h"
 
 extern char **environ;
@@ -184,33 +185,8 @@ void results_context(const results_machine *rm, const results_run_info *ri, resu
 #undef EMITF
 }
 
-/* Runs a shell command and returns its first output line (trimmed) in out;
- * 1 if the command exited 0. */
-static int run_line(const char *cmd, char *out, size_t len) {
-    out[0] = '\0';
-    FILE *p = popen(cmd, "r");
-    if (!p) return 0;
-    if (fgets(out, (int)len, p)) out[strcspn(out, "\r\n")] = '\0';
-    /* Drain so the child is not killed by SIGPIPE. */
-    char junk[256];
-    while (fgets(junk, sizeof junk, p)) {
-    }
-    return pclose(p) == 0;
-}
-
 void results_git_revision(char *out, size_t len) {
-    snprintf(out, len, "unknown");
-#ifdef MHA_SOURCE_DIR
-    const char *src = MHA_SOURCE_DIR;
-    if (strchr(src, '\'')) return; /* not worth quoting */
-    char cmd[1024], rev[64], dirty[256];
-    snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse --short HEAD 2>/dev/null", src);
-    if (!run_line(cmd, rev, sizeof rev) || !rev[0]) return;
-    snprintf(cmd, sizeof cmd,
-             "git -C '%s' status --porcelain --untracked-files=no 2>/dev/null | head -n 1", src);
-    run_line(cmd, dirty, sizeof dirty);
-    snprintf(out, len, "%s%s", rev, dirty[0] ? "-dirty" : "");
-#endif
+    snprintf(out, len, "%s", MHA_BUILD_REV);
 }
 
 int results_run_path(const char *dir, time_t t, int attempt, char *out, size_t len) {

@@ -32,8 +32,9 @@ typedef void (*results_kv_fn)(const char *key, const char *value, void *user);
 void results_context(const results_machine *rm, const results_run_info *ri, results_kv_fn emit,
                      void *user);
 
-/* `git rev-parse --short HEAD` of the source tree, "-dirty" appended when
- * tracked files differ; "unknown" outside a git checkout. */
+/* The revision of the source tree when this binary was built (`git describe
+ * --always --dirty`: the short hash, "-dirty" appended when tracked files
+ * differed; "unknown" outside a git checkout), from mha_build_rev.h. */
 void results_git_revision(char *out, size_t len);
 
 /* The name of a run file: attempt 0 is dir/<host>-<UTC YYYYmmddTHHMMSSZ>.json

@@ -180,13 +180,14 @@ void mha_default_blocks(const mha_problem *p, unsigned traits, mha_isa isa, int 
      * S^T, rescale and P.V call per row tile. Where S^T (bk x bq floats)
      * stays within half the L2, on the AVX-512 levels (flash.avx512bf16
      * keeps no S^T: its P, bf16 key pairs, is half that; the fp32 bound is
-     * kept for both, being met by every window under 1,024 keys there). Measured on the Zen
-     * 4 VM (1 MiB L2), H8 N8192 causal, 3 alternated rounds, 1 thread:
-     * flash.avx512bf16 d64 window 256 (32 x 256 -> 32 x 288) 1.037x, 512
-     * 1.025x, 1,024 (96 x 1,120) 1.025x (1.028x at 2 threads), d128 1.024-
-     * 1.026x; flash.avx512 d64 256 1.025x, 512 1.008x, 1,024 1.017x, d128
-     * 256 1.030x; not causal 128:128 bf16 1.026x, 256:256 fp32 1.019x.
-     * flash.avx2 lost 1-3% (window 256 and 512), so not there. */
+     * kept for both, and every window of up to 1,024 keys meets it there).
+     * Measured on the Zen 4 VM (1 MiB L2), H8 N8192 causal, 3 alternated
+     * rounds, 1 thread: flash.avx512bf16 d64 window 256 (32 x 256 -> 32 x
+     * 288) 1.037x, 512 1.025x, 1,024 (96 x 1,120) 1.025x (1.028x at 2
+     * threads), d128 1.024-1.026x; flash.avx512 d64 256 1.025x, 512 1.008x,
+     * 1,024 1.017x, d128 256 1.030x; not causal 128:128 bf16 1.026x,
+     * 256:256 fp32 1.019x. flash.avx2 lost 1-3% (window 256 and 512), so
+     * not there. */
     if (p && vflash && lanes >= 16 && mha_window_local(p)) {
         int64_t left, right;
         mha_kv_band(p, &left, &right);

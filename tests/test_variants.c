@@ -272,6 +272,23 @@ static mha_status run_vs_oracle(const mha_kernel *k, const mha_problem *p, const
     float *q = rnd(nq * p->head_dim, &seed), *kk = rnd(nkv * p->head_dim, &seed),
           *v = rnd(nkv * dv, &seed), *sinks = rnd(p->heads, &seed), *o = rnd(nq * dv, &seed);
     for (int64_t h = 0; h < p->heads; h++) sinks[h] *= 3; /* from e^-3 to e^3 of a score */
+    /* A bf16 problem: the oracle sees the inputs rounded as the kernel does,
+     * the kernel reads them as bf16 and writes bf16 over o's random bits. */
+    const int b16 = p->dtype == MHA_BF16;
+    uint16_t *q16 = NULL, *k16 = NULL, *v16 = NULL, *o16 = NULL;
+    if (b16) {
+        float *in[3] = {q, kk, v};
+        uint16_t **out[3] = {&q16, &k16, &v16};
+        const int64_t len[3] = {nq * p->head_dim, nkv * p->head_dim, nkv * dv};
+        for (int u = 0; u < 3; u++) {
+            *out[u] = mha_alloc((size_t)len[u] * 2);
+            assert_int_equal(mha_convert_from_f32(MHA_BF16, in[u], *out[u], (size_t)len[u]),
+                             MHA_OK);
+            assert_int_equal(mha_convert_to_f32(MHA_BF16, *out[u], in[u], (size_t)len[u]), MHA_OK);
+        }
+        o16 = mha_alloc((size_t)(nq * dv) * 2);
+        assert_int_equal(mha_convert_from_f32(MHA_BF16, o, o16, (size_t)(nq * dv)), MHA_OK);
+    }
     double *ref = malloc((size_t)(nq * dv) * sizeof(double));
     const mha_tensor qt = {.data = q,
                            .stride_b = p->heads * p->seq_q * p->head_dim,
@@ -288,14 +305,26 @@ static mha_status run_vs_oracle(const mha_kernel *k, const mha_problem *p, const
     const mha_tensor_mut ot = {
         .data = o, .stride_b = p->heads * p->seq_q * dv, .stride_h = p->seq_q * dv, .stride_n = dv};
     const mha_extras x = {.sinks = p->sinks ? sinks : NULL};
-    assert_int_equal(mha_reference_ex(p, &qt, &kt, &vt, &x, ref), MHA_OK);
+    mha_problem p32 = *p; /* the oracle on the (rounded) fp32 values */
+    p32.dtype = p32.kv_dtype = MHA_F32;
+    assert_int_equal(mha_reference_ex(&p32, &qt, &kt, &vt, &x, ref), MHA_OK);
+    mha_tensor q2 = qt, k2 = kt, v2 = vt;
+    mha_tensor_mut o2 = ot;
+    if (b16) {
+        q2.data = q16;
+        k2.data = k16;
+        v2.data = v16;
+        o2.data = o16;
+        q2.dtype = k2.dtype = v2.dtype = o2.dtype = MHA_BF16;
+    }
     size_t ws_bytes = 0;
     mha_status st = mha_workspace_size(k, p, opt, &ws_bytes);
     void *ws = NULL;
     if (st == MHA_OK) {
         ws = mha_alloc(ws_bytes);
-        st = mha_attend_ex(k, p, opt, &qt, &kt, &vt, &x, &ot, ws, ws_bytes);
+        st = mha_attend_ex(k, p, opt, &q2, &k2, &v2, &x, &o2, ws, ws_bytes);
     }
+    if (b16) assert_int_equal(mha_convert_to_f32(MHA_BF16, o16, o, (size_t)(nq * dv)), MHA_OK);
     *max_err = 0;
     if (st == MHA_OK)
         for (int64_t i = 0; i < nq * dv; i++) {
@@ -308,6 +337,10 @@ static mha_status run_vs_oracle(const mha_kernel *k, const mha_problem *p, const
     mha_free(sinks);
     mha_free(o);
     mha_free(ws);
+    mha_free(q16);
+    mha_free(k16);
+    mha_free(v16);
+    mha_free(o16);
     free(ref);
     return st;
 }
@@ -410,29 +443,35 @@ static void test_kernels_take_or_refuse(void **state) {
 
 /* A window bounded on the left runs its query blocks in order, several
  * consecutive ones per task (mha_window_chunk: > 1 from 64 tasks per
- * thread), each prefetching the next one's rows: enough query blocks here
- * for chunks of several blocks at 1 and 2 threads, a last block and a head
- * dim that are not a vector wide, GQA, and the window's left edge within
- * and beyond the first blocks. A block skipped or run twice leaves the
- * output's random initial values, or their sum, behind. */
+ * thread, or a KV head's blocks where flash_bf16.c packs K and V per
+ * thread and there are 4 KV heads per thread), each prefetching the next
+ * one's rows: enough query blocks here for chunks of several blocks at 1
+ * and 2 threads, a last block and a head dim that are not a vector wide,
+ * GQA, and the window's left edge within and beyond the first blocks; the
+ * kernels taking fp32 in fp32, those taking bf16 only (flash.avx512bf16)
+ * in bf16 with 8 KV heads (whole KV heads per chunk at 2 threads too). A
+ * block skipped or run twice leaves the output's random initial values, or
+ * their sum, behind. */
 static void test_window_blocks_in_order(void **state) {
     (void)state;
-    int checked = 0;
+    int checked = 0, checked16 = 0;
     for (int i = 0; i < mha_kernel_count(); i++) {
         const mha_kernel *k = mha_kernel_at(i);
-        if (!(mha_kernel_dtypes(k) & MHA_DTYPE_BIT(MHA_F32)) || mha_kernel_supported(k) != MHA_OK ||
-            !(mha_kernel_traits(k) & MHA_KT_WINDOW) || !(mha_kernel_traits(k) & MHA_KT_BLOCKS))
+        const int f32 = (mha_kernel_dtypes(k) & MHA_DTYPE_BIT(MHA_F32)) != 0;
+        if ((!f32 && !(mha_kernel_dtypes(k) & MHA_DTYPE_BIT(MHA_BF16))) ||
+            mha_kernel_supported(k) != MHA_OK || !(mha_kernel_traits(k) & MHA_KT_WINDOW) ||
+            !(mha_kernel_traits(k) & MHA_KT_BLOCKS))
             continue;
         for (int w = 0; w < 3; w++) {
             mha_problem p = {.batch = 2,
-                             .heads = 4,
-                             .kv_heads = 2,
+                             .heads = f32 ? 4 : 16,
+                             .kv_heads = f32 ? 2 : 8,
                              .seq_q = 1203,
                              .seq_kv = w == 2 ? 1300 : 1203,
                              .head_dim = 40,
                              .causal = w != 1,
-                             .dtype = MHA_F32,
-                             .kv_dtype = MHA_F32,
+                             .dtype = f32 ? MHA_F32 : MHA_BF16,
+                             .kv_dtype = f32 ? MHA_F32 : MHA_BF16,
                              .window = 1,
                              .window_left = w == 0 ? 100 : 37,
                              .window_right = w == 1 ? 5 : 0,
@@ -442,14 +481,17 @@ static void test_window_blocks_in_order(void **state) {
                 double err;
                 if (run_vs_oracle(k, &p, &o, &err) != MHA_OK)
                     fail_msg("%s, window %d: %s", mha_kernel_name(k), w, mha_last_error());
-                if (!(err <= 1e-5))
+                /* bf16: P rounded to bf16 and the output rounded, |V| <= 1 */
+                if (!(err <= (f32 ? 1e-5 : 2e-2)))
                     fail_msg("%s, window %d, %d threads: max error %g", mha_kernel_name(k), w, t,
                              err);
                 checked++;
+                checked16 += !f32;
             }
         }
     }
     assert_true(checked >= 6); /* flash.scalar at least */
+    print_message("window blocks in order: %d runs, %d of them bf16\n", checked, checked16);
 }
 
 static void test_refusal_message(void **state) {

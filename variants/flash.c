@@ -479,7 +479,7 @@ mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options
          * causal mask they cost the most, so the dynamic schedule balances;
          * under a window bounded on the left in order, in chunks
          * (mha_window_chunk), each block prefetching the next one's rows */
-        const int64_t chunk = mha_window_chunk(p, pairs * nqb, threads);
+        const int64_t chunk = mha_window_chunk(p, pairs * nqb, threads, 1);
 #pragma omp parallel for num_threads(threads) schedule(dynamic, chunk)
         for (int64_t it = 0; it < pairs * nqb; it++) {
             char *ws = (char *)workspace + (size_t)omp_get_thread_num() * x.L.per_thread;

@@ -653,7 +653,8 @@ mha_status MHA_CAT(MHA_SYM(flash), _run)(const mha_problem *p, const mha_options
              * first, or under a window bounded on the left in order and in
              * chunks (flash.c); consecutive tasks share a head, so a thread's
              * packs serve several of them */
-            const int64_t chunk = mha_window_chunk(p, pairs * nqb, threads);
+            const int64_t chunk =
+                mha_window_chunk(p, pairs * nqb, threads, x.L.kall ? x.group * nqb : 1);
 #pragma omp for schedule(dynamic, chunk)
             for (int64_t it = 0; it < pairs * nqb; it++) {
                 const int64_t b = it / nqb / H, h = it / nqb % H, qb = it % nqb;

@@ -462,8 +462,9 @@ static inline void mha_span_pf_rows(mha_span_pf *f, const void *head, int64_t ld
  * flash_bf16.c) where that leaves every thread at least 4, so that no KV
  * head is packed by two threads. Measured on the Zen 4 VM (flash.avx512bf16,
  * H8 N8192 d64 causal, 2 threads, best of 5, 2 rounds): window 128 292 ->
- * 298-299 GFLOP/s, 256 336-338 -> 343-345 (2 chunks of 16 blocks per head
- * before, one head per chunk after). */
+ * 298-299 GFLOP/s, 256 336-338 -> 343-345 (before, chunks of 16 of a
+ * head's 256 blocks, which both threads took in turn; after, one head per
+ * chunk). */
 static inline int64_t mha_window_chunk(const mha_problem *p, int64_t tasks, int threads,
                                        int64_t unit) {
     const int64_t t = threads > 0 ? threads : 1, c = tasks / (64 * t);

@@ -2006,6 +2006,36 @@ static void test_recommend_dtype(void **state) {
  * mha_select about carries them (a window's blocks come from the cache
  * model, the reason says so; a kernel that takes them), and a bad value is
  * exit 2 naming it. */
+/* The verdict tells the rows where auto lags apart: a dense shape's is the
+ * tuning table's to refit (`mhabench tune`), a packed or paged one's is not
+ * (the table's classes have no layout). tests/data/report_auto.json holds
+ * two shapes of a real `llm` run (Zen 4, stop 61), auto aliased to a slower
+ * kernel on each: decode.scalar on a dense decode, decode.avx512bf16 (as
+ * measured) on the paged decode step. */
+static void test_report_auto_layouts(void **state) {
+    (void)state;
+    NEED_DATA();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/report_auto.json", g_data);
+    const int rc = run_bench("report", path, NULL);
+    if (rc != 0) fail_msg("report %s: exit %d: %s", path, rc, g_err);
+    const char *want[] = {
+        "  auto is more than 5% slower than the fastest in 2 of 2 (shape, threads)\n"
+        "    run `mhabench tune` to refit this CPU's table:\n"
+        "    B1 H32 KV8 Nq1 Nkv8192 d128 threads=1: ",
+        "[decode.scalar]\n"
+        "    in a packed or paged layout, which the tuning table's classes do not\n"
+        "    cover (`mhabench tune` measures dense shapes only):\n"
+        "    B16 H32 KV8 Nq1 Nkv32768 d128 ragged1024 page16 bf16 threads=1: ",
+        "of decode.bf16fma [decode.avx512bf16]\n"};
+    const char *at = g_out;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *hit = strstr(at, want[i]);
+        if (!hit) fail_msg("report's verdict lacks (in order) \"%s\":\n%s", want[i], g_out);
+        at = hit + strlen(want[i]);
+    }
+}
+
 static void test_recommend_variants(void **state) {
     (void)state;
     NEED_BENCH();
@@ -2241,6 +2271,7 @@ int main(void) {
         cmocka_unit_test(test_sweep_peers),
         cmocka_unit_test(test_recommend_dtype),
         cmocka_unit_test(test_recommend_variants),
+        cmocka_unit_test(test_report_auto_layouts),
         cmocka_unit_test(test_verify_dtypes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -316,7 +316,46 @@ static void verdict_families(const rfile *f, rgroup **sorted, FILE *o) {
     free(fams);
 }
 
-/* Whether auto agrees, and where it does not. */
+/* 1 when a row's shape is in a packed (ragged) or paged layout: the tuning
+ * table's classes are dense shapes (variants/classes.c), so `mhabench tune`
+ * never measures these and cannot refit auto's choice for them. */
+static int layout_untuned(const char *shape) {
+    for (const char *p = shape; p; p = strchr(p, '/')) {
+        if (*p == '/') p++;
+        char part[64];
+        snprintf(part, sizeof part, "%.*s", (int)strcspn(p, "/"), p);
+        if (variant_name_part(part) && (part[0] == 'p' || part[0] == 'r')) return 1;
+    }
+    return 0;
+}
+
+/* The rows where auto runs more than 5% slower than the fastest, dense
+ * (untuned 0) or packed and paged (untuned 1): at most 5 lines, then a count.
+ * Returns how many there are. */
+static int auto_misses(const rfile *f, rgroup **sorted, int untuned, int list, FILE *o) {
+    int n = 0, shown = 0;
+    for (int i = 0; i < f->ng; i++) {
+        const rgroup *g = sorted[i];
+        if (g->auto_row < 0 || g->win < 0 || g->auto_ok) continue;
+        if (layout_untuned(g->shape) != untuned) continue;
+        n++;
+        if (!list || shown >= 5) continue;
+        char shp[96];
+        report_shape_short(g->shape, shp, sizeof shp);
+        const rrow *a = &f->r[g->auto_row];
+        fprintf(o, "    %s threads=%d: %.0f%% of %s [%s]\n", shp, g->threads, 100.0 * g->auto_share,
+                f->r[g->win].kernel,
+                strcmp(a->kernel, "auto") ? a->kernel : (a->label[0] ? a->label : "?"));
+        shown++;
+    }
+    if (list && n > shown)
+        fprintf(o, "    ... (%d more: `mhabench report --verbose`)\n", n - shown);
+    return n;
+}
+
+/* Whether auto agrees, and where it does not: a dense shape's miss is the
+ * tuning table's to fix (`mhabench tune`); a packed or paged one's is not,
+ * since the table's classes have no layout, so retuning would not change it. */
 static void verdict_auto(const rfile *f, rgroup **sorted, FILE *o) {
     int with_auto = 0, bad = 0;
     for (int i = 0; i < f->ng; i++) {
@@ -328,24 +367,17 @@ static void verdict_auto(const rfile *f, rgroup **sorted, FILE *o) {
         fprintf(o, "  auto agrees: fastest, tied or within 5%% in %s %d (shape, threads)\n",
                 with_auto == 1 ? "the" : "all", with_auto);
     else if (with_auto) {
-        fprintf(o,
-                "  auto is more than 5%% slower than the fastest in %d of %d (shape, threads);\n"
-                "    run `mhabench tune` to refit this CPU's table:\n",
+        fprintf(o, "  auto is more than 5%% slower than the fastest in %d of %d (shape, threads)\n",
                 bad, with_auto);
-        int shown = 0;
-        for (int i = 0; i < f->ng && shown < 5; i++) {
-            const rgroup *g = sorted[i];
-            if (g->auto_row < 0 || g->win < 0 || g->auto_ok) continue;
-            char shp[96];
-            report_shape_short(g->shape, shp, sizeof shp);
-            const rrow *a = &f->r[g->auto_row];
-            fprintf(o, "    %s threads=%d: %.0f%% of %s [%s]\n", shp, g->threads,
-                    100.0 * g->auto_share, f->r[g->win].kernel,
-                    strcmp(a->kernel, "auto") ? a->kernel : (a->label[0] ? a->label : "?"));
-            shown++;
+        if (auto_misses(f, sorted, 0, 0, o) > 0) {
+            fprintf(o, "    run `mhabench tune` to refit this CPU's table:\n");
+            auto_misses(f, sorted, 0, 1, o);
         }
-        if (bad > shown)
-            fprintf(o, "    ... (%d more: `mhabench report --verbose`)\n", bad - shown);
+        if (auto_misses(f, sorted, 1, 0, o) > 0) {
+            fprintf(o, "    in a packed or paged layout, which the tuning table's classes do not\n"
+                       "    cover (`mhabench tune` measures dense shapes only):\n");
+            auto_misses(f, sorted, 1, 1, o);
+        }
     }
 }
 

@@ -2002,10 +2002,6 @@ static void test_recommend_dtype(void **state) {
                  "fp32");
 }
 
-/* recommend --window/--softcap/--sinks/--head-dim-v: the problem it asks
- * mha_select about carries them (a window's blocks come from the cache
- * model, the reason says so; a kernel that takes them), and a bad value is
- * exit 2 naming it. */
 /* The verdict tells the rows where auto lags apart: a dense shape's is the
  * tuning table's to refit (`mhabench tune`), a packed or paged one's is not
  * (the table's classes have no layout). tests/data/report_auto.json holds
@@ -2036,6 +2032,10 @@ static void test_report_auto_layouts(void **state) {
     }
 }
 
+/* recommend --window/--softcap/--sinks/--head-dim-v: the problem it asks
+ * mha_select about carries them (a window's blocks come from the cache
+ * model, the reason says so; a kernel that takes them), and a bad value is
+ * exit 2 naming it. */
 static void test_recommend_variants(void **state) {
     (void)state;
     NEED_BENCH();

@@ -320,26 +320,22 @@ static void verdict_families(const rfile *f, rgroup **sorted, FILE *o) {
  * table's classes are dense shapes (variants/classes.c), so `mhabench tune`
  * never measures these and cannot refit auto's choice for them. */
 static int layout_untuned(const char *shape) {
-    for (const char *p = shape; p; p = strchr(p, '/')) {
-        if (*p == '/') p++;
+    for (const char *p = strchr(shape, '/'); p; p = strchr(p + 1, '/')) {
         char part[64];
-        snprintf(part, sizeof part, "%.*s", (int)strcspn(p, "/"), p);
+        snprintf(part, sizeof part, "%.*s", (int)strcspn(p + 1, "/"), p + 1);
         if (variant_name_part(part) && (part[0] == 'p' || part[0] == 'r')) return 1;
     }
     return 0;
 }
 
-/* The rows where auto runs more than 5% slower than the fastest, dense
- * (untuned 0) or packed and paged (untuned 1): at most 5 lines, then a count.
- * Returns how many there are. */
-static int auto_misses(const rfile *f, rgroup **sorted, int untuned, int list, FILE *o) {
-    int n = 0, shown = 0;
-    for (int i = 0; i < f->ng; i++) {
+/* Lists the n rows where auto runs more than 5% slower than the fastest,
+ * dense (untuned 0) or packed and paged (untuned 1): at most 5, then a count. */
+static void auto_misses(const rfile *f, rgroup **sorted, int untuned, int n, FILE *o) {
+    int shown = 0;
+    for (int i = 0; i < f->ng && shown < 5; i++) {
         const rgroup *g = sorted[i];
         if (g->auto_row < 0 || g->win < 0 || g->auto_ok) continue;
         if (layout_untuned(g->shape) != untuned) continue;
-        n++;
-        if (!list || shown >= 5) continue;
         char shp[96];
         report_shape_short(g->shape, shp, sizeof shp);
         const rrow *a = &f->r[g->auto_row];
@@ -348,35 +344,33 @@ static int auto_misses(const rfile *f, rgroup **sorted, int untuned, int list, F
                 strcmp(a->kernel, "auto") ? a->kernel : (a->label[0] ? a->label : "?"));
         shown++;
     }
-    if (list && n > shown)
-        fprintf(o, "    ... (%d more: `mhabench report --verbose`)\n", n - shown);
-    return n;
+    if (n > shown) fprintf(o, "    ... (%d more: `mhabench report --verbose`)\n", n - shown);
 }
 
 /* Whether auto agrees, and where it does not: a dense shape's miss is the
  * tuning table's to fix (`mhabench tune`); a packed or paged one's is not,
  * since the table's classes have no layout, so retuning would not change it. */
 static void verdict_auto(const rfile *f, rgroup **sorted, FILE *o) {
-    int with_auto = 0, bad = 0;
+    int with_auto = 0, bad[2] = {0, 0}; /* [layout_untuned] */
     for (int i = 0; i < f->ng; i++) {
         if (sorted[i]->auto_row < 0 || sorted[i]->win < 0) continue;
         with_auto++;
-        bad += !sorted[i]->auto_ok;
+        if (!sorted[i]->auto_ok) bad[layout_untuned(sorted[i]->shape)]++;
     }
-    if (with_auto && !bad)
+    if (with_auto && !bad[0] && !bad[1])
         fprintf(o, "  auto agrees: fastest, tied or within 5%% in %s %d (shape, threads)\n",
                 with_auto == 1 ? "the" : "all", with_auto);
     else if (with_auto) {
         fprintf(o, "  auto is more than 5%% slower than the fastest in %d of %d (shape, threads)\n",
-                bad, with_auto);
-        if (auto_misses(f, sorted, 0, 0, o) > 0) {
+                bad[0] + bad[1], with_auto);
+        if (bad[0]) {
             fprintf(o, "    run `mhabench tune` to refit this CPU's table:\n");
-            auto_misses(f, sorted, 0, 1, o);
+            auto_misses(f, sorted, 0, bad[0], o);
         }
-        if (auto_misses(f, sorted, 1, 0, o) > 0) {
+        if (bad[1]) {
             fprintf(o, "    in a packed or paged layout, which the tuning table's classes do not\n"
                        "    cover (`mhabench tune` measures dense shapes only):\n");
-            auto_misses(f, sorted, 1, 1, o);
+            auto_misses(f, sorted, 1, bad[1], o);
         }
     }
 }
